@@ -1,0 +1,437 @@
+//! The result format shared by every xvmm measurement producer (the built-in
+//! microguest, `xperf` in a Linux guest or on bare metal) and every consumer
+//! (the VMM's report, the harness, the benches).
+//!
+//! The JSON form is versioned by [`SCHEMA`] and [`SCHEMA_VERSION`]; bump the
+//! version on any incompatible change and document it in the README.
+
+pub mod channel;
+pub mod stats;
+
+use serde::{Deserialize, Serialize};
+pub use stats::{Histogram, Stats};
+
+/// Name of the schema, the first thing a reader checks.
+pub const SCHEMA: &str = "xvmm-results";
+/// Version of the schema described in the README.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Sentinel the measuring side writes into a stamp slot before a sample; a slot
+/// still holding it afterwards was not filled by the kernel.
+pub const UNFILLED: u64 = u64::MAX;
+
+/// One complete measurement run.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Report {
+    pub schema: String,
+    pub schema_version: u32,
+    /// Producer, e.g. "xvmm-microguest 0.1.0" or "xperf 0.1.0".
+    pub tool: String,
+    /// Where the numbers were taken.
+    pub environment: Environment,
+    pub host: HostFacts,
+    pub method: Method,
+    /// The stamp pair with nothing between it, in TSC ticks.
+    pub null_overhead: Stats,
+    pub crossings: Vec<Crossing>,
+    /// VM-exit round trips (empty outside a VM).
+    #[serde(default)]
+    pub exits: Vec<ExitTiming>,
+    /// Free-form caveats the reader must see (THP state, pinning failures...).
+    #[serde(default)]
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    pub fn new(tool: String, environment: Environment, host: HostFacts, method: Method) -> Self {
+        Report {
+            schema: SCHEMA.to_string(),
+            schema_version: SCHEMA_VERSION,
+            tool,
+            environment,
+            host,
+            method,
+            null_overhead: Stats::default(),
+            crossings: Vec::new(),
+            exits: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Parses a report and checks its schema name and version.
+    pub fn from_json(text: &str) -> Result<Self, FormatError> {
+        let report: Report =
+            serde_json::from_str(text).map_err(|e| FormatError::Json(e.to_string()))?;
+        report.check_schema()?;
+        Ok(report)
+    }
+
+    pub fn check_schema(&self) -> Result<(), FormatError> {
+        if self.schema != SCHEMA {
+            return Err(FormatError::Schema(self.schema.clone()));
+        }
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(FormatError::Version(self.schema_version));
+        }
+        Ok(())
+    }
+
+    pub fn to_json_pretty(&self) -> String {
+        // Serialising plain data with string keys cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    pub fn crossing(&self, name: &str) -> Option<&Crossing> {
+        self.crossings.iter().find(|c| c.name == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormatError {
+    Json(String),
+    Schema(String),
+    Version(u32),
+}
+
+impl std::fmt::Display for FormatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FormatError::Json(e) => write!(f, "results are not valid JSON: {e}"),
+            FormatError::Schema(s) => write!(f, "results have schema {s:?}, expected {SCHEMA:?}"),
+            FormatError::Version(v) => {
+                write!(
+                    f,
+                    "results have schema version {v}, expected {SCHEMA_VERSION}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for FormatError {}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Environment {
+    /// xvmm's built-in bare-metal guest: hardware floor inside a VM.
+    Microguest,
+    /// xperf inside a Linux guest booted by xvmm.
+    LinuxVm,
+    /// xperf on a Linux host (no hypervisor underneath, or an unknown one).
+    BareMetal,
+}
+
+/// Facts about the machine the numbers describe.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct HostFacts {
+    pub cpu_model: String,
+    /// TSC frequency in kHz, 0 when unknown.
+    pub tsc_khz: u64,
+    /// CPUID 0x40000000 signature as the measuring code sees it ("" on bare metal).
+    pub hypervisor_signature: String,
+    /// KVM module serving /dev/kvm on the host ("kvm_amd", "kvm_intel", "kvm_pvm"...).
+    #[serde(default)]
+    pub kvm_module: String,
+    /// `uname -r` of the kernel the measuring code ran on.
+    #[serde(default)]
+    pub kernel_release: String,
+    /// Whether kernel page-table isolation was active, when known.
+    #[serde(default)]
+    pub kpti: Option<bool>,
+}
+
+/// How the samples were taken.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Method {
+    /// Instruction sequence that opens an interval.
+    pub stamp_begin: String,
+    /// Instruction sequence that closes an interval.
+    pub stamp_end: String,
+    pub warmup: u64,
+    pub samples_requested: u64,
+    /// What the corrected figures subtract from the raw ones.
+    pub correction: String,
+    /// CPU the measuring thread was pinned to, if any.
+    #[serde(default)]
+    pub pinned_cpu: Option<u32>,
+}
+
+impl Method {
+    pub fn standard(warmup: u64, samples_requested: u64) -> Self {
+        Method {
+            stamp_begin: "lfence; rdtsc; lfence".into(),
+            stamp_end: "rdtscp; lfence".into(),
+            warmup,
+            samples_requested,
+            correction: "median of the null measurement, saturating at 0".into(),
+            pinned_cpu: None,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Status {
+    /// Full u2k/k2u split.
+    Measured,
+    /// Only the user-side round trip could be taken (e.g. unpatched kernel).
+    RoundTripOnly { reason: String },
+    /// Not measured at all.
+    Unsupported { reason: String },
+}
+
+/// One interval kind, as raw TSC ticks and with the null overhead subtracted.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct Interval {
+    pub raw: Stats,
+    pub corrected: Stats,
+}
+
+impl Interval {
+    /// Summarises raw interval values and their null-corrected counterparts.
+    pub fn from_raw(raw: &[u64], null_ticks: u64) -> Self {
+        let corrected: Vec<u64> = raw.iter().map(|v| v.saturating_sub(null_ticks)).collect();
+        Interval {
+            raw: Stats::from_samples(raw),
+            corrected: Stats::from_samples(&corrected),
+        }
+    }
+}
+
+/// Four stamps of one crossing sample, all in the measuring CPU's TSC.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub u2k_u: u64,
+    pub u2k_k: u64,
+    pub k2u_k: u64,
+    pub k2u_u: u64,
+}
+
+/// Why a sample was not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// A kernel slot still held [`UNFILLED`].
+    Unfilled,
+    /// The stamps are not strictly increasing.
+    OutOfOrder,
+}
+
+impl Sample {
+    /// Checks that the kernel filled both slots and the stamps are ordered
+    /// `u2k_u < u2k_k < k2u_k < k2u_u`.
+    pub fn validate(&self) -> Result<(), Rejection> {
+        if self.u2k_k == UNFILLED || self.k2u_k == UNFILLED {
+            return Err(Rejection::Unfilled);
+        }
+        if self.u2k_u < self.u2k_k && self.u2k_k < self.k2u_k && self.k2u_k < self.k2u_u {
+            Ok(())
+        } else {
+            Err(Rejection::OutOfOrder)
+        }
+    }
+    pub fn u2k(&self) -> u64 {
+        self.u2k_k - self.u2k_u
+    }
+    pub fn k2u(&self) -> u64 {
+        self.k2u_u - self.k2u_k
+    }
+    pub fn in_kernel(&self) -> u64 {
+        self.k2u_k - self.u2k_k
+    }
+    pub fn round_trip(&self) -> u64 {
+        self.k2u_u - self.u2k_u
+    }
+}
+
+/// One user<->kernel crossing kind (#PF, int3, syscall...).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Crossing {
+    /// Stable identifier: "pf", "int3", "syscall", "sysenter", "int-n",
+    /// "pf-first-touch", "pf-refault", "getppid"...
+    pub name: String,
+    pub status: Status,
+    pub samples_requested: u64,
+    /// Samples that passed validation and are in the statistics.
+    pub samples_valid: u64,
+    /// Samples whose kernel slots were not filled.
+    pub samples_unfilled: u64,
+    /// Samples whose stamps were not strictly ordered.
+    pub samples_out_of_order: u64,
+    /// Samples dropped for another, named reason (e.g. KVM async page faults).
+    #[serde(default)]
+    pub samples_other_rejected: u64,
+    #[serde(default)]
+    pub other_rejected_reason: Option<String>,
+    pub u2k: Option<Interval>,
+    pub k2u: Option<Interval>,
+    /// Kernel stamp to kernel stamp: time spent in the handler.
+    #[serde(default)]
+    pub in_kernel: Option<Interval>,
+    /// User stamp to user stamp.
+    pub round_trip: Option<Interval>,
+    /// Per-sample stamps, only when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<Vec<Sample>>,
+}
+
+impl Crossing {
+    pub fn unsupported(name: &str, samples_requested: u64, reason: String) -> Self {
+        Crossing {
+            name: name.to_string(),
+            status: Status::Unsupported { reason },
+            samples_requested,
+            samples_valid: 0,
+            samples_unfilled: 0,
+            samples_out_of_order: 0,
+            samples_other_rejected: 0,
+            other_rejected_reason: None,
+            u2k: None,
+            k2u: None,
+            in_kernel: None,
+            round_trip: None,
+            samples: None,
+        }
+    }
+
+    /// Validates four-stamp samples and summarises the valid ones.
+    pub fn from_samples(
+        name: &str,
+        samples_requested: u64,
+        samples: &[Sample],
+        null_ticks: u64,
+        keep_samples: bool,
+    ) -> Self {
+        let mut crossing = Crossing::unsupported(name, samples_requested, String::new());
+        crossing.status = Status::Measured;
+        let mut valid = Vec::with_capacity(samples.len());
+        for s in samples {
+            match s.validate() {
+                Ok(()) => valid.push(*s),
+                Err(Rejection::Unfilled) => crossing.samples_unfilled += 1,
+                Err(Rejection::OutOfOrder) => crossing.samples_out_of_order += 1,
+            }
+        }
+        crossing.samples_valid = valid.len() as u64;
+        let column = |f: fn(&Sample) -> u64| -> Vec<u64> { valid.iter().map(f).collect() };
+        crossing.u2k = Some(Interval::from_raw(&column(Sample::u2k), null_ticks));
+        crossing.k2u = Some(Interval::from_raw(&column(Sample::k2u), null_ticks));
+        crossing.in_kernel = Some(Interval::from_raw(&column(Sample::in_kernel), null_ticks));
+        crossing.round_trip = Some(Interval::from_raw(&column(Sample::round_trip), null_ticks));
+        if keep_samples {
+            crossing.samples = Some(samples.to_vec());
+        }
+        crossing
+    }
+
+    /// Summarises user-side round trips only (no kernel stamps available).
+    pub fn from_round_trips(
+        name: &str,
+        samples_requested: u64,
+        round_trips: &[u64],
+        null_ticks: u64,
+        reason: String,
+    ) -> Self {
+        let mut crossing = Crossing::unsupported(name, samples_requested, String::new());
+        crossing.status = Status::RoundTripOnly { reason };
+        crossing.samples_valid = round_trips.len() as u64;
+        crossing.round_trip = Some(Interval::from_raw(round_trips, null_ticks));
+        crossing
+    }
+}
+
+/// A VM-exit round trip measured from inside the guest, optionally split by
+/// host-side stamps taken around `KVM_RUN`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ExitTiming {
+    /// "cpuid", "pio-out", "pio-in", "mmio-write", "vmcall", "rdmsr", "wrmsr", "hlt"...
+    pub name: String,
+    pub status: Status,
+    pub samples_requested: u64,
+    pub samples_valid: u64,
+    /// Guest stamp to guest stamp.
+    pub round_trip: Option<Interval>,
+    /// Guest stamp before the exit to the host stamp when `KVM_RUN` returned.
+    #[serde(default)]
+    pub guest_to_vmm: Option<Stats>,
+    /// Host time between `KVM_RUN` returning and being called again.
+    #[serde(default)]
+    pub in_vmm: Option<Stats>,
+    /// Host stamp before `KVM_RUN` to the guest stamp after the exit.
+    #[serde(default)]
+    pub vmm_to_guest: Option<Stats>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(a: u64, b: u64, c: u64, d: u64) -> Sample {
+        Sample {
+            u2k_u: a,
+            u2k_k: b,
+            k2u_k: c,
+            k2u_u: d,
+        }
+    }
+
+    #[test]
+    fn validation_rejects_unfilled_and_unordered() {
+        assert_eq!(sample(1, 2, 3, 4).validate(), Ok(()));
+        assert_eq!(
+            sample(1, UNFILLED, 3, 4).validate(),
+            Err(Rejection::Unfilled)
+        );
+        assert_eq!(
+            sample(1, 2, UNFILLED, 4).validate(),
+            Err(Rejection::Unfilled)
+        );
+        assert_eq!(sample(2, 2, 3, 4).validate(), Err(Rejection::OutOfOrder));
+        assert_eq!(sample(1, 3, 2, 4).validate(), Err(Rejection::OutOfOrder));
+        assert_eq!(sample(1, 2, 4, 4).validate(), Err(Rejection::OutOfOrder));
+    }
+
+    #[test]
+    fn crossing_counts_rejections_and_splits_intervals() {
+        let samples = [
+            sample(100, 400, 900, 1200),
+            sample(100, 500, 1000, 1400),
+            sample(100, UNFILLED, 900, 1200),
+            sample(100, 90, 900, 1200),
+        ];
+        let c = Crossing::from_samples("pf", 4, &samples, 50, false);
+        assert_eq!(c.status, Status::Measured);
+        assert_eq!(
+            (c.samples_valid, c.samples_unfilled, c.samples_out_of_order),
+            (2, 1, 1)
+        );
+        let u2k = c.u2k.unwrap();
+        assert_eq!((u2k.raw.min, u2k.raw.max), (300, 400));
+        assert_eq!((u2k.corrected.min, u2k.corrected.max), (250, 350));
+        let k2u = c.k2u.unwrap();
+        assert_eq!((k2u.raw.min, k2u.raw.max), (300, 400));
+        assert_eq!(c.round_trip.unwrap().raw.max, 1300);
+        assert!(c.samples.is_none());
+    }
+
+    #[test]
+    fn json_round_trip_and_schema_check() {
+        let mut report = Report::new(
+            "test".into(),
+            Environment::Microguest,
+            HostFacts::default(),
+            Method::standard(10, 100),
+        );
+        report.null_overhead = Stats::from_samples(&[40, 41, 42]);
+        report
+            .crossings
+            .push(Crossing::unsupported("int-n", 100, "refused".into()));
+        let text = report.to_json_pretty();
+        let back = Report::from_json(&text).unwrap();
+        assert_eq!(back, report);
+        assert!(text.contains("\"kind\": \"unsupported\""));
+
+        let wrong = text.replace("\"schema_version\": 1", "\"schema_version\": 99");
+        assert_eq!(Report::from_json(&wrong), Err(FormatError::Version(99)));
+        assert!(matches!(Report::from_json("{"), Err(FormatError::Json(_))));
+    }
+}

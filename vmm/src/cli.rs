@@ -1,0 +1,146 @@
+//! Command-line interface (clap). Parsing only: no behaviour lives here.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "xvmm",
+    version,
+    about = "Measure user<->kernel crossing costs under KVM and what the hypervisor adds",
+    long_about = "Without --kernel, boots the built-in bare-metal microguest and measures the \
+                  hardware floor (#PF, int3, syscall crossings and VM-exit round trips). With \
+                  --kernel, boots a (patched) Linux guest that runs xperf."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Build guest and harness kernels.
+    #[command(subcommand)]
+    Kernel(KernelCommand),
+    /// Write a newc initramfs holding the given files.
+    Initramfs(InitramfsArgs),
+    /// Compare a VM report with a bare-metal report.
+    Compare(CompareArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum KernelCommand {
+    /// Build a kernel out of tree (cached by its inputs) and print the paths.
+    Build(KernelBuildArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelFlavour {
+    /// A small guest kernel (L2): serial console, initrd, PVH, KVM guest.
+    Guest,
+    /// The nested-harness host kernel (L1): the guest options plus KVM host support.
+    Host,
+}
+
+#[derive(Args, Debug)]
+pub struct KernelBuildArgs {
+    /// Which kernel to build.
+    #[arg(long, value_enum, default_value = "guest")]
+    pub flavour: KernelFlavour,
+    /// Apply the measurement patch series from patches/linux-6.12.
+    #[arg(long)]
+    pub patched: bool,
+    /// A Linux source tree or tarball to build instead of Debian's linux-source-6.12.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// Cache directory (default: $XVMM_CACHE or ~/.cache/xvmm).
+    #[arg(long)]
+    pub cache: Option<PathBuf>,
+    /// Parallel make jobs (default: number of CPUs).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct InitramfsArgs {
+    /// Output file.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// Entries as GUEST_PATH=HOST_FILE; "/init=..." makes the init.
+    #[arg(required = true)]
+    pub entries: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Report measured inside a VM.
+    pub vm: PathBuf,
+    /// Report measured on bare metal with the same kernel and tool.
+    pub bare_metal: PathBuf,
+    /// Write the comparison as JSON to this file ("-" for stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Linux kernel to boot (bzImage or ELF vmlinux with a PVH note).
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    /// Initial ramdisk for the Linux guest (default: the built-in xperf initramfs).
+    #[arg(long, requires = "kernel")]
+    pub initrd: Option<PathBuf>,
+    /// Kernel command line (replaces the default).
+    #[arg(long, requires = "kernel")]
+    pub cmdline: Option<String>,
+    /// Guest memory in MiB.
+    #[arg(long)]
+    pub mem: Option<u64>,
+    /// Give up after this many seconds of guest run time.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+    /// Pin the vCPU thread to this host CPU.
+    #[arg(long)]
+    pub pin: Option<usize>,
+    /// Samples per crossing.
+    #[arg(long)]
+    pub samples: Option<u64>,
+    /// Warm-up iterations per crossing before recording.
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// Write the results as JSON to this file ("-" for stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Keep every sample's four stamps in the JSON.
+    #[arg(long)]
+    pub raw: bool,
+    /// Guest TSC frequency in kHz (KVM_SET_TSC_KHZ).
+    #[arg(long)]
+    pub tsc_khz: Option<u32>,
+    /// Guest TSC offset in ticks relative to the host TSC (KVM_VCPU_TSC_OFFSET).
+    #[arg(long, allow_hyphen_values = true)]
+    pub tsc_offset: Option<i64>,
+    /// Offer KVM asynchronous page faults to the guest.
+    #[arg(long, value_enum, default_value = "off")]
+    pub async_pf: OnOff,
+    /// Time VM exits on the host with the kvm:kvm_exit/kvm_entry tracepoints.
+    #[arg(long)]
+    pub trace: bool,
+    /// Bare-metal xperf report to compare the VM results with.
+    #[arg(long, requires = "kernel")]
+    pub baseline: Option<PathBuf>,
+    /// Do not print the guest console.
+    #[arg(long)]
+    pub quiet: bool,
+}

@@ -1,0 +1,74 @@
+//! One error type for the whole VMM. Every variant renders as a single line that
+//! names the problem; `main` prints it and exits non-zero, never panics.
+
+use std::fmt;
+
+#[derive(Debug)]
+pub enum Error {
+    /// /dev/kvm missing, not accessible, or an ioctl on it failed.
+    Kvm(String),
+    /// The kernel image is missing, unreadable, corrupt or of the wrong kind.
+    Kernel(String),
+    /// The initrd is missing, unreadable or does not fit.
+    Initrd(String),
+    /// The kernel command line is invalid or too long.
+    Cmdline(String),
+    /// Guest memory cannot be set up as asked.
+    Memory(String),
+    /// The guest did something that ends the run (triple fault, emulation failure,
+    /// unexpected exception, malformed results).
+    Guest(String),
+    /// The guest did not finish within the timeout.
+    Timeout(String),
+    /// Stopped by SIGINT/SIGTERM.
+    Interrupted,
+    /// Building a kernel or an initramfs failed.
+    Build(String),
+    /// Host-side tracing could not be set up or restored.
+    Tracing(String),
+    /// A host file operation failed.
+    Io(String),
+    /// Invalid combination of command-line arguments.
+    Usage(String),
+}
+
+impl Error {
+    /// Exit status for this error: 2 for usage, 124 for timeouts (like
+    /// timeout(1)), 130 for Ctrl-C, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Timeout(_) => 124,
+            Error::Interrupted => 130,
+            _ => 1,
+        }
+    }
+
+    /// Wraps an I/O error with what was being done and to which path.
+    pub fn io(what: &str, path: &std::path::Path, err: std::io::Error) -> Error {
+        Error::Io(format!("{what} {}: {err}", path.display()))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Kvm(m) => write!(f, "kvm: {m}"),
+            Error::Kernel(m) => write!(f, "kernel: {m}"),
+            Error::Initrd(m) => write!(f, "initrd: {m}"),
+            Error::Cmdline(m) => write!(f, "cmdline: {m}"),
+            Error::Memory(m) => write!(f, "memory: {m}"),
+            Error::Guest(m) => write!(f, "guest: {m}"),
+            Error::Timeout(m) => write!(f, "timeout: {m}"),
+            Error::Interrupted => write!(f, "interrupted"),
+            Error::Build(m) => write!(f, "build: {m}"),
+            Error::Tracing(m) => write!(f, "tracing: {m}"),
+            Error::Io(m) => write!(f, "io: {m}"),
+            Error::Usage(m) => write!(f, "usage: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,40 @@
+//! xvmm: a small KVM VMM that measures user<->kernel crossings.
+//!
+//! Module map (one job each):
+//! - [`layout`]: guest physical addresses, pure constants and functions.
+//! - [`arch`]: x86-64 CPU state: CPUID, MSRs, registers, GDT, page tables.
+//! - [`boot`]: loading Linux (bzImage, PVH ELF), zero page, E820, command line.
+//! - [`vm`], [`vcpu`]: KVM objects and the run loop.
+//! - [`devices`]: UART, i8042 reset, exit and results ports.
+//! - [`linux`]: booting a Linux guest and collecting its results.
+//! - [`microguest`]: the built-in bare-metal guest and its measurements.
+//! - [`kernel`]: building guest/host kernels, cached by their inputs.
+//! - [`initramfs`]: writing newc cpio archives.
+//! - [`report`]: tables and comparisons of results.
+
+pub mod arch;
+pub mod boot;
+pub mod cli;
+pub mod devices;
+pub mod error;
+pub mod initramfs;
+pub mod kernel;
+pub mod layout;
+pub mod linux;
+pub mod microguest;
+pub mod report;
+pub mod vcpu;
+pub mod vm;
+
+pub use error::{Error, Result};
+
+/// Runs what the command line asks for.
+pub fn run(cli: cli::Cli) -> Result<()> {
+    match cli.command {
+        Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build_command(&args),
+        Some(cli::Command::Initramfs(args)) => initramfs::command(&args),
+        Some(cli::Command::Compare(args)) => report::compare_command(&args),
+        None if cli.run.kernel.is_some() => linux::run(&cli.run),
+        None => microguest::run(&cli.run),
+    }
+}
