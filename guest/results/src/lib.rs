@@ -37,6 +37,10 @@ pub struct Report {
     /// VM-exit round trips (empty outside a VM).
     #[serde(default)]
     pub exits: Vec<ExitTiming>,
+    /// Host-side exit-to-entry times by exit reason, from the kvm tracepoints
+    /// (only with `xvmm --trace`).
+    #[serde(default)]
+    pub host_exits: Vec<HostExit>,
     /// Free-form caveats the reader must see (THP state, pinning failures...).
     #[serde(default)]
     pub notes: Vec<String>,
@@ -54,6 +58,7 @@ impl Report {
             null_overhead: Stats::default(),
             crossings: Vec::new(),
             exits: Vec::new(),
+            host_exits: Vec::new(),
             notes: Vec::new(),
         }
     }
@@ -359,6 +364,15 @@ pub struct ExitTiming {
     /// Host stamp before `KVM_RUN` to the guest stamp after the exit.
     #[serde(default)]
     pub vmm_to_guest: Option<Stats>,
+}
+
+/// Host-side cost of one kind of VM exit: host TSC ticks from `kvm_exit` to
+/// the next `kvm_entry` of the same vCPU thread.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HostExit {
+    /// Exit reason as the host kernel names it ("io", "npf", "IO_INSTRUCTION"...).
+    pub reason: String,
+    pub exit_to_entry: Stats,
 }
 
 #[cfg(test)]
