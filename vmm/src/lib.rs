@@ -11,6 +11,7 @@
 //! - [`kernel`]: building guest/host kernels, cached by their inputs.
 //! - [`initramfs`]: writing newc cpio archives.
 //! - [`report`]: tables and comparisons of results.
+//! - [`tracing`]: host-side VM-exit timing from the kvm tracepoints.
 
 pub mod arch;
 pub mod boot;
@@ -23,6 +24,7 @@ pub mod layout;
 pub mod linux;
 pub mod microguest;
 pub mod report;
+pub mod tracing;
 pub mod vcpu;
 pub mod vm;
 
