@@ -6,8 +6,10 @@
 //! version on any incompatible change and document it in the README.
 
 pub mod channel;
+pub mod machine;
 pub mod stats;
 
+pub use machine::Machine;
 use serde::{Deserialize, Serialize};
 pub use stats::{Histogram, Stats};
 
@@ -30,6 +32,9 @@ pub struct Report {
     /// Where the numbers were taken.
     pub environment: Environment,
     pub host: HostFacts,
+    /// Full characterisation of the machine the measuring code ran on.
+    #[serde(default)]
+    pub machine: Option<Machine>,
     pub method: Method,
     /// The stamp pair with nothing between it, in TSC ticks.
     pub null_overhead: Stats,
@@ -54,6 +59,7 @@ impl Report {
             tool,
             environment,
             host,
+            machine: None,
             method,
             null_overhead: Stats::default(),
             crossings: Vec::new(),

@@ -1,0 +1,308 @@
+//! Characterisation of the machine a measurement ran on: what a reader needs
+//! to judge whether two reports are comparable (CPU, TSC, hypervisor, KVM
+//! module and its halt polling, speculation mitigations, THP, clocksource).
+//!
+//! Works the same on a host and inside a Linux guest; everything is read from
+//! /proc, /sys and CPUID, and a missing source leaves its field empty.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// CPU flags that change how crossings and stamps behave.
+const FLAGS_OF_INTEREST: [&str; 14] = [
+    "constant_tsc",
+    "nonstop_tsc",
+    "tsc_known_freq",
+    "rdtscp",
+    "hypervisor",
+    "vmx",
+    "svm",
+    "pti",
+    "smap",
+    "smep",
+    "pcid",
+    "invpcid",
+    "fsgsbase",
+    "fred",
+];
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct Machine {
+    pub cpu_vendor: String,
+    pub cpu_model: String,
+    /// "family/model/stepping" in decimal, as /proc/cpuinfo gives them.
+    pub cpu_signature: String,
+    pub logical_cpus: u32,
+    /// The subset of [`FLAGS_OF_INTEREST`] the CPU (as the kernel sees it) has.
+    pub flags: Vec<String>,
+    pub tsc_khz: u64,
+    /// Where `tsc_khz` came from: "cpuid-0x15", "cpuid-0x40000010", "calibrated".
+    pub tsc_khz_source: String,
+    /// CPUID 0x40000000 signature, "" without the hypervisor bit.
+    pub hypervisor_signature: String,
+    pub kernel_release: String,
+    /// "kvm_intel", "kvm_amd", "kvm_pvm", or "" when no KVM module is loaded.
+    pub kvm_module: String,
+    /// KVM module parameters that skew exit timing (halt polling, ...).
+    pub kvm_params: BTreeMap<String, String>,
+    /// /sys/devices/system/cpu/vulnerabilities/*.
+    pub vulnerabilities: BTreeMap<String, String>,
+    /// Selected mode of /sys/kernel/mm/transparent_hugepage/enabled.
+    pub thp: String,
+    pub clocksource: String,
+}
+
+impl Machine {
+    /// Reads everything this machine tells about itself. Takes ~50 ms when the
+    /// TSC frequency has to be calibrated.
+    pub fn probe() -> Machine {
+        let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let mut m = parse_cpuinfo(&cpuinfo);
+        m.hypervisor_signature = cpuid::hypervisor_signature();
+        let (khz, source) = cpuid::tsc_khz()
+            .unwrap_or_else(|| (calibrate_tsc_khz(Duration::from_millis(50)), "calibrated"));
+        m.tsc_khz = khz;
+        m.tsc_khz_source = source.to_string();
+        m.kernel_release = read_trimmed("/proc/sys/kernel/osrelease");
+        m.kvm_module = kvm_module(Path::new("/sys/module"));
+        for param in ["halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_shrink"] {
+            let value = read_trimmed(&format!("/sys/module/kvm/parameters/{param}"));
+            if !value.is_empty() {
+                m.kvm_params.insert(param.to_string(), value);
+            }
+        }
+        if let Ok(entries) = fs::read_dir("/sys/devices/system/cpu/vulnerabilities") {
+            for entry in entries.flatten() {
+                let value = fs::read_to_string(entry.path()).unwrap_or_default();
+                m.vulnerabilities.insert(
+                    entry.file_name().to_string_lossy().into_owned(),
+                    value.trim().to_string(),
+                );
+            }
+        }
+        m.thp = selected_mode(&read_trimmed("/sys/kernel/mm/transparent_hugepage/enabled"));
+        m.clocksource =
+            read_trimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+        m
+    }
+
+    /// Kernel page-table isolation, from the meltdown entry or the `pti` flag.
+    pub fn kpti(&self) -> Option<bool> {
+        match self.vulnerabilities.get("meltdown") {
+            Some(v) => Some(v.contains("PTI")),
+            None if self.flags.is_empty() => None,
+            None => Some(self.flags.iter().any(|f| f == "pti")),
+        }
+    }
+}
+
+fn read_trimmed(path: &str) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Parses the first processor block of /proc/cpuinfo and counts processors.
+pub fn parse_cpuinfo(text: &str) -> Machine {
+    let mut m = Machine::default();
+    let (mut family, mut model, mut stepping) = (String::new(), String::new(), String::new());
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+        match key {
+            "processor" => m.logical_cpus += 1,
+            _ if m.logical_cpus > 1 => {}
+            "vendor_id" => m.cpu_vendor = value.to_string(),
+            "model name" => m.cpu_model = value.to_string(),
+            "cpu family" => family = value.to_string(),
+            "model" => model = value.to_string(),
+            "stepping" => stepping = value.to_string(),
+            "flags" => {
+                let present: Vec<&str> = value.split_whitespace().collect();
+                m.flags = FLAGS_OF_INTEREST
+                    .iter()
+                    .filter(|f| present.contains(f))
+                    .map(|f| f.to_string())
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    if !family.is_empty() {
+        m.cpu_signature = format!("{family}/{model}/{stepping}");
+    }
+    m
+}
+
+/// The bracketed choice of a sysfs mode file: "always [madvise] never" -> "madvise".
+pub fn selected_mode(text: &str) -> String {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+        .unwrap_or(text)
+        .to_string()
+}
+
+/// The KVM vendor module loaded on this host, from /sys/module.
+pub fn kvm_module(sys_module: &Path) -> String {
+    ["kvm_intel", "kvm_amd", "kvm_pvm"]
+        .iter()
+        .find(|m| sys_module.join(m).is_dir())
+        .map(|m| m.to_string())
+        .unwrap_or_default()
+}
+
+/// Counts TSC ticks against the monotonic clock for `window`.
+pub fn calibrate_tsc_khz(window: Duration) -> u64 {
+    let (t0, c0) = (Instant::now(), cpuid::rdtsc());
+    while t0.elapsed() < window {
+        std::hint::spin_loop();
+    }
+    let (elapsed, c1) = (t0.elapsed(), cpuid::rdtsc());
+    let micros = elapsed.as_micros().max(1) as u64;
+    c1.wrapping_sub(c0) * 1000 / micros
+}
+
+/// CPUID reads done once, outside any measured region.
+pub mod cpuid {
+    #[cfg(target_arch = "x86_64")]
+    use core::arch::x86_64::{__cpuid, _rdtsc, CpuidResult};
+
+    #[cfg(target_arch = "x86_64")]
+    pub fn rdtsc() -> u64 {
+        // SAFETY: rdtsc exists on every x86-64 CPU.
+        unsafe { _rdtsc() }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn leaf(eax: u32) -> CpuidResult {
+        // SAFETY: cpuid exists on every x86-64 CPU; unknown leaves return data, not faults.
+        unsafe { __cpuid(eax) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn has_hypervisor() -> bool {
+        leaf(1).ecx & (1 << 31) != 0
+    }
+
+    /// The 12-byte vendor signature of CPUID 0x40000000, trimmed of NULs.
+    #[cfg(target_arch = "x86_64")]
+    pub fn hypervisor_signature() -> String {
+        if !has_hypervisor() {
+            return String::new();
+        }
+        let r = leaf(0x4000_0000);
+        let bytes: Vec<u8> = [r.ebx, r.ecx, r.edx]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        String::from_utf8_lossy(&bytes)
+            .trim_end_matches('\0')
+            .to_string()
+    }
+
+    /// TSC frequency from CPUID: the hypervisor's timing leaf, or Intel's
+    /// crystal ratio leaf 0x15.
+    #[cfg(target_arch = "x86_64")]
+    pub fn tsc_khz() -> Option<(u64, &'static str)> {
+        if has_hypervisor() && leaf(0x4000_0000).eax >= 0x4000_0010 {
+            let khz = leaf(0x4000_0010).eax as u64;
+            if khz != 0 {
+                return Some((khz, "cpuid-0x40000010"));
+            }
+        }
+        if leaf(0).eax >= 0x15 {
+            let r = leaf(0x15);
+            if r.eax != 0 && r.ebx != 0 && r.ecx != 0 {
+                return Some((
+                    r.ecx as u64 * r.ebx as u64 / r.eax as u64 / 1000,
+                    "cpuid-0x15",
+                ));
+            }
+        }
+        None
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn rdtsc() -> u64 {
+        0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn hypervisor_signature() -> String {
+        String::new()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pub fn tsc_khz() -> Option<(u64, &'static str)> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPUINFO: &str = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n\
+model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu tsc rdtscp constant_tsc hypervisor smap pti\n\n\
+processor\t: 1\nvendor_id\t: Other\nmodel name\t: ignored\n";
+
+    #[test]
+    fn cpuinfo_first_block_and_processor_count() {
+        let m = parse_cpuinfo(CPUINFO);
+        assert_eq!(m.logical_cpus, 2);
+        assert_eq!(
+            (m.cpu_vendor.as_str(), m.cpu_model.as_str()),
+            ("AuthenticAMD", "AMD EPYC")
+        );
+        assert_eq!(m.cpu_signature, "25/1/1");
+        assert_eq!(
+            m.flags,
+            ["constant_tsc", "rdtscp", "hypervisor", "pti", "smap"]
+        );
+        assert_eq!(m.kpti(), Some(true));
+    }
+
+    #[test]
+    fn kpti_prefers_the_vulnerability_file() {
+        let mut m = parse_cpuinfo(CPUINFO);
+        m.vulnerabilities
+            .insert("meltdown".into(), "Not affected".into());
+        assert_eq!(m.kpti(), Some(false));
+        assert_eq!(Machine::default().kpti(), None);
+    }
+
+    #[test]
+    fn selected_mode_picks_the_bracketed_word() {
+        assert_eq!(selected_mode("always [madvise] never"), "madvise");
+        assert_eq!(selected_mode("[always] madvise never"), "always");
+        assert_eq!(selected_mode(""), "");
+    }
+
+    #[test]
+    fn kvm_module_is_found_in_a_sysfs_tree() {
+        let dir = std::env::temp_dir().join(format!("xvmm-machine-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("kvm_amd")).unwrap();
+        assert_eq!(kvm_module(&dir), "kvm_amd");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(kvm_module(&dir), "");
+    }
+
+    #[test]
+    fn calibration_agrees_with_cpuinfo_scale() {
+        // Any x86-64 TSC this code meets runs between 500 MHz and 10 GHz.
+        let khz = calibrate_tsc_khz(Duration::from_millis(20));
+        assert!((500_000..10_000_000).contains(&khz), "calibrated {khz} kHz");
+    }
+
+    #[test]
+    fn probe_fills_the_basics_on_linux() {
+        let m = Machine::probe();
+        assert!(m.logical_cpus >= 1);
+        assert!(!m.cpu_model.is_empty());
+        assert!(!m.kernel_release.is_empty());
+        assert!(m.tsc_khz > 0);
+    }
+}
