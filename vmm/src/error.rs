@@ -18,6 +18,9 @@ pub enum Error {
     /// The guest did something that ends the run (triple fault, emulation failure,
     /// unexpected exception, malformed results).
     Guest(String),
+    /// The guest ended the VM with this non-zero status (through PORT_EXIT);
+    /// xvmm exits with the same status.
+    GuestExit(u8),
     /// The guest did not finish within the timeout.
     Timeout(String),
     /// Stopped by SIGINT/SIGTERM.
@@ -40,6 +43,7 @@ impl Error {
             Error::Usage(_) => 2,
             Error::Timeout(_) => 124,
             Error::Interrupted => 130,
+            Error::GuestExit(status) => i32::from(*status),
             _ => 1,
         }
     }
@@ -59,6 +63,7 @@ impl fmt::Display for Error {
             Error::Cmdline(m) => write!(f, "cmdline: {m}"),
             Error::Memory(m) => write!(f, "memory: {m}"),
             Error::Guest(m) => write!(f, "guest: {m}"),
+            Error::GuestExit(s) => write!(f, "guest: exited with status {s}"),
             Error::Timeout(m) => write!(f, "timeout: {m}"),
             Error::Interrupted => write!(f, "interrupted"),
             Error::Build(m) => write!(f, "build: {m}"),

@@ -1,4 +1,367 @@
-//! Placeholder: being written.
-pub fn command(_args: &crate::cli::InitramfsArgs) -> crate::Result<()> {
-    Err(crate::Error::Usage("initramfs: not built yet".into()))
+//! Writing initramfs images: the "newc" cpio format the kernel unpacks
+//! (Documentation/driver-api/early-userspace/buffer-format.rst).
+//!
+//! [`Archive`] is a pure in-memory builder; [`command`] is `xvmm initramfs`.
+
+use crate::cli::InitramfsArgs;
+use crate::{Error, Result};
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+const MAGIC: &[u8] = b"070701";
+const TRAILER: &str = "TRAILER!!!";
+const S_IFDIR: u32 = 0o040000;
+const S_IFREG: u32 = 0o100000;
+const S_IFLNK: u32 = 0o120000;
+const S_IFCHR: u32 = 0o020000;
+
+/// One archive member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    File { data: Vec<u8>, mode: u32 },
+    Dir { mode: u32 },
+    Symlink { target: String },
+    CharDev { major: u32, minor: u32, mode: u32 },
+}
+
+/// An initramfs being assembled: paths (without a leading `/`) to nodes.
+/// Parent directories are implied by the paths and added when written.
+#[derive(Clone, Debug, Default)]
+pub struct Archive {
+    nodes: BTreeMap<String, Node>,
+}
+
+/// Normalises a guest path: strips leading `/`, rejects empty paths, `.`,
+/// `..`, empty components and NUL bytes (the kernel would refuse or misplace
+/// them).
+pub fn normalise(path: &str) -> Result<String> {
+    let trimmed = path.trim_start_matches('/');
+    if trimmed.is_empty() {
+        return Err(Error::Usage(format!(
+            "initramfs path {path:?} names no file"
+        )));
+    }
+    if trimmed.contains('\0') {
+        return Err(Error::Usage(format!(
+            "initramfs path {path:?} contains NUL"
+        )));
+    }
+    let trimmed = trimmed.trim_end_matches('/');
+    if trimmed
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(Error::Usage(format!(
+            "initramfs path {path:?} has an empty, '.' or '..' component"
+        )));
+    }
+    Ok(trimmed.to_string())
+}
+
+impl Archive {
+    pub fn new() -> Archive {
+        Archive::default()
+    }
+
+    /// Adds a node; a later add of the same path replaces the earlier one.
+    pub fn add(&mut self, path: &str, node: Node) -> Result<&mut Archive> {
+        if let Node::File { data, .. } = &node {
+            if u32::try_from(data.len()).is_err() {
+                return Err(Error::Usage(format!(
+                    "initramfs file {path} is larger than 4 GiB (cpio newc limit)"
+                )));
+            }
+        }
+        self.nodes.insert(normalise(path)?, node);
+        Ok(self)
+    }
+
+    pub fn file(&mut self, path: &str, data: Vec<u8>, mode: u32) -> Result<&mut Archive> {
+        self.add(path, Node::File { data, mode })
+    }
+
+    pub fn dir(&mut self, path: &str, mode: u32) -> Result<&mut Archive> {
+        self.add(path, Node::Dir { mode })
+    }
+
+    pub fn symlink(&mut self, path: &str, target: &str) -> Result<&mut Archive> {
+        self.add(
+            path,
+            Node::Symlink {
+                target: target.to_string(),
+            },
+        )
+    }
+
+    /// `/dev/console` (char 5:1): the kernel opens it as init's stdin/stdout
+    /// before /init runs, and devtmpfs is not mounted on an initramfs.
+    pub fn console(&mut self) -> Result<&mut Archive> {
+        self.add(
+            "dev/console",
+            Node::CharDev {
+                major: 5,
+                minor: 1,
+                mode: 0o600,
+            },
+        )
+    }
+
+    /// The archive as newc cpio bytes: implied directories first (parents
+    /// always sort before their children), then the trailer.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut all: BTreeMap<&str, Node> = BTreeMap::new();
+        for path in self.nodes.keys() {
+            let mut end = 0;
+            while let Some(i) = path[end..].find('/') {
+                end += i;
+                all.entry(&path[..end]).or_insert(Node::Dir { mode: 0o755 });
+                end += 1;
+            }
+        }
+        for (path, node) in &self.nodes {
+            all.insert(path, node.clone());
+        }
+        let mut out = Vec::new();
+        for (ino, (path, node)) in all.iter().enumerate() {
+            let ino = ino as u32 + 1;
+            let (mode, nlink, data, rdev): (u32, u32, &[u8], (u32, u32)) = match node {
+                Node::File { data, mode } => (S_IFREG | (mode & 0o7777), 1, data, (0, 0)),
+                Node::Dir { mode } => (S_IFDIR | (mode & 0o7777), 2, &[], (0, 0)),
+                Node::Symlink { target } => (S_IFLNK | 0o777, 1, target.as_bytes(), (0, 0)),
+                Node::CharDev { major, minor, mode } => {
+                    (S_IFCHR | (mode & 0o7777), 1, &[], (*major, *minor))
+                }
+            };
+            write_entry(&mut out, ino, mode, nlink, rdev, path, data);
+        }
+        write_entry(&mut out, 0, 0, 1, (0, 0), TRAILER, &[]);
+        out
+    }
+}
+
+/// One header + name + data, each of name and data padded to 4 bytes.
+fn write_entry(
+    out: &mut Vec<u8>,
+    ino: u32,
+    mode: u32,
+    nlink: u32,
+    rdev: (u32, u32),
+    name: &str,
+    data: &[u8],
+) {
+    out.extend_from_slice(MAGIC);
+    // The size fits: Archive::add rejects files of 4 GiB and more, and names
+    // and symlink targets are far smaller.
+    let fields = [
+        ino,
+        mode,
+        0, // uid
+        0, // gid
+        nlink,
+        0, // mtime: fixed, so images are reproducible
+        data.len() as u32,
+        0, // devmajor
+        0, // devminor
+        rdev.0,
+        rdev.1,
+        name.len() as u32 + 1, // namesize counts the NUL
+        0,                     // check (only for the "070702" format)
+    ];
+    for f in fields {
+        out.extend_from_slice(format!("{f:08x}").as_bytes());
+    }
+    out.extend_from_slice(name.as_bytes());
+    out.push(0);
+    pad4(out);
+    out.extend_from_slice(data);
+    pad4(out);
+}
+
+fn pad4(out: &mut Vec<u8>) {
+    while !out.len().is_multiple_of(4) {
+        out.push(0);
+    }
+}
+
+/// Builds an archive from `GUEST_PATH=HOST_FILE` specs (plus `/dev/console`).
+/// Host permission bits are kept, so an executable stays executable.
+pub fn from_specs<S: AsRef<str>>(specs: &[S]) -> Result<Archive> {
+    let mut archive = Archive::new();
+    archive.console()?;
+    for spec in specs {
+        let spec = spec.as_ref();
+        let (guest, host) = spec.split_once('=').ok_or_else(|| {
+            Error::Usage(format!(
+                "initramfs entry {spec:?} is not GUEST_PATH=HOST_FILE"
+            ))
+        })?;
+        let host = Path::new(host);
+        let meta = fs::metadata(host).map_err(|e| Error::io("reading", host, e))?;
+        if meta.is_dir() {
+            archive.dir(guest, meta.permissions().mode())?;
+            continue;
+        }
+        let data = fs::read(host).map_err(|e| Error::io("reading", host, e))?;
+        archive.file(guest, data, meta.permissions().mode())?;
+    }
+    Ok(archive)
+}
+
+/// `xvmm initramfs -o OUT /init=HOSTFILE ...`
+pub fn command(args: &InitramfsArgs) -> Result<()> {
+    let bytes = from_specs(&args.entries)?.to_bytes();
+    fs::write(&args.output, bytes).map_err(|e| Error::io("writing", &args.output, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (name, mode, nlink, rdev, data) of one parsed entry.
+    type Parsed = (String, u32, u32, (u32, u32), Vec<u8>);
+
+    /// Parses newc bytes back, checking the fixed fields and the padding.
+    fn parse(bytes: &[u8]) -> Vec<Parsed> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        loop {
+            assert_eq!(at % 4, 0, "entry not 4-byte aligned");
+            assert_eq!(&bytes[at..at + 6], MAGIC);
+            let field = |i: usize| {
+                let s = std::str::from_utf8(&bytes[at + 6 + 8 * i..at + 14 + 8 * i]).unwrap();
+                u32::from_str_radix(s, 16).unwrap()
+            };
+            let (mode, nlink, size, namesize) = (field(1), field(4), field(6), field(11));
+            let rdev = (field(9), field(10));
+            assert_eq!((field(2), field(3), field(5), field(12)), (0, 0, 0, 0));
+            let name_start = at + 110;
+            let name = &bytes[name_start..name_start + namesize as usize - 1];
+            assert_eq!(bytes[name_start + namesize as usize - 1], 0);
+            let data_start = (name_start + namesize as usize).next_multiple_of(4);
+            assert!(bytes[name_start + namesize as usize..data_start]
+                .iter()
+                .all(|&b| b == 0));
+            let data = bytes[data_start..data_start + size as usize].to_vec();
+            let name = String::from_utf8(name.to_vec()).unwrap();
+            at = (data_start + size as usize).next_multiple_of(4);
+            let done = name == TRAILER;
+            out.push((name, mode, nlink, rdev, data));
+            if done {
+                assert_eq!(at, bytes.len(), "bytes after the trailer");
+                return out;
+            }
+        }
+    }
+
+    #[test]
+    fn header_fields_padding_and_trailer() {
+        let mut a = Archive::new();
+        a.file("/init", b"abcde".to_vec(), 0o755).unwrap();
+        let bytes = a.to_bytes();
+        assert_eq!(&bytes[..6], b"070701");
+        // ino 1, mode 0100755, uid, gid, nlink 1, mtime, size 5.
+        assert_eq!(
+            &bytes[6..62],
+            b"00000001000081ed0000000000000000000000010000000000000005"
+        );
+        let entries = parse(&bytes);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(
+            entries[0],
+            ("init".into(), 0o100755, 1, (0, 0), b"abcde".to_vec())
+        );
+        assert_eq!(entries[1].0, TRAILER);
+        assert_eq!(bytes.len() % 4, 0);
+        // 110 + "init\0" = 115 -> 116; 5 data bytes -> 124; trailer 110 + 11 = 121 -> 124.
+        assert_eq!(bytes.len(), 124 + 124);
+    }
+
+    #[test]
+    fn directories_are_implied_before_their_children() {
+        let mut a = Archive::new();
+        a.file("l2/kernels/bzImage", vec![1; 3], 0o644).unwrap();
+        a.file("l2-x", vec![], 0o644).unwrap();
+        a.symlink("bin/sh", "/init").unwrap();
+        a.console().unwrap();
+        let names: Vec<(String, u32)> = parse(&a.to_bytes())
+            .into_iter()
+            .map(|e| (e.0, e.1))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("bin".into(), 0o040755),
+                ("bin/sh".into(), 0o120777),
+                ("dev".into(), 0o040755),
+                ("dev/console".into(), 0o020600),
+                ("l2".into(), 0o040755),
+                ("l2-x".into(), 0o100644),
+                ("l2/kernels".into(), 0o040755),
+                ("l2/kernels/bzImage".into(), 0o100644),
+                (TRAILER.into(), 0),
+            ]
+        );
+        let console = parse(&a.to_bytes())
+            .into_iter()
+            .find(|e| e.0 == "dev/console");
+        assert_eq!(console.map(|e| e.3), Some((5, 1)));
+    }
+
+    #[test]
+    fn explicit_directory_mode_wins_over_implied() {
+        let mut a = Archive::new();
+        a.file("tmp/x", vec![], 0o644).unwrap();
+        a.dir("tmp", 0o1777).unwrap();
+        let tmp = parse(&a.to_bytes()).into_iter().find(|e| e.0 == "tmp");
+        assert_eq!(tmp.map(|e| (e.1, e.2)), Some((0o041777, 2)));
+    }
+
+    #[test]
+    fn rejects_bad_paths() {
+        for bad in ["", "/", "a/../b", "./a", "a//b", "a\0b"] {
+            assert!(normalise(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(normalise("/a/b/").unwrap(), "a/b");
+    }
+
+    #[test]
+    fn specs_need_an_equals_sign_and_an_existing_file() {
+        let err = from_specs(&["/init"]).unwrap_err().to_string();
+        assert!(err.contains("GUEST_PATH=HOST_FILE"), "{err}");
+        let err = from_specs(&["/init=/nonexistent/xvmm"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("io: reading /nonexistent/xvmm"), "{err}");
+    }
+
+    #[test]
+    fn cpio_tool_lists_what_we_wrote() {
+        if !Path::new("/usr/bin/cpio").exists() && !Path::new("/bin/cpio").exists() {
+            eprintln!("cpio(1) not installed; skipping the cross-check");
+            return;
+        }
+        let mut a = Archive::new();
+        a.file("/init", b"#!/bin/sh\n".to_vec(), 0o755).unwrap();
+        a.file("/etc/plan", b"step a\n".to_vec(), 0o644).unwrap();
+        a.console().unwrap();
+        let file = std::env::temp_dir().join(format!("xvmm-cpio-{}.cpio", std::process::id()));
+        fs::write(&file, a.to_bytes()).unwrap();
+        let out = std::process::Command::new("cpio")
+            .args(["-t", "--quiet", "-F"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        fs::remove_file(&file).unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "dev\ndev/console\netc\netc/plan\ninit\n"
+        );
+    }
 }

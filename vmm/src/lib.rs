@@ -10,6 +10,7 @@
 //! - [`microguest`]: the built-in bare-metal guest and its measurements.
 //! - [`kernel`]: building guest/host kernels, cached by their inputs.
 //! - [`initramfs`]: writing newc cpio archives.
+//! - [`harness`]: the nested KVM test harness (QEMU TCG -> L1 KVM host -> L2).
 //! - [`report`]: tables and comparisons of results.
 //! - [`tracing`]: host-side VM-exit timing from the kvm tracepoints.
 
@@ -18,6 +19,7 @@ pub mod boot;
 pub mod cli;
 pub mod devices;
 pub mod error;
+pub mod harness;
 pub mod initramfs;
 pub mod kernel;
 pub mod layout;

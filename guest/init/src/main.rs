@@ -1,1 +1,39 @@
-fn main() {}
+//! `/init` for L2 boot tests: print [`xvmm_init::MARKER`], then act on
+//! `xvmm.init=` (see [`xvmm_init::action::Action`]).
+
+use xvmm_init::action::Action;
+use xvmm_init::sys;
+use xvmm_results::channel::PORT_EXIT;
+
+fn main() {
+    for (fs, dir) in [("devtmpfs", "/dev"), ("proc", "/proc"), ("sysfs", "/sys")] {
+        if let Err(e) = sys::mount(fs, dir) {
+            sys::console_line(&format!("XVMM-INIT: warning: {e}"));
+        }
+    }
+    sys::console_line(xvmm_init::MARKER);
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let action = match Action::from_cmdline(&cmdline) {
+        Ok(a) => a,
+        Err(e) => {
+            sys::console_line(&format!("XVMM-INIT: {e}; hanging"));
+            sys::park();
+        }
+    };
+    sys::console_line(&format!("XVMM-INIT: action {action:?}"));
+    let failure = match action {
+        Action::Exit(code) => match sys::ioperm(PORT_EXIT) {
+            Ok(()) => {
+                sys::outb(PORT_EXIT, code);
+                // A VMM that honours the port never lets us get here.
+                format!("exit port {PORT_EXIT:#x} ignored by the VMM")
+            }
+            Err(e) => e,
+        },
+        Action::Reboot => sys::reboot(libc::RB_AUTOBOOT),
+        Action::Poweroff => sys::reboot(libc::RB_POWER_OFF),
+        Action::Hang => sys::park(),
+    };
+    sys::console_line(&format!("XVMM-INIT: {failure}; hanging"));
+    sys::park();
+}

@@ -179,6 +179,8 @@ pub mod cpuid {
     }
 
     #[cfg(target_arch = "x86_64")]
+    // __cpuid became a safe fn in newer toolchains; keep the block for older ones.
+    #[allow(unused_unsafe)]
     fn leaf(eax: u32) -> CpuidResult {
         // SAFETY: cpuid exists on every x86-64 CPU; unknown leaves return data, not faults.
         unsafe { __cpuid(eax) }

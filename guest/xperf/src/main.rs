@@ -1,1 +1,20 @@
-fn main() {}
+//! xperf's entry point; everything lives in the library.
+
+fn main() {
+    let pid1 = xperf::init::is_pid1();
+    let argv: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let code = match xperf::app::run(argv, pid1) {
+        Ok(()) => 0,
+        Err(err) => {
+            eprintln!("xperf: {err}");
+            err.exit_code()
+        }
+    };
+    if pid1 {
+        xperf::init::finish(code);
+    }
+    std::process::exit(code);
+}

@@ -1,1 +1,3 @@
+//! Architecture-specific vCPU state (x86-64 only).
+
 pub mod x86_64;

@@ -1,4 +1,374 @@
-//! Placeholder: being written.
-pub fn build_command(_args: &crate::cli::KernelBuildArgs) -> crate::Result<()> {
-    Err(crate::Error::Usage("kernel build: not built yet".into()))
+//! `xvmm kernel build`: builds a guest (L2) or harness host (L1) kernel out of
+//! tree from tinyconfig plus the fragments in `patches/config/`, optionally
+//! with the measurement patches, cached outside the checkout by its inputs.
+
+mod cache;
+pub mod fragment;
+pub mod key;
+pub mod source;
+mod tools;
+
+use crate::cli::{KernelBuildArgs, KernelFlavour};
+use crate::{Error, Result};
+use source::Source;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// The fixed part of the build recipe; it is part of the cache key.
+const MAKE_RECIPE: &[&str] = &[
+    "ARCH=x86_64",
+    "tinyconfig",
+    "merge_config.sh -m",
+    "olddefconfig",
+    "vmlinux",
+    "bzImage",
+];
+
+/// Patch files excluded from `--patched` (a series' cover letter is no patch).
+const COVER_LETTER_PREFIX: &str = "0000-cover-letter";
+
+/// Written last into a cache entry: its presence marks the entry complete.
+const STAMP: &str = "xvmm-kernel.json";
+
+/// What to build.
+#[derive(Clone, Debug)]
+pub struct BuildRequest {
+    pub flavour: KernelFlavour,
+    pub patched: bool,
+    pub source: Option<PathBuf>,
+    pub cache: Option<PathBuf>,
+    pub jobs: Option<usize>,
+}
+
+impl BuildRequest {
+    /// An unpatched build of `flavour` from the default source and cache.
+    pub fn new(flavour: KernelFlavour) -> BuildRequest {
+        BuildRequest {
+            flavour,
+            patched: false,
+            source: None,
+            cache: None,
+            jobs: None,
+        }
+    }
+}
+
+/// A finished build in the cache.
+#[derive(Clone, Debug)]
+pub struct BuiltKernel {
+    pub bzimage: PathBuf,
+    pub vmlinux: PathBuf,
+    pub config: PathBuf,
+    pub system_map: PathBuf,
+    pub key: String,
+    /// True when the cache already held this build.
+    pub cached: bool,
+    pub seconds: f64,
+}
+
+impl BuiltKernel {
+    fn in_dir(dir: &Path, key: String, cached: bool, seconds: f64) -> BuiltKernel {
+        BuiltKernel {
+            bzimage: dir.join("bzImage"),
+            vmlinux: dir.join("vmlinux"),
+            config: dir.join("config"),
+            system_map: dir.join("System.map"),
+            key,
+            cached,
+            seconds,
+        }
+    }
+}
+
+fn flavour_name(f: KernelFlavour) -> &'static str {
+    match f {
+        KernelFlavour::Guest => "guest",
+        KernelFlavour::Host => "host",
+    }
+}
+
+/// The repository's `patches/` directory: `$XVMM_PATCHES`, else the one next
+/// to this crate's sources, else the first `patches/config` above the cwd.
+pub fn patches_dir() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("XVMM_PATCHES").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches");
+    if built_in.join("config").is_dir() {
+        return Ok(built_in);
+    }
+    let mut dir = std::env::current_dir().ok();
+    while let Some(d) = dir {
+        if d.join("patches/config").is_dir() {
+            return Ok(d.join("patches"));
+        }
+        dir = d.parent().map(Path::to_path_buf);
+    }
+    Err(Error::Build(
+        "cannot find the patches/ directory (config fragments); set XVMM_PATCHES".into(),
+    ))
+}
+
+/// Config fragments in merge order: guest first, host on top, then the
+/// patch series' own fragment when patched and present.
+fn fragments(patches: &Path, req: &BuildRequest) -> Result<Vec<(PathBuf, Vec<u8>)>> {
+    let config = patches.join("config");
+    let mut names = vec!["guest.config"];
+    if req.flavour == KernelFlavour::Host {
+        names.push("host.config");
+    }
+    let mut paths: Vec<PathBuf> = names.iter().map(|n| config.join(n)).collect();
+    let xperf = config.join("xperf.config");
+    if req.patched && xperf.is_file() {
+        paths.push(xperf);
+    }
+    paths
+        .into_iter()
+        .map(|p| {
+            let bytes = fs::read(&p).map_err(|e| Error::io("reading fragment", &p, e))?;
+            Ok((p, bytes))
+        })
+        .collect()
+}
+
+/// Every `patches/linux-6.12/*.patch` except the cover letter, in name order.
+fn patch_series(patches: &Path) -> Result<Vec<(PathBuf, Vec<u8>)>> {
+    let dir = patches.join("linux-6.12");
+    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+        .map_err(|e| Error::io("reading", &dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            name.is_some_and(|n| n.ends_with(".patch") && !n.starts_with(COVER_LETTER_PREFIX))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Error::Build(format!(
+            "--patched: no *.patch files in {}",
+            dir.display()
+        )));
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let bytes = fs::read(&p).map_err(|e| Error::io("reading patch", &p, e))?;
+            Ok((p, bytes))
+        })
+        .collect()
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Builds (or finds in the cache) the kernel `req` describes.
+pub fn build(req: &BuildRequest) -> Result<BuiltKernel> {
+    let started = Instant::now();
+    let patches = patches_dir()?;
+    let frags = fragments(&patches, req)?;
+    let series = if req.patched {
+        patch_series(&patches)?
+    } else {
+        Vec::new()
+    };
+    tools::ensure_build_tools()?;
+    let source = Source::resolve(req.source.as_deref())?;
+    let flavour = flavour_name(req.flavour);
+    let key = key::KeyInputs {
+        source: source.identity()?,
+        fragments: frags
+            .iter()
+            .map(|(p, c)| (file_name(p), c.clone()))
+            .collect(),
+        patches: series
+            .iter()
+            .map(|(p, c)| (file_name(p), c.clone()))
+            .collect(),
+        flavour: flavour.to_string(),
+        make_command: MAKE_RECIPE.iter().map(|s| s.to_string()).collect(),
+        toolchain: tools::compiler_identity()?,
+    }
+    .key();
+    let root = cache::root(req.cache.as_deref())?;
+    let kernels = root.join("kernels");
+    let variant = if req.patched { "patched" } else { "plain" };
+    let entry_name = format!("{flavour}-{variant}-{}", &key[..16]);
+    let entry = kernels.join(&entry_name);
+    if entry.join(STAMP).is_file() {
+        return Ok(BuiltKernel::in_dir(
+            &entry,
+            key,
+            true,
+            started.elapsed().as_secs_f64(),
+        ));
+    }
+    let _lock = cache::CacheLock::acquire(&root, &key)?;
+    if entry.join(STAMP).is_file() {
+        return Ok(BuiltKernel::in_dir(
+            &entry,
+            key,
+            true,
+            started.elapsed().as_secs_f64(),
+        ));
+    }
+    let tree = source::prepare(&source, &series, &root)?;
+    let tmp = cache::fresh_tmp_dir(&kernels, &entry_name)?;
+    let jobs = req
+        .jobs
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+        .max(1);
+    let result = compile(&tree, &tmp, &frags, jobs).and_then(|()| {
+        let seconds = started.elapsed().as_secs_f64();
+        let stamp = serde_json::json!({
+            "flavour": flavour,
+            "patched": req.patched,
+            "key": key,
+            "source": source.identity()?,
+            "fragments": frags.iter().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>(),
+            "patches": series.iter().map(|(p, _)| p.display().to_string()).collect::<Vec<_>>(),
+            "build_seconds": seconds,
+        });
+        let stamp_path = tmp.join(STAMP);
+        fs::write(&stamp_path, stamp.to_string())
+            .map_err(|e| Error::io("writing", &stamp_path, e))?;
+        cache::publish(&tmp, &entry)?;
+        Ok(seconds)
+    });
+    match result {
+        Ok(seconds) => Ok(BuiltKernel::in_dir(&entry, key, false, seconds)),
+        Err(e) => {
+            // Keep the log for diagnosis; drop the half-built tree.
+            let _ = fs::remove_dir_all(tmp.join("build"));
+            Err(e)
+        }
+    }
+}
+
+/// Configures and builds in `dir/build`, then keeps only the artefacts.
+fn compile(tree: &Path, dir: &Path, frags: &[(PathBuf, Vec<u8>)], jobs: usize) -> Result<()> {
+    let out = dir.join("build");
+    fs::create_dir_all(&out).map_err(|e| Error::io("creating", &out, e))?;
+    let log_path = dir.join("build.log");
+    let log = fs::File::create(&log_path).map_err(|e| Error::io("creating", &log_path, e))?;
+    eprintln!(
+        "xvmm: building kernel in {} (log: {})",
+        out.display(),
+        log_path.display()
+    );
+    let step = |args: &[String], what: &str| -> Result<()> {
+        let clone = |f: &fs::File| {
+            f.try_clone()
+                .map_err(|e| Error::io("logging to", &log_path, e))
+        };
+        let status = Command::new(args[0].as_str())
+            .args(&args[1..])
+            .current_dir(tree)
+            .stdin(Stdio::null())
+            .stdout(clone(&log)?)
+            .stderr(clone(&log)?)
+            .status()
+            .map_err(|e| Error::Build(format!("running {what}: {e}")))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::Build(format!(
+                "{what} failed ({status}); see {}",
+                log_path.display()
+            )))
+        }
+    };
+    let o = format!("O={}", out.display());
+    let make = |targets: &[&str]| -> Vec<String> {
+        let mut v = vec!["make".to_string(), "ARCH=x86_64".to_string(), o.clone()];
+        v.extend(targets.iter().map(|s| s.to_string()));
+        v
+    };
+    step(&make(&["tinyconfig"]), "make tinyconfig")?;
+    let mut merge = vec![
+        "scripts/kconfig/merge_config.sh".to_string(),
+        "-m".to_string(),
+        "-O".to_string(),
+        out.display().to_string(),
+        out.join(".config").display().to_string(),
+    ];
+    merge.extend(frags.iter().map(|(p, _)| p.display().to_string()));
+    step(&merge, "merge_config.sh")?;
+    step(&make(&["olddefconfig"]), "make olddefconfig")?;
+    check_config(&out.join(".config"), frags)?;
+    step(
+        &make(&[&format!("-j{jobs}"), "vmlinux", "bzImage"]),
+        "make vmlinux bzImage",
+    )?;
+    for (from, to) in [
+        ("arch/x86/boot/bzImage", "bzImage"),
+        ("vmlinux", "vmlinux"),
+        (".config", "config"),
+        ("System.map", "System.map"),
+    ] {
+        let src = out.join(from);
+        fs::rename(&src, dir.join(to)).map_err(|e| Error::io("collecting", &src, e))?;
+    }
+    fs::remove_dir_all(&out).map_err(|e| Error::io("removing", &out, e))
+}
+
+/// Fails if Kconfig dropped or changed any option a fragment asked for.
+fn check_config(config: &Path, frags: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    let final_config = fs::read_to_string(config).map_err(|e| Error::io("reading", config, e))?;
+    let requested = fragment::requests(
+        &frags
+            .iter()
+            .map(|(p, c)| (file_name(p), String::from_utf8_lossy(c).into_owned()))
+            .collect::<Vec<_>>(),
+    );
+    let unmet = fragment::unmet(&requested, &final_config);
+    if unmet.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Build(format!(
+            "options requested by the config fragments are not in the final .config \
+             (unmet dependencies?): {}",
+            unmet.join(", ")
+        )))
+    }
+}
+
+/// `xvmm kernel build`: prints the artefact paths (or JSON).
+pub fn build_command(args: &KernelBuildArgs) -> Result<()> {
+    if args.jobs == Some(0) {
+        return Err(Error::Usage("--jobs must be at least 1".into()));
+    }
+    let built = build(&BuildRequest {
+        flavour: args.flavour,
+        patched: args.patched,
+        source: args.source.clone(),
+        cache: args.cache.clone(),
+        jobs: args.jobs,
+    })?;
+    if args.json {
+        let json = serde_json::json!({
+            "flavour": flavour_name(args.flavour),
+            "patched": args.patched,
+            "bzimage": built.bzimage,
+            "vmlinux": built.vmlinux,
+            "config": built.config,
+            "system_map": built.system_map,
+            "key": built.key,
+            "cached": built.cached,
+            "seconds": built.seconds,
+        });
+        println!("{json}");
+    } else {
+        println!("bzImage: {}", built.bzimage.display());
+        println!("vmlinux: {}", built.vmlinux.display());
+        println!("config: {}", built.config.display());
+        let how = if built.cached { "cache hit" } else { "built" };
+        eprintln!("xvmm: {how} in {:.2} s", built.seconds);
+    }
+    Ok(())
 }

@@ -1,4 +1,104 @@
-//! Placeholder: being written.
-pub fn run(_args: &crate::cli::RunArgs) -> crate::Result<()> {
-    Err(crate::Error::Usage("microguest: not built yet".into()))
+//! The built-in bare-metal microguest: xvmm's default run (no `--kernel`).
+//!
+//! xvmm builds long mode, GDT, TSS, IDT and page tables itself; the guest
+//! ([`guest`]) is a CPL3 measurement loop per kind plus minimal CPL0 handlers.
+//! Each measurement runs in its own small VM ([`machine`]); [`measure`] turns
+//! the stamps into an `xvmm_results::Report` (environment `microguest`).
+//!
+//! - [`layout`]: the guest's address space and control block.
+//! - [`tables`]: GDT/TSS/IDT/page-table encoding (pure).
+//! - [`guest`]: the guest code (assembly) and its entry points.
+//! - [`machine`]: one VM per phase, the exit loop, host stamps around KVM_RUN.
+//! - [`measure`]: phases -> crossings, exits, null overhead; host facts.
+//! - [`verify`]: the properties every report must have (shared by tests).
+
+pub mod guest;
+pub mod layout;
+pub mod machine;
+pub mod measure;
+pub mod tables;
+pub mod verify;
+
+pub use measure::{measure, Options};
+
+use crate::cli::RunArgs;
+use crate::{Error, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// Samples per crossing by default: a few seconds on real hardware and under
+/// this machine's emulated CPL0 (~20 us per crossing).
+pub const DEFAULT_SAMPLES: u64 = 10_000;
+pub const DEFAULT_WARMUP: u64 = 1_000;
+
+/// `xvmm` without `--kernel`: measure, print the tables, write the JSON.
+pub fn run(args: &RunArgs) -> Result<()> {
+    let opts = Options::from_args(args)?;
+    if let Some(cpu) = args.pin {
+        crate::vcpu::pin_current_thread(cpu)?;
+    }
+    let report = measure::measure(&opts, std::time::Duration::from_secs(args.timeout))?;
+    let to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    let table = crate::report::microguest_tables(&report);
+    if args.quiet {
+        // --quiet: the JSON (if asked for) is the only output.
+    } else if to_stdout {
+        // Keep stdout pure JSON; the table goes to stderr.
+        eprint!("{table}");
+    } else {
+        print!("{table}");
+    }
+    if let Some(path) = &args.json {
+        write_json(path, &report.to_json_pretty())?;
+    }
+    Ok(())
+}
+
+/// Writes `text` to `path` atomically (temporary file + rename), or to stdout for "-".
+pub fn write_json(path: &Path, text: &str) -> Result<()> {
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|_| out.write_all(b"\n"))
+            .map_err(|e| Error::Io(format!("cannot write the JSON to stdout: {e}")));
+    }
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| Error::Usage(format!("--json {}: not a file name", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = std::fs::write(&tmp, format!("{text}\n"))
+        .map_err(|e| Error::io("cannot write", &tmp, e))
+        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot create", path, e)));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_written_atomically_and_errors_are_one_line() {
+        let dir = std::env::temp_dir().join(format!("xvmm-mg-json-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.json");
+        write_json(&path, "{}").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{}\n");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file left behind");
+        let err = write_json(&dir.join("missing/out.json"), "{}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("io: cannot write") && !err.contains('\n'),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,0 +1,103 @@
+//! The microguest on real KVM: boots the nested harness (QEMU TCG -> L1 with
+//! KVM_AMD) once and runs the default microguest measurement there, twice: once
+//! for the human table, once `--quiet --raw --json -` for the report, which is
+//! checked with `xvmm::microguest::verify`. Prints the table, the check and
+//! the wall time; never fails on numbers (TCG timings are emulated: they show
+//! that the crossings work and are consistent, not what hardware costs).
+//!
+//! `XVMM_NESTED_SAMPLES` (default 2000) sets the samples per row.
+
+use std::time::Duration;
+use xvmm::harness::{self, l1, Step};
+use xvmm_results::Report;
+
+fn step(name: &str, argv: &[String]) -> Step {
+    Step {
+        name: name.into(),
+        timeout_secs: 600,
+        marker: None,
+        stop_at_marker: false,
+        argv: argv.to_vec(),
+    }
+}
+
+fn main() {
+    let samples: u64 = std::env::var("XVMM_NESTED_SAMPLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
+    let warmup = (samples / 10).max(1);
+    let base: Vec<String> = [
+        l1::XVMM,
+        "--samples",
+        &samples.to_string(),
+        "--warmup",
+        &warmup.to_string(),
+        "--timeout",
+        "500",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut json_argv = base.clone();
+    json_argv.extend(["--quiet", "--raw", "--json", "-"].map(String::from));
+
+    let artifacts = match harness::prepare() {
+        Ok(a) => a,
+        Err(e) => {
+            println!("nested harness: cannot prepare: {e}");
+            return;
+        }
+    };
+    let steps = [
+        step("microguest-table", &base),
+        step("microguest-json", &json_argv),
+    ];
+    let run = harness::l1_initramfs(&artifacts, &steps, false).and_then(|initrd| {
+        harness::run_l1(&artifacts, &initrd, "microguest", Duration::from_secs(1500))
+    });
+    let run = match run {
+        Ok(r) => r,
+        Err(e) => {
+            println!("nested harness: {e}");
+            return;
+        }
+    };
+    println!(
+        "L1 up in QEMU TCG, /dev/kvm {}; {:.1} s in total (console: {})",
+        if run.kvm_present {
+            "present"
+        } else {
+            "MISSING"
+        },
+        run.seconds,
+        run.log.display()
+    );
+    for s in &run.steps {
+        println!(
+            "step {}: {} after {:.1} s",
+            s.name,
+            s.outcome,
+            s.elapsed_ms / 1000.0
+        );
+    }
+    println!();
+    for line in run.output("microguest-table") {
+        println!("{line}");
+    }
+    let json = run.output("microguest-json").join("\n");
+    match Report::from_json(&json) {
+        Ok(report) => {
+            let problems = xvmm::microguest::verify::problems(&report);
+            if problems.is_empty() {
+                println!("\nreport check (verify::problems) on real KVM: passed");
+            } else {
+                println!("\nreport check on real KVM: {} problem(s)", problems.len());
+                for p in problems {
+                    println!("- {p}");
+                }
+            }
+        }
+        Err(e) => println!("\nno parsable report from L1: {e}\n{}", run.tail(20)),
+    }
+}

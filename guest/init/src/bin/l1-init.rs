@@ -1,0 +1,165 @@
+//! `/init` of the nested harness's L1 host: mounts what xvmm needs, checks
+//! `/dev/kvm`, runs every step of `/plan` (see [`xvmm_init::plan`]) printing
+//! one `XVMM-STEP` line per step, then reboots, which ends QEMU
+//! (`-no-reboot`).
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+use xvmm_init::memory;
+use xvmm_init::plan::{self, Outcome, Step, StepResult, OUT_PREFIX};
+use xvmm_init::sys;
+
+const PLAN: &str = "/plan";
+
+fn main() {
+    for (fs, dir) in [
+        ("proc", "/proc"),
+        ("sysfs", "/sys"),
+        ("devtmpfs", "/dev"),
+        ("tracefs", "/sys/kernel/tracing"),
+        ("tmpfs", "/tmp"),
+    ] {
+        if let Err(e) = sys::mount(fs, dir) {
+            println!("XVMM-L1: warning: {e}");
+        }
+    }
+    let kvm = std::path::Path::new("/dev/kvm").exists();
+    println!(
+        "XVMM-L1: up kvm={}",
+        if kvm { "present" } else { "missing" }
+    );
+    match std::fs::read_to_string(PLAN)
+        .map_err(|e| e.to_string())
+        .and_then(|t| plan::parse(&t))
+    {
+        Ok(steps) => {
+            for step in &steps {
+                println!("{}", run_step(step).to_line());
+            }
+        }
+        Err(e) => println!("XVMM-L1: bad plan {PLAN}: {e}"),
+    }
+    println!("XVMM-L1: done");
+    let err = sys::reboot(libc::RB_AUTOBOOT);
+    println!("XVMM-L1: {err}");
+    sys::park();
+}
+
+/// Echoes each output line of a step and reports when the marker shows up.
+fn forward(name: String, marker: Option<String>, out: impl Read, seen: mpsc::Sender<Instant>) {
+    let mut reader = BufReader::new(out);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let now = Instant::now();
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        if marker.as_deref().is_some_and(|m| line.contains(m)) {
+            let _ = seen.send(now);
+        }
+        println!("{OUT_PREFIX}{name}| {line}");
+    }
+}
+
+fn run_step(step: &Step) -> StepResult {
+    let start = Instant::now();
+    let mut result = StepResult {
+        name: step.name.clone(),
+        outcome: Outcome::SpawnFailed,
+        elapsed_ms: 0.0,
+        marker_ms: None,
+        max_rss_kib: 0,
+        guest_rss_kib: None,
+        other_rss_kib: None,
+    };
+    let mut child = match Command::new(&step.argv[0])
+        .args(&step.argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            println!("{OUT_PREFIX}{}| spawn {}: {e}", step.name, step.argv[0]);
+            return result;
+        }
+    };
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = [
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|out| {
+        let (name, marker, tx) = (step.name.clone(), step.marker.clone(), tx.clone());
+        thread::spawn(move || forward(name, marker, out, tx))
+    })
+    .collect();
+    drop(tx);
+    let deadline = start + Duration::from_secs(step.timeout_secs);
+    let mut killed_for: Option<Outcome> = None;
+    let (status, rusage) = loop {
+        let mut status = 0;
+        // SAFETY: rusage is plain data, zero is a valid value.
+        let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waiting for our own child with valid out-pointers.
+        let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut rusage) };
+        if rc == pid {
+            break (Some(status), rusage);
+        }
+        if rc < 0 {
+            break (None, rusage);
+        }
+        if result.marker_ms.is_none() {
+            if let Ok(at) = rx.try_recv() {
+                result.marker_ms = Some(at.duration_since(start).as_secs_f64() * 1e3);
+                if let Some(split) = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
+                    .ok()
+                    .and_then(|s| memory::split_rss(&s))
+                {
+                    result.guest_rss_kib = Some(split.largest_rss_kib);
+                    result.other_rss_kib = Some(split.other_rss_kib);
+                }
+                if step.stop_at_marker && killed_for.is_none() {
+                    killed_for = Some(Outcome::StoppedAtMarker);
+                    // SAFETY: signalling our own (not yet reaped) child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        if killed_for.is_none() && Instant::now() > deadline {
+            killed_for = Some(Outcome::TimedOut);
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        thread::sleep(Duration::from_millis(2));
+    };
+    result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    for r in readers {
+        let _ = r.join();
+    }
+    result.max_rss_kib = rusage.ru_maxrss.max(0) as u64;
+    result.outcome = match (killed_for, status) {
+        (Some(why), _) => why,
+        (None, Some(s)) if libc::WIFEXITED(s) => Outcome::Exited(libc::WEXITSTATUS(s)),
+        (None, Some(s)) if libc::WIFSIGNALED(s) => Outcome::Signalled(libc::WTERMSIG(s)),
+        _ => Outcome::SpawnFailed,
+    };
+    result
+}

@@ -1,0 +1,269 @@
+//! The nested harness's test plan (written by the host, run by `l1-init`)
+//! and the result line `l1-init` prints per step (parsed by the host).
+//!
+//! Plan: one step per line, fields separated by TAB (no quoting needed, as
+//! arguments never contain tabs):
+//! `NAME \t TIMEOUT_SECS \t MARKER|- \t run|stop \t ARGV0 \t ARGV1 ...`
+//! `stop` kills the step's process as soon as the marker shows up in its
+//! output (boot benchmarks); `run` lets it finish. Lines starting with `#`
+//! and blank lines are ignored.
+
+use std::fmt;
+
+/// Prefix of every result line.
+pub const STEP_PREFIX: &str = "XVMM-STEP ";
+/// Prefix of each echoed output line of a step: `XVMM-OUT name| text`.
+pub const OUT_PREFIX: &str = "XVMM-OUT ";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub name: String,
+    pub timeout_secs: u64,
+    pub marker: Option<String>,
+    pub stop_at_marker: bool,
+    pub argv: Vec<String>,
+}
+
+fn valid_field(s: &str) -> bool {
+    !s.contains('\t') && !s.contains('\n')
+}
+
+impl Step {
+    /// The step as one plan line; errors if a field holds a tab or newline.
+    pub fn to_line(&self) -> Result<String, String> {
+        let name_ok = !self.name.is_empty() && !self.name.contains(char::is_whitespace);
+        let fields_ok = self.argv.iter().chain(&self.marker).all(|f| valid_field(f));
+        if !name_ok || !fields_ok || self.argv.is_empty() {
+            return Err(format!("step {:?} cannot be written to a plan", self.name));
+        }
+        let mut fields = vec![
+            self.name.clone(),
+            self.timeout_secs.to_string(),
+            self.marker.clone().unwrap_or_else(|| "-".into()),
+            if self.stop_at_marker { "stop" } else { "run" }.to_string(),
+        ];
+        fields.extend(self.argv.iter().cloned());
+        Ok(fields.join("\t"))
+    }
+}
+
+/// Parses a whole plan.
+pub fn parse(text: &str) -> Result<Vec<Step>, String> {
+    let mut steps = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() < 5 {
+            return Err(format!("plan line {}: fewer than 5 fields", i + 1));
+        }
+        let timeout_secs = f[1]
+            .parse()
+            .map_err(|_| format!("plan line {}: bad timeout {:?}", i + 1, f[1]))?;
+        let stop_at_marker = match f[3] {
+            "stop" => true,
+            "run" => false,
+            other => return Err(format!("plan line {}: bad mode {other:?}", i + 1)),
+        };
+        steps.push(Step {
+            name: f[0].to_string(),
+            timeout_secs,
+            marker: (f[2] != "-").then(|| f[2].to_string()),
+            stop_at_marker,
+            argv: f[4..].iter().map(|s| s.to_string()).collect(),
+        });
+    }
+    Ok(steps)
+}
+
+/// How a step's process ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Exited(i32),
+    Signalled(i32),
+    /// Killed by `l1-init` after the step's timeout.
+    TimedOut,
+    /// Killed by `l1-init` because the marker appeared (`stop` steps).
+    StoppedAtMarker,
+    /// Could not be started.
+    SpawnFailed,
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Exited(c) => write!(f, "exit:{c}"),
+            Outcome::Signalled(s) => write!(f, "signal:{s}"),
+            Outcome::TimedOut => write!(f, "timeout"),
+            Outcome::StoppedAtMarker => write!(f, "stopped"),
+            Outcome::SpawnFailed => write!(f, "spawn-failed"),
+        }
+    }
+}
+
+impl Outcome {
+    fn parse(s: &str) -> Option<Outcome> {
+        Some(match s {
+            "timeout" => Outcome::TimedOut,
+            "stopped" => Outcome::StoppedAtMarker,
+            "spawn-failed" => Outcome::SpawnFailed,
+            _ => {
+                if let Some(c) = s.strip_prefix("exit:") {
+                    Outcome::Exited(c.parse().ok()?)
+                } else {
+                    Outcome::Signalled(s.strip_prefix("signal:")?.parse().ok()?)
+                }
+            }
+        })
+    }
+}
+
+/// What `l1-init` measured for one step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepResult {
+    pub name: String,
+    pub outcome: Outcome,
+    /// From spawn to the end of the process, milliseconds.
+    pub elapsed_ms: f64,
+    /// From spawn to the first output line holding the marker.
+    pub marker_ms: Option<f64>,
+    /// Peak resident set of the process (wait4 ru_maxrss), KiB.
+    pub max_rss_kib: u64,
+    /// At the marker: resident KiB of the process's largest mapping (the
+    /// guest memory of a VMM) and of everything else.
+    pub guest_rss_kib: Option<u64>,
+    pub other_rss_kib: Option<u64>,
+}
+
+fn opt<T: fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "-".to_string(), |x| x.to_string())
+}
+
+impl StepResult {
+    pub fn to_line(&self) -> String {
+        format!(
+            "{STEP_PREFIX}name={} outcome={} elapsed_ms={:.1} marker_ms={} max_rss_kib={} guest_rss_kib={} other_rss_kib={}",
+            self.name,
+            self.outcome,
+            self.elapsed_ms,
+            self.marker_ms.map_or_else(|| "-".to_string(), |m| format!("{m:.1}")),
+            self.max_rss_kib,
+            opt(&self.guest_rss_kib),
+            opt(&self.other_rss_kib),
+        )
+    }
+
+    /// Parses a line produced by [`StepResult::to_line`] (leading noise such
+    /// as a console prefix before the marker is skipped).
+    pub fn parse_line(line: &str) -> Option<StepResult> {
+        let rest = &line[line.find(STEP_PREFIX)? + STEP_PREFIX.len()..];
+        let field = |k: &str| {
+            rest.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+        };
+        let opt_num = |k: &str| -> Option<Option<f64>> {
+            match field(k)? {
+                "-" => Some(None),
+                v => Some(Some(v.parse().ok()?)),
+            }
+        };
+        let opt_int = |k: &str| -> Option<Option<u64>> {
+            match field(k)? {
+                "-" => Some(None),
+                v => Some(Some(v.parse().ok()?)),
+            }
+        };
+        Some(StepResult {
+            name: field("name")?.to_string(),
+            outcome: Outcome::parse(field("outcome")?)?,
+            elapsed_ms: field("elapsed_ms")?.parse().ok()?,
+            marker_ms: opt_num("marker_ms")?,
+            max_rss_kib: field("max_rss_kib")?.parse().ok()?,
+            guest_rss_kib: opt_int("guest_rss_kib")?,
+            other_rss_kib: opt_int("other_rss_kib")?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step() -> Step {
+        Step {
+            name: "bzimage".into(),
+            timeout_secs: 60,
+            marker: Some("XVMM-INIT: reached /init".into()),
+            stop_at_marker: false,
+            argv: vec![
+                "/bin/xvmm".into(),
+                "--cmdline".into(),
+                "console=ttyS0 xvmm.init=exit:0".into(),
+            ],
+        }
+    }
+
+    #[test]
+    fn plan_round_trips() {
+        let mut b = step();
+        b.name = "bench".into();
+        b.marker = None;
+        b.stop_at_marker = true;
+        let text = format!(
+            "# comment\n{}\n\n{}\n",
+            step().to_line().unwrap(),
+            b.to_line().unwrap()
+        );
+        assert_eq!(parse(&text), Ok(vec![step(), b]));
+    }
+
+    #[test]
+    fn plan_rejects_malformed_lines() {
+        assert!(parse("a\t1\t-\trun\n")
+            .unwrap_err()
+            .contains("fewer than 5"));
+        assert!(parse("a\tx\t-\trun\t/x\n")
+            .unwrap_err()
+            .contains("bad timeout"));
+        assert!(parse("a\t1\t-\twalk\t/x\n")
+            .unwrap_err()
+            .contains("bad mode"));
+        let mut s = step();
+        s.argv.push("tab\there".into());
+        assert!(s.to_line().is_err());
+        s = step();
+        s.name = "two words".into();
+        assert!(s.to_line().is_err());
+    }
+
+    #[test]
+    fn result_line_round_trips() {
+        for outcome in [
+            Outcome::Exited(0),
+            Outcome::Exited(124),
+            Outcome::Signalled(9),
+            Outcome::TimedOut,
+            Outcome::StoppedAtMarker,
+            Outcome::SpawnFailed,
+        ] {
+            let r = StepResult {
+                name: "vmlinux".into(),
+                outcome,
+                elapsed_ms: 5123.4,
+                marker_ms: Some(4000.5),
+                max_rss_kib: 70000,
+                guest_rss_kib: Some(60000),
+                other_rss_kib: None,
+            };
+            let line = format!("[    3.1] {}", r.to_line());
+            assert_eq!(StepResult::parse_line(&line), Some(r));
+        }
+        assert_eq!(
+            StepResult::parse_line("XVMM-STEP name=x outcome=bogus"),
+            None
+        );
+        assert_eq!(StepResult::parse_line("nothing here"), None);
+    }
+}

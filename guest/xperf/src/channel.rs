@@ -1,0 +1,241 @@
+//! Getting the report out: an atomic file write on bare metal, or the VMM's
+//! results channel in a guest started by xvmm (`xvmm.results=GPA,SIZE` on the
+//! kernel command line, the buffer reached through /dev/mem, a doorbell port).
+
+use crate::error::{Error, Result};
+use std::arch::asm;
+use std::io::Write;
+use std::path::Path;
+use xvmm_results::channel::{
+    CMDLINE_RESULTS_PARAM, PORT_EXIT, PORT_RESULTS_DOORBELL, RESULTS_SIZE,
+};
+
+/// The results buffer the VMM announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultsRegion {
+    pub gpa: u64,
+    pub size: u64,
+}
+
+fn parse_hex(text: &str) -> Option<u64> {
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .unwrap_or(text);
+    u64::from_str_radix(digits, 16).ok()
+}
+
+/// Finds `xvmm.results=<gpa hex>,<size hex>` in a kernel command line (the last
+/// one wins, as for the kernel's own parameters). `Ok(None)` when absent.
+pub fn parse_results_param(cmdline: &str) -> Result<Option<ResultsRegion>> {
+    let prefix = format!("{CMDLINE_RESULTS_PARAM}=");
+    let Some(value) = cmdline
+        .split_whitespace()
+        .filter_map(|word| word.strip_prefix(prefix.as_str()))
+        .next_back()
+    else {
+        return Ok(None);
+    };
+    let bad = |why: &str| Error::Channel(format!("{prefix}{value}: {why}"));
+    let (gpa, size) = value
+        .split_once(',')
+        .ok_or_else(|| bad("expected <gpa hex>,<size hex>"))?;
+    let gpa = parse_hex(gpa).ok_or_else(|| bad("address is not hexadecimal"))?;
+    let size = parse_hex(size).ok_or_else(|| bad("size is not hexadecimal"))?;
+    if gpa & (crate::abi::PAGE_SIZE as u64 - 1) != 0 {
+        return Err(bad("address is not page-aligned"));
+    }
+    if size == 0 || size > RESULTS_SIZE {
+        return Err(bad(&format!("size must be 1..={RESULTS_SIZE:#x} bytes")));
+    }
+    if gpa.checked_add(size).is_none() || i64::try_from(gpa + size).is_err() {
+        return Err(bad("region does not fit in the physical address space"));
+    }
+    Ok(Some(ResultsRegion { gpa, size }))
+}
+
+/// Reads /proc/cmdline and looks for the results parameter.
+pub fn results_region_from_proc() -> Result<Option<ResultsRegion>> {
+    match std::fs::read_to_string("/proc/cmdline") {
+        Ok(text) => parse_results_param(&text),
+        // Without /proc we cannot be in a guest xvmm prepared for us.
+        Err(_) => Ok(None),
+    }
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory and
+/// a rename, so a reader never sees half a report.
+pub fn write_file_atomic(path: &Path, text: &str) -> Result<()> {
+    let fail = |what: &str, err: std::io::Error| {
+        Error::Output(format!("{what} {}: {err}", path.display()))
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::Output(format!("{} is not a file name", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = (|| {
+        let mut file =
+            std::fs::File::create(&tmp).map_err(|e| fail("cannot create temp for", e))?;
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| fail("cannot write temp for", e))?;
+        std::fs::rename(&tmp, path).map_err(|e| fail("cannot rename temp to", e))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Grants this process access to `count` ports from `port`.
+fn ioperm(port: u16, count: u64) -> Result<()> {
+    // SAFETY: ioperm only changes this task's I/O permission bitmap.
+    if unsafe { libc::ioperm(libc::c_ulong::from(port), count, 1) } != 0 {
+        return Err(Error::last_os(&format!("ioperm({port:#x})")));
+    }
+    Ok(())
+}
+
+/// Copies the report into the VMM's buffer and rings the doorbell with its length.
+pub fn send_to_vmm(region: ResultsRegion, json: &str) -> Result<()> {
+    let len = json.len() as u64;
+    if len > region.size {
+        return Err(Error::Channel(format!(
+            "report is {len} bytes, the buffer holds {}",
+            region.size
+        )));
+    }
+    let len32 = u32::try_from(len)
+        .map_err(|_| Error::Channel(format!("report of {len} bytes exceeds the doorbell's u32")))?;
+    let map_len = usize::try_from(region.size)
+        .map_err(|_| Error::Channel("buffer size does not fit in usize".into()))?;
+    let offset = libc::off_t::try_from(region.gpa)
+        .map_err(|_| Error::Channel("buffer address does not fit in off_t".into()))?;
+    // SAFETY: open a NUL-terminated path; checked below.
+    let fd = unsafe { libc::open(c"/dev/mem".as_ptr(), libc::O_RDWR | libc::O_SYNC) };
+    if fd < 0 {
+        return Err(Error::last_os("open /dev/mem"));
+    }
+    // SAFETY: a shared mapping of the announced region; size and offset were
+    // bounds-checked against the channel's limits; checked for MAP_FAILED.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            offset,
+        )
+    };
+    let mapped = if base == libc::MAP_FAILED {
+        Err(Error::last_os(&format!(
+            "mmap of /dev/mem at {:#x}+{:#x}",
+            region.gpa, region.size
+        )))
+    } else {
+        // SAFETY: json.len() <= region.size == the mapped length.
+        unsafe {
+            std::ptr::copy_nonoverlapping(json.as_ptr(), base.cast::<u8>(), json.len());
+            libc::munmap(base, map_len);
+        }
+        Ok(())
+    };
+    // SAFETY: closing the descriptor we opened.
+    unsafe { libc::close(fd) };
+    mapped?;
+    ioperm(PORT_RESULTS_DOORBELL, 4)?;
+    // SAFETY: port access granted above; the VMM handles the doorbell.
+    unsafe {
+        asm!("out dx, eax", in("dx") PORT_RESULTS_DOORBELL, in("eax") len32,
+             options(nomem, nostack, preserves_flags));
+    }
+    Ok(())
+}
+
+/// Tells the VMM to end the VM with `code` as its exit status.
+pub fn exit_vm(code: u8) -> Result<()> {
+    ioperm(PORT_EXIT, 1)?;
+    // SAFETY: port access granted above.
+    unsafe {
+        asm!("out dx, al", in("dx") PORT_EXIT, in("al") code,
+             options(nomem, nostack, preserves_flags));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_parameter_parses_with_and_without_prefix() {
+        let line = "console=ttyS0 xvmm.results=0xd0000000,0x1000000 rdinit=/init\n";
+        assert_eq!(
+            parse_results_param(line).unwrap(),
+            Some(ResultsRegion {
+                gpa: 0xd000_0000,
+                size: 0x100_0000
+            })
+        );
+        assert_eq!(
+            parse_results_param("xvmm.results=d0000000,1000").unwrap(),
+            Some(ResultsRegion {
+                gpa: 0xd000_0000,
+                size: 0x1000
+            })
+        );
+        assert_eq!(parse_results_param("console=ttyS0 quiet").unwrap(), None);
+        // The last occurrence wins.
+        let twice = "xvmm.results=0x1000,0x1000 xvmm.results=0x2000,0x2000";
+        assert_eq!(
+            parse_results_param(twice).unwrap().map(|r| r.gpa),
+            Some(0x2000)
+        );
+    }
+
+    #[test]
+    fn results_parameter_rejects_bad_values() {
+        for bad in [
+            "xvmm.results=",
+            "xvmm.results=0xd0000000",
+            "xvmm.results=zz,0x1000",
+            "xvmm.results=0xd0000000,",
+            "xvmm.results=0xd0000001,0x1000",
+            "xvmm.results=0xd0000000,0",
+            "xvmm.results=0xd0000000,0x1000001",
+            "xvmm.results=0xfffffffffffff000,0x1000",
+        ] {
+            let err = parse_results_param(bad).unwrap_err();
+            assert!(matches!(err, Error::Channel(_)), "{bad}: {err}");
+            assert!(!err.to_string().contains('\n'));
+        }
+    }
+
+    #[test]
+    fn atomic_write_replaces_the_file_and_leaves_no_temp() {
+        let dir = std::env::temp_dir().join(format!("xperf-atomic-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("out.json");
+        write_file_atomic(&path, "first").unwrap();
+        write_file_atomic(&path, "second").unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "second");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let err = write_file_atomic(&dir.join("missing/out.json"), "x").unwrap_err();
+        assert!(matches!(err, Error::Output(_)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn oversized_report_is_refused_before_touching_dev_mem() {
+        let region = ResultsRegion {
+            gpa: 0xd000_0000,
+            size: 4,
+        };
+        let err = send_to_vmm(region, "12345").unwrap_err();
+        assert!(err.to_string().contains("5 bytes"), "{err}");
+    }
+}

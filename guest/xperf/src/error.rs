@@ -1,0 +1,66 @@
+//! The one error type of xperf. Every variant renders as a single line; `main`
+//! prints it as `xperf: <error>` and exits non-zero (or reports the code on the
+//! VMM's exit port when running as a guest's PID 1).
+
+use std::fmt;
+
+#[derive(Debug)]
+pub enum Error {
+    /// Bad command-line arguments.
+    Usage(String),
+    /// A system call needed to set up or take the measurement failed.
+    Sys(String),
+    /// The kernel's xperf hooks misbehaved (bad magic, wrong ABI version...).
+    Hooks(String),
+    /// The `xvmm.results=` parameter or the results channel is unusable.
+    Channel(String),
+    /// Writing the results file failed.
+    Output(String),
+}
+
+impl Error {
+    /// Exit status: 2 for usage errors, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// A failed system call, with what was being done and errno's text.
+    pub fn last_os(what: &str) -> Error {
+        Error::Sys(format!("{what}: {}", std::io::Error::last_os_error()))
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Messages are built from single-line parts; flatten anything that is not,
+        // so an error always stays one line.
+        let (kind, msg) = match self {
+            Error::Usage(m) => ("usage", m),
+            Error::Sys(m) => ("system", m),
+            Error::Hooks(m) => ("kernel hooks", m),
+            Error::Channel(m) => ("results channel", m),
+            Error::Output(m) => ("output", m),
+        };
+        write!(f, "{kind}: {}", msg.replace('\n', " "))
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_render_as_one_line_and_usage_exits_two() {
+        let e = Error::Usage("bad\nvalue".into());
+        assert_eq!(e.to_string(), "usage: bad value");
+        assert_eq!(e.exit_code(), 2);
+        assert_eq!(Error::Output("x".into()).exit_code(), 1);
+    }
+}

@@ -1,0 +1,20 @@
+//! xperf: measures what a user->kernel->user crossing costs inside Linux.
+//!
+//! With the xperf kernel hooks (docs/xperf-abi.md) every sample is split into
+//! u2k (user stamp to the kernel's entry stamp) and k2u (the kernel's exit
+//! stamp to the user stamp); without them only round trips are taken. The
+//! library is shared by the `xperf` binary, the VMM's built-in initramfs and
+//! the benches.
+
+pub mod abi;
+pub mod app;
+pub mod args;
+pub mod channel;
+pub mod error;
+pub mod host;
+pub mod init;
+pub mod measure;
+pub mod stamp;
+pub mod table;
+
+pub use error::{Error, Result};

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what building and testing xvmm needs on a fresh Debian 12 machine:
+# the Rust toolchain (rustup, if cargo is missing), the kernel build tools,
+# Debian's linux-source-6.12 and QEMU (the nested harness). Idempotent: asks
+# apt only for what is missing. Sourced by ../run.sh and ../test.sh.
+set -euo pipefail
+
+xvmm_as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+xvmm_setup() {
+    local want=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
+                linux-source-6.12 qemu-system-x86 curl ca-certificates)
+    local missing=()
+    for pkg in "${want[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "setup: installing ${missing[*]}" >&2
+        xvmm_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        xvmm_as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+    if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null 2>&1; then
+        echo "setup: installing the Rust toolchain with rustup" >&2
+        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
+            | sh -s -- -y --profile minimal --component rustfmt,clippy
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if command -v rustup >/dev/null 2>&1; then
+        for comp in rustfmt clippy; do
+            rustup component list --installed 2>/dev/null | grep -q "^$comp" \
+                || rustup component add "$comp"
+        done
+    fi
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: install what is needed, check
+# formatting and lints, build the guest and harness kernels (cached in
+# $XVMM_CACHE or ~/.cache/xvmm), then run every test: unit tests, the
+# /dev/kvm tests and the nested KVM harness (QEMU TCG -> L1 -> xvmm -> L2).
+set -euo pipefail
+cd "$(dirname "$0")"
+source harness/setup.sh
+xvmm_setup
+step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+step "kernels (guest, host)"
+cargo build --release -p xvmm
+for flavour in guest host; do
+    ./target/release/xvmm kernel build --flavour "$flavour"
+done
+step "cargo test (unit, /dev/kvm, nested harness)"
+cargo test --workspace
+grep -h "XVMM-STEP" target/harness/*.log 2>/dev/null || true
+step "done"

@@ -1,0 +1,537 @@
+//! One microguest VM per measurement phase: create it, put the tables, the code
+//! and the command into guest memory, run it to its doorbell and collect the
+//! stamps. A fresh VM per phase means a crossing the hypervisor refuses (triple
+//! fault, emulation failure) costs only that crossing.
+//!
+//! The guest is untrusted: it can only end a phase through a fixed set of ports,
+//! the VMM reads exactly the sample bytes it asked for (never a guest-supplied
+//! length), and the number of exits a phase may make is bounded.
+
+use super::guest::{self, Kind};
+use super::layout::{self, control, selector};
+use super::tables;
+use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
+use crate::arch::x86_64::msr::{self, EFER_LMA, EFER_LME, EFER_SCE};
+use crate::arch::x86_64::regs::{X86_CR0_ET, X86_CR0_NE, X86_CR0_PE, X86_CR0_PG, X86_CR4_PAE};
+use crate::vcpu::{RunControl, Vcpu, VcpuConfig};
+use crate::vm::{Vm, VmConfig};
+use crate::{Error, Result};
+use kvm_bindings::KVM_MSR_EXIT_REASON_UNKNOWN;
+use kvm_bindings::{kvm_enable_cap, kvm_msr_entry, kvm_regs, KVM_CAP_X86_USER_SPACE_MSR};
+use kvm_ioctls::{Cap, VcpuExit};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+const X86_CR0_WP: u64 = 1 << 16;
+/// RFLAGS bits SYSCALL clears: TF, IF, DF, AC.
+const SYSCALL_MASK: u64 = (1 << 8) | (1 << 9) | (1 << 10) | (1 << 18);
+
+/// How every phase VM is set up.
+#[derive(Clone, Debug, Default)]
+pub struct MachineConfig {
+    /// KVM_SET_TSC_KHZ for the guest.
+    pub tsc_khz: Option<u32>,
+    /// Guest TSC offset; `None` uses 0 where KVM lets us set it, so guest and
+    /// host stamps share one clock.
+    pub tsc_offset: Option<i64>,
+    /// Replace the kernel's LFENCE/RDTSCP stamps with plain RDTSC (for
+    /// hypervisors that cannot execute them at CPL0).
+    pub plain_kernel_stamps: bool,
+}
+
+/// What the VMM learnt about the VM it created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GuestFacts {
+    /// The guest CPU vendor string (CPUID 0).
+    pub vendor: String,
+    /// CPUID 0x40000000 EBX/ECX/EDX as the guest sees it.
+    pub hypervisor_signature: String,
+    pub tsc_khz: u32,
+    /// KVM_CAP_X86_USER_SPACE_MSR: unknown-MSR accesses reach the VMM.
+    pub user_space_msr: bool,
+}
+
+impl GuestFacts {
+    /// AMD (and Hygon) CPUs: VMMCALL, and no SYSENTER in long mode.
+    pub fn is_amd(&self) -> bool {
+        self.vendor == "AuthenticAMD" || self.vendor == "HygonGenuine"
+    }
+}
+
+/// One measurement the guest runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phase {
+    pub kind: Kind,
+    pub warmup: u64,
+    pub samples: u64,
+    /// Kind-specific parameter (imul chain length).
+    pub param: u64,
+}
+
+/// Host stamps around one exit that reached the VMM: right after KVM_RUN
+/// returned, and right before it was called again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostStamps {
+    pub exited: u64,
+    pub reentered: u64,
+}
+
+/// An exception the guest did not expect, as its handler recorded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GuestFault {
+    pub vector: u64,
+    pub error: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+    pub cr2: u64,
+}
+
+impl std::fmt::Display for GuestFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = vector_name(self.vector);
+        write!(
+            f,
+            "unexpected exception {name} (vector {}) at RIP {:#x} (CPL {}, error code {:#x}, CR2 {:#x}, RSP {:#x})",
+            self.vector,
+            self.rip,
+            self.cs & 3,
+            self.error,
+            self.cr2,
+            self.rsp
+        )
+    }
+}
+
+/// Mnemonic of an exception vector.
+pub fn vector_name(vector: u64) -> &'static str {
+    const NAMES: [&str; 32] = [
+        "#DE", "#DB", "NMI", "#BP", "#OF", "#BR", "#UD", "#NM", "#DF", "#CSO", "#TS", "#NP", "#SS",
+        "#GP", "#PF", "#15", "#MF", "#AC", "#MC", "#XM", "#VE", "#CP", "#22", "#23", "#24", "#25",
+        "#26", "#27", "#HV", "#VC", "#SX", "#31",
+    ];
+    match vector {
+        v if v < 32 => NAMES[v as usize],
+        guest::OTHER_VECTOR => "interrupt >= 32",
+        _ => "invalid command",
+    }
+}
+
+/// How a phase ended.
+#[derive(Debug)]
+pub enum PhaseEnd {
+    /// The guest rang the doorbell: `stamps` holds `samples * stride / 8` words.
+    Done {
+        stamps: Vec<u64>,
+        host: Vec<HostStamps>,
+        /// The guest TSC offset (guest TSC = host TSC + offset) when KVM
+        /// reported the same value before and after the phase; `None` when
+        /// unknown or when it moved (KVM re-bases it on hosts whose TSC is
+        /// unstable), so host and guest stamps cannot be related.
+        tsc_offset: Option<i64>,
+    },
+    /// The hypervisor stopped the VM (triple fault, emulation failure...).
+    Refused { reason: String },
+    /// The guest reported an exception it did not expect.
+    Fault(GuestFault),
+}
+
+/// Creates a VM for `phase`, runs it and returns how it ended.
+pub fn run_phase(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    phase: &Phase,
+) -> Result<(PhaseEnd, GuestFacts)> {
+    let buffer_bytes = phase
+        .samples
+        .checked_mul(phase.kind.stride())
+        .filter(|&b| b <= layout::SAMPLES_SIZE)
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "{} samples do not fit the {} MiB sample buffer",
+                phase.samples,
+                layout::SAMPLES_SIZE >> 20
+            ))
+        })?;
+    if phase.kind == Kind::Imul && (phase.param == 0 || !phase.param.is_multiple_of(8)) {
+        return Err(Error::Usage(format!(
+            "the imul chain length must be a positive multiple of 8, not {}",
+            phase.param
+        )));
+    }
+    let vm = Vm::new(&VmConfig {
+        mem_bytes: layout::MEM_BYTES,
+        irqchip: false,
+    })?;
+    let user_space_msr = enable_user_space_msr(&vm);
+    let mut vcpu = Vcpu::new(
+        &vm,
+        &VcpuConfig {
+            tsc_khz: cfg.tsc_khz,
+            ..VcpuConfig::boot()
+        },
+    )?;
+    set_tsc_offset(&vcpu, cfg.tsc_offset)?;
+    let facts = GuestFacts {
+        vendor: cpuid_string(&vcpu, 0, [1, 3, 2]),
+        hypervisor_signature: cpuid_string(&vcpu, 0x4000_0000, [1, 2, 3]),
+        tsc_khz: vcpu.tsc_khz,
+        user_space_msr,
+    };
+    write_guest(&vm.memory, cfg, phase, buffer_bytes)?;
+    setup_cpu(&vcpu)?;
+
+    let offset_before = vcpu.tsc_offset().ok();
+    let end = run_to_doorbell(rc, &mut vcpu, phase)?;
+    let offset_after = vcpu.tsc_offset().ok();
+    let tsc_offset = offset_before.filter(|_| offset_before == offset_after);
+    let end = match end {
+        RunEnd::Done(host) => {
+            let status: u64 = read_obj(&vm.memory, layout::CONTROL_GPA + control::STATUS)?;
+            if status != layout::DONE_MAGIC {
+                return Err(Error::Guest(format!(
+                    "the guest rang the done doorbell without finishing the {:?} phase (status {status:#x})",
+                    phase.kind
+                )));
+            }
+            let mut bytes = vec![0u8; buffer_bytes as usize];
+            vm.memory
+                .read_slice(&mut bytes, GuestAddress(layout::SAMPLES_GPA))
+                .map_err(|e| Error::Guest(format!("cannot read the sample buffer: {e}")))?;
+            let stamps = bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])))
+                .collect();
+            PhaseEnd::Done {
+                stamps,
+                host,
+                tsc_offset,
+            }
+        }
+        RunEnd::Refused(reason) => PhaseEnd::Refused { reason },
+        RunEnd::Fault => PhaseEnd::Fault(read_fault(&vm.memory)?),
+    };
+    Ok((end, facts))
+}
+
+fn enable_user_space_msr(vm: &Vm) -> bool {
+    if !vm.kvm.check_extension(Cap::X86UserSpaceMsr) {
+        return false;
+    }
+    let mut cap = kvm_enable_cap {
+        cap: KVM_CAP_X86_USER_SPACE_MSR,
+        ..Default::default()
+    };
+    cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_UNKNOWN);
+    vm.fd.enable_cap(&cap).is_ok()
+}
+
+/// Sets the requested guest TSC offset; an explicit request KVM cannot honour
+/// is an error. By default, try 0 so that guest and host stamps share one
+/// clock; where KVM moves the offset anyway the phase reports it as unknown.
+fn set_tsc_offset(vcpu: &Vcpu, requested: Option<i64>) -> Result<()> {
+    match requested {
+        Some(offset) => vcpu.set_tsc_offset(offset),
+        None if vcpu.has_tsc_offset_control() => {
+            // Best effort: the read-back after each phase decides what is usable.
+            let _ = vcpu.set_tsc_offset(0);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// Concatenates CPUID registers of `function` (0=EAX..3=EDX in `order`) as text.
+fn cpuid_string(vcpu: &Vcpu, function: u32, order: [usize; 3]) -> String {
+    let Some(e) = vcpu
+        .cpuid
+        .as_slice()
+        .iter()
+        .find(|e| e.function == function)
+    else {
+        return String::new();
+    };
+    let regs = [e.eax, e.ebx, e.ecx, e.edx];
+    let bytes: Vec<u8> = order.iter().flat_map(|&i| regs[i].to_le_bytes()).collect();
+    String::from_utf8_lossy(&bytes)
+        .trim_end_matches('\0')
+        .to_string()
+}
+
+fn write_bytes(memory: &GuestMemoryMmap, gpa: u64, bytes: &[u8], what: &str) -> Result<()> {
+    memory
+        .write_slice(bytes, GuestAddress(gpa))
+        .map_err(|e| Error::Memory(format!("cannot write the microguest {what}: {e}")))
+}
+
+fn read_obj(memory: &GuestMemoryMmap, gpa: u64) -> Result<u64> {
+    memory
+        .read_obj(GuestAddress(gpa))
+        .map_err(|e| Error::Guest(format!("cannot read guest memory at {gpa:#x}: {e}")))
+}
+
+fn write_guest(
+    memory: &GuestMemoryMmap,
+    cfg: &MachineConfig,
+    phase: &Phase,
+    buffer_bytes: u64,
+) -> Result<()> {
+    let gdt: Vec<u8> = tables::gdt().iter().flat_map(|e| e.to_le_bytes()).collect();
+    write_bytes(memory, layout::GDT_GPA, &gdt, "GDT")?;
+    write_bytes(memory, layout::TSS_GPA, &tables::tss(), "TSS")?;
+    write_bytes(
+        memory,
+        layout::IDT_GPA,
+        &tables::idt(&guest::kernel_entries()),
+        "IDT",
+    )?;
+    for (gpa, table) in tables::page_tables() {
+        let bytes: Vec<u8> = table.iter().flat_map(|e| e.to_le_bytes()).collect();
+        write_bytes(memory, gpa, &bytes, "page tables")?;
+    }
+    let mut kernel = guest::kernel_code().to_vec();
+    if cfg.plain_kernel_stamps && guest::patch_kernel_stamps(&mut kernel).is_none() {
+        return Err(Error::Guest(
+            "could not locate every kernel stamp to replace with plain RDTSC".into(),
+        ));
+    }
+    write_bytes(memory, layout::KERNEL_CODE_GPA, &kernel, "kernel code")?;
+    write_bytes(
+        memory,
+        layout::USER_CODE_GPA,
+        guest::user_code(),
+        "user code",
+    )?;
+
+    let mut block = vec![0u8; layout::PAGE as usize];
+    let mut put = |offset: u64, value: u64| {
+        let o = offset as usize;
+        block[o..o + 8].copy_from_slice(&value.to_le_bytes());
+    };
+    put(control::KIND, phase.kind as u64);
+    put(control::WARMUP, phase.warmup);
+    put(control::SAMPLES, phase.samples);
+    put(control::STRIDE, phase.kind.stride());
+    put(control::BUFFER, layout::SAMPLES_GPA);
+    put(control::PARAM, phase.param);
+    put(control::USER_DONE, guest::user_done_rip());
+    write_bytes(memory, layout::CONTROL_GPA, &block, "control block")?;
+    // Kernel slots the handler never fills keep this sentinel.
+    let fill = vec![0xffu8; buffer_bytes as usize];
+    write_bytes(memory, layout::SAMPLES_GPA, &fill, "sample buffer")
+}
+
+fn setup_cpu(vcpu: &Vcpu) -> Result<()> {
+    let fd = &vcpu.fd;
+    let mut sregs = fd
+        .get_sregs()
+        .map_err(|e| Error::Kvm(format!("KVM_GET_SREGS failed: {e}")))?;
+    let gdt = tables::gdt();
+    let seg = |sel: u16| kvm_segment_from_gdt(gdt[(sel >> 3) as usize], (sel >> 3) as u8);
+    let data = seg(selector::KERNEL_SS);
+    sregs.cs = seg(selector::KERNEL_CS);
+    sregs.ds = data;
+    sregs.es = data;
+    sregs.fs = data;
+    sregs.gs = data;
+    sregs.ss = data;
+    let mut tr = seg(selector::TSS);
+    // VM entry wants TR to be a busy 64-bit TSS.
+    tr.type_ = 11;
+    sregs.tr = tr;
+    sregs.gdt.base = layout::GDT_GPA;
+    sregs.gdt.limit = (gdt.len() * 8 - 1) as u16;
+    sregs.idt.base = layout::IDT_GPA;
+    sregs.idt.limit = (256 * 16 - 1) as u16;
+    sregs.cr0 = X86_CR0_PE | X86_CR0_ET | X86_CR0_NE | X86_CR0_WP | X86_CR0_PG;
+    sregs.cr3 = layout::PML4_GPA;
+    sregs.cr4 = X86_CR4_PAE;
+    sregs.efer = EFER_LME | EFER_LMA | EFER_SCE;
+    fd.set_sregs(&sregs)
+        .map_err(|e| Error::Kvm(format!("KVM_SET_SREGS (long mode) failed: {e}")))?;
+
+    let entries = guest::kernel_entries();
+    let e = |index, data| kvm_msr_entry {
+        index,
+        data,
+        ..Default::default()
+    };
+    let star = (u64::from(selector::SYSRET_BASE) << 48) | (u64::from(selector::KERNEL_CS) << 32);
+    msr::set_msrs(
+        fd,
+        &[
+            e(msr::MSR_STAR, star),
+            e(msr::MSR_LSTAR, entries.syscall),
+            e(msr::MSR_SYSCALL_MASK, SYSCALL_MASK),
+            e(msr::MSR_IA32_SYSENTER_CS, u64::from(selector::KERNEL_CS)),
+            e(msr::MSR_IA32_SYSENTER_ESP, layout::KERNEL_STACK_TOP),
+            e(msr::MSR_IA32_SYSENTER_EIP, entries.sysenter),
+        ],
+    )?;
+
+    let regs = kvm_regs {
+        rip: entries.start,
+        rsp: layout::KERNEL_STACK_TOP,
+        rflags: 2,
+        ..Default::default()
+    };
+    fd.set_regs(&regs)
+        .map_err(|e| Error::Kvm(format!("KVM_SET_REGS failed: {e}")))
+}
+
+enum RunEnd {
+    Done(Vec<HostStamps>),
+    Refused(String),
+    Fault,
+}
+
+/// Host stamp opening an interval (`lfence; rdtsc; lfence`).
+#[inline(always)]
+pub fn host_stamp_open() -> u64 {
+    use std::arch::x86_64::{_mm_lfence, _rdtsc};
+    // SAFETY: LFENCE and RDTSC exist on every x86-64 CPU and touch no memory.
+    unsafe {
+        _mm_lfence();
+        let t = _rdtsc();
+        _mm_lfence();
+        t
+    }
+}
+
+/// Host stamp closing an interval (`rdtscp; lfence`).
+#[inline(always)]
+pub fn host_stamp_close() -> u64 {
+    use std::arch::x86_64::{__rdtscp, _mm_lfence};
+    let mut aux = 0u32;
+    // SAFETY: RDTSCP writes only `aux`; every CPU KVM runs on has it.
+    unsafe {
+        let t = __rdtscp(&mut aux);
+        _mm_lfence();
+        t
+    }
+}
+
+/// Whether an exit on this kind's measured path reaches the VMM.
+fn measured_exit(kind: Kind, exit: &VcpuExit<'_>) -> bool {
+    match exit {
+        VcpuExit::IoOut(port, _) => kind == Kind::PioOut && *port == layout::PORT_MEASURE,
+        VcpuExit::IoIn(port, _) => kind == Kind::PioIn && *port == layout::PORT_MEASURE,
+        VcpuExit::MmioWrite(addr, _) => kind == Kind::MmioWrite && *addr == layout::MMIO_GPA,
+        VcpuExit::Hlt => kind == Kind::Hlt,
+        VcpuExit::X86Rdmsr(e) => kind == Kind::Rdmsr && e.index == layout::PROBE_MSR,
+        VcpuExit::X86Wrmsr(e) => kind == Kind::Wrmsr && e.index == layout::PROBE_MSR,
+        _ => false,
+    }
+}
+
+fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<RunEnd> {
+    let expected_exits = phase.warmup.saturating_add(phase.samples);
+    let mut host = Vec::with_capacity(expected_exits.min(1 << 20) as usize);
+    let mut running = rc.attach(vcpu);
+    let mut pending: Option<u64> = None;
+    loop {
+        let reentered = host_stamp_open();
+        if let Some(exited) = pending.take() {
+            host.push(HostStamps { exited, reentered });
+        }
+        let mut exit = running.run()?;
+        let exited = host_stamp_close();
+        if measured_exit(phase.kind, &exit) {
+            if host.len() as u64 >= expected_exits {
+                return Err(Error::Guest(format!(
+                    "the guest made more than the {expected_exits} exits its {:?} phase needs",
+                    phase.kind
+                )));
+            }
+            match &mut exit {
+                VcpuExit::IoIn(_, data) => data.fill(0),
+                VcpuExit::X86Rdmsr(e) => {
+                    *e.data = 0;
+                    *e.error = 0;
+                }
+                VcpuExit::X86Wrmsr(e) => *e.error = 0,
+                _ => {}
+            }
+            pending = Some(exited);
+            continue;
+        }
+        let outcome = match exit {
+            VcpuExit::IoOut(layout::PORT_DONE, _) => Some(RunEnd::Done(std::mem::take(&mut host))),
+            VcpuExit::IoOut(layout::PORT_FAULT, _) => Some(RunEnd::Fault),
+            VcpuExit::Intr => None,
+            VcpuExit::Shutdown => Some(RunEnd::Refused(
+                "the VM shut down (KVM_EXIT_SHUTDOWN: triple fault)".into(),
+            )),
+            VcpuExit::InternalError => Some(RunEnd::Refused(
+                "KVM could not run the guest code (KVM_EXIT_INTERNAL_ERROR)".into(),
+            )),
+            VcpuExit::FailEntry(reason, cpu) => Some(RunEnd::Refused(format!(
+                "VM entry failed (KVM_EXIT_FAIL_ENTRY, reason {reason:#x}, cpu {cpu})"
+            ))),
+            other => {
+                let what = format!("{other:?}");
+                let rip = running.vcpu().rip();
+                return Err(Error::Guest(format!(
+                    "unexpected exit during the {:?} phase at RIP {rip:#x}: {what}",
+                    phase.kind
+                )));
+            }
+        };
+        match outcome {
+            Some(RunEnd::Refused(reason)) => {
+                let rip = running.vcpu().rip();
+                return Ok(RunEnd::Refused(format!("{reason} at RIP {rip:#x}")));
+            }
+            Some(end) => return Ok(end),
+            None => continue,
+        }
+    }
+}
+
+fn read_fault(memory: &GuestMemoryMmap) -> Result<GuestFault> {
+    let word = |i: u64| read_obj(memory, layout::CONTROL_GPA + control::FAULT + 8 * i);
+    Ok(GuestFault {
+        vector: word(0)?,
+        error: word(1)?,
+        rip: word(2)?,
+        cs: word(3)?,
+        rflags: word(4)?,
+        rsp: word(5)?,
+        cr2: word(6)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_messages_name_vector_and_rip() {
+        let f = GuestFault {
+            vector: 13,
+            error: 0x18,
+            rip: 0x2_0042,
+            cs: 0x2b,
+            rflags: 0x3002,
+            rsp: 0x3_7ff8,
+            cr2: 0,
+        };
+        let text = f.to_string();
+        assert!(text.contains("#GP (vector 13) at RIP 0x20042"), "{text}");
+        assert!(text.contains("CPL 3"), "{text}");
+        assert_eq!(vector_name(guest::OTHER_VECTOR), "interrupt >= 32");
+        assert_eq!(vector_name(guest::OTHER_VECTOR + 1), "invalid command");
+        assert_eq!(vector_name(14), "#PF");
+    }
+
+    #[test]
+    fn amd_detection() {
+        let mut facts = GuestFacts {
+            vendor: "AuthenticAMD".into(),
+            ..Default::default()
+        };
+        assert!(facts.is_amd());
+        facts.vendor = "GenuineIntel".into();
+        assert!(!facts.is_amd());
+    }
+}

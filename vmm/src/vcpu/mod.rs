@@ -1,0 +1,221 @@
+//! vCPUs and running them.
+//!
+//! - [`Vcpu::new`] creates a vCPU and does, in this order, what must come before any
+//!   register state: TSC frequency (KVM_SET_TSC_KHZ), CPUID (KVM_SET_CPUID2, which
+//!   real KVM needs before long-mode sregs) and the TSC offset. The caller then sets
+//!   registers for its entry protocol ([`crate::arch::x86_64::regs::setup_boot_cpu`]).
+//! - [`Vcpu::tsc_offset`] / [`Vcpu::set_tsc_offset`]: the `KVM_VCPU_TSC_CTRL` /
+//!   `KVM_VCPU_TSC_OFFSET` vCPU attribute through raw `KVM_{HAS,GET,SET}_DEVICE_ATTR`
+//!   ioctls (kvm-ioctls offers them only on aarch64).
+//! - [`pin_current_thread`] for `--pin`.
+//! - [`run_control`]: deadline watchdog and Ctrl-C ([`RunControl`], [`RunningVcpu`]).
+//! - [`exits`]: the exit loop shared by guests that use the standard ports
+//!   ([`run_to_end`]).
+
+pub mod exits;
+pub mod run_control;
+
+pub use exits::{internal_error_name, run_to_end, GuestEnd, RunOutcome};
+pub use run_control::{RunControl, RunningVcpu, StopReason};
+
+use crate::arch::x86_64::cpuid::{self, CpuidOptions};
+use crate::vm::Vm;
+use crate::{Error, Result};
+use kvm_bindings::{kvm_device_attr, CpuId, KVM_VCPU_TSC_CTRL, KVM_VCPU_TSC_OFFSET};
+use kvm_ioctls::{Cap, VcpuFd};
+
+/// What a vCPU is created with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VcpuConfig {
+    /// vCPU index, also its APIC id.
+    pub id: u8,
+    /// vCPUs in the VM (for the CPUID topology leaves).
+    pub nr_vcpus: u8,
+    /// Guest TSC frequency to ask for (KVM_SET_TSC_KHZ); `None` keeps the host's.
+    pub tsc_khz: Option<u32>,
+    /// Guest TSC offset relative to the (scaled) host TSC; `None` leaves KVM's.
+    pub tsc_offset: Option<i64>,
+    /// Offer KVM asynchronous page faults in CPUID.
+    pub async_pf: bool,
+}
+
+impl VcpuConfig {
+    /// The boot vCPU with default TSC and no async PF.
+    pub fn boot() -> Self {
+        VcpuConfig {
+            id: 0,
+            nr_vcpus: 1,
+            tsc_khz: None,
+            tsc_offset: None,
+            async_pf: false,
+        }
+    }
+}
+
+/// A configured vCPU.
+pub struct Vcpu {
+    pub fd: VcpuFd,
+    pub id: u8,
+    /// The CPUID the guest sees.
+    pub cpuid: CpuId,
+    /// The guest TSC frequency (also in CPUID 0x40000010).
+    pub tsc_khz: u32,
+}
+
+mod ioctls {
+    use kvm_bindings::kvm_device_attr;
+    const KVMIO: u32 = 0xae;
+    vmm_sys_util::ioctl_iow_nr!(KVM_SET_DEVICE_ATTR, KVMIO, 0xe1, kvm_device_attr);
+    vmm_sys_util::ioctl_iow_nr!(KVM_GET_DEVICE_ATTR, KVMIO, 0xe2, kvm_device_attr);
+    vmm_sys_util::ioctl_iow_nr!(KVM_HAS_DEVICE_ATTR, KVMIO, 0xe3, kvm_device_attr);
+}
+
+impl Vcpu {
+    /// Creates vCPU `cfg.id` and sets its TSC frequency, CPUID and TSC offset.
+    pub fn new(vm: &Vm, cfg: &VcpuConfig) -> Result<Vcpu> {
+        let fd = vm
+            .fd
+            .create_vcpu(u64::from(cfg.id))
+            .map_err(|e| Error::Kvm(format!("KVM_CREATE_VCPU {} failed: {e}", cfg.id)))?;
+        if let Some(khz) = cfg.tsc_khz {
+            if khz == 0 {
+                return Err(Error::Usage("--tsc-khz must be positive".into()));
+            }
+            if !vm.kvm.check_extension(Cap::TscControl) {
+                return Err(Error::Kvm(
+                    "setting the guest TSC frequency needs KVM_CAP_TSC_CONTROL, which this KVM lacks"
+                        .into(),
+                ));
+            }
+            fd.set_tsc_khz(khz)
+                .map_err(|e| Error::Kvm(format!("KVM_SET_TSC_KHZ {khz} failed: {e}")))?;
+        }
+        let tsc_khz = match fd.get_tsc_khz() {
+            Ok(khz) if khz > 0 => khz,
+            // Older or unusual KVMs cannot say; the requested value is then all we know.
+            _ => cfg.tsc_khz.unwrap_or(0),
+        };
+        let cpuid = cpuid::build(
+            &vm.kvm,
+            &CpuidOptions {
+                async_pf: cfg.async_pf,
+                tsc_khz,
+                apic_id: cfg.id,
+                nr_vcpus: cfg.nr_vcpus,
+                host_invariant_tsc: cpuid::host_has_invariant_tsc(),
+            },
+        )?;
+        fd.set_cpuid2(&cpuid)
+            .map_err(|e| Error::Kvm(format!("KVM_SET_CPUID2 failed: {e}")))?;
+        let vcpu = Vcpu {
+            fd,
+            id: cfg.id,
+            cpuid,
+            tsc_khz,
+        };
+        if let Some(offset) = cfg.tsc_offset {
+            vcpu.set_tsc_offset(offset)?;
+        }
+        Ok(vcpu)
+    }
+
+    fn tsc_offset_attr(addr: u64) -> kvm_device_attr {
+        kvm_device_attr {
+            flags: 0,
+            group: KVM_VCPU_TSC_CTRL,
+            attr: u64::from(KVM_VCPU_TSC_OFFSET),
+            addr,
+        }
+    }
+
+    /// Whether this KVM lets user space read and write the TSC offset (Linux 5.16+).
+    pub fn has_tsc_offset_control(&self) -> bool {
+        let attr = Self::tsc_offset_attr(0);
+        // SAFETY: the ioctl reads `attr`, which lives for the call.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_ref(&self.fd, ioctls::KVM_HAS_DEVICE_ATTR(), &attr)
+        };
+        ret == 0
+    }
+
+    /// The guest TSC offset (guest TSC = host TSC * ratio + offset).
+    pub fn tsc_offset(&self) -> Result<i64> {
+        if !self.has_tsc_offset_control() {
+            return Err(unsupported_tsc_offset());
+        }
+        let mut value: u64 = 0;
+        let attr = Self::tsc_offset_attr(&mut value as *mut u64 as u64);
+        // SAFETY: KVM writes 8 bytes to `attr.addr`, which points at `value`.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_ref(&self.fd, ioctls::KVM_GET_DEVICE_ATTR(), &attr)
+        };
+        if ret < 0 {
+            return Err(Error::Kvm(format!(
+                "reading the TSC offset (KVM_GET_DEVICE_ATTR) failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(value as i64)
+    }
+
+    /// Sets the guest TSC offset.
+    pub fn set_tsc_offset(&self, offset: i64) -> Result<()> {
+        if !self.has_tsc_offset_control() {
+            return Err(unsupported_tsc_offset());
+        }
+        let value = offset as u64;
+        let attr = Self::tsc_offset_attr(&value as *const u64 as u64);
+        // SAFETY: KVM reads 8 bytes from `attr.addr`, which points at `value`.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_ref(&self.fd, ioctls::KVM_SET_DEVICE_ATTR(), &attr)
+        };
+        if ret < 0 {
+            return Err(Error::Kvm(format!(
+                "setting the TSC offset to {offset} (KVM_SET_DEVICE_ATTR) failed: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // Software KVMs (PVM) accept the attribute but cannot offset a TSC that
+        // guest user mode reads natively: check that it took.
+        let applied = self.tsc_offset()?;
+        if applied != offset {
+            return Err(Error::Kvm(format!(
+                "this KVM accepted TSC offset {offset} but applies {applied}: it cannot offset the guest TSC"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The current RIP, for error messages (0 when it cannot be read).
+    pub fn rip(&self) -> u64 {
+        self.fd.get_regs().map_or(0, |r| r.rip)
+    }
+}
+
+fn unsupported_tsc_offset() -> Error {
+    Error::Kvm(
+        "this KVM has no vCPU TSC offset control (KVM_VCPU_TSC_CTRL/KVM_VCPU_TSC_OFFSET needs Linux 5.16+)"
+            .into(),
+    )
+}
+
+/// Pins the calling thread to host CPU `cpu`.
+pub fn pin_current_thread(cpu: usize) -> Result<()> {
+    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(Error::Usage(format!("--pin {cpu}: no such CPU")));
+    }
+    // SAFETY: cpu_set_t is plain data; CPU_SET is bounds-checked above.
+    let ret = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if ret != 0 {
+        return Err(Error::Usage(format!(
+            "--pin {cpu}: cannot pin to that CPU ({}; this host has {ncpus} usable CPUs)",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}

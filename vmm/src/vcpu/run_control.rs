@@ -1,0 +1,316 @@
+//! Run control: a deadline watchdog plus SIGINT/SIGTERM handling for a VM run.
+//!
+//! Attach a vCPU with [`RunControl::attach`] and call [`RunningVcpu::run`] in the
+//! exit loop. When the deadline passes or Ctrl-C arrives, the vCPU thread is kicked
+//! out of KVM_RUN (a signal whose handler sets `kvm_run.immediate_exit`) and `run`
+//! returns `Error::Timeout("guest did not finish within N s")` or
+//! `Error::Interrupted`. A kick that did not stop the VM shows up as
+//! `VcpuExit::Intr`: just call `run` again.
+
+use super::Vcpu;
+use crate::{Error, Result};
+use kvm_ioctls::VcpuExit;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Why a run was stopped from outside the guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    Timeout,
+    Interrupted,
+}
+
+const RUNNING: u8 = 0;
+const STOP_TIMEOUT: u8 = 1;
+const STOP_INTERRUPTED: u8 = 2;
+/// How often the watchdog looks at the Ctrl-C flag.
+const WATCHDOG_POLL: Duration = Duration::from_millis(100);
+
+/// Set by the SIGINT/SIGTERM handler; process-wide because signals are.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static HANDLERS: Once = Once::new();
+
+thread_local! {
+    /// `kvm_run.immediate_exit` of the vCPU attached on this thread, for the kick handler.
+    static IMMEDIATE_EXIT: Cell<*mut u8> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+fn kick_signal() -> libc::c_int {
+    libc::SIGRTMIN()
+}
+
+extern "C" fn on_kick(_: libc::c_int) {
+    // Only an async-signal-safe store: the next (or current) KVM_RUN returns EINTR.
+    let _ = IMMEDIATE_EXIT.try_with(|p| {
+        let p = p.get();
+        if !p.is_null() {
+            // SAFETY: set by `attach` to the mapped kvm_run of a vCPU that outlives the
+            // attachment; cleared before the attachment ends.
+            unsafe { std::ptr::write_volatile(p, 1) };
+        }
+    });
+}
+
+extern "C" fn on_terminate(_: libc::c_int) {
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        // Second Ctrl-C: the clean stop is not happening, leave now.
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(130) };
+    }
+}
+
+fn install_handler(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> Result<()> {
+    // SAFETY: sigaction with a zeroed struct, an empty mask and a plain handler. No
+    // SA_RESTART, so KVM_RUN is interrupted.
+    let ret = unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as usize;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(signal, &act, std::ptr::null_mut())
+    };
+    if ret != 0 {
+        return Err(Error::Io(format!(
+            "cannot install a handler for signal {signal}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+struct Shared {
+    stop: AtomicU8,
+    timeout: Duration,
+    /// Threads with an attached vCPU; the watchdog kicks them under this lock, and a
+    /// thread leaves the list (under the lock) before it ends its attachment.
+    threads: Mutex<Vec<libc::pthread_t>>,
+    finished: Mutex<bool>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn stop(&self, reason: u8) {
+        let _ = self
+            .stop
+            .compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+        let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        for &t in threads.iter() {
+            // SAFETY: `t` is a live thread: it removes itself under this lock first.
+            unsafe { libc::pthread_kill(t, kick_signal()) };
+        }
+    }
+}
+
+/// Deadline watchdog and Ctrl-C handling for one VM run.
+pub struct RunControl {
+    shared: Arc<Shared>,
+    watchdog: Option<JoinHandle<()>>,
+}
+
+impl RunControl {
+    /// Starts the clock: the run fails with a timeout `timeout` from now.
+    /// Installs SIGINT/SIGTERM handlers (process-wide, once).
+    pub fn new(timeout: Duration) -> Result<RunControl> {
+        let mut installed = Ok(());
+        HANDLERS.call_once(|| {
+            installed = install_handler(kick_signal(), on_kick)
+                .and_then(|_| install_handler(libc::SIGINT, on_terminate))
+                .and_then(|_| install_handler(libc::SIGTERM, on_terminate));
+        });
+        installed?;
+        let shared = Arc::new(Shared {
+            stop: AtomicU8::new(RUNNING),
+            timeout,
+            threads: Mutex::new(Vec::new()),
+            finished: Mutex::new(false),
+            wake: Condvar::new(),
+        });
+        let deadline = Instant::now() + timeout;
+        let watched = Arc::clone(&shared);
+        let watchdog = std::thread::Builder::new()
+            .name("xvmm-watchdog".into())
+            .spawn(move || watchdog(&watched, deadline))
+            .map_err(|e| Error::Io(format!("cannot start the watchdog thread: {e}")))?;
+        Ok(RunControl {
+            shared,
+            watchdog: Some(watchdog),
+        })
+    }
+
+    /// Why the run must stop, if it must.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        match self.shared.stop.load(Ordering::Relaxed) {
+            STOP_TIMEOUT => Some(StopReason::Timeout),
+            STOP_INTERRUPTED => Some(StopReason::Interrupted),
+            _ if INTERRUPTED.load(Ordering::Relaxed) => Some(StopReason::Interrupted),
+            _ => None,
+        }
+    }
+
+    /// Whether the run must stop.
+    pub fn should_stop(&self) -> bool {
+        self.stop_reason().is_some()
+    }
+
+    /// `Err(Timeout)` / `Err(Interrupted)` once the run must stop.
+    pub fn check(&self) -> Result<()> {
+        match self.stop_reason() {
+            None => Ok(()),
+            Some(StopReason::Interrupted) => Err(Error::Interrupted),
+            Some(StopReason::Timeout) => Err(Error::Timeout(format!(
+                "guest did not finish within {} s",
+                self.shared.timeout.as_secs_f64()
+            ))),
+        }
+    }
+
+    /// Stops the run now as if Ctrl-C had been pressed (kicks attached vCPUs).
+    pub fn interrupt(&self) {
+        self.shared.stop(STOP_INTERRUPTED);
+    }
+
+    /// Attaches `vcpu` to the calling thread so that a stop kicks it out of KVM_RUN.
+    pub fn attach<'a>(&'a self, vcpu: &'a mut Vcpu) -> RunningVcpu<'a> {
+        let run = vcpu.fd.get_kvm_run();
+        let immediate_exit: *mut u8 = &mut run.immediate_exit;
+        IMMEDIATE_EXIT.with(|p| p.set(immediate_exit));
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        self.shared
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(me);
+        RunningVcpu {
+            vcpu,
+            control: self,
+            thread: me,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+fn watchdog(shared: &Shared, deadline: Instant) {
+    let mut finished = shared.finished.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if *finished {
+            return;
+        }
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            drop(finished);
+            shared.stop(STOP_INTERRUPTED);
+            return;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            drop(finished);
+            shared.stop(STOP_TIMEOUT);
+            return;
+        }
+        let wait = (deadline - now).min(WATCHDOG_POLL);
+        finished = shared
+            .wake
+            .wait_timeout(finished, wait)
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+    }
+}
+
+impl Drop for RunControl {
+    fn drop(&mut self) {
+        *self
+            .shared
+            .finished
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = true;
+        self.shared.wake.notify_all();
+        if let Some(w) = self.watchdog.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// A vCPU attached to a [`RunControl`] on the current thread.
+pub struct RunningVcpu<'a> {
+    vcpu: &'a mut Vcpu,
+    control: &'a RunControl,
+    thread: libc::pthread_t,
+    /// The kick targets this thread's kvm_run: the attachment must stay on it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl RunningVcpu<'_> {
+    /// Runs the vCPU until its next exit. Fails with Timeout/Interrupted once the
+    /// run must stop; returns `VcpuExit::Intr` when KVM_RUN was interrupted by a
+    /// signal that did not stop the run (call `run` again).
+    pub fn run(&mut self) -> Result<VcpuExit<'_>> {
+        // Clear a previous kick before checking: a kick after the check still sets
+        // immediate_exit, so it cannot be lost.
+        self.vcpu.fd.set_kvm_immediate_exit(0);
+        self.control.check()?;
+        match self.vcpu.fd.run() {
+            Ok(exit) => Ok(exit),
+            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Ok(VcpuExit::Intr),
+            Err(e) => Err(Error::Kvm(format!("KVM_RUN failed: {e}"))),
+        }
+    }
+
+    /// The attached vCPU (registers, RIP for error messages).
+    pub fn vcpu(&mut self) -> &mut Vcpu {
+        self.vcpu
+    }
+
+    /// The run control this vCPU is attached to.
+    pub fn control(&self) -> &RunControl {
+        self.control
+    }
+}
+
+impl Drop for RunningVcpu<'_> {
+    fn drop(&mut self) {
+        let mut threads = self
+            .control
+            .shared
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: comparing pthread_t values.
+        threads.retain(|&t| unsafe { libc::pthread_equal(t, self.thread) } == 0);
+        IMMEDIATE_EXIT.with(|p| p.set(std::ptr::null_mut()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_sets_timeout() {
+        let rc = RunControl::new(Duration::from_millis(50)).unwrap();
+        assert!(rc.check().is_ok());
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(rc.stop_reason(), Some(StopReason::Timeout));
+        let err = rc.check().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "timeout: guest did not finish within 0.05 s"
+        );
+        assert_eq!(err.exit_code(), 124);
+    }
+
+    #[test]
+    fn interrupt_stops_the_run() {
+        let rc = RunControl::new(Duration::from_secs(60)).unwrap();
+        rc.interrupt();
+        assert!(matches!(rc.check(), Err(Error::Interrupted)));
+    }
+
+    #[test]
+    fn drop_ends_the_watchdog_promptly() {
+        let start = Instant::now();
+        drop(RunControl::new(Duration::from_secs(60)).unwrap());
+        assert!(start.elapsed() < Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,235 @@
+//! Linux-guest boot tests through the nested KVM harness (QEMU TCG -> L1
+//! host kernel with KVM -> static xvmm -> L2 guest kernel with xvmm-init).
+//!
+//! All steps run in ONE L1 boot (shared by the tests below); each test then
+//! checks its step's line. Needs qemu-system-x86 and the kernel build tools
+//! (`./test.sh` installs them); set XVMM_SKIP_HARNESS=1 to skip explicitly.
+//! Console of the run: target/harness/linux-boot.log.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+use xvmm::harness::{self, l1, Outcome, Step, StepResult, MARKER};
+
+/// xvmm --timeout for steps that should finish on their own.
+const BOOT_TIMEOUT: u64 = 90;
+/// xvmm --timeout for the hang step.
+const HANG_TIMEOUT: u64 = 8;
+
+fn xvmm_step(name: &str, kernel: &str, cmdline: String, timeout: u64) -> Step {
+    Step {
+        name: name.into(),
+        timeout_secs: timeout + 60,
+        marker: Some(MARKER.into()),
+        stop_at_marker: false,
+        argv: harness::xvmm_argv(kernel, &cmdline, timeout),
+    }
+}
+
+fn plan() -> Vec<Step> {
+    let c = harness::l2_cmdline;
+    vec![
+        xvmm_step("bzimage-exit0", l1::L2_BZIMAGE, c("exit:0"), BOOT_TIMEOUT),
+        xvmm_step("pvh-exit0", l1::L2_VMLINUX, c("exit:0"), BOOT_TIMEOUT),
+        xvmm_step("pvh-exit7", l1::L2_VMLINUX, c("exit:7"), BOOT_TIMEOUT),
+        xvmm_step(
+            "reboot-kbd",
+            l1::L2_VMLINUX,
+            format!("{} reboot=k", c("reboot")),
+            BOOT_TIMEOUT,
+        ),
+        xvmm_step(
+            "reboot-triple",
+            l1::L2_VMLINUX,
+            format!("{} reboot=t", c("reboot")),
+            BOOT_TIMEOUT,
+        ),
+        xvmm_step("poweroff", l1::L2_VMLINUX, c("poweroff"), HANG_TIMEOUT),
+        xvmm_step("hang", l1::L2_VMLINUX, c("hang"), HANG_TIMEOUT),
+    ]
+}
+
+fn skipped() -> bool {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!("XVMM_SKIP_HARNESS=1: nested harness test skipped");
+        return true;
+    }
+    false
+}
+
+/// The one L1 boot, shared by every test in this file.
+fn run() -> &'static harness::HarnessRun {
+    static RUN: OnceLock<Result<harness::HarnessRun, String>> = OnceLock::new();
+    let result = RUN.get_or_init(|| {
+        let artifacts = harness::prepare().map_err(|e| e.to_string())?;
+        let initramfs =
+            harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
+        let run = harness::run_l1(
+            &artifacts,
+            &initramfs,
+            "linux-boot",
+            Duration::from_secs(20 * 60),
+        )
+        .map_err(|e| e.to_string())?;
+        eprintln!(
+            "nested harness: L1 run took {:.1} s, log {}",
+            run.seconds,
+            run.log.display()
+        );
+        for s in &run.steps {
+            eprintln!("{}", s.to_line());
+        }
+        Ok(run)
+    });
+    match result {
+        Ok(run) => run,
+        Err(e) => panic!("nested harness could not run: {e}"),
+    }
+}
+
+fn step(name: &str) -> (&'static harness::HarnessRun, &'static StepResult) {
+    let run = run();
+    match run.step(name) {
+        Some(s) => (run, s),
+        None => panic!(
+            "no result for step {name} (kvm present: {}, finished: {}); console tail:\n{}",
+            run.kvm_present,
+            run.finished,
+            run.tail(40)
+        ),
+    }
+}
+
+fn assert_reached_init(name: &str) {
+    let (run, s) = step(name);
+    assert!(
+        s.marker_ms.is_some(),
+        "{name}: L2 never printed {MARKER:?}; its output:\n{}",
+        run.output(name).join("\n")
+    );
+    assert!(run.output(name).iter().any(|l| l.contains(MARKER)));
+}
+
+fn assert_exit(name: &str, want: Outcome) {
+    let (run, s) = step(name);
+    assert_eq!(
+        s.outcome,
+        want,
+        "{name}: xvmm ended with {} instead of {want}; its output:\n{}",
+        s.outcome,
+        run.output(name).join("\n")
+    );
+}
+
+#[test]
+fn l1_has_kvm_and_runs_the_whole_plan() {
+    if skipped() {
+        return;
+    }
+    let run = run();
+    assert!(run.kvm_present, "no /dev/kvm in L1:\n{}", run.tail(40));
+    assert!(
+        run.finished,
+        "L1 did not finish its plan:\n{}",
+        run.tail(40)
+    );
+    assert_eq!(run.steps.len(), plan().len());
+}
+
+#[test]
+fn bzimage_boots_to_init_and_exits_0() {
+    if skipped() {
+        return;
+    }
+    assert_reached_init("bzimage-exit0");
+    assert_exit("bzimage-exit0", Outcome::Exited(0));
+}
+
+#[test]
+fn vmlinux_pvh_boots_to_init_and_exits_0() {
+    if skipped() {
+        return;
+    }
+    assert_reached_init("pvh-exit0");
+    assert_exit("pvh-exit0", Outcome::Exited(0));
+}
+
+#[test]
+fn exit_port_status_becomes_xvmm_exit_status() {
+    if skipped() {
+        return;
+    }
+    assert_reached_init("pvh-exit7");
+    assert_exit("pvh-exit7", Outcome::Exited(7));
+}
+
+#[test]
+fn keyboard_controller_reboot_is_a_clean_exit() {
+    if skipped() {
+        return;
+    }
+    assert_reached_init("reboot-kbd");
+    assert_exit("reboot-kbd", Outcome::Exited(0));
+}
+
+#[test]
+fn triple_fault_is_an_error_with_a_clear_message() {
+    if skipped() {
+        return;
+    }
+    assert_reached_init("reboot-triple");
+    let (run, s) = step("reboot-triple");
+    assert!(
+        matches!(s.outcome, Outcome::Exited(c) if c != 0),
+        "triple fault gave {}",
+        s.outcome
+    );
+    let out = run.output("reboot-triple");
+    let message = out.iter().find(|l| l.starts_with("xvmm: "));
+    assert!(
+        message.is_some_and(|m| {
+            let m = m.to_lowercase();
+            m.contains("triple fault") && m.contains("rip")
+        }),
+        "no one-line triple-fault error naming the RIP; output:\n{}",
+        out.join("\n")
+    );
+}
+
+#[test]
+fn poweroff_without_acpi_ends_in_the_timeout() {
+    // A tinyconfig kernel has no ACPI, so RB_POWER_OFF only halts the vCPU
+    // with interrupts off; xvmm cannot tell that from a hang and stops at
+    // --timeout with exit status 124.
+    if skipped() {
+        return;
+    }
+    assert_reached_init("poweroff");
+    let (run, _) = step("poweroff");
+    assert!(run
+        .output("poweroff")
+        .iter()
+        .any(|l| l.contains("action Poweroff")));
+    assert_exit("poweroff", Outcome::Exited(124));
+}
+
+#[test]
+fn hang_gives_the_timeout_error() {
+    if skipped() {
+        return;
+    }
+    assert_reached_init("hang");
+    assert_exit("hang", Outcome::Exited(124));
+    let (run, s) = step("hang");
+    let out = run.output("hang");
+    assert!(
+        out.iter().any(|l| l.starts_with("xvmm: timeout")),
+        "no timeout message; output:\n{}",
+        out.join("\n")
+    );
+    // It ended because of --timeout, not much later.
+    assert!(
+        s.elapsed_ms < (HANG_TIMEOUT as f64 + 30.0) * 1e3,
+        "took {} ms",
+        s.elapsed_ms
+    );
+}

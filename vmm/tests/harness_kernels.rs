@@ -1,0 +1,107 @@
+//! The harness's kernel builds through the real cache (`$XVMM_CACHE` or
+//! `~/.cache/xvmm`; ./test.sh builds both flavours before the tests run) and
+//! the `xvmm kernel build` / `xvmm initramfs` command lines.
+
+use std::process::Command;
+use std::time::Instant;
+use xvmm::cli::KernelFlavour;
+use xvmm::kernel::{self, BuildRequest};
+
+fn xvmm(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args(args)
+        .output()
+        .expect("xvmm runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!("XVMM_SKIP_HARNESS=1: kernel build test skipped");
+        return;
+    }
+    for flavour in [KernelFlavour::Guest, KernelFlavour::Host] {
+        let first = kernel::build(&BuildRequest::new(flavour)).expect("kernel builds");
+        let started = Instant::now();
+        let again = kernel::build(&BuildRequest::new(flavour)).expect("kernel builds");
+        let took = started.elapsed();
+        assert!(
+            again.cached,
+            "{flavour:?}: second build was not a cache hit"
+        );
+        assert_eq!(first.key, again.key);
+        assert!(
+            took.as_secs_f64() < 1.0,
+            "{flavour:?}: cache hit took {took:?}"
+        );
+        assert!(again
+            .bzimage
+            .metadata()
+            .map(|m| m.len() > 100_000)
+            .unwrap_or(false));
+        assert!(again
+            .vmlinux
+            .metadata()
+            .map(|m| m.len() > 1_000_000)
+            .unwrap_or(false));
+        let config = std::fs::read_to_string(&again.config).expect("config readable");
+        for opt in [
+            "CONFIG_PVH=y",
+            "CONFIG_SERIAL_8250_CONSOLE=y",
+            "CONFIG_KVM_GUEST=y",
+        ] {
+            assert!(
+                config.lines().any(|l| l == opt),
+                "{flavour:?}: {opt} missing"
+            );
+        }
+        if flavour == KernelFlavour::Host {
+            for opt in ["CONFIG_KVM=y", "CONFIG_KVM_AMD=y", "CONFIG_KVM_INTEL=y"] {
+                assert!(config.lines().any(|l| l == opt), "host: {opt} missing");
+            }
+        }
+    }
+}
+
+#[test]
+fn kernel_build_with_a_bad_source_fails_with_one_line() {
+    let (code, stdout, stderr) = xvmm(&["kernel", "build", "--source", "/nonexistent/linux"]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("xvmm: ")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("xvmm: build: kernel source /nonexistent/linux:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn initramfs_command_writes_a_newc_archive() {
+    let dir = std::env::temp_dir().join(format!("xvmm-initramfs-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let init = dir.join("init");
+    std::fs::write(&init, b"#!/bin/sh\n").unwrap();
+    let out = dir.join("out.cpio");
+    let (code, _, stderr) = xvmm(&[
+        "initramfs",
+        "-o",
+        out.to_str().unwrap(),
+        &format!("/init={}", init.display()),
+        &format!("/etc/x={}", init.display()),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let bytes = std::fs::read(&out).unwrap();
+    assert!(bytes.starts_with(b"070701"));
+    assert!(bytes.windows(10).any(|w| w == b"TRAILER!!!"));
+    assert!(bytes.windows(6).any(|w| w == b"etc/x\0"));
+    let (code, _, stderr) = xvmm(&["initramfs", "-o", out.to_str().unwrap(), "/init"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("GUEST_PATH=HOST_FILE"), "{stderr}");
+}

@@ -1,0 +1,280 @@
+//! The built-in microguest on this machine's /dev/kvm, through the real binary,
+//! with small sample counts. Skipped (with a message) only where /dev/kvm does
+//! not exist.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+use xvmm_results::{Environment, Report, Status, SCHEMA, SCHEMA_VERSION};
+
+const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
+
+fn kvm_available() -> bool {
+    if Path::new("/dev/kvm").exists() {
+        return true;
+    }
+    eprintln!("skipping: /dev/kvm does not exist");
+    false
+}
+
+fn xvmm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args(args)
+        .output()
+        .expect("xvmm runs")
+}
+
+fn temp_json(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("xvmm-mg-test-{}-{name}.json", std::process::id()))
+}
+
+/// One run shared by the assertions below (each run costs a few seconds).
+fn raw_run() -> &'static Report {
+    static REPORT: std::sync::OnceLock<Report> = std::sync::OnceLock::new();
+    REPORT.get_or_init(|| {
+        let path = temp_json("raw");
+        let out = xvmm(&[
+            "--samples",
+            "300",
+            "--warmup",
+            "30",
+            "--raw",
+            "--timeout",
+            "60",
+            "--json",
+            path.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "xvmm failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        Report::from_json(&text).expect("the JSON parses and has the current schema")
+    })
+}
+
+#[test]
+fn every_crossing_and_exit_is_measured_or_explained() {
+    if !kvm_available() {
+        return;
+    }
+    let r = raw_run();
+    assert_eq!(
+        (r.schema.as_str(), r.schema_version),
+        (SCHEMA, SCHEMA_VERSION)
+    );
+    assert_eq!(r.environment, Environment::Microguest);
+    let names: Vec<&str> = r.crossings.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, CROSSINGS);
+    for c in &r.crossings {
+        match &c.status {
+            Status::Measured => {
+                assert_eq!(c.samples_requested, 300);
+                assert!(c.samples_valid > 0, "{}", c.name);
+                assert!(c.u2k.is_some() && c.k2u.is_some() && c.round_trip.is_some());
+            }
+            Status::Unsupported { reason } => assert!(reason.len() > 10, "{}: {reason:?}", c.name),
+            other => panic!("{}: unexpected status {other:?}", c.name),
+        }
+    }
+    // #PF and int3 from user mode work under every KVM (PVM included).
+    for name in ["pf", "int3"] {
+        assert_eq!(r.crossing(name).unwrap().status, Status::Measured, "{name}");
+    }
+    assert!(
+        r.exits.len() >= 8,
+        "{:?}",
+        r.exits.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
+    for e in &r.exits {
+        match &e.status {
+            Status::Measured => {
+                assert!(e.samples_valid > 0 && e.round_trip.is_some(), "{}", e.name)
+            }
+            Status::Unsupported { reason } => assert!(!reason.is_empty(), "{}", e.name),
+            other => panic!("{}: unexpected status {other:?}", e.name),
+        }
+    }
+    // Exits that reach xvmm carry the host-side split when the TSC offset is known.
+    let pio = r.exits.iter().find(|e| e.name == "pio-out").unwrap();
+    assert_eq!(pio.status, Status::Measured);
+    assert!(pio
+        .in_vmm
+        .as_ref()
+        .is_some_and(|s| s.count > 0 && s.median > 0));
+    if let (Some(to_vmm), Some(to_guest)) = (&pio.guest_to_vmm, &pio.vmm_to_guest) {
+        let rt = &pio.round_trip.as_ref().unwrap().raw;
+        let parts = to_vmm.min + pio.in_vmm.as_ref().unwrap().min + to_guest.min;
+        assert!(
+            parts <= rt.max,
+            "split {parts} exceeds the slowest round trip {}",
+            rt.max
+        );
+    }
+    assert!(!r.host.cpu_model.is_empty() && r.host.tsc_khz > 0);
+    assert!(!r.host.hypervisor_signature.is_empty());
+    assert!(!r.host.kvm_module.is_empty());
+}
+
+#[test]
+fn every_raw_sample_is_ordered_and_filled() {
+    if !kvm_available() {
+        return;
+    }
+    let r = raw_run();
+    for c in r.crossings.iter().filter(|c| c.status == Status::Measured) {
+        let samples = c.samples.as_ref().expect("--raw keeps the samples");
+        assert_eq!(samples.len() as u64, c.samples_requested, "{}", c.name);
+        for (i, s) in samples.iter().enumerate() {
+            assert!(
+                s.u2k_u < s.u2k_k && s.u2k_k < s.k2u_k && s.k2u_k < s.k2u_u,
+                "{} sample {i}: {s:?}",
+                c.name
+            );
+        }
+        assert_eq!(
+            (c.samples_unfilled, c.samples_out_of_order),
+            (0, 0),
+            "{}",
+            c.name
+        );
+        assert_eq!(c.samples_valid, c.samples_requested);
+    }
+}
+
+#[test]
+fn null_overhead_is_positive_and_below_every_round_trip() {
+    if !kvm_available() {
+        return;
+    }
+    let r = raw_run();
+    let null = r.null_overhead.median;
+    assert!(
+        null > 0 && r.null_overhead.count == 300,
+        "{:?}",
+        r.null_overhead
+    );
+    let mut round_trips = 0;
+    for c in r.crossings.iter().filter(|c| c.status == Status::Measured) {
+        let rt = &c.round_trip.as_ref().unwrap().raw;
+        assert!(
+            null < rt.min,
+            "{}: null {null} >= round trip min {}",
+            c.name,
+            rt.min
+        );
+        round_trips += 1;
+    }
+    for e in r.exits.iter().filter(|e| e.status == Status::Measured) {
+        let rt = &e.round_trip.as_ref().unwrap().raw;
+        assert!(
+            null < rt.min,
+            "{}: null {null} >= round trip min {}",
+            e.name,
+            rt.min
+        );
+        round_trips += 1;
+    }
+    assert!(round_trips >= 3);
+}
+
+#[test]
+fn table_goes_to_stdout_and_json_to_a_file() {
+    if !kvm_available() {
+        return;
+    }
+    let out = xvmm(&[
+        "--samples",
+        "20",
+        "--warmup",
+        "2",
+        "--timeout",
+        "60",
+        "--json",
+        "-",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // With --json -, stdout is the JSON alone and the table moves to stderr.
+    let json = String::from_utf8(out.stdout).unwrap();
+    let report = Report::from_json(&json).unwrap();
+    assert!(
+        report.crossings.iter().all(|c| c.samples.is_none()),
+        "no --raw"
+    );
+    let table = String::from_utf8(out.stderr).unwrap();
+    for name in CROSSINGS {
+        assert!(
+            table.lines().any(|l| l.starts_with(name)),
+            "row {name} missing:\n{table}"
+        );
+    }
+    assert!(table.contains("null overhead"));
+}
+
+#[test]
+fn quiet_json_to_stdout_is_the_only_output() {
+    if !kvm_available() {
+        return;
+    }
+    let out = xvmm(&["--samples", "10", "--warmup", "0", "--quiet", "--json", "-"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Report::from_json(&String::from_utf8(out.stdout).unwrap()).unwrap();
+}
+
+#[test]
+fn bad_arguments_fail_with_one_line() {
+    for (args, needle) in [
+        (&["--samples", "0"][..], "--samples must be at least 1"),
+        (&["--samples", "100000000"][..], "sample buffer"),
+        (&["--trace"][..], "applies to Linux guests"),
+        (
+            &["--timeout", "0"][..],
+            "--timeout must be at least 1 second",
+        ),
+        (&["--samples", "x"][..], "invalid value"),
+        (&["--pin", "100000"][..], "--pin 100000"),
+    ] {
+        let out = xvmm(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn run_cannot_outlive_its_timeout() {
+    if !kvm_available() {
+        return;
+    }
+    let start = Instant::now();
+    let out = xvmm(&["--samples", "500000", "--warmup", "0", "--timeout", "1"]);
+    let elapsed = start.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("xvmm: timeout:") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+}

@@ -1,0 +1,89 @@
+//! Unexpected guest exceptions reach the VMM as a record with vector and RIP,
+//! and the probes turn refused crossings into "unsupported" instead of errors.
+//! Runs single phases through the library on this machine's /dev/kvm.
+
+use std::path::Path;
+use std::time::Duration;
+use xvmm::microguest::guest::{self, Kind};
+use xvmm::microguest::layout;
+use xvmm::microguest::machine::{run_phase, MachineConfig, Phase, PhaseEnd};
+use xvmm::microguest::measure::misdelivered;
+use xvmm::vcpu::RunControl;
+
+fn phase(kind: Kind, samples: u64, param: u64) -> Phase {
+    Phase {
+        kind,
+        warmup: 0,
+        samples,
+        param,
+    }
+}
+
+#[test]
+fn sysenter_on_amd_is_reported_with_vector_and_rip() {
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("skipping: /dev/kvm does not exist");
+        return;
+    }
+    let rc = RunControl::new(Duration::from_secs(30)).unwrap();
+    let (end, facts) =
+        run_phase(&rc, &MachineConfig::default(), &phase(Kind::Sysenter, 1, 0)).unwrap();
+    if !facts.is_amd() {
+        // Intel has SYSENTER in 64-bit mode: the phase must complete.
+        assert!(matches!(end, PhaseEnd::Done { .. }), "{end:?}");
+        return;
+    }
+    let PhaseEnd::Fault(fault) = end else {
+        panic!("SYSENTER on AMD must fault in the guest: {end:?}");
+    };
+    assert_eq!(fault.vector, 6, "{fault}");
+    assert_eq!(fault.cs & 3, 3, "raised in user mode: {fault}");
+    let user = layout::USER_CODE_GPA..layout::USER_CODE_GPA + guest::user_code().len() as u64;
+    assert!(user.contains(&fault.rip), "{fault}");
+    let text = fault.to_string();
+    assert!(
+        text.starts_with("unexpected exception #UD (vector 6) at RIP 0x2"),
+        "{text}"
+    );
+    assert!(misdelivered(Kind::Sysenter, &fault).is_some());
+}
+
+#[test]
+fn every_stamp_of_a_small_phase_comes_back() {
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("skipping: /dev/kvm does not exist");
+        return;
+    }
+    let rc = RunControl::new(Duration::from_secs(30)).unwrap();
+    let (end, _) = run_phase(&rc, &MachineConfig::default(), &phase(Kind::Imul, 64, 800)).unwrap();
+    let PhaseEnd::Done { stamps, host, .. } = end else {
+        panic!("{end:?}");
+    };
+    assert_eq!(
+        stamps.len(),
+        128,
+        "two stamps per sample, exactly what was asked"
+    );
+    assert!(host.is_empty(), "a user-mode loop makes no measured exits");
+    // Even samples run 800 imuls, odd ones 1600: the long chains take longer.
+    let intervals: Vec<u64> = stamps.chunks(2).map(|p| p[1] - p[0]).collect();
+    let mut short: Vec<u64> = intervals.iter().step_by(2).copied().collect();
+    let mut long: Vec<u64> = intervals.iter().skip(1).step_by(2).copied().collect();
+    short.sort_unstable();
+    long.sort_unstable();
+    assert!(long[16] > short[16] + 400, "short {short:?} long {long:?}");
+}
+
+#[test]
+fn bad_phase_parameters_are_refused_before_any_vm_exists() {
+    let rc = RunControl::new(Duration::from_secs(5)).unwrap();
+    let err = run_phase(&rc, &MachineConfig::default(), &phase(Kind::Imul, 1, 7)).unwrap_err();
+    assert!(err.to_string().contains("multiple of 8"), "{err}");
+    let err = run_phase(
+        &rc,
+        &MachineConfig::default(),
+        &phase(Kind::PageFault, u64::MAX, 0),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("do not fit"), "{err}");
+}

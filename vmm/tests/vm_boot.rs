@@ -1,0 +1,322 @@
+//! End to end through the xvmm binary on this machine's /dev/kvm: hand-built
+//! bzImage (64-bit boot protocol) and PVH ELF kernels that do port I/O prove
+//! format detection, loading, the zero page / hvm_start_info, the command line,
+//! guest memory, device dispatch and xvmm's exit codes.
+
+mod vm_support;
+use vm_support::*;
+
+#[test]
+fn bzimage_entry_sees_zero_page_and_cmdline_and_sets_exit_status() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("bz-exit");
+    let kernel = file(&dir, "bzImage", &bzimage(&linux64_echo_and_exit(42)));
+    let out = xvmm(&[
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--cmdline",
+        "Zebra",
+        "--mem",
+        "64",
+    ]);
+    assert_eq!(out.status.code(), Some(42), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "Z\n");
+    assert_eq!(stderr(&out), "xvmm: guest: exited with status 42\n");
+}
+
+#[test]
+fn bzimage_exit_zero_is_success_and_default_cmdline_is_used() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("bz-zero");
+    let kernel = file(&dir, "bzImage", &bzimage(&linux64_echo_and_exit(0)));
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    // The default command line starts with "console=ttyS0".
+    assert_eq!(stdout(&out), "c\n");
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn quiet_suppresses_the_console() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("bz-quiet");
+    let kernel = file(&dir, "bzImage", &bzimage(&linux64_echo_and_exit(0)));
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap(), "--quiet"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+}
+
+#[test]
+fn pvh_entry_sees_start_info_and_cmdline() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("pvh");
+    let kernel = file(
+        &dir,
+        "vmlinux",
+        &pvh_elf(62, 0x100_0000, &pvh_echo_and_exit(7), true),
+    );
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap(), "--cmdline", "Pvh"]);
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "P\n");
+}
+
+#[test]
+fn initrd_is_loaded_with_the_kernel() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("initrd");
+    let kernel = file(&dir, "bzImage", &bzimage(&linux64_echo_and_exit(3)));
+    let initrd = file(&dir, "initrd", &vec![0x5a; 3 << 20]);
+    let out = xvmm(&[
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--initrd",
+        initrd.to_str().unwrap(),
+        "--mem",
+        "32",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+}
+
+#[test]
+fn i8042_reset_is_a_clean_exit() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("reset");
+    let kernel = file(&dir, "bzImage", &bzimage(LINUX64_I8042_RESET));
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+}
+
+#[test]
+fn triple_fault_names_the_exit_and_rip() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("triple");
+    let kernel = file(&dir, "bzImage", &bzimage(TRIPLE_FAULT));
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("xvmm: guest: triple fault (KVM_EXIT_SHUTDOWN) at RIP 0x"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn spinning_guest_times_out() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("spin");
+    let kernel = file(&dir, "bzImage", &bzimage(SPIN));
+    let start = std::time::Instant::now();
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap(), "--timeout", "1"]);
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(
+        stderr(&out),
+        "xvmm: timeout: guest did not finish within 1 s\n"
+    );
+    assert!(
+        start.elapsed().as_secs_f64() < 10.0,
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn sigint_stops_a_running_guest_cleanly() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("sigint");
+    let kernel = file(&dir, "bzImage", &bzimage(SPIN));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args(["--kernel", kernel.to_str().unwrap(), "--timeout", "60"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn xvmm");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let start = std::time::Instant::now();
+    let out = child.wait_with_output().expect("wait");
+    assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
+    assert_eq!(out.status.code(), Some(130));
+    assert_eq!(stderr(&out), "xvmm: interrupted\n");
+}
+
+fn sample_report() -> xvmm_results::Report {
+    xvmm_results::Report::new(
+        "vm-boot-test".into(),
+        xvmm_results::Environment::LinuxVm,
+        xvmm_results::HostFacts::default(),
+        xvmm_results::Method::standard(1, 2),
+    )
+}
+
+#[test]
+fn results_doorbell_reaches_json_file() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("results");
+    let json = serde_json::to_string(&sample_report()).unwrap();
+    let code = linux64_send_results(json.as_bytes(), json.len() as u32);
+    let kernel = file(&dir, "bzImage", &bzimage(&code));
+    let out_path = dir.join("out.json");
+    let out = xvmm(&[
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--json",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let written = std::fs::read_to_string(&out_path).expect("--json file");
+    assert_eq!(
+        xvmm_results::Report::from_json(&written).unwrap(),
+        sample_report()
+    );
+    // The summary goes to stdout as well.
+    assert!(
+        stdout(&out).contains("vm-boot-test on unknown: Linux guest under KVM"),
+        "{}",
+        stdout(&out)
+    );
+
+    // "--json -" prints the JSON itself on stdout.
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap(), "--json", "-"]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(
+        xvmm_results::Report::from_json(&stdout(&out)).unwrap(),
+        sample_report()
+    );
+}
+
+#[test]
+fn malformed_or_oversized_results_are_guest_errors() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("bad-results");
+    let garbage = b"{\"schema\": 1";
+    let kernel = file(
+        &dir,
+        "k1",
+        &bzimage(&linux64_send_results(garbage, garbage.len() as u32)),
+    );
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("xvmm: guest: malformed results: "),
+        "{}",
+        stderr(&out)
+    );
+
+    let kernel = file(
+        &dir,
+        "k2",
+        &bzimage(&linux64_send_results(b"{}", 0x0100_0001)),
+    );
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "xvmm: guest: results length 16777217 exceeds the results slot (16777216 bytes)\n"
+    );
+}
+
+#[test]
+fn reboot_after_a_kernel_panic_is_an_error_a_plain_reboot_is_not() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("panic");
+    let panic = b"[    1.0] Kernel panic - not syncing: Attempted to kill init!\n[    1.0] Rebooting in 1 seconds..\n";
+    let kernel = file(&dir, "k1", &bzimage(&linux64_print_then_reset(panic)));
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "xvmm: guest: kernel panic: Kernel panic - not syncing: Attempted to kill init!\n"
+    );
+    assert_eq!(stdout(&out).as_bytes(), panic);
+
+    let fine = b"reboot: Restarting system\n";
+    let kernel = file(&dir, "k2", &bzimage(&linux64_print_then_reset(fine)));
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).as_bytes(), fine);
+}
+
+#[test]
+fn terminal_input_reaches_the_guest_uart() {
+    if !have_kvm() {
+        return;
+    }
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    let dir = scratch("stdin");
+    // Poll LSR until data is ready, read it, exit with the byte as status.
+    let code = [
+        0x66, 0xba, 0xfd, 0x03, // mov dx, 0x3fd
+        0xec, // poll: in al, dx
+        0xa8, 0x01, // test al, 1
+        0x74, 0xfb, // jz poll
+        0x66, 0xba, 0xf8, 0x03, // mov dx, 0x3f8
+        0xec, // in al, dx
+        0x66, 0xba, 0x01, 0x05, // mov dx, 0x501
+        0xee, // out dx, al
+        0xf4,
+    ];
+    let kernel = file(&dir, "bzImage", &bzimage(&code));
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty fills two descriptors we then own.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both descriptors are fresh and owned here.
+    let (mut master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            std::fs::File::from_raw_fd(slave),
+        )
+    };
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args(["--kernel", kernel.to_str().unwrap(), "--timeout", "20"])
+        .stdin(slave)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn xvmm");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    master.write_all(b"A\n").unwrap();
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(b'A')),
+        "stderr: {}",
+        stderr(&out)
+    );
+}
