@@ -261,6 +261,27 @@ pub fn l1_initramfs(a: &Artifacts, steps: &[Step], with_qemu: bool) -> Result<Ve
     Ok(archive.to_bytes())
 }
 
+/// The host's TSC frequency, measured against CLOCK_MONOTONIC over 200 ms.
+/// QEMU TCG passes the host TSC through to L1 unscaled.
+pub fn host_tsc_khz() -> u64 {
+    let start = Instant::now();
+    // SAFETY: rdtsc has no preconditions on x86-64.
+    let t0 = unsafe { std::arch::x86_64::_rdtsc() };
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: as above.
+    let t1 = unsafe { std::arch::x86_64::_rdtsc() };
+    let micros = start.elapsed().as_micros().max(1) as u64;
+    t1.wrapping_sub(t0) * 1000 / micros
+}
+
+/// L1's kernel command line. A TCG guest without ACPI has no HPET or PM
+/// timer, so L1 cannot calibrate its TSC, falls back to jiffies (its clock
+/// then drifts by a factor of several under load) and KVM has no TSC rate
+/// for L2; hence the measured host rate is given explicitly.
+pub fn l1_cmdline(tsc_khz: u64) -> String {
+    format!("console=ttyS0 quiet panic=-1 rdinit=/init tsc_early_khz={tsc_khz} tsc=reliable")
+}
+
 /// What one L1 boot printed and measured.
 #[derive(Clone, Debug)]
 pub struct HarnessRun {
@@ -288,6 +309,13 @@ impl HarnessRun {
             .iter()
             .filter_map(|l| l.find(&prefix).map(|i| &l[i + prefix.len()..]))
             .collect()
+    }
+
+    /// The L2 kernel's uptime (seconds) when its `/init` printed the marker.
+    pub fn guest_uptime(&self, name: &str) -> Option<f64> {
+        self.output(name)
+            .iter()
+            .find_map(|l| xvmm_init::marker_uptime(l))
     }
 
     /// The last `n` console lines, for failure messages.
@@ -331,7 +359,8 @@ pub fn run_l1(
         .arg(&a.l1_kernel.bzimage)
         .arg("-initrd")
         .arg(&initrd)
-        .args(["-append", "console=ttyS0 quiet panic=-1 rdinit=/init"])
+        .arg("-append")
+        .arg(l1_cmdline(host_tsc_khz()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -446,6 +475,13 @@ mod tests {
             .windows(2)
             .any(|w| w[0] == "-kernel" && w[1] == l1::L2_VMLINUX));
         assert!(q.contains(&"-enable-kvm".to_string()) && q.contains(&"-nodefaults".to_string()));
+    }
+
+    #[test]
+    fn host_tsc_rate_is_plausible() {
+        let khz = host_tsc_khz();
+        assert!((500_000..10_000_000).contains(&khz), "{khz} kHz");
+        assert!(l1_cmdline(khz).contains(&format!("tsc_early_khz={khz} ")));
     }
 
     #[test]

@@ -148,6 +148,7 @@ impl Vm {
             };
             fd.create_pit2(pit)
                 .map_err(|e| Error::Kvm(format!("KVM_CREATE_PIT2 failed: {e}")))?;
+            disable_pit_reinjection(&fd)?;
         }
 
         Ok(Vm {
@@ -170,6 +171,33 @@ impl Vm {
     pub fn read_results(&self, len: u64) -> Result<xvmm_results::Report> {
         parse_results(&self.read_results_bytes(len)?)
     }
+}
+
+mod ioctls {
+    const KVMIO: u32 = 0xae;
+    vmm_sys_util::ioctl_io_nr!(KVM_REINJECT_CONTROL, KVMIO, 0x71);
+}
+
+/// Turns off KVM's catch-up of missed PIT ticks. With it on, a guest that falls
+/// behind (a starved VMM thread, a nested setup) gets every missed tick
+/// delivered back to back and can spend all its time in the timer interrupt; Linux
+/// keeps time from kvmclock/TSC and needs no replayed ticks.
+fn disable_pit_reinjection(fd: &VmFd) -> Result<()> {
+    let control = kvm_bindings::kvm_reinject_control {
+        pit_reinject: 0,
+        reserved: [0; 31],
+    };
+    // SAFETY: KVM reads a kvm_reinject_control from the pointer, which lives for the call.
+    let ret = unsafe {
+        vmm_sys_util::ioctl::ioctl_with_ref(fd, ioctls::KVM_REINJECT_CONTROL(), &control)
+    };
+    if ret < 0 {
+        return Err(Error::Kvm(format!(
+            "KVM_REINJECT_CONTROL failed: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
 }
 
 /// Reads `len` bytes from the results slot of `memory`, refusing lengths beyond it.

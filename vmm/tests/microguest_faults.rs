@@ -87,3 +87,36 @@ fn bad_phase_parameters_are_refused_before_any_vm_exists() {
     .unwrap_err();
     assert!(err.to_string().contains("do not fit"), "{err}");
 }
+
+#[test]
+fn page_faults_keep_alternating_across_an_odd_warm_up() {
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("skipping: /dev/kvm does not exist");
+        return;
+    }
+    let rc = RunControl::new(Duration::from_secs(30)).unwrap();
+    for warmup in [0, 3, 4] {
+        let p = Phase {
+            kind: Kind::PageFault,
+            warmup,
+            samples: 20,
+            param: 0,
+        };
+        let mut cfg = MachineConfig::default();
+        let (mut end, _) = run_phase(&rc, &cfg, &p).unwrap();
+        if let PhaseEnd::Refused { .. } = end {
+            // PVM cannot run LFENCE/RDTSCP at CPL0: use plain RDTSC there.
+            cfg.plain_kernel_stamps = true;
+            end = run_phase(&rc, &cfg, &p).unwrap().0;
+        }
+        let PhaseEnd::Done { stamps, .. } = end else {
+            panic!("{end:?}");
+        };
+        for (i, s) in stamps.chunks(4).enumerate() {
+            assert!(
+                s[0] < s[1] && s[1] < s[2] && s[2] < s[3],
+                "warm-up {warmup}, sample {i} did not fault: {s:x?}"
+            );
+        }
+    }
+}

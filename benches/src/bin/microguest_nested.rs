@@ -5,7 +5,8 @@
 //! the wall time; never fails on numbers (TCG timings are emulated: they show
 //! that the crossings work and are consistent, not what hardware costs).
 //!
-//! `XVMM_NESTED_SAMPLES` (default 2000) sets the samples per row.
+//! `XVMM_NESTED_SAMPLES` (default 2000) sets the samples per row and
+//! `XVMM_NESTED_TIMEOUT` (default 500) xvmm's --timeout in seconds.
 
 use std::time::Duration;
 use xvmm::harness::{self, l1, Step};
@@ -27,6 +28,10 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
     let warmup = (samples / 10).max(1);
+    let timeout: u64 = std::env::var("XVMM_NESTED_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
     let base: Vec<String> = [
         l1::XVMM,
         "--samples",
@@ -34,7 +39,7 @@ fn main() {
         "--warmup",
         &warmup.to_string(),
         "--timeout",
-        "500",
+        &timeout.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -54,7 +59,8 @@ fn main() {
         step("microguest-json", &json_argv),
     ];
     let run = harness::l1_initramfs(&artifacts, &steps, false).and_then(|initrd| {
-        harness::run_l1(&artifacts, &initrd, "microguest", Duration::from_secs(1500))
+        let limit = Duration::from_secs(2 * timeout + 300);
+        harness::run_l1(&artifacts, &initrd, "microguest", limit)
     });
     let run = match run {
         Ok(r) => r,

@@ -11,7 +11,16 @@ fn main() {
             sys::console_line(&format!("XVMM-INIT: warning: {e}"));
         }
     }
-    sys::console_line(xvmm_init::MARKER);
+    // The marker carries the guest's uptime, so that benchmarks can split
+    // time-to-marker into the kernel's own boot and what came before it
+    // (one line: the run may be stopped as soon as the marker shows up).
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
+    let uptime = uptime.split_whitespace().next().unwrap_or("?");
+    sys::console_line(&format!(
+        "{} {}{uptime}",
+        xvmm_init::MARKER,
+        xvmm_init::UPTIME_KEY
+    ));
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let action = match Action::from_cmdline(&cmdline) {
         Ok(a) => a,

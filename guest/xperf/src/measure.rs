@@ -323,6 +323,7 @@ pub fn run(config: &Config) -> Result<Report> {
     // CPUID happens in the probe, before any measured region.
     let machine = Machine::probe();
     let mut host_facts = host::host_facts(&machine);
+    let machine_thp = machine.thp.clone();
     let environment = host::environment(&machine, config.vmm_channel);
     notes.extend(host::notes(&machine));
     if environment == Environment::BareMetal && !machine.hypervisor_signature.is_empty() {
@@ -373,7 +374,7 @@ pub fn run(config: &Config) -> Result<Report> {
     // touched before; then both dropped and touched again.
     let (warm_region, _) = Region::map(warmup)?;
     let (region, no_thp) = Region::map(samples)?;
-    if !no_thp {
+    if !no_thp && !machine_thp.is_empty() {
         notes.push("madvise(MADV_NOHUGEPAGE) was refused: huge pages may serve some faults".into());
     }
     // SAFETY (all closures below): page(i) is inside a live writable mapping.

@@ -91,6 +91,9 @@ pub fn render(report: &Report) -> String {
         let _ = writeln!(out, "  {}", line.join("  "));
     }
     for c in &report.crossings {
+        if let Status::Unsupported { reason } = &c.status {
+            let _ = writeln!(out, "  {}: not measured: {reason}", c.name);
+        }
         let rejected = c.samples_unfilled + c.samples_out_of_order + c.samples_other_rejected;
         if rejected > 0 {
             let _ = writeln!(
@@ -146,7 +149,16 @@ mod tests {
             73,
             false,
         ));
+        report.crossings.push(Crossing::unsupported(
+            "pf-refault",
+            2,
+            "madvise: ENOSYS".into(),
+        ));
         let text = render(&report);
+        assert!(
+            text.contains("pf-refault: not measured: madvise: ENOSYS"),
+            "{text}"
+        );
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[1].contains("median 73"));
         let getppid = lines

@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "xperf.h"	/* include/uapi/linux/xperf.h of the patched tree */
@@ -148,6 +149,41 @@ static void run_sc(const char *tag, int expect)
 	report("k2u (k2u_u - sc_k2u_k)", k2u, n);
 }
 
+static volatile uint64_t h_seq, h_u2k, h_k2u;
+static volatile uint32_t h_path;
+
+/* Runs right after kill() returned into it: snapshot that syscall's stamps. */
+static void on_usr1(int sig)
+{
+	(void)sig;
+	h_seq = xp->sc_seq;
+	h_u2k = xp->sc_u2k_k;
+	h_k2u = xp->sc_k2u_k;
+	h_path = xp->sc_ret_path;
+}
+
+/*
+ * kill() of ourselves returns into the signal handler: the frame changed, so
+ * that syscall must leave by IRET.  (rt_sigreturn then restores a frame that
+ * satisfies the SYSRET conditions again.)
+ */
+static void run_iret(void)
+{
+	pid_t me = getpid();
+	uint64_t seq;
+
+	signal(SIGUSR1, on_usr1);
+	seq = xp->sc_seq;
+	xp->sc_u2k_k = SENT;
+	xp->sc_k2u_k = SENT;
+	xp->sc_ret_path = 7;
+	kill(me, SIGUSR1);
+	printf("kill() into a handler: sc_seq +%llu ret_path=%u (IRET=%u) ordered=%d -> %s\n",
+	       (unsigned long long)(h_seq - seq), h_path, XPERF_RET_IRET,
+	       h_u2k < h_k2u, h_seq - seq == 1 && h_path == XPERF_RET_IRET &&
+	       h_u2k != SENT && h_k2u != SENT && h_u2k < h_k2u ? "PASS" : "FAIL");
+}
+
 static int sysctl_write(const char *v)
 {
 	int fd = open("/proc/sys/kernel/xperf_stamps", O_WRONLY);
@@ -158,6 +194,22 @@ static int sysctl_write(const char *v)
 	r = write(fd, v, strlen(v)) < 0 ? -errno : 0;
 	close(fd);
 	return r;
+}
+
+/* Whether /proc/cpuinfo lists @flag (e.g. smap): the hooks must not care. */
+static int cpu_flag(const char *flag)
+{
+	static char buf[16384];
+	char word[64];
+	int fd = open("/proc/cpuinfo", O_RDONLY), n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	snprintf(word, sizeof(word), " %s ", flag);
+	return strstr(buf, word) != NULL;
 }
 
 static void show(const char *path)
@@ -172,11 +224,49 @@ static void show(const char *path)
 	printf("%s: %s", path, buf);
 }
 
-int main(void)
+/*
+ * A registered child that exits, and one that execs: the pin must be dropped
+ * on both paths (the kernel would leak or crash here otherwise) and the
+ * parent's own registration must keep working.
+ */
+static void run_child_release(void)
+{
+	for (int exec = 0; exec < 2; exec++) {
+		pid_t pid = fork();
+		int status = -1;
+
+		if (!pid) {
+			char *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+			volatile struct xperf_page *cp = (void *)pg;
+			uint64_t seq;
+
+			if (prctl(PR_XPERF, PR_XPERF_REGISTER, (unsigned long)pg, 0, 0))
+				_exit(2);
+			seq = cp->sc_seq;
+			getppid();
+			if (cp->sc_seq != seq + 1)
+				_exit(3);
+			if (exec)
+				execl("/init", "/init", "exec-child", (char *)NULL);
+			_exit(0);
+		}
+		waitpid(pid, &status, 0);
+		printf("registered child %s: status %d -> %s\n", exec ? "execs" : "exits",
+		       WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+		       WIFEXITED(status) && !WEXITSTATUS(status) ? "PASS" : "FAIL");
+	}
+}
+
+int main(int argc, char **argv)
 {
 	void *page;
 	int reg_errno;
 	long r;
+
+	if (argc > 1 && !strcmp(argv[1], "exec-child"))
+		return prctl(PR_XPERF, PR_XPERF_QUERY, 0, 0, 0) == XPERF_ABI_VERSION ? 0 : 4;
 
 	memset(u2k, 0, sizeof(u2k));
 	memset(k2u, 0, sizeof(k2u));
@@ -184,6 +274,8 @@ int main(void)
 	printf("\n=== xperf test ===\n");
 	show("/proc/cmdline");
 	show("/proc/sys/kernel/xperf_stamps");
+	printf("cpu flags: smap=%d smep=%d pti=%d\n", cpu_flag("smap"), cpu_flag("smep"),
+	       cpu_flag("pti"));
 
 	r = prctl(PR_XPERF, PR_XPERF_QUERY, 0, 0, 0);
 	printf("QUERY -> %ld (%s)\n", r, r < 0 ? strerror(errno) : "ok");
@@ -221,6 +313,9 @@ int main(void)
 
 	run_pf("registered", 1);
 	run_sc("registered", 1);
+	run_iret();
+	run_child_release();
+	run_sc("after children", 1);
 
 	/* A forked child is not registered: its faults and syscalls leave the page alone. */
 	{

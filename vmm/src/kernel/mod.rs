@@ -372,3 +372,82 @@ pub fn build_command(args: &KernelBuildArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("xvmm-kernel-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(d.join("linux-6.12")).unwrap();
+        fs::create_dir_all(d.join("config")).unwrap();
+        d
+    }
+
+    #[test]
+    fn patch_series_is_sorted_and_skips_the_cover_letter() {
+        let d = scratch("series");
+        for name in [
+            "0002-b.patch",
+            "0000-cover-letter.patch",
+            "0001-a.patch",
+            "README.md",
+        ] {
+            fs::write(d.join("linux-6.12").join(name), name).unwrap();
+        }
+        let names: Vec<String> = patch_series(&d)
+            .unwrap()
+            .iter()
+            .map(|(p, _)| file_name(p))
+            .collect();
+        assert_eq!(names, ["0001-a.patch", "0002-b.patch"]);
+        fs::remove_file(d.join("linux-6.12/0001-a.patch")).unwrap();
+        fs::remove_file(d.join("linux-6.12/0002-b.patch")).unwrap();
+        let err = patch_series(&d).unwrap_err().to_string();
+        fs::remove_dir_all(&d).unwrap();
+        assert!(err.contains("no *.patch files"), "{err}");
+    }
+
+    #[test]
+    fn fragments_follow_flavour_and_patching() {
+        let d = scratch("frags");
+        for name in ["guest.config", "host.config", "xperf.config"] {
+            fs::write(d.join("config").join(name), name).unwrap();
+        }
+        let names = |flavour, patched| -> Vec<String> {
+            let mut req = BuildRequest::new(flavour);
+            req.patched = patched;
+            fragments(&d, &req)
+                .unwrap()
+                .iter()
+                .map(|(p, _)| file_name(p))
+                .collect()
+        };
+        assert_eq!(names(KernelFlavour::Guest, false), ["guest.config"]);
+        assert_eq!(
+            names(KernelFlavour::Host, true),
+            ["guest.config", "host.config", "xperf.config"]
+        );
+        fs::remove_file(d.join("config/xperf.config")).unwrap();
+        assert_eq!(names(KernelFlavour::Guest, true), ["guest.config"]);
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn check_config_names_dropped_options() {
+        let d = scratch("check");
+        let config = d.join(".config");
+        fs::write(&config, "CONFIG_A=y\n# CONFIG_B is not set\n").unwrap();
+        let frags = vec![(d.join("guest.config"), b"CONFIG_A=y\nCONFIG_B=y\n".to_vec())];
+        let err = check_config(&config, &frags).unwrap_err().to_string();
+        fs::write(&config, "CONFIG_A=y\nCONFIG_B=y\n").unwrap();
+        let ok = check_config(&config, &frags);
+        fs::remove_dir_all(&d).unwrap();
+        assert!(
+            err.ends_with("CONFIG_B=y (guest.config; final: not set)"),
+            "{err}"
+        );
+        assert!(ok.is_ok());
+    }
+}

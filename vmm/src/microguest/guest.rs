@@ -440,6 +440,7 @@ xvmm_mg_user_start:
     movsxd rax, dword ptr [rcx + rax * 4]
     add rax, rcx
     mov rbp, rax
+    mov r13, {pf_page_a}
     XVMM_MG_RUN_PHASE
 .globl xvmm_mg_user_done
 xvmm_mg_user_done:
@@ -476,9 +477,11 @@ xvmm_mg_u_null:
     XVMM_MG_UCLOSE 8
     XVMM_MG_NEXT
 
+// r13 (the next page to fault on) is set once by the dispatcher and carried
+// from warm-up into the recorded samples: restarting at page A after an odd
+// warm-up would write to a page that is already present.
 .p2align 4
 xvmm_mg_u_pf:
-    mov r13, {pf_page_a}
     XVMM_MG_UOPEN
     mov byte ptr [r13], 1
     XVMM_MG_UCLOSE 24
