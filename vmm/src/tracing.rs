@@ -102,7 +102,7 @@ impl ExitAggregator {
                 exit_to_entry: Stats::from_samples(ticks),
             })
             .collect();
-        exits.sort_by(|a, b| b.exit_to_entry.count.cmp(&a.exit_to_entry.count));
+        exits.sort_by_key(|e| std::cmp::Reverse(e.exit_to_entry.count));
         exits
     }
 }

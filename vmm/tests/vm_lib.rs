@@ -215,3 +215,39 @@ fn tsc_offset_control_is_applied_or_clearly_unsupported() {
         "guest TSC {guest_tsc}, host {host}"
     );
 }
+
+#[test]
+fn memory_above_3_gib_moves_above_the_hole() {
+    use vm_memory::GuestMemoryBackend;
+    let vm = Vm::new(&VmConfig {
+        mem_bytes: (3 << 30) + (512 << 20),
+        irqchip: false,
+    })
+    .unwrap();
+    assert_eq!(
+        vm.ram,
+        vec![
+            layout::RamRange {
+                start: 0,
+                size: 3 << 30
+            },
+            layout::RamRange {
+                start: 1 << 32,
+                size: 512 << 20
+            },
+        ]
+    );
+    // Low RAM, the results slot and high RAM are three KVM memory slots.
+    assert_eq!(vm.memory.num_regions(), 3);
+    vm.memory.write_obj(0xabu8, GuestAddress(1 << 32)).unwrap();
+    assert_eq!(
+        vm.memory.read_obj::<u8>(GuestAddress(1 << 32)).unwrap(),
+        0xab
+    );
+    // Nothing backs the hole outside the results slot.
+    assert!(vm.memory.read_obj::<u8>(GuestAddress(0xc000_0000)).is_err());
+    assert!(vm
+        .memory
+        .read_obj::<u8>(GuestAddress(layout::RESULTS_GPA))
+        .is_ok());
+}

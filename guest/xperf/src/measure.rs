@@ -308,6 +308,35 @@ fn detect(notes: &mut Vec<String>) -> Mode {
     }
 }
 
+/// MemAvailable of /proc/meminfo, in bytes.
+pub fn mem_available(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Refuses a run whose fault regions (every page stays resident until it is
+/// dropped) would not fit in the memory available: in a small guest the OOM
+/// killer would otherwise end xperf, or as PID 1 panic the kernel.
+fn check_memory(pages: u64) -> Result<()> {
+    let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
+        return Ok(());
+    };
+    let Some(available) = mem_available(&meminfo) else {
+        return Ok(());
+    };
+    let needed = pages.saturating_mul(abi::PAGE_SIZE as u64);
+    // Keep half of what is available for everything else.
+    if needed > available / 2 {
+        return Err(Error::Usage(format!(
+            "{pages} fault pages need {} MiB, more than half of the {} MiB available: use fewer --samples/--warmup",
+            needed >> 20,
+            available >> 20
+        )));
+    }
+    Ok(())
+}
+
 fn usize_of(n: u64) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::Usage(format!("{n} does not fit in usize")))
 }
@@ -319,6 +348,7 @@ pub fn run(config: &Config) -> Result<Report> {
     let null_samples = usize_of(config.null_samples)?;
     let mut notes = Vec::new();
 
+    check_memory(config.samples.saturating_add(config.warmup))?;
     let cpu = pin(config.cpu)?;
     // CPUID happens in the probe, before any measured region.
     let machine = Machine::probe();
@@ -328,7 +358,7 @@ pub fn run(config: &Config) -> Result<Report> {
     notes.extend(host::notes(&machine));
     if environment == Environment::BareMetal && !machine.hypervisor_signature.is_empty() {
         notes.push(format!(
-            "running under hypervisor {:?} without xvmm's results channel: reported as bare metal",
+            "running under hypervisor {:?}, not a KVM guest with xvmm's results channel: reported as bare metal",
             machine.hypervisor_signature
         ));
     }
@@ -459,6 +489,14 @@ mod tests {
             k2u_k: c,
             k2u_u: d,
         }
+    }
+
+    #[test]
+    fn mem_available_parses_kib() {
+        let text = "MemTotal:        2000000 kB\nMemFree:  100 kB\nMemAvailable:    1500000 kB\n";
+        assert_eq!(mem_available(text), Some(1_536_000_000));
+        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
+        assert_eq!(mem_available("MemAvailable: lots kB\n"), None);
     }
 
     #[test]
