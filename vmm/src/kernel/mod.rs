@@ -97,7 +97,7 @@ pub fn patches_dir() -> Result<PathBuf> {
     }
     let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("../patches");
     if built_in.join("config").is_dir() {
-        return Ok(built_in);
+        return Ok(fs::canonicalize(&built_in).unwrap_or(built_in));
     }
     let mut dir = std::env::current_dir().ok();
     while let Some(d) = dir {
