@@ -13,10 +13,11 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
-step "kernels (guest, host)"
+step "kernels (guest, host; plain and patched)"
 cargo build --release -p xvmm
 for flavour in guest host; do
     ./target/release/xvmm kernel build --flavour "$flavour"
+    ./target/release/xvmm kernel build --flavour "$flavour" --patched
 done
 step "cargo test (unit, /dev/kvm, nested harness)"
 cargo test --workspace

@@ -7,6 +7,7 @@
 //! - [`vm`], [`vcpu`]: KVM objects and the run loop.
 //! - [`devices`]: UART, i8042 reset, exit and results ports.
 //! - [`linux`]: booting a Linux guest and collecting its results.
+//! - [`guest_image`]: the built-in initramfs (static xperf as /init) and its command line.
 //! - [`microguest`]: the built-in bare-metal guest and its measurements.
 //! - [`kernel`]: building guest/host kernels, cached by their inputs.
 //! - [`initramfs`]: writing newc cpio archives.
@@ -19,6 +20,7 @@ pub mod boot;
 pub mod cli;
 pub mod devices;
 pub mod error;
+pub mod guest_image;
 pub mod harness;
 pub mod initramfs;
 pub mod kernel;

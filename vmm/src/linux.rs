@@ -1,5 +1,12 @@
 //! Booting a Linux guest: `xvmm --kernel PATH [--initrd PATH] [--cmdline STR]
-//! [--mem MiB] [--timeout SECS] [--pin CPU] [--json FILE] [--quiet]`.
+//! [--mem MiB] [--timeout SECS] [--pin CPU] [--json FILE] [--quiet]
+//! [--samples N] [--warmup N] [--raw] [--trace] [--baseline FILE]`.
+//!
+//! Without `--initrd` the guest runs the built-in initramfs: the static xperf
+//! as `/init` ([`crate::guest_image`]); `--samples`, `--warmup` and `--raw`
+//! become its arguments (after ` -- ` on the kernel command line) and the
+//! default command line gains `xperf_stamps=1`. With `--initrd` those three
+//! options are usage errors: the user's command line carries init's arguments.
 //!
 //! Order: every input is checked before KVM is touched (kernel format and size,
 //! initrd fit, command line length, memory size), then the VM is built (in-kernel
@@ -11,23 +18,48 @@
 //! - triple fault, KVM internal error, failed entry: a one-line error with RIP;
 //! - `--timeout` passes: exit 124; Ctrl-C/SIGTERM: exit 130.
 //!
-//! Results the guest sent through the doorbell are printed (or written to `--json`).
+//! Results the guest sent through the doorbell are printed (or written to
+//! `--json`), with the host's KVM module and machine added as a note. A
+//! built-in xperf that ends cleanly without results is an error. `--trace`
+//! times the vCPU thread's exits on the host (`report.host_exits` and a table);
+//! `--baseline BARE.json` prints the VM vs bare-metal comparison after the
+//! results and, with `--json FILE`, writes it to `FILE.compare.json`. With
+//! `--json -` stdout holds only the JSON report; the extra tables go to stderr.
 
 use crate::arch::x86_64::{msr, regs};
 use crate::boot::{self, image};
 use crate::cli::{OnOff, RunArgs};
 use crate::devices::serial::{ConsoleOut, ConsoleWatch, Uart};
 use crate::devices::PortBus;
+use crate::tracing::{ExitTracer, TraceSummary};
 use crate::vcpu::{self, GuestEnd, RunControl, Vcpu, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
-use crate::{layout, Error, Result};
+use crate::{guest_image, layout, Error, Result};
+use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+use xvmm_results::{HostExit, Report};
 
 /// Guest memory when `--mem` is not given.
 pub const DEFAULT_MEM_MIB: u64 = 512;
+
+/// The guest's userspace: the user's `--initrd`, or the built-in initramfs
+/// with the static xperf as `/init`.
+enum GuestInit {
+    User(std::fs::File),
+    BuiltIn(std::io::Cursor<Vec<u8>>),
+}
+
+impl GuestInit {
+    fn size(&self) -> u64 {
+        match self {
+            GuestInit::User(f) => f.metadata().map_or(0, |m| m.len()),
+            GuestInit::BuiltIn(c) => c.get_ref().len() as u64,
+        }
+    }
+}
 
 /// Boots the Linux kernel named by `args.kernel`.
 pub fn run(args: &RunArgs) -> Result<()> {
@@ -35,7 +67,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         .kernel
         .as_deref()
         .ok_or_else(|| Error::Usage("--kernel is required to boot Linux".into()))?;
-    reject_microguest_options(args)?;
+    check_options(args)?;
     let mem_mib = args.mem.unwrap_or(DEFAULT_MEM_MIB);
     let mem_bytes = mem_mib
         .checked_mul(1 << 20)
@@ -46,16 +78,28 @@ pub fn run(args: &RunArgs) -> Result<()> {
         Error::Kernel(m) => Error::Kernel(format!("{}: {m}", kernel_path.display())),
         other => other,
     })?;
-    let mut initrd = match &args.initrd {
-        Some(p) => Some(open_input(p, Error::Initrd)?),
-        None => None,
+    let baseline = args.baseline.as_deref().map(read_baseline).transpose()?;
+    let (mut init, cmdline) = match &args.initrd {
+        Some(p) => (
+            GuestInit::User(open_input(p, Error::Initrd)?),
+            args.cmdline
+                .clone()
+                .unwrap_or_else(boot::cmdline::default_cmdline),
+        ),
+        None => {
+            let xperf = guest_image::locate_xperf()?;
+            let cpio = guest_image::xperf_initramfs(&xperf.bytes)?;
+            let xperf_args = guest_image::xperf_args(args.samples, args.warmup, args.raw);
+            let cmdline = guest_image::xperf_cmdline(
+                args.cmdline.as_deref(),
+                &boot::cmdline::default_cmdline(),
+                &xperf_args,
+            );
+            (GuestInit::BuiltIn(std::io::Cursor::new(cpio)), cmdline)
+        }
     };
-    let initrd_size = initrd.as_ref().map(|f| f.metadata().map_or(0, |m| m.len()));
-    let cmdline = args
-        .cmdline
-        .clone()
-        .unwrap_or_else(boot::cmdline::default_cmdline);
-    let plan = boot::plan(image, mem_bytes, initrd_size, &cmdline)?;
+    let built_in = matches!(init, GuestInit::BuiltIn(_));
+    let plan = boot::plan(image, mem_bytes, Some(init.size()), &cmdline)?;
     crate::vm::check_memory_size(mem_bytes, crate::vm::host_available_bytes())?;
 
     let vm = Vm::new(&VmConfig {
@@ -72,9 +116,12 @@ pub fn run(args: &RunArgs) -> Result<()> {
             async_pf: args.async_pf == OnOff::On,
         },
     )?;
-    let entry = boot::load(&vm.memory, &vm.ram, &plan, &mut kernel, initrd.as_mut())?;
+    let entry = match &mut init {
+        GuestInit::User(f) => boot::load(&vm.memory, &vm.ram, &plan, &mut kernel, Some(f))?,
+        GuestInit::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &plan, &mut kernel, Some(c))?,
+    };
     drop(kernel);
-    drop(initrd);
+    drop(init);
     regs::setup_boot_cpu(&vcpu.fd, &vm.memory, &entry)?;
     msr::setup_boot_msrs(&vcpu.fd)?;
     regs::setup_lint(&vcpu.fd)?;
@@ -99,42 +146,197 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(cpu) = args.pin {
         vcpu::pin_current_thread(cpu)?;
     }
+    // The vCPU runs on this thread: trace exactly its exits.
+    let tracer = if args.trace {
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        Some(ExitTracer::start(&[tid])?)
+    } else {
+        None
+    };
     let control = RunControl::new(Duration::from_secs(args.timeout))?;
     let mut running = control.attach(&mut vcpu);
     let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory);
     drop(running);
     bus.flush();
+    let trace = tracer.map(ExitTracer::finish).transpose();
     let outcome = outcome?;
+    let trace = trace?;
 
-    if let Some(report) = &outcome.results {
-        emit_results(report, args.json.as_deref())?;
-    }
-    match outcome.end {
+    let guest_ok = match outcome.end {
         GuestEnd::Exit(0) => Ok(()),
         GuestEnd::Exit(status) => Err(Error::GuestExit(status)),
         GuestEnd::Reset | GuestEnd::PowerOff => match panic_line.get() {
             Some(line) => Err(Error::Guest(format!("kernel panic: {line}"))),
             None => Ok(()),
         },
+    };
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    match outcome.results {
+        Some(mut report) => {
+            add_host_view(&mut report, trace.as_ref());
+            emit_results(&report, args.json.as_deref())?;
+            let extra = extra_tables(
+                &report,
+                trace.is_some(),
+                baseline.as_ref(),
+                args.json.as_deref(),
+            )?;
+            if json_to_stdout {
+                eprint!("{extra}");
+            } else {
+                print!("{extra}");
+            }
+        }
+        None => {
+            if let Some(t) = &trace {
+                eprint!("{}", host_exit_table(&t.exits));
+            }
+            if guest_ok.is_ok() {
+                if built_in {
+                    return Err(Error::Guest("guest ended without sending results".into()));
+                }
+                // Only worth a word when results were asked for: a user's own
+                // initramfs need not run xperf at all.
+                if let Some(path) = &args.json {
+                    eprintln!(
+                        "xvmm: warning: the guest sent no results; nothing written to {}",
+                        path.display()
+                    );
+                }
+            }
+        }
     }
+    guest_ok
 }
 
-/// Options that only make sense for the built-in microguest (or are not wired
-/// to Linux guests yet) are refused rather than silently ignored.
-fn reject_microguest_options(args: &RunArgs) -> Result<()> {
-    let unsupported = [
+/// `--samples`, `--warmup` and `--raw` become xperf arguments, so they need
+/// the built-in xperf; with a user `--initrd` the user's command line (after
+/// ` -- `) is where such options go.
+fn check_options(args: &RunArgs) -> Result<()> {
+    if args.initrd.is_none() {
+        return Ok(());
+    }
+    let xperf_only = [
         (args.samples.is_some(), "--samples"),
         (args.warmup.is_some(), "--warmup"),
         (args.raw, "--raw"),
-        (args.trace, "--trace"),
-        (args.baseline.is_some(), "--baseline"),
     ];
-    match unsupported.iter().find(|(given, _)| *given) {
+    match xperf_only.iter().find(|(given, _)| *given) {
         Some((_, name)) => Err(Error::Usage(format!(
-            "{name} is not supported with --kernel (pass measurement options to xperf on the guest command line)"
+            "{name} is passed to the built-in xperf and cannot be used with --initrd (put init arguments after ' -- ' in --cmdline)"
         ))),
         None => Ok(()),
     }
+}
+
+/// Reads the bare-metal report given with `--baseline`.
+fn read_baseline(path: &Path) -> Result<Report> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io("cannot read", path, e))?;
+    Report::from_json(&text)
+        .map_err(|e| Error::Usage(format!("--baseline {}: {e}", path.display())))
+}
+
+/// Adds what only the host knows: its KVM module (the guest sees none) and a
+/// note with the host's own characterisation, plus the traced exits. The
+/// report keeps the guest's view in `host` and `machine`; nothing is replaced.
+fn add_host_view(report: &mut Report, trace: Option<&TraceSummary>) {
+    let host = xvmm_results::Machine::probe();
+    if report.host.kvm_module.is_empty() {
+        report.host.kvm_module = host.kvm_module.clone();
+    }
+    report.notes.push(host_note(&host));
+    if let Some(t) = trace {
+        report.host_exits = t.exits.clone();
+        report.notes.push(format!(
+            "host exits traced with kvm:kvm_exit/kvm_entry on the vCPU thread: {} unpaired events, {} lost to buffer overruns",
+            t.unpaired, t.lost
+        ));
+    }
+}
+
+/// One line describing the VMM's host (the guest's own view is in `machine`).
+fn host_note(m: &xvmm_results::Machine) -> String {
+    format!(
+        "VMM host: {} ({}), {} logical CPUs, TSC {} kHz ({}), kernel {}, KVM module {}, halt_poll_ns {}, clocksource {}",
+        or_unknown(&m.cpu_model),
+        or_unknown(&m.cpu_signature),
+        m.logical_cpus,
+        m.tsc_khz,
+        or_unknown(&m.tsc_khz_source),
+        or_unknown(&m.kernel_release),
+        or_unknown(&m.kvm_module),
+        m.kvm_params
+            .get("halt_poll_ns")
+            .map_or("unknown", String::as_str),
+        or_unknown(&m.clocksource),
+    )
+}
+
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() {
+        "unknown"
+    } else {
+        s
+    }
+}
+
+/// The host-exit table (when `traced`) and the `--baseline` comparison, printed after the
+/// results. With `--json FILE` the comparison is also written to
+/// `FILE.compare.json`, so that `FILE` stays an xvmm-results report.
+fn extra_tables(
+    report: &Report,
+    traced: bool,
+    baseline: Option<&Report>,
+    json: Option<&Path>,
+) -> Result<String> {
+    let mut out = String::new();
+    if traced {
+        out.push('\n');
+        out += &host_exit_table(&report.host_exits);
+    }
+    if let Some(bare) = baseline {
+        let comparison = crate::report::compare(report, bare);
+        out.push('\n');
+        out += &crate::report::comparison_table(&comparison);
+        if let Some(path) = json.filter(|p| *p != Path::new("-")) {
+            let file = comparison_path(path);
+            let text = serde_json::to_string_pretty(&comparison)
+                .map_err(|e| Error::Io(format!("cannot serialise the comparison: {e}")))?;
+            write_atomically(&file, text.as_bytes())?;
+            out += &format!("comparison written to {}\n", file.display());
+        }
+    }
+    Ok(out)
+}
+
+/// `FILE.compare.json` next to the `--json FILE`.
+fn comparison_path(json: &Path) -> std::path::PathBuf {
+    let mut name = json.as_os_str().to_owned();
+    name.push(".compare.json");
+    name.into()
+}
+
+/// Host-side exit-to-entry times per exit reason (TSC ticks).
+pub fn host_exit_table(exits: &[HostExit]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "host exits (kvm_exit -> kvm_entry, host TSC ticks)\n{:<24} {:>9} {:>9} {:>9}",
+        "reason", "count", "median", "p99"
+    );
+    for e in exits {
+        let s = &e.exit_to_entry;
+        let _ = writeln!(
+            out,
+            "{:<24} {:>9} {:>9} {:>9}",
+            e.reason, s.count, s.median, s.p99
+        );
+    }
+    if exits.is_empty() {
+        out += "(no exits traced)\n";
+    }
+    out
 }
 
 /// Opens an input file; missing, unreadable and empty files are errors of the
@@ -285,6 +487,126 @@ mod tests {
         let err = write_atomically(&dir.join("missing/x.json"), b"x").unwrap_err();
         assert!(err.to_string().starts_with("io: cannot write"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        use clap::Parser;
+        let mut argv = vec!["xvmm", "--kernel", "k"];
+        argv.extend_from_slice(extra);
+        crate::cli::Cli::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn xperf_options_need_the_built_in_initramfs() {
+        for ok in [
+            &["--samples", "5", "--warmup", "0", "--raw"][..],
+            &["--initrd", "i", "--trace", "--pin", "0"],
+        ] {
+            assert!(check_options(&run_args(ok)).is_ok(), "{ok:?}");
+        }
+        for (bad, name) in [
+            (&["--initrd", "i", "--samples", "5"][..], "--samples"),
+            (&["--initrd", "i", "--warmup", "5"], "--warmup"),
+            (&["--initrd", "i", "--raw"], "--raw"),
+        ] {
+            let err = check_options(&run_args(bad)).unwrap_err();
+            assert_eq!(err.exit_code(), 2);
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("usage: {name} is passed")),
+                "{err}"
+            );
+        }
+    }
+
+    fn measured_report(environment: xvmm_results::Environment, ticks: u64) -> Report {
+        let mut r = Report::new(
+            "xperf test".into(),
+            environment,
+            Default::default(),
+            xvmm_results::Method::standard(0, 3),
+        );
+        let samples: Vec<xvmm_results::Sample> = (0..3)
+            .map(|i| xvmm_results::Sample {
+                u2k_u: 100,
+                u2k_k: 100 + ticks + i,
+                k2u_k: 200 + 2 * ticks,
+                k2u_u: 200 + 3 * ticks,
+            })
+            .collect();
+        r.crossings.push(xvmm_results::Crossing::from_samples(
+            "getppid", 3, &samples, 0, false,
+        ));
+        r
+    }
+
+    #[test]
+    fn host_view_and_traced_exits_are_added_not_replaced() {
+        let mut report = measured_report(xvmm_results::Environment::LinuxVm, 100);
+        report.host.kvm_module = "guest says".into();
+        let trace = TraceSummary {
+            exits: vec![HostExit {
+                reason: "io".into(),
+                exit_to_entry: xvmm_results::Stats::from_samples(&[10, 20, 30]),
+            }],
+            unpaired: 2,
+            lost: 0,
+        };
+        add_host_view(&mut report, Some(&trace));
+        assert_eq!(report.host.kvm_module, "guest says");
+        assert!(
+            report.notes[0].starts_with("VMM host: "),
+            "{:?}",
+            report.notes
+        );
+        assert!(report.notes[1].contains("2 unpaired events, 0 lost"));
+        assert_eq!(report.host_exits, trace.exits);
+        let table = host_exit_table(&report.host_exits);
+        let row = table.lines().find(|l| l.starts_with("io ")).unwrap();
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            ["io", "3", "20", "30"]
+        );
+        assert!(host_exit_table(&[]).contains("(no exits traced)"));
+    }
+
+    #[test]
+    fn baseline_comparison_is_printed_and_written_beside_the_json() {
+        let dir = std::env::temp_dir().join(format!("xvmm-linux-cmp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let vm = measured_report(xvmm_results::Environment::LinuxVm, 200);
+        let bare = measured_report(xvmm_results::Environment::BareMetal, 100);
+        let json = dir.join("vm.json");
+        let text = extra_tables(&vm, false, Some(&bare), Some(&json)).unwrap();
+        assert!(text.contains("getppid"), "{text}");
+        let written = std::fs::read_to_string(dir.join("vm.json.compare.json")).unwrap();
+        let cmp: crate::report::Comparison = serde_json::from_str(&written).unwrap();
+        assert_eq!(cmp, crate::report::compare(&vm, &bare));
+        // u2k: 200 vs 100 ticks (plus 0..2 per sample): the VM takes twice as long.
+        let u2k = cmp.rows.iter().find(|r| r.interval == "u2k").unwrap();
+        assert_eq!((u2k.vm_median, u2k.bare_median), (Some(201), Some(101)));
+        // "--json -": nothing written, the table only.
+        assert!(extra_tables(&vm, false, Some(&bare), Some(Path::new("-"))).is_ok());
+        assert_eq!(extra_tables(&vm, false, None, None).unwrap(), "");
+        let traced = extra_tables(&vm, true, None, None).unwrap();
+        assert!(traced.contains("(no exits traced)"), "{traced}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_baseline_is_a_one_line_usage_error() {
+        let err = read_baseline(Path::new("/nonexistent.json")).unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("io: cannot read /nonexistent.json"));
+        let path = std::env::temp_dir().join(format!("xvmm-bad-baseline-{}", std::process::id()));
+        std::fs::write(&path, "{\"schema\": 1}").unwrap();
+        let err = read_baseline(&path).unwrap_err().to_string();
+        assert!(
+            err.starts_with("usage: --baseline ") && !err.contains('\n'),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

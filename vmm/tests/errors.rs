@@ -50,7 +50,10 @@ fn kvm_device_without_permission_for_an_unprivileged_user() {
     let dir = scratch("kvm-eacces");
     let kernel = good_kernel(&dir);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvmm"));
-    cmd.args(["--kernel", &kernel]).current_dir("/");
+    cmd.args(["--kernel", &kernel])
+        .arg("--initrd")
+        .arg(placeholder_initrd())
+        .current_dir("/");
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {

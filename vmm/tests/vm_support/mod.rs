@@ -177,10 +177,30 @@ pub fn xvmm(args: &[&str]) -> Output {
     xvmm_env(args, &[])
 }
 
-/// Runs the xvmm binary with `args` and extra environment variables.
+/// A non-empty file to pass as `--initrd` to the hand-built kernels, which
+/// ignore it: without `--initrd` xvmm would build the xperf initramfs and
+/// expect xperf's results.
+pub fn placeholder_initrd() -> PathBuf {
+    let path = std::env::temp_dir().join(format!("xvmm-placeholder-initrd-{}", std::process::id()));
+    if !path.is_file() {
+        // Tests run in parallel: write a private file, then rename it in place.
+        let tmp = path.with_extension(format!("{:?}", std::thread::current().id()));
+        std::fs::write(&tmp, b"placeholder initrd").expect("write placeholder initrd");
+        std::fs::rename(&tmp, &path).expect("rename placeholder initrd");
+    }
+    path
+}
+
+/// Runs the xvmm binary with `args` and extra environment variables. A
+/// `--kernel` run gets [`placeholder_initrd`] unless `args` name an initrd or
+/// `env` sets `XVMM_XPERF` (a test of the built-in xperf initramfs).
 pub fn xvmm_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvmm"));
     cmd.args(args).stdin(std::process::Stdio::null());
+    let boots_linux = args.contains(&"--kernel") && !args.contains(&"--initrd");
+    if boots_linux && !env.iter().any(|(k, _)| *k == "XVMM_XPERF") {
+        cmd.arg("--initrd").arg(placeholder_initrd());
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

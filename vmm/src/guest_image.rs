@@ -1,0 +1,339 @@
+//! The built-in Linux guest userspace: an initramfs made in memory whose
+//! `/init` is the static `xperf`, and the kernel command line that carries
+//! xperf's options.
+//!
+//! Finding xperf (first match wins):
+//! 1. `$XVMM_XPERF` when set: that file, which must be static (no fallback, so
+//!    an explicit choice is never silently replaced);
+//! 2. `xperf` next to the xvmm executable;
+//! 3. the static build's directory beside it:
+//!    `<target>/x86_64-unknown-linux-gnu/{<profile>,release}/xperf`.
+//!
+//! A candidate is used only if its ELF has no `PT_INTERP`: the initramfs has
+//! no dynamic loader or libraries. A workspace `cargo build --release` puts a
+//! dynamic xperf next to xvmm, so dynamic candidates are skipped and the static
+//! one under the target-triple directory is found.
+//!
+//! Command line: init's argv is whatever follows ` -- ` on the Linux command
+//! line. The default command line for the built-in xperf adds `xperf_stamps=1`
+//! (turns the patched kernel's hooks on; an unpatched kernel hands a `name=value`
+//! it does not know to init's environment, where it is harmless).
+
+use crate::initramfs::Archive;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// Environment variable naming the xperf binary to use.
+pub const XPERF_ENV: &str = "XVMM_XPERF";
+/// The only Rust target installed on the build machines; its static builds land here.
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-gnu";
+/// How to build the static xperf (quoted in errors).
+pub const BUILD_HINT: &str = "build it with: RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release --target x86_64-unknown-linux-gnu -p xperf (or set XVMM_XPERF)";
+/// Boot parameter of the patch series that turns the stamps on at boot.
+pub const STAMPS_PARAM: &str = "xperf_stamps=1";
+
+const PT_INTERP: u32 = 3;
+const EM_X86_64: u16 = 62;
+
+/// Whether `elf` is an x86-64 ELF executable without a program interpreter.
+/// `Err` when it is not an ELF64 x86-64 executable at all. Every header field
+/// is bounds-checked: the file is user input.
+pub fn elf_is_static(elf: &[u8]) -> std::result::Result<bool, String> {
+    let bytes_at = |off: usize, len: usize| elf.get(off..off.checked_add(len)?);
+    let u16_at = |off| Some(u16::from_le_bytes(bytes_at(off, 2)?.try_into().ok()?));
+    let u32_at = |off| Some(u32::from_le_bytes(bytes_at(off, 4)?.try_into().ok()?));
+    let u64_at = |off| Some(u64::from_le_bytes(bytes_at(off, 8)?.try_into().ok()?));
+    if elf.get(..4) != Some(b"\x7fELF".as_slice()) {
+        return Err("not an ELF file".into());
+    }
+    if elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
+        return Err("not a little-endian 64-bit ELF".into());
+    }
+    let truncated = || "truncated ELF header".to_string();
+    let kind = u16_at(0x10).ok_or_else(truncated)?;
+    if kind != 2 && kind != 3 {
+        return Err(format!("ELF type {kind} is not an executable"));
+    }
+    let machine = u16_at(0x12).ok_or_else(truncated)?;
+    if machine != EM_X86_64 {
+        return Err(format!("ELF machine {machine} is not x86-64"));
+    }
+    let phoff = u64_at(0x20).ok_or_else(truncated)?;
+    let phentsize = u16_at(0x36).ok_or_else(truncated)?;
+    let phnum = u16_at(0x3a).ok_or_else(truncated)?;
+    if phentsize < 4 {
+        return Err(format!("program header entries of {phentsize} bytes"));
+    }
+    for i in 0..u64::from(phnum) {
+        let p_type = i
+            .checked_mul(u64::from(phentsize))
+            .and_then(|rel| phoff.checked_add(rel))
+            .and_then(|off| usize::try_from(off).ok())
+            .and_then(u32_at)
+            .ok_or_else(|| "program headers lie outside the file".to_string())?;
+        if p_type == PT_INTERP {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Where to look for xperf, in order, given xvmm's own directory.
+pub fn candidates(exe_dir: Option<&Path>) -> Vec<PathBuf> {
+    let Some(dir) = exe_dir else {
+        return Vec::new();
+    };
+    let mut out = vec![dir.join("xperf")];
+    // exe in <target>/<profile>: try <target>/<triple>/<profile> and .../release.
+    if let (Some(profile), Some(target)) = (dir.file_name(), dir.parent()) {
+        let triple = target.join(STATIC_TARGET);
+        out.push(triple.join(profile).join("xperf"));
+        if profile != "release" {
+            out.push(triple.join("release").join("xperf"));
+        }
+    }
+    out
+}
+
+/// A static xperf found on disk.
+#[derive(Debug)]
+pub struct Xperf {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
+/// Reads `path` and checks that it is a static x86-64 executable.
+fn load_static(path: &Path) -> Result<Xperf> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io("cannot read xperf", path, e))?;
+    match elf_is_static(&bytes) {
+        Ok(true) => Ok(Xperf {
+            path: path.to_path_buf(),
+            bytes,
+        }),
+        Ok(false) => Err(Error::Initrd(format!(
+            "{} is dynamically linked (has PT_INTERP) and cannot be the guest's /init; {BUILD_HINT}",
+            path.display()
+        ))),
+        Err(why) => Err(Error::Initrd(format!("{}: {why}", path.display()))),
+    }
+}
+
+/// Finds the static xperf: `env` (the value of `$XVMM_XPERF`) if given, else
+/// the first static file among [`candidates`].
+pub fn find_xperf(env: Option<PathBuf>, exe_dir: Option<&Path>) -> Result<Xperf> {
+    if let Some(path) = env {
+        if !path.is_file() {
+            return Err(Error::Initrd(format!(
+                "{XPERF_ENV}={}: no such file",
+                path.display()
+            )));
+        }
+        return load_static(&path);
+    }
+    let found: Vec<PathBuf> = candidates(exe_dir)
+        .into_iter()
+        .filter(|p| p.is_file())
+        .collect();
+    let mut first_error = None;
+    for path in &found {
+        match load_static(path) {
+            Ok(x) => return Ok(x),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| {
+        let looked: Vec<String> = candidates(exe_dir)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        Error::Initrd(format!(
+            "no xperf for the built-in initramfs (looked in {}); {BUILD_HINT}",
+            if looked.is_empty() {
+                "no directory: xvmm's own path is unknown".to_string()
+            } else {
+                looked.join(", ")
+            }
+        ))
+    }))
+}
+
+/// [`find_xperf`] with the real environment and executable path.
+pub fn locate_xperf() -> Result<Xperf> {
+    let env = std::env::var_os(XPERF_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let exe = std::env::current_exe().ok();
+    find_xperf(env, exe.as_deref().and_then(Path::parent))
+}
+
+/// The initramfs holding `xperf` as `/init` (plus `/dev/console`, which the
+/// kernel opens for init before anything is mounted).
+pub fn xperf_initramfs(xperf: &[u8]) -> Result<Vec<u8>> {
+    let mut archive = Archive::new();
+    archive.console()?.file("/init", xperf.to_vec(), 0o755)?;
+    Ok(archive.to_bytes())
+}
+
+/// The xperf options xvmm's own flags stand for.
+pub fn xperf_args(samples: Option<u64>, warmup: Option<u64>, raw: bool) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(n) = samples {
+        args.extend(["--samples".to_string(), n.to_string()]);
+    }
+    if let Some(n) = warmup {
+        args.extend(["--warmup".to_string(), n.to_string()]);
+    }
+    if raw {
+        args.push("--raw".into());
+    }
+    args
+}
+
+/// Whether the command line already has the ` -- ` that starts init's argv.
+fn has_init_separator(cmdline: &str) -> bool {
+    cmdline.split_ascii_whitespace().any(|w| w == "--")
+}
+
+/// The Linux command line for the built-in xperf: `base` (the user's
+/// `--cmdline`, else the default plus [`STAMPS_PARAM`]) with `init_args`
+/// appended after ` -- ` (after the user's own init arguments if `base` has
+/// a ` -- ` already).
+pub fn xperf_cmdline(base: Option<&str>, default: &str, init_args: &[String]) -> String {
+    let mut line = match base {
+        Some(user) => user.trim_end().to_string(),
+        None => format!("{default} {STAMPS_PARAM}"),
+    };
+    if !init_args.is_empty() {
+        if !has_init_separator(&line) {
+            line.push_str(" --");
+        }
+        for a in init_args {
+            line.push(' ');
+            line.push_str(a);
+        }
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal ELF64 x86-64 header with `types` as its program headers.
+    fn elf(types: &[u32]) -> Vec<u8> {
+        let mut e = vec![0u8; 64 + 56 * types.len()];
+        e[..4].copy_from_slice(b"\x7fELF");
+        e[4] = 2;
+        e[5] = 1;
+        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
+        e[0x12..0x14].copy_from_slice(&EM_X86_64.to_le_bytes());
+        e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
+        e[0x3a..0x3c].copy_from_slice(&(types.len() as u16).to_le_bytes());
+        for (i, t) in types.iter().enumerate() {
+            let off = 64 + 56 * i;
+            e[off..off + 4].copy_from_slice(&t.to_le_bytes());
+        }
+        e
+    }
+
+    #[test]
+    fn static_check_looks_for_pt_interp() {
+        assert_eq!(elf_is_static(&elf(&[1, 1, 4])), Ok(true));
+        assert_eq!(elf_is_static(&elf(&[6, 3, 1])), Ok(false));
+        assert!(elf_is_static(b"#!/bin/sh\n").is_err());
+        let mut truncated = elf(&[1, 3]);
+        truncated.truncate(64 + 56);
+        assert!(elf_is_static(&truncated).unwrap_err().contains("outside"));
+        let mut huge_offset = elf(&[1]);
+        huge_offset[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(elf_is_static(&huge_offset).is_err());
+        let mut arm = elf(&[1]);
+        arm[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
+        assert!(elf_is_static(&arm).unwrap_err().contains("not x86-64"));
+    }
+
+    #[test]
+    fn the_running_test_binary_is_dynamic() {
+        // Test binaries are linked against glibc's loader.
+        let exe = std::env::current_exe().unwrap();
+        assert_eq!(elf_is_static(&std::fs::read(exe).unwrap()), Ok(false));
+    }
+
+    #[test]
+    fn candidates_cover_the_static_target_dir() {
+        let c = candidates(Some(Path::new("/w/target/debug")));
+        assert_eq!(
+            c,
+            [
+                "/w/target/debug/xperf",
+                "/w/target/x86_64-unknown-linux-gnu/debug/xperf",
+                "/w/target/x86_64-unknown-linux-gnu/release/xperf",
+            ]
+            .map(PathBuf::from)
+        );
+        assert_eq!(candidates(Some(Path::new("/w/target/release"))).len(), 2);
+        assert!(candidates(None).is_empty());
+    }
+
+    #[test]
+    fn finding_xperf() {
+        let dir = std::env::temp_dir().join(format!("xvmm-guest-image-{}", std::process::id()));
+        let bin = dir.join("target/release");
+        std::fs::create_dir_all(&bin).unwrap();
+        let err = find_xperf(None, Some(&bin)).unwrap_err().to_string();
+        assert!(err.starts_with("initrd: no xperf for the built-in initramfs (looked in "));
+        assert!(err.contains("crt-static") && !err.contains('\n'), "{err}");
+        // A dynamic one next to xvmm is reported when it is all there is...
+        std::fs::write(bin.join("xperf"), elf(&[3])).unwrap();
+        let err = find_xperf(None, Some(&bin)).unwrap_err().to_string();
+        assert!(err.contains("dynamically linked"), "{err}");
+        // ...and skipped for a static one in the target-triple directory.
+        let triple = dir.join("target/x86_64-unknown-linux-gnu/release");
+        std::fs::create_dir_all(&triple).unwrap();
+        std::fs::write(triple.join("xperf"), elf(&[1])).unwrap();
+        let found = find_xperf(None, Some(&bin)).unwrap();
+        assert_eq!(found.path, triple.join("xperf"));
+        // An explicit $XVMM_XPERF is used as is, never replaced.
+        let err = find_xperf(Some(bin.join("xperf")), Some(&bin)).unwrap_err();
+        assert!(err.to_string().contains("dynamically linked"));
+        let err = find_xperf(Some(dir.join("nope")), Some(&bin)).unwrap_err();
+        assert!(err.to_string().contains("XVMM_XPERF="), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn xperf_options_become_init_arguments() {
+        let args = xperf_args(Some(2000), Some(0), true);
+        assert_eq!(args, ["--samples", "2000", "--warmup", "0", "--raw"]);
+        assert!(xperf_args(None, None, false).is_empty());
+        assert_eq!(
+            xperf_cmdline(None, "console=ttyS0", &args),
+            "console=ttyS0 xperf_stamps=1 -- --samples 2000 --warmup 0 --raw"
+        );
+        assert_eq!(
+            xperf_cmdline(None, "console=ttyS0", &[]),
+            "console=ttyS0 xperf_stamps=1"
+        );
+        // The user's command line is kept as is; their own init arguments first.
+        assert_eq!(
+            xperf_cmdline(Some("console=ttyS0 -- --cpu 0 "), "x", &args[..2]),
+            "console=ttyS0 -- --cpu 0 --samples 2000"
+        );
+        assert_eq!(
+            xperf_cmdline(Some("quiet a--b"), "x", &args[4..]),
+            "quiet a--b -- --raw"
+        );
+    }
+
+    #[test]
+    fn initramfs_has_init_and_console() {
+        let cpio = xperf_initramfs(&elf(&[1])).unwrap();
+        let text = String::from_utf8_lossy(&cpio);
+        assert!(text.starts_with("070701"));
+        assert!(text.contains("init\0") && text.contains("dev/console\0"));
+        assert!(text.contains("TRAILER!!!"));
+    }
+}

@@ -1,0 +1,365 @@
+//! xperf on the patched kernel, bare metal against VM, in ONE nested run:
+//! QEMU TCG boots the patched L1 kernel (KVM host + hooks, `xperf_stamps` on
+//! its command line), which runs
+//! - step `bm`: the static xperf directly in L1 (the bare-metal side), and
+//! - step `vm`: `xvmm --kernel /l2/bzImage` with the built-in initramfs, so
+//!   the patched L2 kernel runs the same xperf as its `/init` (the VM side),
+//!   with `--trace` timing L2's exits on L1's real KVM.
+//!
+//! Both reports must show the u2k/k2u split for #PF and getppid, positive
+//! halves whose sum is below the round trip, and every requested sample
+//! accounted for. `xvmm compare` then prints VM against bare metal.
+//!
+//! Needs qemu-system-x86 and the kernel build tools (`./test.sh` installs
+//! them); XVMM_SKIP_HARNESS=1 skips. Console: target/harness/xperf.log; the
+//! two reports and the comparison: target/harness/xperf-{bm,vm,compare}.json.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+use xvmm::cli::KernelFlavour;
+use xvmm::harness::{self, l1, Artifacts, Outcome, Step};
+use xvmm::initramfs::Archive;
+use xvmm::kernel::{self, BuildRequest};
+use xvmm_results::{Environment, Report, Status};
+
+/// Samples per crossing: TCG makes every crossing slow, so few.
+const SAMPLES: u64 = 2000;
+const WARMUP: u64 = 200;
+const NULL_SAMPLES: u64 = 20_000;
+/// xvmm's --timeout inside L1 (L2 boot + xperf, all emulated).
+const VM_TIMEOUT: u64 = 240;
+/// Where the static xperf lives in L1: next to xvmm, where xvmm looks for it.
+const L1_XPERF: &str = "/bin/xperf";
+/// The crossings xperf measures; all must be split on a patched kernel.
+const CROSSINGS: [&str; 3] = ["pf-first-touch", "pf-refault", "getppid"];
+
+/// L2's command line: xvmm's default (console, reset, results slot) plus the
+/// stamps switch, `quiet` (every console byte is an emulated exit) and the
+/// harness's `no_timer_check`; the xperf options after ` -- ` come from
+/// `--null-samples` here and from xvmm's `--samples`/`--warmup`.
+fn l2_cmdline() -> String {
+    format!(
+        "{} xperf_stamps=1 quiet no_timer_check -- --null-samples {NULL_SAMPLES}",
+        xvmm::boot::cmdline::default_cmdline()
+    )
+}
+
+fn plan() -> Vec<Step> {
+    let n = SAMPLES.to_string();
+    let w = WARMUP.to_string();
+    let null = NULL_SAMPLES.to_string();
+    let cmdline = l2_cmdline();
+    let vm_timeout = VM_TIMEOUT.to_string();
+    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
+    vec![
+        Step {
+            name: "bm".into(),
+            timeout_secs: 240,
+            marker: None,
+            stop_at_marker: false,
+            argv: argv(&[
+                L1_XPERF,
+                "--samples",
+                &n,
+                "--warmup",
+                &w,
+                "--null-samples",
+                &null,
+                "--json",
+                "-",
+            ]),
+        },
+        Step {
+            name: "vm".into(),
+            timeout_secs: VM_TIMEOUT + 30,
+            marker: None,
+            stop_at_marker: false,
+            argv: argv(&[
+                l1::XVMM,
+                "--kernel",
+                l1::L2_BZIMAGE,
+                "--cmdline",
+                &cmdline,
+                "--mem",
+                &harness::L2_MEM_MIB.to_string(),
+                "--timeout",
+                &vm_timeout,
+                "--samples",
+                &n,
+                "--warmup",
+                &w,
+                "--trace",
+                "--json",
+                "-",
+            ]),
+        },
+    ]
+}
+
+/// The patched kernels and the static binaries (xperf included).
+fn prepare() -> Result<(Artifacts, PathBuf), String> {
+    let build = |flavour| {
+        kernel::build(&BuildRequest {
+            patched: true,
+            ..BuildRequest::new(flavour)
+        })
+        .map_err(|e| e.to_string())
+    };
+    let l1_kernel = build(KernelFlavour::Host)?;
+    let l2_kernel = build(KernelFlavour::Guest)?;
+    let bin = harness::build_static(&["xvmm", "xvmm-init", "xperf"]).map_err(|e| e.to_string())?;
+    let artifacts = Artifacts {
+        l1_kernel,
+        l2_kernel,
+        xvmm: bin.join("xvmm"),
+        xvmm_init: bin.join("xvmm-init"),
+        l1_init: bin.join("l1-init"),
+    };
+    Ok((artifacts, bin.join("xperf")))
+}
+
+/// The harness's L1 initramfs with xperf added as a second, concatenated
+/// newc archive (the kernel unpacks archives one after the other).
+fn l1_initramfs(a: &Artifacts, xperf: &PathBuf) -> Result<Vec<u8>, String> {
+    let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(xperf).map_err(|e| format!("{}: {e}", xperf.display()))?;
+    let mut extra = Archive::new();
+    extra
+        .file(L1_XPERF, bytes, 0o755)
+        .map_err(|e| e.to_string())?;
+    cpio.extend(extra.to_bytes());
+    Ok(cpio)
+}
+
+/// The pretty-printed JSON report in a step's output. The step's stdout and
+/// stderr are echoed line by line from two pipes, so other lines (xvmm's
+/// tables on stderr) may interleave: after the opening `{`, only lines that
+/// can belong to serde's pretty JSON (`}` or indented) are kept.
+fn report_in(lines: &[&str]) -> Result<Report, String> {
+    let start = lines
+        .iter()
+        .rposition(|l| *l == "{")
+        .ok_or("no JSON report in the output")?;
+    let mut json = String::from("{\n");
+    for l in &lines[start + 1..] {
+        if *l == "}" || l.starts_with(' ') {
+            json.push_str(l);
+            json.push('\n');
+        }
+        if *l == "}" {
+            break;
+        }
+    }
+    Report::from_json(&json).map_err(|e| format!("report does not parse: {e}"))
+}
+
+struct XperfRun {
+    bm: Report,
+    vm: Report,
+    dir: PathBuf,
+}
+
+fn skipped() -> bool {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!("XVMM_SKIP_HARNESS=1: nested xperf harness test skipped");
+        return true;
+    }
+    false
+}
+
+/// The one L1 boot, shared by the tests below.
+fn run() -> &'static XperfRun {
+    static RUN: OnceLock<Result<XperfRun, String>> = OnceLock::new();
+    let result = RUN.get_or_init(|| {
+        let (artifacts, xperf) = prepare()?;
+        let initramfs = l1_initramfs(&artifacts, &xperf)?;
+        let run = harness::run_l1_with_cmdline(
+            &artifacts,
+            &initramfs,
+            "xperf",
+            Duration::from_secs(10 * 60),
+            "xperf_stamps",
+        )
+        .map_err(|e| e.to_string())?;
+        eprintln!(
+            "nested xperf harness: L1 run took {:.1} s, log {}",
+            run.seconds,
+            run.log.display()
+        );
+        for s in &run.steps {
+            eprintln!("{}", s.to_line());
+        }
+        let side = |name: &str| -> Result<Report, String> {
+            let step = run
+                .step(name)
+                .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
+            let out = run.output(name);
+            if step.outcome != Outcome::Exited(0) {
+                return Err(format!(
+                    "step {name} ended with {}; its output:\n{}",
+                    step.outcome,
+                    out.join("\n")
+                ));
+            }
+            report_in(&out).map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))
+        };
+        let bm = side("bm")?;
+        let vm = side("vm")?;
+        let dir = run.log.parent().map(PathBuf::from).unwrap_or_default();
+        for (name, r) in [("bm", &bm), ("vm", &vm)] {
+            let path = dir.join(format!("xperf-{name}.json"));
+            std::fs::write(&path, r.to_json_pretty()).map_err(|e| e.to_string())?;
+        }
+        Ok(XperfRun { bm, vm, dir })
+    });
+    match result {
+        Ok(r) => r,
+        Err(e) => panic!("nested xperf harness failed: {e}"),
+    }
+}
+
+/// What both sides must show: the split, positive halves below the round
+/// trip (raw medians, so no correction can make it hold), and every
+/// requested sample either valid or counted as rejected.
+fn assert_split(report: &Report, side: &str) {
+    assert_eq!(report.method.samples_requested, SAMPLES, "{side}");
+    for name in CROSSINGS {
+        let c = report
+            .crossing(name)
+            .unwrap_or_else(|| panic!("{side}: no crossing {name}"));
+        assert_eq!(
+            c.status,
+            Status::Measured,
+            "{side} {name}: no u2k/k2u split; notes: {:?}",
+            report.notes
+        );
+        let raw = |i: &Option<xvmm_results::Interval>, what: &str| {
+            i.as_ref()
+                .unwrap_or_else(|| panic!("{side} {name}: no {what}"))
+                .raw
+                .median
+        };
+        let (u2k, k2u, rt) = (
+            raw(&c.u2k, "u2k"),
+            raw(&c.k2u, "k2u"),
+            raw(&c.round_trip, "round trip"),
+        );
+        assert!(u2k > 0 && k2u > 0, "{side} {name}: u2k {u2k} k2u {k2u}");
+        assert!(
+            u2k + k2u < rt,
+            "{side} {name}: u2k {u2k} + k2u {k2u} >= round trip {rt}"
+        );
+        assert_eq!(c.samples_requested, SAMPLES, "{side} {name}");
+        assert_eq!(
+            c.samples_valid
+                + c.samples_unfilled
+                + c.samples_out_of_order
+                + c.samples_other_rejected,
+            SAMPLES,
+            "{side} {name}: valid {} unfilled {} out of order {} other {}",
+            c.samples_valid,
+            c.samples_unfilled,
+            c.samples_out_of_order,
+            c.samples_other_rejected
+        );
+        assert!(c.samples_valid > 0, "{side} {name}: no valid sample");
+    }
+}
+
+#[test]
+fn bare_metal_side_splits_every_crossing() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== bare metal (xperf in L1)\n{}",
+        xvmm::report::microguest_tables(&r.bm)
+    );
+    assert_eq!(r.bm.environment, Environment::BareMetal);
+    assert_split(&r.bm, "bare metal");
+}
+
+#[test]
+fn vm_side_splits_every_crossing_and_traces_exits() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== VM (xvmm -> L2 -> xperf as /init)\n{}",
+        xvmm::report::microguest_tables(&r.vm)
+    );
+    println!("{}", xvmm::linux::host_exit_table(&r.vm.host_exits));
+    assert_eq!(r.vm.environment, Environment::LinuxVm);
+    assert_split(&r.vm, "VM");
+    // xvmm added the host's view: L1's KVM module and a real exit trace.
+    assert!(
+        r.vm.notes.iter().any(|n| n.starts_with("VMM host: ")),
+        "{:?}",
+        r.vm.notes
+    );
+    assert!(!r.vm.host.kvm_module.is_empty());
+    assert!(!r.vm.host_exits.is_empty(), "no exits traced on L1's KVM");
+    assert!(r.vm.host_exits.iter().all(|e| e.exit_to_entry.count > 0));
+}
+
+#[test]
+fn xvmm_compare_prints_vm_against_bare_metal() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let json = r.dir.join("xperf-compare.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .arg("compare")
+        .arg(r.dir.join("xperf-vm.json"))
+        .arg(r.dir.join("xperf-bm.json"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run xvmm compare");
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("=== xvmm compare (VM vs bare metal)\n{table}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cmp: xvmm::report::Comparison =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for name in CROSSINGS {
+        for interval in ["u2k", "k2u", "round_trip"] {
+            let row = cmp
+                .rows
+                .iter()
+                .find(|row| row.crossing == name && row.interval == interval)
+                .unwrap_or_else(|| panic!("no {name} {interval} row:\n{table}"));
+            assert!(
+                row.vm_median.is_some() && row.bare_median.is_some(),
+                "{name} {interval}: a side is missing:\n{table}"
+            );
+        }
+    }
+}
+
+#[test]
+fn json_is_found_among_interleaved_lines() {
+    let report = Report::new(
+        "t".into(),
+        Environment::LinuxVm,
+        Default::default(),
+        xvmm_results::Method::standard(1, 2),
+    );
+    let json = report.to_json_pretty();
+    let mut lines: Vec<&str> = vec!["console line", "{ not json", "{"];
+    let body: Vec<&str> = json.lines().skip(1).collect();
+    let (head, tail) = body.split_at(3);
+    lines.extend(head);
+    lines.extend(["host exits (kvm_exit -> kvm_entry, host TSC ticks)", ""]);
+    lines.extend(tail);
+    lines.push("after");
+    assert_eq!(report_in(&lines).unwrap(), report);
+    assert!(report_in(&["no json"]).is_err());
+}
