@@ -241,7 +241,8 @@ fn read_baseline(path: &Path) -> Result<Report> {
 /// note with the host's own characterisation, plus the traced exits. The
 /// report keeps the guest's view in `host` and `machine`; nothing is replaced.
 fn add_host_view(report: &mut Report, trace: Option<&TraceSummary>) {
-    let host = xvmm_results::Machine::probe();
+    let mut host = xvmm_results::Machine::probe();
+    host.kvm_module = vendor_kvm_module(&host.flags, Path::new("/sys/module"), &host.kvm_module);
     if report.host.kvm_module.is_empty() {
         report.host.kvm_module = host.kvm_module.clone();
     }
@@ -253,6 +254,20 @@ fn add_host_view(report: &mut Report, trace: Option<&TraceSummary>) {
             t.unpaired, t.lost
         ));
     }
+}
+
+/// The KVM vendor module that drives this CPU. A kernel with KVM_INTEL and
+/// KVM_AMD both built in shows both under /sys/module, where
+/// `Machine::probe` takes the first it finds; the CPU's `svm`/`vmx` flag
+/// decides between them. Otherwise `probed` stands (e.g. `kvm_pvm`).
+fn vendor_kvm_module(flags: &[String], sys_module: &Path, probed: &str) -> String {
+    let has = |f: &str| flags.iter().any(|x| x == f);
+    for (flag, module) in [("svm", "kvm_amd"), ("vmx", "kvm_intel")] {
+        if has(flag) && sys_module.join(module).is_dir() {
+            return module.to_string();
+        }
+    }
+    probed.to_string()
 }
 
 /// One line describing the VMM's host (the guest's own view is in `machine`).
@@ -568,6 +583,33 @@ mod tests {
             ["io", "3", "20", "30"]
         );
         assert!(host_exit_table(&[]).contains("(no exits traced)"));
+    }
+
+    #[test]
+    fn vendor_module_follows_the_cpu_when_both_are_built_in() {
+        let dir = std::env::temp_dir().join(format!("xvmm-sysmod-{}", std::process::id()));
+        for m in ["kvm_intel", "kvm_amd"] {
+            std::fs::create_dir_all(dir.join(m)).unwrap();
+        }
+        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            vendor_kvm_module(&flags(&["svm"]), &dir, "kvm_intel"),
+            "kvm_amd"
+        );
+        assert_eq!(
+            vendor_kvm_module(&flags(&["vmx"]), &dir, "kvm_amd"),
+            "kvm_intel"
+        );
+        assert_eq!(
+            vendor_kvm_module(&flags(&["sse"]), &dir, "kvm_pvm"),
+            "kvm_pvm"
+        );
+        std::fs::remove_dir_all(dir.join("kvm_amd")).unwrap();
+        assert_eq!(
+            vendor_kvm_module(&flags(&["svm"]), &dir, "kvm_intel"),
+            "kvm_intel"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

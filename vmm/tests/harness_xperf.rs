@@ -4,7 +4,8 @@
 //! - step `bm`: the static xperf directly in L1 (the bare-metal side), and
 //! - step `vm`: `xvmm --kernel /l2/bzImage` with the built-in initramfs, so
 //!   the patched L2 kernel runs the same xperf as its `/init` (the VM side),
-//!   with `--trace` timing L2's exits on L1's real KVM.
+//!   with `--trace` timing L2's exits on L1's real KVM, and
+//! - step `vm-kpti`: the same with `pti=on` on L2's command line.
 //!
 //! Both reports must show the u2k/k2u split for #PF and getppid, positive
 //! halves whose sum is below the round trip, and every requested sample
@@ -38,9 +39,9 @@ const CROSSINGS: [&str; 3] = ["pf-first-touch", "pf-refault", "getppid"];
 /// stamps switch, `quiet` (every console byte is an emulated exit) and the
 /// harness's `no_timer_check`; the xperf options after ` -- ` come from
 /// `--null-samples` here and from xvmm's `--samples`/`--warmup`.
-fn l2_cmdline() -> String {
+fn l2_cmdline(extra: &str) -> String {
     format!(
-        "{} xperf_stamps=1 quiet no_timer_check -- --null-samples {NULL_SAMPLES}",
+        "{} xperf_stamps=1 quiet no_timer_check{extra} -- --null-samples {NULL_SAMPLES}",
         xvmm::boot::cmdline::default_cmdline()
     )
 }
@@ -49,9 +50,30 @@ fn plan() -> Vec<Step> {
     let n = SAMPLES.to_string();
     let w = WARMUP.to_string();
     let null = NULL_SAMPLES.to_string();
-    let cmdline = l2_cmdline();
     let vm_timeout = VM_TIMEOUT.to_string();
     let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
+    let vm_step = |name: &str, cmdline: &str, trace: &[&str]| {
+        let mut a = vec![
+            l1::XVMM,
+            "--kernel",
+            l1::L2_BZIMAGE,
+            "--cmdline",
+            cmdline,
+            "--mem",
+        ];
+        let mem = harness::L2_MEM_MIB.to_string();
+        a.extend([mem.as_str(), "--timeout", &vm_timeout]);
+        a.extend(["--samples", &n, "--warmup", &w]);
+        a.extend(trace);
+        a.extend(["--json", "-"]);
+        Step {
+            name: name.into(),
+            timeout_secs: VM_TIMEOUT + 30,
+            marker: None,
+            stop_at_marker: false,
+            argv: argv(&a),
+        }
+    };
     vec![
         Step {
             name: "bm".into(),
@@ -70,30 +92,10 @@ fn plan() -> Vec<Step> {
                 "-",
             ]),
         },
-        Step {
-            name: "vm".into(),
-            timeout_secs: VM_TIMEOUT + 30,
-            marker: None,
-            stop_at_marker: false,
-            argv: argv(&[
-                l1::XVMM,
-                "--kernel",
-                l1::L2_BZIMAGE,
-                "--cmdline",
-                &cmdline,
-                "--mem",
-                &harness::L2_MEM_MIB.to_string(),
-                "--timeout",
-                &vm_timeout,
-                "--samples",
-                &n,
-                "--warmup",
-                &w,
-                "--trace",
-                "--json",
-                "-",
-            ]),
-        },
+        vm_step("vm", &l2_cmdline(""), &["--trace"]),
+        // The same with page table isolation forced on in L2 (TCG's EPYC is
+        // not Meltdown-affected, so it is off by default).
+        vm_step("vm-kpti", &l2_cmdline(" pti=on"), &[]),
     ]
 }
 
@@ -157,6 +159,7 @@ fn report_in(lines: &[&str]) -> Result<Report, String> {
 struct XperfRun {
     bm: Report,
     vm: Report,
+    vm_kpti: Report,
     dir: PathBuf,
 }
 
@@ -206,12 +209,18 @@ fn run() -> &'static XperfRun {
         };
         let bm = side("bm")?;
         let vm = side("vm")?;
+        let vm_kpti = side("vm-kpti")?;
         let dir = run.log.parent().map(PathBuf::from).unwrap_or_default();
         for (name, r) in [("bm", &bm), ("vm", &vm)] {
             let path = dir.join(format!("xperf-{name}.json"));
             std::fs::write(&path, r.to_json_pretty()).map_err(|e| e.to_string())?;
         }
-        Ok(XperfRun { bm, vm, dir })
+        Ok(XperfRun {
+            bm,
+            vm,
+            vm_kpti,
+            dir,
+        })
     });
     match result {
         Ok(r) => r,
@@ -303,6 +312,21 @@ fn vm_side_splits_every_crossing_and_traces_exits() {
     assert!(!r.vm.host.kvm_module.is_empty());
     assert!(!r.vm.host_exits.is_empty(), "no exits traced on L1's KVM");
     assert!(r.vm.host_exits.iter().all(|e| e.exit_to_entry.count > 0));
+}
+
+#[test]
+fn vm_side_with_kpti_splits_every_crossing() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== VM with pti=on (xvmm -> L2 -> xperf as /init)\n{}",
+        xvmm::report::microguest_tables(&r.vm_kpti)
+    );
+    assert_eq!(r.vm.host.kpti, Some(false), "{:?}", r.vm.notes);
+    assert_eq!(r.vm_kpti.host.kpti, Some(true), "{:?}", r.vm_kpti.notes);
+    assert_split(&r.vm_kpti, "VM with KPTI");
 }
 
 #[test]

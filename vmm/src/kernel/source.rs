@@ -111,9 +111,13 @@ pub fn prepare(
     let key = KeyInputs {
         source: source.identity()?,
         fragments: vec![],
+        // Names, not paths: a moved checkout must not invalidate the cache.
         patches: patches
             .iter()
-            .map(|(p, c)| (p.display().to_string(), c.clone()))
+            .map(|(p, c)| {
+                let name = p.file_name().unwrap_or(p.as_os_str());
+                (name.to_string_lossy().into_owned(), c.clone())
+            })
             .collect(),
         flavour: "source".into(),
         make_command: vec![],
