@@ -241,8 +241,7 @@ fn read_baseline(path: &Path) -> Result<Report> {
 /// note with the host's own characterisation, plus the traced exits. The
 /// report keeps the guest's view in `host` and `machine`; nothing is replaced.
 fn add_host_view(report: &mut Report, trace: Option<&TraceSummary>) {
-    let mut host = xvmm_results::Machine::probe();
-    host.kvm_module = vendor_kvm_module(&host.flags, Path::new("/sys/module"), &host.kvm_module);
+    let host = xvmm_results::Machine::probe();
     if report.host.kvm_module.is_empty() {
         report.host.kvm_module = host.kvm_module.clone();
     }
@@ -254,20 +253,6 @@ fn add_host_view(report: &mut Report, trace: Option<&TraceSummary>) {
             t.unpaired, t.lost
         ));
     }
-}
-
-/// The KVM vendor module that drives this CPU. A kernel with KVM_INTEL and
-/// KVM_AMD both built in shows both under /sys/module, where
-/// `Machine::probe` takes the first it finds; the CPU's `svm`/`vmx` flag
-/// decides between them. Otherwise `probed` stands (e.g. `kvm_pvm`).
-fn vendor_kvm_module(flags: &[String], sys_module: &Path, probed: &str) -> String {
-    let has = |f: &str| flags.iter().any(|x| x == f);
-    for (flag, module) in [("svm", "kvm_amd"), ("vmx", "kvm_intel")] {
-        if has(flag) && sys_module.join(module).is_dir() {
-            return module.to_string();
-        }
-    }
-    probed.to_string()
 }
 
 /// One line describing the VMM's host (the guest's own view is in `machine`).
@@ -457,32 +442,9 @@ fn emit_results(report: &xvmm_results::Report, json: Option<&Path>) -> Result<()
     Ok(())
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a
-/// rename, so that readers never see a half-written file.
+/// Writes `bytes` to `path` atomically (see [`xvmm_results::write_atomically`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::Io(format!("{}: not a file name", path.display())))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io("cannot write", path, e));
-    }
-    Ok(())
+    xvmm_results::write_atomically(path, bytes).map_err(|e| Error::io("cannot write", path, e))
 }
 
 #[cfg(test)]
@@ -490,18 +452,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn atomic_write_replaces_the_file() {
+    fn atomic_write_errors_are_one_line() {
         let dir = std::env::temp_dir().join(format!("xvmm-linux-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("out.json");
-        write_atomically(&path, b"one").unwrap();
-        write_atomically(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-        assert_eq!(leftovers.len(), 1, "no temporary file left");
         let err = write_atomically(&dir.join("missing/x.json"), b"x").unwrap_err();
-        assert!(err.to_string().starts_with("io: cannot write"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("io: cannot write") && !text.contains('\n'),
+            "{text}"
+        );
     }
 
     fn run_args(extra: &[&str]) -> RunArgs {
@@ -583,33 +541,6 @@ mod tests {
             ["io", "3", "20", "30"]
         );
         assert!(host_exit_table(&[]).contains("(no exits traced)"));
-    }
-
-    #[test]
-    fn vendor_module_follows_the_cpu_when_both_are_built_in() {
-        let dir = std::env::temp_dir().join(format!("xvmm-sysmod-{}", std::process::id()));
-        for m in ["kvm_intel", "kvm_amd"] {
-            std::fs::create_dir_all(dir.join(m)).unwrap();
-        }
-        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(
-            vendor_kvm_module(&flags(&["svm"]), &dir, "kvm_intel"),
-            "kvm_amd"
-        );
-        assert_eq!(
-            vendor_kvm_module(&flags(&["vmx"]), &dir, "kvm_amd"),
-            "kvm_intel"
-        );
-        assert_eq!(
-            vendor_kvm_module(&flags(&["sse"]), &dir, "kvm_pvm"),
-            "kvm_pvm"
-        );
-        std::fs::remove_dir_all(dir.join("kvm_amd")).unwrap();
-        assert_eq!(
-            vendor_kvm_module(&flags(&["svm"]), &dir, "kvm_intel"),
-            "kvm_intel"
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -2,27 +2,17 @@
 //! a tiny 64-bit guest (identity paging, boot GDT, CPUID-before-sregs) doing
 //! port I/O, a triple fault, and a spinning guest stopped by the watchdog.
 
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use vm_memory::{Bytes, GuestAddress};
 use xvmm::arch::x86_64::regs::{setup_boot_cpu, BootEntry};
-use xvmm::devices::{serial::Uart, PortBus};
+use xvmm::devices::{
+    serial::{ConsoleCapture, Uart},
+    PortBus,
+};
 use xvmm::vcpu::{run_to_end, GuestEnd, RunControl, Vcpu, VcpuConfig};
 use xvmm::vm::{Vm, VmConfig};
 use xvmm::{layout, Error};
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 const CODE_GPA: u64 = 0x10_0000;
 
@@ -44,14 +34,14 @@ fn run_64bit(code: &[u8], timeout: Duration) -> (xvmm::Result<xvmm::vcpu::RunOut
         },
     )
     .expect("boot state");
-    let console = Capture::default();
+    let console = ConsoleCapture::default();
     let uart = Uart::new(Box::new(console.clone())).unwrap();
     let mut bus = PortBus::new(Some(Arc::new(Mutex::new(uart))));
     let rc = RunControl::new(timeout).unwrap();
     let mut running = rc.attach(&mut vcpu);
     let outcome = run_to_end(&mut running, &mut bus, &vm.memory);
     drop(running);
-    let out = console.0.lock().unwrap().clone();
+    let out = console.contents();
     (outcome, out)
 }
 

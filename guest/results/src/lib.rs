@@ -6,9 +6,11 @@
 //! version on any incompatible change and document it in the README.
 
 pub mod channel;
+pub mod file;
 pub mod machine;
 pub mod stats;
 
+pub use file::write_atomically;
 pub use machine::Machine;
 use serde::{Deserialize, Serialize};
 pub use stats::{Histogram, Stats};

@@ -67,7 +67,7 @@ impl Machine {
         m.tsc_khz = khz;
         m.tsc_khz_source = source.to_string();
         m.kernel_release = read_trimmed("/proc/sys/kernel/osrelease");
-        m.kvm_module = kvm_module(Path::new("/sys/module"));
+        m.kvm_module = kvm_module(Path::new("/sys/module"), &m.flags);
         for param in ["halt_poll_ns", "halt_poll_ns_grow", "halt_poll_ns_shrink"] {
             let value = read_trimmed(&format!("/sys/module/kvm/parameters/{param}"));
             if !value.is_empty() {
@@ -147,9 +147,20 @@ pub fn selected_mode(text: &str) -> String {
         .to_string()
 }
 
-/// The KVM vendor module loaded on this host, from /sys/module.
-pub fn kvm_module(sys_module: &Path) -> String {
-    ["kvm_intel", "kvm_amd", "kvm_pvm"]
+/// The KVM module serving /dev/kvm, from /sys/module. A kernel with KVM_AMD
+/// and KVM_INTEL both built in (the nested harness's L1) lists both, so the
+/// CPU's own extension (`svm` or `vmx` in `cpu_flags`) decides; without one,
+/// only PVM can be serving.
+pub fn kvm_module(sys_module: &Path, cpu_flags: &[String]) -> String {
+    let has_flag = |f: &str| cpu_flags.iter().any(|x| x == f);
+    let candidates: &[&str] = if has_flag("svm") {
+        &["kvm_amd", "kvm_pvm"]
+    } else if has_flag("vmx") {
+        &["kvm_intel", "kvm_pvm"]
+    } else {
+        &["kvm_pvm", "kvm_amd", "kvm_intel"]
+    };
+    candidates
         .iter()
         .find(|m| sys_module.join(m).is_dir())
         .map(|m| m.to_string())
@@ -284,12 +295,23 @@ processor\t: 1\nvendor_id\t: Other\nmodel name\t: ignored\n";
     }
 
     #[test]
-    fn kvm_module_is_found_in_a_sysfs_tree() {
+    fn kvm_module_follows_the_cpu_extension() {
         let dir = std::env::temp_dir().join(format!("xvmm-machine-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("kvm_amd")).unwrap();
-        assert_eq!(kvm_module(&dir), "kvm_amd");
+        let flags = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for m in ["kvm_intel", "kvm_amd"] {
+            std::fs::create_dir_all(dir.join(m)).unwrap();
+        }
+        // Both built in: the CPU's extension decides, whatever the order.
+        assert_eq!(kvm_module(&dir, &flags(&["fpu", "svm"])), "kvm_amd");
+        assert_eq!(kvm_module(&dir, &flags(&["vmx"])), "kvm_intel");
+        // No extension (a PVM host): PVM serves.
+        std::fs::create_dir_all(dir.join("kvm_pvm")).unwrap();
+        assert_eq!(kvm_module(&dir, &flags(&["hypervisor"])), "kvm_pvm");
+        // The CPU has svm but kvm_amd is not loaded: PVM is what is there.
+        std::fs::remove_dir_all(dir.join("kvm_amd")).unwrap();
+        assert_eq!(kvm_module(&dir, &flags(&["svm"])), "kvm_pvm");
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(kvm_module(&dir), "");
+        assert_eq!(kvm_module(&dir, &flags(&["svm"])), "");
     }
 
     #[test]

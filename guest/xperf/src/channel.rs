@@ -4,7 +4,6 @@
 
 use crate::error::{Error, Result};
 use std::arch::asm;
-use std::io::Write;
 use std::path::Path;
 use xvmm_results::channel::{
     CMDLINE_RESULTS_PARAM, PORT_EXIT, PORT_RESULTS_DOORBELL, RESULTS_SIZE,
@@ -63,31 +62,10 @@ pub fn results_region_from_proc() -> Result<Option<ResultsRegion>> {
     }
 }
 
-/// Writes `text` to `path` through a temporary file in the same directory and
-/// a rename, so a reader never sees half a report.
+/// Writes `text` to `path` atomically (see [`xvmm_results::write_atomically`]).
 pub fn write_file_atomic(path: &Path, text: &str) -> Result<()> {
-    let fail = |what: &str, err: std::io::Error| {
-        Error::Output(format!("{what} {}: {err}", path.display()))
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::Output(format!("{} is not a file name", path.display())))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut file =
-            std::fs::File::create(&tmp).map_err(|e| fail("cannot create temp for", e))?;
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| fail("cannot write temp for", e))?;
-        std::fs::rename(&tmp, path).map_err(|e| fail("cannot rename temp to", e))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    xvmm_results::write_atomically(path, text.as_bytes())
+        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Grants this process access to `count` ports from `port`.
@@ -216,17 +194,10 @@ mod tests {
     }
 
     #[test]
-    fn atomic_write_replaces_the_file_and_leaves_no_temp() {
+    fn atomic_write_failure_is_an_output_error() {
         let dir = std::env::temp_dir().join(format!("xperf-atomic-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("out.json");
-        write_file_atomic(&path, "first").unwrap();
-        write_file_atomic(&path, "second").unwrap();
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "second");
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
         let err = write_file_atomic(&dir.join("missing/out.json"), "x").unwrap_err();
         assert!(matches!(err, Error::Output(_)));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -158,26 +158,14 @@ mod tests {
 
     #[test]
     fn string_io_reaches_the_uart_byte_by_byte() {
-        use std::io::Write;
-        #[derive(Clone, Default)]
-        struct Capture(Arc<Mutex<Vec<u8>>>);
-        impl Write for Capture {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let cap = Capture::default();
+        let cap = serial::ConsoleCapture::default();
         let uart = serial::Uart::new(Box::new(cap.clone())).unwrap();
         let mut bus = PortBus::new(Some(Arc::new(Mutex::new(uart))));
         assert_eq!(
             bus.io_out(layout::UART_PORT, b"rep outsb\n"),
             IoEvent::Continue
         );
-        assert_eq!(&*cap.0.lock().unwrap(), b"rep outsb\n");
+        assert_eq!(cap.contents(), b"rep outsb\n");
         // Line status register: transmitter empty (bits 5, 6), read twice.
         let mut lsr = [0u8; 2];
         bus.io_in(layout::UART_PORT + 5, &mut lsr);

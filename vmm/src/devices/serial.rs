@@ -3,7 +3,7 @@
 
 use crate::{Error, Result};
 use std::io::Write;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use vm_superio::{serial::NoEvents, Serial, Trigger};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -19,6 +19,30 @@ impl Trigger for EventFdTrigger {
 
 /// Where the guest console goes.
 pub type ConsoleOut = Box<dyn Write + Send>;
+
+/// Console output kept in memory, shared between the UART and whoever wants
+/// to read what the guest printed (embedders of the library, tests).
+#[derive(Clone, Default)]
+pub struct ConsoleCapture(Arc<Mutex<Vec<u8>>>);
+
+impl ConsoleCapture {
+    /// Everything written so far.
+    pub fn contents(&self) -> Vec<u8> {
+        self.0.lock().map(|b| b.clone()).unwrap_or_default()
+    }
+}
+
+impl Write for ConsoleCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut b) = self.0.lock() {
+            b.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 /// The start of the line Linux prints when it panics.
 const PANIC_MARKER: &[u8] = b"Kernel panic - not syncing";
@@ -122,30 +146,17 @@ impl Uart {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-
-    #[derive(Clone, Default)]
-    struct Capture(Arc<Mutex<Vec<u8>>>);
-    impl Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[test]
     fn panic_line_is_detected() {
-        let cap = Capture::default();
+        let cap = ConsoleCapture::default();
         let (mut watch, panic) = ConsoleWatch::new(cap.clone());
         watch.write_all(b"[    0.1] booting\n[    0.2] Kernel panic - not syncing: VFS: Unable to mount root\n").unwrap();
         assert_eq!(
             panic.get().map(String::as_str),
             Some("Kernel panic - not syncing: VFS: Unable to mount root")
         );
-        assert!(cap.0.lock().unwrap().starts_with(b"[    0.1] booting"));
+        assert!(cap.contents().starts_with(b"[    0.1] booting"));
         let (mut watch, panic) = ConsoleWatch::new(std::io::sink());
         watch.write_all(b"all fine\n").unwrap();
         assert!(panic.get().is_none());
@@ -153,12 +164,12 @@ mod tests {
 
     #[test]
     fn transmits_and_receives() {
-        let cap = Capture::default();
+        let cap = ConsoleCapture::default();
         let mut uart = Uart::new(Box::new(cap.clone())).unwrap();
         for b in b"hi\n" {
             uart.write(0, *b);
         }
-        assert_eq!(&*cap.0.lock().unwrap(), b"hi\n");
+        assert_eq!(cap.contents(), b"hi\n");
         // Enable the received-data interrupt, queue input, read it back.
         uart.write(1, 0x01);
         assert_eq!(uart.enqueue_input(b"x"), 1);

@@ -595,31 +595,10 @@ pub fn host_facts(facts: &GuestFacts, host: &Machine) -> HostFacts {
         cpu_model: host.cpu_model.clone(),
         tsc_khz: u64::from(facts.tsc_khz),
         hypervisor_signature: facts.hypervisor_signature.clone(),
-        kvm_module: kvm_module_serving(std::path::Path::new("/sys/module"), host)
-            .unwrap_or_else(|| host.kvm_module.clone()),
+        kvm_module: host.kvm_module.clone(),
         kernel_release: host.kernel_release.clone(),
         kpti: host.kpti(),
     }
-}
-
-/// The KVM vendor module that serves /dev/kvm. A kernel with KVM_INTEL and
-/// KVM_AMD built in lists both under /sys/module, so the CPU decides: the
-/// module for its virtualisation extension, else PVM (which needs none).
-pub fn kvm_module_serving(sys_module: &std::path::Path, host: &Machine) -> Option<String> {
-    let has = |m: &str| sys_module.join(m).is_dir();
-    let flag = |f: &str| host.flags.iter().any(|x| x == f);
-    let hardware = if flag("svm") || host.cpu_vendor == "AuthenticAMD" && !flag("vmx") {
-        "kvm_amd"
-    } else {
-        "kvm_intel"
-    };
-    if (flag("svm") || flag("vmx")) && has(hardware) {
-        return Some(hardware.into());
-    }
-    ["kvm_pvm", hardware]
-        .into_iter()
-        .find(|m| has(m))
-        .map(String::from)
 }
 
 #[cfg(test)]
@@ -701,33 +680,6 @@ mod tests {
         let f = fault(13, crate::microguest::layout::KERNEL_CODE_GPA + 0x300, 0x08);
         assert!(misdelivered(Kind::Rdmsr, &f).is_some());
         assert_eq!(misdelivered(Kind::Null, &fault(6, user_rip, 0x2b)), None);
-    }
-
-    #[test]
-    fn kvm_module_follows_the_cpu() {
-        let dir = std::env::temp_dir().join(format!("xvmm-mg-sysmod-{}", std::process::id()));
-        let machine = |vendor: &str, flags: &[&str]| Machine {
-            cpu_vendor: vendor.into(),
-            flags: flags.iter().map(|f| f.to_string()).collect(),
-            ..Default::default()
-        };
-        let amd = machine("AuthenticAMD", &["svm"]);
-        for m in ["kvm_intel", "kvm_amd"] {
-            std::fs::create_dir_all(dir.join(m)).unwrap();
-        }
-        // Both built in (the nested harness's L1): the CPU's extension decides.
-        assert_eq!(kvm_module_serving(&dir, &amd).as_deref(), Some("kvm_amd"));
-        let intel = machine("GenuineIntel", &["vmx"]);
-        assert_eq!(
-            kvm_module_serving(&dir, &intel).as_deref(),
-            Some("kvm_intel")
-        );
-        // No virtualisation extension (this build machine): PVM.
-        let plain = machine("AuthenticAMD", &["hypervisor"]);
-        std::fs::create_dir_all(dir.join("kvm_pvm")).unwrap();
-        assert_eq!(kvm_module_serving(&dir, &plain).as_deref(), Some("kvm_pvm"));
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(kvm_module_serving(&dir, &plain), None);
     }
 
     #[test]

@@ -63,20 +63,7 @@ pub fn write_json(path: &Path, text: &str) -> Result<()> {
             .and_then(|_| out.write_all(b"\n"))
             .map_err(|e| Error::Io(format!("cannot write the JSON to stdout: {e}")));
     }
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| Error::Usage(format!("--json {}: not a file name", path.display())))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = std::fs::write(&tmp, format!("{text}\n"))
-        .map_err(|e| Error::io("cannot write", &tmp, e))
-        .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| Error::io("cannot create", path, e)));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::linux::write_atomically(path, format!("{text}\n").as_bytes())
 }
 
 #[cfg(test)]
