@@ -140,7 +140,8 @@ pub struct RunArgs {
     /// Bare-metal xperf report to compare the VM results with.
     #[arg(long, requires = "kernel")]
     pub baseline: Option<PathBuf>,
-    /// Do not print the guest console.
+    /// Print nothing but the JSON: no guest console (Linux guest), no
+    /// tables or progress (built-in microguest).
     #[arg(long)]
     pub quiet: bool,
 }

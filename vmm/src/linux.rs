@@ -155,6 +155,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
         None
     };
     let control = RunControl::new(Duration::from_secs(args.timeout))?;
+    // A Linux without ACPI powers off by halting with interrupts off, which the
+    // in-kernel LAPIC keeps from us: look at a vCPU that sleeps for a second.
+    control.set_idle_probe(Some(Duration::from_secs(1)));
     let mut running = control.attach(&mut vcpu);
     let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory);
     drop(running);
@@ -166,6 +169,18 @@ pub fn run(args: &RunArgs) -> Result<()> {
     let guest_ok = match outcome.end {
         GuestEnd::Exit(0) => Ok(()),
         GuestEnd::Exit(status) => Err(Error::GuestExit(status)),
+        GuestEnd::Halted(rip) => {
+            if !args.quiet {
+                eprintln!(
+                    "xvmm: the guest halted with interrupts off at RIP {rip:#x} \
+                     (Linux's power-off without ACPI); taken as a power-off"
+                );
+            }
+            match panic_line.get() {
+                Some(line) => Err(Error::Guest(format!("kernel panic: {line}"))),
+                None => Ok(()),
+            }
+        }
         GuestEnd::Reset | GuestEnd::PowerOff => match panic_line.get() {
             Some(line) => Err(Error::Guest(format!("kernel panic: {line}"))),
             None => Ok(()),

@@ -18,9 +18,19 @@ const CODE_GPA: u64 = 0x10_0000;
 
 /// Boots `code` in 64-bit mode at 1 MiB and runs it to its end.
 fn run_64bit(code: &[u8], timeout: Duration) -> (xvmm::Result<xvmm::vcpu::RunOutcome>, Vec<u8>) {
+    run_64bit_with(code, timeout, false, None)
+}
+
+/// [`run_64bit`] with or without the in-kernel irqchip, and with an idle probe.
+fn run_64bit_with(
+    code: &[u8],
+    timeout: Duration,
+    irqchip: bool,
+    idle_probe: Option<Duration>,
+) -> (xvmm::Result<xvmm::vcpu::RunOutcome>, Vec<u8>) {
     let vm = Vm::new(&VmConfig {
         mem_bytes: 16 << 20,
-        irqchip: false,
+        irqchip,
     })
     .expect("VM");
     vm.memory.write_slice(code, GuestAddress(CODE_GPA)).unwrap();
@@ -38,6 +48,7 @@ fn run_64bit(code: &[u8], timeout: Duration) -> (xvmm::Result<xvmm::vcpu::RunOut
     let uart = Uart::new(Box::new(console.clone())).unwrap();
     let mut bus = PortBus::new(Some(Arc::new(Mutex::new(uart))));
     let rc = RunControl::new(timeout).unwrap();
+    rc.set_idle_probe(idle_probe);
     let mut running = rc.attach(&mut vcpu);
     let outcome = run_to_end(&mut running, &mut bus, &vm.memory);
     drop(running);
@@ -72,6 +83,38 @@ fn triple_fault_is_a_clear_error() {
         err.starts_with("guest: triple fault (KVM_EXIT_SHUTDOWN) at RIP 0x"),
         "{err}"
     );
+}
+
+#[test]
+fn guest_halted_with_interrupts_off_ends_the_run() {
+    // cli; hlt with the in-kernel LAPIC: KVM keeps the vCPU asleep inside
+    // KVM_RUN, and only the idle probe lets xvmm see that it will never wake.
+    let start = Instant::now();
+    let (outcome, _) = run_64bit_with(
+        &[0xfa, 0xf4],
+        Duration::from_secs(20),
+        true,
+        Some(Duration::from_millis(200)),
+    );
+    let outcome = outcome.expect("a halted guest is an end, not an error");
+    assert_eq!(outcome.end, GuestEnd::Halted(CODE_GPA + 2));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn spinning_guest_is_not_mistaken_for_halted() {
+    // Interrupts off but running: the probe never kicks it, the deadline ends it.
+    let (outcome, _) = run_64bit_with(
+        &[0xfa, 0xeb, 0xfe],
+        Duration::from_millis(1500),
+        true,
+        Some(Duration::from_millis(100)),
+    );
+    assert!(matches!(outcome, Err(Error::Timeout(_))), "{outcome:?}");
 }
 
 #[test]

@@ -15,6 +15,23 @@ pub enum GuestEnd {
     Reset,
     /// KVM_SYSTEM_EVENT_SHUTDOWN (ACPI/PSCI power-off).
     PowerOff,
+    /// Halted with interrupts off, at this RIP: nothing can wake it. This is
+    /// how Linux powers off without ACPI ("System halted"). Only seen with
+    /// [`crate::vcpu::RunControl::set_idle_probe`].
+    Halted(u64),
+}
+
+/// KVM_MP_STATE_HALTED.
+const MP_STATE_HALTED: u32 = 3;
+/// RFLAGS.IF.
+const RFLAGS_IF: u64 = 1 << 9;
+
+/// Whether a vCPU kicked out of KVM_RUN sits in HLT with interrupts disabled
+/// (its RIP then), i.e. will never run again.
+fn halted_for_good(vcpu: &super::Vcpu) -> Option<u64> {
+    let mp_state = vcpu.fd.get_mp_state().ok()?;
+    let regs = vcpu.fd.get_regs().ok()?;
+    (mp_state.mp_state == MP_STATE_HALTED && regs.rflags & RFLAGS_IF == 0).then_some(regs.rip)
 }
 
 /// What [`run_to_end`] observed.
@@ -83,7 +100,10 @@ pub fn run_to_end(
                 unknown_mmio += 1;
                 IoEvent::Continue
             }
-            VcpuExit::Intr => continue,
+            VcpuExit::Intr => match halted_for_good(running.vcpu()) {
+                Some(rip) => break Ok(GuestEnd::Halted(rip)),
+                None => continue,
+            },
             VcpuExit::Shutdown => break Err(Fatal::Shutdown),
             VcpuExit::InternalError => break Err(Fatal::Internal),
             VcpuExit::FailEntry(reason, _cpu) => break Err(Fatal::FailEntry(reason)),

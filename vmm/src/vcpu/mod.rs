@@ -103,6 +103,8 @@ impl Vcpu {
                 apic_id: cfg.id,
                 nr_vcpus: cfg.nr_vcpus,
                 host_invariant_tsc: cpuid::host_has_invariant_tsc(),
+                tsc_deadline_timer: vm.irqchip
+                    && vm.kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer),
             },
         )?;
         fd.set_cpuid2(&cpuid)

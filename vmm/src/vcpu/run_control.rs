@@ -6,12 +6,18 @@
 //! returns `Error::Timeout("guest did not finish within N s")` or
 //! `Error::Interrupted`. A kick that did not stop the VM shows up as
 //! `VcpuExit::Intr`: just call `run` again.
+//!
+//! With [`RunControl::set_idle_probe`], the watchdog also kicks a vCPU thread
+//! that has been asleep in the kernel (state `S` in /proc) with no exit for the
+//! probe interval, so that the exit loop can look at a guest that halted for
+//! good (`cli; hlt`, which an in-kernel LAPIC keeps inside KVM). A vCPU that is
+//! running guest code is never kicked, so measurements are not disturbed.
 
 use super::Vcpu;
 use crate::{Error, Result};
 use kvm_ioctls::VcpuExit;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -85,9 +91,19 @@ struct Shared {
     timeout: Duration,
     /// Threads with an attached vCPU; the watchdog kicks them under this lock, and a
     /// thread leaves the list (under the lock) before it ends its attachment.
-    threads: Mutex<Vec<libc::pthread_t>>,
+    threads: Mutex<Vec<VcpuThread>>,
+    /// Idle probe interval in ms, 0 = off.
+    idle_probe_ms: AtomicU64,
+    /// Set whenever KVM_RUN returns with an exit; cleared by the idle probe.
+    active: AtomicBool,
     finished: Mutex<bool>,
     wake: Condvar,
+}
+
+#[derive(Clone, Copy)]
+struct VcpuThread {
+    pthread: libc::pthread_t,
+    tid: libc::pid_t,
 }
 
 impl Shared {
@@ -95,12 +111,36 @@ impl Shared {
         let _ = self
             .stop
             .compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+        self.kick(|_| true);
+    }
+
+    /// Kicks the attached threads that `select` picks out of KVM_RUN.
+    fn kick(&self, select: impl Fn(&VcpuThread) -> bool) {
         let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
-        for &t in threads.iter() {
+        for t in threads.iter().filter(|t| select(t)) {
             // SAFETY: `t` is a live thread: it removes itself under this lock first.
-            unsafe { libc::pthread_kill(t, kick_signal()) };
+            unsafe { libc::pthread_kill(t.pthread, kick_signal()) };
         }
     }
+
+    /// The idle probe: kicks vCPU threads that sleep with no exit since the last probe.
+    fn probe_idle(&self) {
+        if !self.active.swap(false, Ordering::Relaxed) {
+            self.kick(|t| thread_is_sleeping(t.tid));
+        }
+    }
+}
+
+/// Whether thread `tid` of this process is asleep (state `S` in its stat).
+fn thread_is_sleeping(tid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/stat"))
+        .is_ok_and(|stat| stat_state(&stat) == Some('S'))
+}
+
+/// The state letter of a /proc stat line (after the parenthesised name, which
+/// may itself hold spaces and parentheses).
+fn stat_state(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
 }
 
 /// Deadline watchdog and Ctrl-C handling for one VM run.
@@ -124,6 +164,8 @@ impl RunControl {
             stop: AtomicU8::new(RUNNING),
             timeout,
             threads: Mutex::new(Vec::new()),
+            idle_probe_ms: AtomicU64::new(0),
+            active: AtomicBool::new(true),
             finished: Mutex::new(false),
             wake: Condvar::new(),
         });
@@ -166,6 +208,15 @@ impl RunControl {
         }
     }
 
+    /// Kicks a vCPU thread that has slept in KVM with no exit for `interval`
+    /// (its `run` then returns `VcpuExit::Intr`); `None` turns the probe off.
+    pub fn set_idle_probe(&self, interval: Option<Duration>) {
+        let ms = interval.map_or(0, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
+        self.shared.idle_probe_ms.store(ms, Ordering::Relaxed);
+    }
+
     /// Stops the run now as if Ctrl-C had been pressed (kicks attached vCPUs).
     pub fn interrupt(&self) {
         self.shared.stop(STOP_INTERRUPTED);
@@ -176,13 +227,14 @@ impl RunControl {
         let run = vcpu.fd.get_kvm_run();
         let immediate_exit: *mut u8 = &mut run.immediate_exit;
         IMMEDIATE_EXIT.with(|p| p.set(immediate_exit));
-        // SAFETY: pthread_self has no preconditions.
+        // SAFETY: pthread_self and gettid have no preconditions.
         let me = unsafe { libc::pthread_self() };
+        let tid = unsafe { libc::gettid() };
         self.shared
             .threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(me);
+            .push(VcpuThread { pthread: me, tid });
         RunningVcpu {
             vcpu,
             control: self,
@@ -194,6 +246,7 @@ impl RunControl {
 
 fn watchdog(shared: &Shared, deadline: Instant) {
     let mut finished = shared.finished.lock().unwrap_or_else(|e| e.into_inner());
+    let mut last_probe = Instant::now();
     loop {
         if *finished {
             return;
@@ -208,6 +261,11 @@ fn watchdog(shared: &Shared, deadline: Instant) {
             drop(finished);
             shared.stop(STOP_TIMEOUT);
             return;
+        }
+        let probe_ms = shared.idle_probe_ms.load(Ordering::Relaxed);
+        if probe_ms > 0 && now.duration_since(last_probe) >= Duration::from_millis(probe_ms) {
+            last_probe = now;
+            shared.probe_idle();
         }
         let wait = (deadline - now).min(WATCHDOG_POLL);
         finished = shared
@@ -251,7 +309,10 @@ impl RunningVcpu<'_> {
         self.vcpu.fd.set_kvm_immediate_exit(0);
         self.control.check()?;
         match self.vcpu.fd.run() {
-            Ok(exit) => Ok(exit),
+            Ok(exit) => {
+                self.control.shared.active.store(true, Ordering::Relaxed);
+                Ok(exit)
+            }
             Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => Ok(VcpuExit::Intr),
             Err(e) => Err(Error::Kvm(format!("KVM_RUN failed: {e}"))),
         }
@@ -277,7 +338,7 @@ impl Drop for RunningVcpu<'_> {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         // SAFETY: comparing pthread_t values.
-        threads.retain(|&t| unsafe { libc::pthread_equal(t, self.thread) } == 0);
+        threads.retain(|t| unsafe { libc::pthread_equal(t.pthread, self.thread) } == 0);
         IMMEDIATE_EXIT.with(|p| p.set(std::ptr::null_mut()));
     }
 }
@@ -298,6 +359,38 @@ mod tests {
             "timeout: guest did not finish within 0.05 s"
         );
         assert_eq!(err.exit_code(), 124);
+    }
+
+    #[test]
+    fn stat_state_skips_odd_thread_names() {
+        assert_eq!(stat_state("42 (xvmm) S 1 42 42 0"), Some('S'));
+        assert_eq!(stat_state("42 (a) b) R 1 42"), Some('R'));
+        assert_eq!(stat_state("garbage"), None);
+    }
+
+    #[test]
+    fn a_blocked_thread_reads_as_sleeping_and_a_running_one_does_not() {
+        // SAFETY: gettid has no preconditions.
+        assert!(!thread_is_sleeping(unsafe { libc::gettid() }));
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let blocked = std::thread::spawn(move || {
+            // SAFETY: as above.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = tid_rx.recv().unwrap();
+        let start = Instant::now();
+        while !thread_is_sleeping(tid) {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "never seen asleep"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(done_tx);
+        blocked.join().unwrap();
+        assert!(!thread_is_sleeping(tid), "an ended thread is not asleep");
     }
 
     #[test]

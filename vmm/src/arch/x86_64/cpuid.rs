@@ -52,6 +52,7 @@ pub const KVM_SIGNATURE: [u32; 3] = [0x4b4d_564b, 0x564b_4d56, 0x0000_004d];
 /// KVM's emulated APIC bus runs at 1 GHz (one tick per ns).
 pub const APIC_BUS_KHZ: u32 = 1_000_000;
 
+const LEAF1_ECX_TSC_DEADLINE: u32 = 1 << 24;
 const LEAF1_ECX_HYPERVISOR: u32 = 1 << 31;
 const LEAF_80000007_EDX_INVARIANT_TSC: u32 = 1 << 8;
 
@@ -68,6 +69,11 @@ pub struct CpuidOptions {
     pub nr_vcpus: u8,
     /// The host CPU has an invariant TSC (CPUID 0x80000007 EDX bit 8).
     pub host_invariant_tsc: bool,
+    /// The in-kernel LAPIC can run its timer in TSC-deadline mode
+    /// (KVM_CAP_TSC_DEADLINE_TIMER with an irqchip). KVM before 6.14 leaves
+    /// the bit out of KVM_GET_SUPPORTED_CPUID; without it Linux calibrates
+    /// the LAPIC timer against the PIT, which costs a nested guest ~0.5 s.
+    pub tsc_deadline_timer: bool,
 }
 
 /// Whether the host CPU reports an invariant TSC.
@@ -136,6 +142,11 @@ pub fn edit(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<
 
     if let Some(leaf1) = find_mut(entries, 1, 0) {
         leaf1.ecx |= LEAF1_ECX_HYPERVISOR;
+        if opts.tsc_deadline_timer {
+            leaf1.ecx |= LEAF1_ECX_TSC_DEADLINE;
+        } else {
+            leaf1.ecx &= !LEAF1_ECX_TSC_DEADLINE;
+        }
         leaf1.ebx = (leaf1.ebx & 0x0000_ffff) | (nr_vcpus << 16) | (apic_id << 24);
     }
 
@@ -229,7 +240,27 @@ mod tests {
             apic_id: 0,
             nr_vcpus: 1,
             host_invariant_tsc: true,
+            tsc_deadline_timer: false,
         }
+    }
+
+    #[test]
+    fn tsc_deadline_follows_the_lapic_capability() {
+        let mut on = sample();
+        edit(
+            &mut on,
+            &CpuidOptions {
+                tsc_deadline_timer: true,
+                ..opts()
+            },
+        )
+        .unwrap();
+        assert_ne!(get(&on, 1, 0).ecx & LEAF1_ECX_TSC_DEADLINE, 0);
+        // A newer KVM reports the bit itself; without an in-kernel LAPIC it must go.
+        let mut off = sample();
+        find_mut(&mut off, 1, 0).unwrap().ecx |= LEAF1_ECX_TSC_DEADLINE;
+        edit(&mut off, &opts()).unwrap();
+        assert_eq!(get(&off, 1, 0).ecx & LEAF1_ECX_TSC_DEADLINE, 0);
     }
 
     fn get(entries: &[kvm_cpuid_entry2], f: u32, i: u32) -> kvm_cpuid_entry2 {
