@@ -11,7 +11,7 @@ xvmm_as_root() {
 
 xvmm_setup() {
     local want=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
-                linux-source-6.12 qemu-system-x86 curl ca-certificates)
+                linux-source-6.12 qemu-system-x86 linux-perf curl ca-certificates)
     local missing=()
     for pkg in "${want[@]}"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

@@ -93,6 +93,9 @@ pub enum OnOff {
     Off,
 }
 
+/// Largest `--timeout`: over 11 days, and far from overflowing a deadline.
+pub const MAX_TIMEOUT_SECS: u64 = 1_000_000;
+
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
     /// Linux kernel to boot (bzImage or ELF vmlinux with a PVH note).
@@ -107,7 +110,7 @@ pub struct RunArgs {
     /// Guest memory in MiB.
     #[arg(long)]
     pub mem: Option<u64>,
-    /// Give up after this many seconds of guest run time.
+    /// Give up after this many seconds of guest run time (1 to 1000000).
     #[arg(long, default_value_t = 120)]
     pub timeout: u64,
     /// Pin the vCPU thread to this host CPU.

@@ -36,6 +36,13 @@ pub use error::{Error, Result};
 
 /// Runs what the command line asks for.
 pub fn run(cli: cli::Cli) -> Result<()> {
+    if cli.run.timeout == 0 || cli.run.timeout > cli::MAX_TIMEOUT_SECS {
+        return Err(Error::Usage(format!(
+            "--timeout {} is out of range: it must be at least 1 second and at most {}",
+            cli.run.timeout,
+            cli::MAX_TIMEOUT_SECS
+        )));
+    }
     match cli.command {
         Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build_command(&args),
         Some(cli::Command::Initramfs(args)) => initramfs::command(&args),

@@ -146,6 +146,9 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(cpu) = args.pin {
         vcpu::pin_current_thread(cpu)?;
     }
+    // Signal handlers first, so that a Ctrl-C while the tracer is set up still
+    // lets its Drop restore tracefs.
+    let control = RunControl::new(Duration::from_secs(args.timeout))?;
     // The vCPU runs on this thread: trace exactly its exits.
     let tracer = if args.trace {
         // SAFETY: gettid has no arguments and cannot fail.
@@ -154,7 +157,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         None
     };
-    let control = RunControl::new(Duration::from_secs(args.timeout))?;
+    control.check()?;
     // A Linux without ACPI powers off by halting with interrupts off, which the
     // in-kernel LAPIC keeps from us: look at a vCPU that sleeps for a second.
     control.set_idle_probe(Some(Duration::from_secs(1)));
@@ -190,14 +193,16 @@ pub fn run(args: &RunArgs) -> Result<()> {
     match outcome.results {
         Some(mut report) => {
             add_host_view(&mut report, trace.as_ref());
-            emit_results(&report, args.json.as_deref())?;
+            emit_results(&report, args.json.as_deref(), args.quiet)?;
             let extra = extra_tables(
                 &report,
                 trace.is_some(),
                 baseline.as_ref(),
                 args.json.as_deref(),
             )?;
-            if json_to_stdout {
+            if args.quiet {
+                // --quiet: the JSON is the only output.
+            } else if json_to_stdout {
                 eprint!("{extra}");
             } else {
                 print!("{extra}");
@@ -445,12 +450,15 @@ fn forward_stdin(uart: Arc<Mutex<Uart>>) {
 
 /// Prints the guest's results as tables, and writes them as JSON to `json`
 /// ("-" = stdout instead of the tables).
-fn emit_results(report: &xvmm_results::Report, json: Option<&Path>) -> Result<()> {
+/// With `quiet`, only the JSON is written.
+fn emit_results(report: &xvmm_results::Report, json: Option<&Path>, quiet: bool) -> Result<()> {
     match json {
         Some(p) if p == Path::new("-") => println!("{}", report.to_json_pretty()),
         Some(p) => {
             write_atomically(p, report.to_json_pretty().as_bytes())?;
-            print!("{}", crate::report::microguest_tables(report));
+            if !quiet {
+                print!("{}", crate::report::microguest_tables(report));
+            }
         }
         None => print!("{}", crate::report::microguest_tables(report)),
     }

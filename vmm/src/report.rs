@@ -131,7 +131,11 @@ pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64) -> String {
             cell(p99(rt)),
             nanoseconds(median(rt), tsc_khz),
         );
-        let rejected = c.samples_unfilled + c.samples_out_of_order + c.samples_other_rejected;
+        // Guest-written counters: saturate rather than overflow.
+        let rejected = c
+            .samples_unfilled
+            .saturating_add(c.samples_out_of_order)
+            .saturating_add(c.samples_other_rejected);
         if rejected > 0 {
             let _ = writeln!(
                 out,

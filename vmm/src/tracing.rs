@@ -121,16 +121,35 @@ pub struct ExitTracer {
     instance: PathBuf,
     stop: Arc<AtomicBool>,
     reader: Option<JoinHandle<std::io::Result<ExitAggregator>>>,
+    /// Declared last: fields drop after `Drop::drop` has removed the instance,
+    /// so an unmount of our own mount finds it empty.
+    _mount: Option<OwnMount>,
 }
 
-/// Finds the mounted tracefs, mounting it at /sys/kernel/tracing if needed.
-fn tracefs_root() -> Result<PathBuf> {
+/// tracefs mounted by xvmm itself: unmounted again when dropped, so the host
+/// is left as it was found.
+struct OwnMount;
+
+impl Drop for OwnMount {
+    fn drop(&mut self) {
+        // SAFETY: umount2 with a static NUL-terminated path; failure (EBUSY if
+        // someone else started using it meanwhile) leaves it mounted, harmlessly.
+        unsafe { libc::umount2(TRACEFS_MOUNT_TARGET.as_ptr(), 0) };
+    }
+}
+
+/// Where xvmm mounts tracefs when no mount exists.
+const TRACEFS_MOUNT_TARGET: &std::ffi::CStr = c"/sys/kernel/tracing";
+
+/// Finds the mounted tracefs, mounting it at /sys/kernel/tracing if needed
+/// (then the returned guard unmounts it again).
+fn tracefs_root() -> Result<(PathBuf, Option<OwnMount>)> {
     for root in TRACEFS_MOUNTS {
         if Path::new(root).join("instances").is_dir() {
-            return Ok(PathBuf::from(root));
+            return Ok((PathBuf::from(root), None));
         }
     }
-    let target = c"/sys/kernel/tracing";
+    let target = TRACEFS_MOUNT_TARGET;
     // SAFETY: plain mount(2) with static NUL-terminated strings.
     let rc = unsafe {
         libc::mount(
@@ -147,7 +166,7 @@ fn tracefs_root() -> Result<PathBuf> {
             std::io::Error::last_os_error()
         )));
     }
-    Ok(PathBuf::from(TRACEFS_MOUNTS[0]))
+    Ok((PathBuf::from(TRACEFS_MOUNTS[0]), Some(OwnMount)))
 }
 
 fn write_file(path: &Path, value: &str) -> Result<()> {
@@ -175,7 +194,7 @@ fn remove_stale_instances(root: &Path) {
 impl ExitTracer {
     /// Starts tracing kvm_exit/kvm_entry of the given thread ids (vCPU threads).
     pub fn start(tids: &[i32]) -> Result<ExitTracer> {
-        let root = tracefs_root()?;
+        let (root, mount) = tracefs_root()?;
         remove_stale_instances(&root);
         let instance = root
             .join("instances")
@@ -196,6 +215,7 @@ impl ExitTracer {
             instance,
             stop: Arc::new(AtomicBool::new(false)),
             reader: None,
+            _mount: mount,
         };
         tracer.configure(tids)?;
         tracer.reader = Some(tracer.spawn_reader()?);
@@ -234,6 +254,7 @@ impl ExitTracer {
             .map_err(|e| Error::Tracing(format!("opening {}: {e}", path.display())))?;
         let stop = Arc::clone(&self.stop);
         Ok(std::thread::spawn(move || {
+            crate::vcpu::unpin_helper_thread();
             let mut agg = ExitAggregator::default();
             let mut buf = vec![0u8; 1 << 16];
             let mut partial = String::new();
@@ -394,7 +415,7 @@ mod tests {
     /// leaving the global trace clock untouched.
     #[test]
     fn instance_is_private_and_removed() {
-        let Ok(root) = tracefs_root() else {
+        let Ok((root, _mount)) = tracefs_root() else {
             panic!("tracefs unavailable: this test needs root and tracefs");
         };
         let global_clock = fs::read_to_string(root.join("trace_clock")).unwrap();

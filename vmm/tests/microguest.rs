@@ -244,15 +244,22 @@ fn bad_arguments_fail_with_one_line() {
         (&["--trace"][..], "applies to Linux guests"),
         (
             &["--timeout", "0"][..],
-            "--timeout must be at least 1 second",
+            "--timeout 0 is out of range: it must be at least 1 second",
         ),
-        (&["--samples", "x"][..], "invalid value"),
+        (
+            &["--timeout", "18446744073709551615"][..],
+            "--timeout 18446744073709551615 is out of range",
+        ),
+        (&["--warmup", "100000000"][..], "--warmup 100000000"),
+        (&["--samples", "x"][..], "xvmm: usage: invalid value 'x'"),
+        (&["--no-such-flag"][..], "xvmm: usage: unexpected argument"),
         (&["--pin", "100000"][..], "--pin 100000"),
     ] {
         let out = xvmm(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }

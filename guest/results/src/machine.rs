@@ -175,7 +175,7 @@ pub fn calibrate_tsc_khz(window: Duration) -> u64 {
     }
     let (elapsed, c1) = (t0.elapsed(), cpuid::rdtsc());
     let micros = elapsed.as_micros().max(1) as u64;
-    c1.wrapping_sub(c0) * 1000 / micros
+    c1.saturating_sub(c0).saturating_mul(1000) / micros
 }
 
 /// CPUID reads done once, outside any measured region.

@@ -75,7 +75,8 @@ pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
 
 impl Histogram {
     fn build(sorted: &[u64], lo: u64, hi: u64) -> Histogram {
-        let span = hi - lo + 1;
+        // Saturating: samples spanning the whole u64 range must not overflow.
+        let span = (hi - lo).saturating_add(1);
         let width = span.div_ceil(HISTOGRAM_BUCKETS as u64).max(1);
         let buckets = span.div_ceil(width) as usize;
         let mut counts = vec![0u64; buckets];
@@ -103,6 +104,14 @@ impl Histogram {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn samples_spanning_the_whole_u64_range_do_not_overflow() {
+        let s = Stats::from_samples(&[0, u64::MAX / 2, u64::MAX]);
+        assert_eq!((s.min, s.max, s.count), (0, u64::MAX, 3));
+        assert_eq!(s.histogram.total(), 3);
+        assert_eq!(s.histogram.counts.len(), HISTOGRAM_BUCKETS);
+    }
+
     use super::*;
 
     #[test]

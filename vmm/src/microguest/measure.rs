@@ -44,6 +44,11 @@ impl Options {
         if samples == 0 {
             return Err(Error::Usage("--samples must be at least 1".into()));
         }
+        if warmup > MAX_SAMPLES {
+            return Err(Error::Usage(format!(
+                "--warmup {warmup} is more than the microguest allows ({MAX_SAMPLES}, its sample buffer's size)"
+            )));
+        }
         if samples > MAX_SAMPLES {
             return Err(Error::Usage(format!(
                 "--samples {samples} is more than the microguest's sample buffer holds ({MAX_SAMPLES})"
@@ -689,6 +694,7 @@ mod tests {
             .to_string()
             .contains("at least 1"));
         assert!(Options::new(MAX_SAMPLES + 1, 0).is_err());
+        assert!(Options::new(10, MAX_SAMPLES + 1).is_err());
         assert_eq!(Options::new(MAX_SAMPLES, 5).unwrap().warmup, 5);
     }
 }

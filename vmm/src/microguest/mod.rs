@@ -39,6 +39,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
     }
     let report = measure::measure(&opts, std::time::Duration::from_secs(args.timeout))?;
     let to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    // The file first: a table that cannot be printed must not lose the results.
+    if let Some(path) = args.json.as_deref().filter(|p| *p != Path::new("-")) {
+        write_json(path, &report.to_json_pretty())?;
+    }
     let table = crate::report::microguest_tables(&report);
     if args.quiet {
         // --quiet: the JSON (if asked for) is the only output.
@@ -48,8 +52,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     } else {
         print!("{table}");
     }
-    if let Some(path) = &args.json {
-        write_json(path, &report.to_json_pretty())?;
+    if to_stdout {
+        write_json(Path::new("-"), &report.to_json_pretty())?;
     }
     Ok(())
 }

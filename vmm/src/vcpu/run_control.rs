@@ -169,11 +169,15 @@ impl RunControl {
             finished: Mutex::new(false),
             wake: Condvar::new(),
         });
-        let deadline = Instant::now() + timeout;
+        // A timeout too far away to represent is no deadline at all.
+        let deadline = Instant::now().checked_add(timeout);
         let watched = Arc::clone(&shared);
         let watchdog = std::thread::Builder::new()
             .name("xvmm-watchdog".into())
-            .spawn(move || watchdog(&watched, deadline))
+            .spawn(move || {
+                super::unpin_helper_thread();
+                watchdog(&watched, deadline)
+            })
             .map_err(|e| Error::Io(format!("cannot start the watchdog thread: {e}")))?;
         Ok(RunControl {
             shared,
@@ -244,7 +248,7 @@ impl RunControl {
     }
 }
 
-fn watchdog(shared: &Shared, deadline: Instant) {
+fn watchdog(shared: &Shared, deadline: Option<Instant>) {
     let mut finished = shared.finished.lock().unwrap_or_else(|e| e.into_inner());
     let mut last_probe = Instant::now();
     loop {
@@ -257,7 +261,7 @@ fn watchdog(shared: &Shared, deadline: Instant) {
             return;
         }
         let now = Instant::now();
-        if now >= deadline {
+        if deadline.is_some_and(|d| now >= d) {
             drop(finished);
             shared.stop(STOP_TIMEOUT);
             return;
@@ -267,7 +271,7 @@ fn watchdog(shared: &Shared, deadline: Instant) {
             last_probe = now;
             shared.probe_idle();
         }
-        let wait = (deadline - now).min(WATCHDOG_POLL);
+        let wait = deadline.map_or(WATCHDOG_POLL, |d| (d - now).min(WATCHDOG_POLL));
         finished = shared
             .wake
             .wait_timeout(finished, wait)
