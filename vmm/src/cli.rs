@@ -34,6 +34,14 @@ pub enum Command {
 pub enum KernelCommand {
     /// Build a kernel out of tree (cached by its inputs) and print the paths.
     Build(KernelBuildArgs),
+    /// List the xperf hook sites of a built vmlinux and check each is a NOP when off.
+    Hooks(KernelHooksArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct KernelHooksArgs {
+    /// An uncompressed vmlinux (with its symbol table) built with the xperf series.
+    pub vmlinux: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

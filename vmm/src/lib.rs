@@ -45,6 +45,9 @@ pub fn run(cli: cli::Cli) -> Result<()> {
     }
     match cli.command {
         Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build_command(&args),
+        Some(cli::Command::Kernel(cli::KernelCommand::Hooks(args))) => {
+            kernel::hooks::command(&args.vmlinux)
+        }
         Some(cli::Command::Initramfs(args)) => initramfs::command(&args),
         Some(cli::Command::Compare(args)) => report::compare_command(&args),
         None if cli.run.kernel.is_some() => linux::run(&cli.run),

@@ -105,3 +105,47 @@ fn initramfs_command_writes_a_newc_archive() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("GUEST_PATH=HOST_FILE"), "{stderr}");
 }
+
+/// The patch series' "a NOP when off" claim, checked on both patched builds:
+/// every hook site (the #PF entry ALTERNATIVE, the jump labels in the entry
+/// assembly and in the C delivery code) is a NOP as linked, and the unpatched
+/// kernel has none.
+#[test]
+fn patched_kernels_have_every_hook_site_a_nop_when_off() {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!("XVMM_SKIP_HARNESS=1: kernel hook-site test skipped");
+        return;
+    }
+    use xvmm::kernel::hooks::{self, HookKind};
+    for flavour in [KernelFlavour::Guest, KernelFlavour::Host] {
+        let mut request = BuildRequest::new(flavour);
+        request.patched = true;
+        let built = kernel::build(&request).expect("patched kernel builds");
+        let vmlinux = std::fs::read(&built.vmlinux).expect("vmlinux readable");
+        let sites = hooks::find(&vmlinux).expect("hook sites found");
+        eprint!("{flavour:?}:\n{}", hooks::table(&sites));
+        assert!(sites.iter().all(|s| s.is_nop()), "{flavour:?}");
+        let at = |kind: HookKind, symbol: &str| {
+            sites
+                .iter()
+                .any(|s| s.kind == kind && s.location.starts_with(&format!("{symbol}+")))
+        };
+        assert!(
+            at(HookKind::Alternative, "asm_exc_page_fault"),
+            "{flavour:?}"
+        );
+        for symbol in [
+            "entry_SYSCALL_64_safe_stack",
+            "syscall_return_via_sysret",
+            "swapgs_restore_regs_and_return_to_usermode",
+            "do_syscall_64",
+            "exc_page_fault",
+        ] {
+            assert!(at(HookKind::JumpLabel, symbol), "{flavour:?}: {symbol}");
+        }
+        let plain = kernel::build(&BuildRequest::new(flavour)).expect("plain kernel builds");
+        let err = hooks::find(&std::fs::read(&plain.vmlinux).expect("vmlinux readable"))
+            .expect_err("an unpatched kernel has no hook sites");
+        assert!(err.to_string().contains("no xperf_stamps_key"), "{err}");
+    }
+}

@@ -4,6 +4,7 @@
 
 mod cache;
 pub mod fragment;
+pub mod hooks;
 pub mod key;
 pub mod source;
 mod tools;
