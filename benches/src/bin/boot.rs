@@ -148,7 +148,7 @@ fn main() {
             .collect();
         println!(
             "      of which before the guest kernel's clock started (VMM set-up, firmware): \
-             median {}",
+             median {} (indicative: guest uptime runs differently under each VMM early in boot)",
             show(median(pre_kernel), "ms")
         );
         let peak = s.kib(|r| Some(r.max_rss_kib));

@@ -1,5 +1,7 @@
 //! `/init` for L2 boot tests: print [`xvmm_init::MARKER`], then act on
-//! `xvmm.init=` (see [`xvmm_init::action::Action`]).
+//! `xvmm.init=` (see [`xvmm_init::action::Action`]). With `xvmm.dmesg` on the
+//! command line it first prints the kernel log, each line prefixed
+//! `XVMM-DMESG: `.
 
 use xvmm_init::action::Action;
 use xvmm_init::sys;
@@ -29,6 +31,14 @@ fn main() {
             sys::park();
         }
     };
+    if cmdline.split_whitespace().any(|w| w == "xvmm.dmesg") {
+        match sys::kernel_log() {
+            Ok(log) => log
+                .lines()
+                .for_each(|l| sys::console_line(&format!("XVMM-DMESG: {l}"))),
+            Err(e) => sys::console_line(&format!("XVMM-INIT: warning: {e}")),
+        }
+    }
     sys::console_line(&format!("XVMM-INIT: action {action:?}"));
     let failure = match action {
         Action::Exit(code) => match sys::ioperm(PORT_EXIT) {

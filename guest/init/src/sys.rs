@@ -70,6 +70,33 @@ pub fn reboot(cmd: libc::c_int) -> String {
     format!("reboot({cmd:#x}): {}", std::io::Error::last_os_error())
 }
 
+/// The kernel's log buffer (`syslog(2)` READ_ALL), for `xvmm.dmesg`: with
+/// `quiet` a boot prints nothing, so this is how its timeline is seen without
+/// slowing the boot down with console output.
+pub fn kernel_log() -> Result<String, String> {
+    const SYSLOG_ACTION_READ_ALL: libc::c_int = 3;
+    const SYSLOG_ACTION_SIZE_BUFFER: libc::c_int = 10;
+    // SAFETY: SIZE_BUFFER takes no buffer.
+    let size = unsafe { libc::klogctl(SYSLOG_ACTION_SIZE_BUFFER, std::ptr::null_mut(), 0) };
+    if size <= 0 {
+        return Err(format!(
+            "syslog(SIZE_BUFFER): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let mut buf = vec![0u8; size as usize];
+    // SAFETY: the kernel writes at most `size` bytes into `buf`.
+    let n = unsafe { libc::klogctl(SYSLOG_ACTION_READ_ALL, buf.as_mut_ptr().cast(), size) };
+    if n < 0 {
+        return Err(format!(
+            "syslog(READ_ALL): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    buf.truncate(n as usize);
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// Sleeps forever: PID 1 must never exit (the kernel would panic).
 pub fn park() -> ! {
     loop {
