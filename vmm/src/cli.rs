@@ -28,6 +28,23 @@ pub enum Command {
     Initramfs(InitramfsArgs),
     /// Compare a VM report with a bare-metal report.
     Compare(CompareArgs),
+    /// Characterise this machine: CPU, TSC, hypervisor, KVM module, mitigations.
+    Machine(MachineArgs),
+    /// Print the tables of a saved xvmm-results report.
+    Show(ShowArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MachineArgs {
+    /// Write the characterisation as JSON to this file ("-" for stdout).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    /// A report written with --json by xvmm or xperf.
+    pub report: PathBuf,
 }
 
 #[derive(Subcommand, Debug)]

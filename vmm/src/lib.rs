@@ -50,6 +50,8 @@ pub fn run(cli: cli::Cli) -> Result<()> {
         }
         Some(cli::Command::Initramfs(args)) => initramfs::command(&args),
         Some(cli::Command::Compare(args)) => report::compare_command(&args),
+        Some(cli::Command::Machine(args)) => report::machine_command(args.json.as_deref()),
+        Some(cli::Command::Show(args)) => report::show_command(&args.report),
         None if cli.run.kernel.is_some() => linux::run(&cli.run),
         None => microguest::run(&cli.run),
     }

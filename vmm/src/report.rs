@@ -8,7 +8,7 @@ use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::path::Path;
-use xvmm_results::{Crossing, Environment, ExitTiming, Interval, Report, Stats, Status};
+use xvmm_results::{Crossing, Environment, ExitTiming, Interval, Machine, Report, Stats, Status};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -211,7 +211,122 @@ pub fn microguest_tables(report: &Report) -> String {
             let _ = writeln!(out, "- {n}");
         }
     }
+    if let Some(m) = &report.machine {
+        out += "\nmeasured on:\n";
+        out += &machine_table(m);
+    }
     out
+}
+
+/// The characterisation of a machine, one fact a line: what decides whether
+/// two reports can be compared.
+pub fn machine_table(m: &Machine) -> String {
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "unknown".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = String::new();
+    let mut line = |key: &str, value: String| {
+        let _ = writeln!(out, "  {key:<16} {value}");
+    };
+    line(
+        "cpu",
+        format!(
+            "{} {} (family/model/stepping {}), {} logical CPUs",
+            or_unknown(&m.cpu_vendor),
+            or_unknown(&m.cpu_model),
+            or_unknown(&m.cpu_signature),
+            m.logical_cpus
+        ),
+    );
+    line(
+        "tsc",
+        format!("{} kHz ({})", m.tsc_khz, or_unknown(&m.tsc_khz_source)),
+    );
+    line(
+        "hypervisor",
+        if m.hypervisor_signature.is_empty() {
+            "none seen (bare metal, or a hypervisor that hides itself)".into()
+        } else {
+            format!("{:?}", m.hypervisor_signature)
+        },
+    );
+    line("kernel", or_unknown(&m.kernel_release));
+    let params = m
+        .kvm_params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    line(
+        "kvm module",
+        if m.kvm_module.is_empty() {
+            "none loaded".into()
+        } else if params.is_empty() {
+            m.kvm_module.clone()
+        } else {
+            format!("{} ({params})", m.kvm_module)
+        },
+    );
+    line("cpu flags", m.flags.join(" "));
+    line(
+        "kpti",
+        match m.kpti() {
+            Some(true) => "on".into(),
+            Some(false) => "off".into(),
+            None => "unknown".into(),
+        },
+    );
+    line("thp", or_unknown(&m.thp));
+    line("clocksource", or_unknown(&m.clocksource));
+    // Only what is not "Not affected": the mitigations that cost crossings.
+    let affected: Vec<String> = m
+        .vulnerabilities
+        .iter()
+        .filter(|(_, v)| *v != "Not affected")
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    if affected.is_empty() {
+        line(
+            "vulnerabilities",
+            if m.vulnerabilities.is_empty() {
+                "unknown".into()
+            } else {
+                "none affected".into()
+            },
+        );
+    } else {
+        for (i, v) in affected.into_iter().enumerate() {
+            line(if i == 0 { "vulnerabilities" } else { "" }, v);
+        }
+    }
+    out
+}
+
+/// `xvmm machine [--json FILE|-]`: characterises the machine xvmm runs on.
+pub fn machine_command(json: Option<&Path>) -> Result<()> {
+    let machine = Machine::probe();
+    match json {
+        Some(path) => {
+            let text = serde_json::to_string_pretty(&machine)
+                .map_err(|e| Error::Io(format!("cannot encode the machine as JSON: {e}")))?;
+            crate::microguest::write_json(path, &text)
+        }
+        None => {
+            print!("{}", machine_table(&machine));
+            Ok(())
+        }
+    }
+}
+
+/// `xvmm show REPORT.json`: the tables of a saved report.
+pub fn show_command(path: &Path) -> Result<()> {
+    let report = read_report(path)?;
+    print!("{}", microguest_tables(&report));
+    Ok(())
 }
 
 /// Name of the comparison schema written by `xvmm compare --json`.

@@ -1,0 +1,119 @@
+//! `xvmm machine` and `xvmm show`, through the binary.
+
+use std::process::{Command, Output};
+use xvmm_results::{Crossing, Environment, HostFacts, Machine, Method, Report, Sample};
+
+fn xvmm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args(args)
+        .output()
+        .expect("xvmm runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("xvmm-report-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn machine_characterises_this_host_as_a_table_and_as_json() {
+    let out = xvmm(&["machine", "--json", "-"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let m: Machine = serde_json::from_slice(&out.stdout).expect("machine JSON parses");
+    assert!(
+        !m.cpu_vendor.is_empty() && m.logical_cpus > 0 && m.tsc_khz > 0,
+        "{m:?}"
+    );
+    assert!(!m.kernel_release.is_empty());
+
+    let out = xvmm(&["machine"]);
+    assert_eq!(out.status.code(), Some(0));
+    let table = text(&out.stdout);
+    for key in [
+        "cpu",
+        "tsc",
+        "hypervisor",
+        "kernel",
+        "kvm module",
+        "kpti",
+        "thp",
+    ] {
+        assert!(
+            table.lines().any(|l| l.trim_start().starts_with(key)),
+            "{key} missing:\n{table}"
+        );
+    }
+    // The rate may be recalibrated between the two runs; its source is named.
+    let tsc = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("tsc"))
+        .unwrap();
+    assert!(tsc.contains(" kHz (") && tsc.ends_with(')'), "{tsc}");
+}
+
+#[test]
+fn show_prints_a_saved_report_with_its_machine() {
+    let dir = scratch("show");
+    let mut report = Report::new(
+        "test 1".into(),
+        Environment::BareMetal,
+        HostFacts {
+            cpu_model: "Test CPU".into(),
+            tsc_khz: 1_000_000,
+            ..HostFacts::default()
+        },
+        Method::standard(10, 3),
+    );
+    let samples: Vec<Sample> = (0..3)
+        .map(|i| Sample {
+            u2k_u: 1000 * i,
+            u2k_k: 1000 * i + 100,
+            k2u_k: 1000 * i + 300,
+            k2u_u: 1000 * i + 450,
+        })
+        .collect();
+    report
+        .crossings
+        .push(Crossing::from_samples("getppid", 3, &samples, 0, false));
+    report.machine = Some(Machine {
+        cpu_vendor: "TestVendor".into(),
+        kernel_release: "9.9.9-test".into(),
+        ..Machine::default()
+    });
+    let path = dir.join("r.json");
+    std::fs::write(&path, report.to_json_pretty()).unwrap();
+    let out = xvmm(&["show", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    let row = shown
+        .lines()
+        .find(|l| l.starts_with("getppid"))
+        .unwrap_or_else(|| panic!("no getppid row:\n{shown}"));
+    // valid 3/3, u2k median 100, k2u median 150, round trip 450.
+    assert!(
+        row.contains("3/3") && row.contains(" 100 ") && row.contains(" 150 "),
+        "{row}"
+    );
+    assert!(
+        shown.contains("measured on:") && shown.contains("9.9.9-test"),
+        "{shown}"
+    );
+
+    std::fs::write(&path, "{ not json").unwrap();
+    for (args, start) in [
+        (vec!["show", path.to_str().unwrap()], "xvmm: io: "),
+        (vec!["show", "/nonexistent/r.json"], "xvmm: io: cannot read"),
+    ] {
+        let out = xvmm(&args);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(start), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
