@@ -45,8 +45,32 @@ fn plan() -> Vec<Step> {
         ),
         xvmm_step("poweroff", l1::L2_VMLINUX, c("poweroff"), HANG_TIMEOUT),
         xvmm_step("hang", l1::L2_VMLINUX, c("hang"), HANG_TIMEOUT),
+        Step {
+            name: "microguest-tsc-khz".into(),
+            timeout_secs: 180,
+            marker: None,
+            stop_at_marker: false,
+            argv: [
+                l1::XVMM,
+                "--tsc-khz",
+                &GUEST_TSC_KHZ.to_string(),
+                "--samples",
+                "50",
+                "--warmup",
+                "5",
+                "--quiet",
+                "--json",
+                "-",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        },
     ]
 }
+
+/// The guest TSC rate the microguest step asks real KVM for.
+const GUEST_TSC_KHZ: u64 = 1_234_567;
 
 fn skipped() -> bool {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
@@ -242,4 +266,34 @@ fn hang_gives_the_timeout_error() {
         "took {} ms",
         s.elapsed_ms
     );
+}
+
+/// `--tsc-khz` on real KVM: the microguest report carries the rate KVM gave
+/// the vCPU (KVM_GET_TSC_KHZ after KVM_SET_TSC_KHZ), or xvmm refuses in one
+/// line when the CPU (here: QEMU's emulated SVM) has no TSC scaling.
+#[test]
+fn guest_tsc_rate_on_real_kvm_is_applied_or_refused_in_one_line() {
+    if skipped() {
+        return;
+    }
+    let (run, s) = step("microguest-tsc-khz");
+    let out = run.output("microguest-tsc-khz");
+    match &s.outcome {
+        Outcome::Exited(0) => {
+            let report = xvmm_results::Report::from_json(&out.join("\n"))
+                .unwrap_or_else(|e| panic!("{e}; output:\n{}", out.join("\n")));
+            assert!(
+                report.host.tsc_khz.abs_diff(GUEST_TSC_KHZ) <= 1_000,
+                "asked for {GUEST_TSC_KHZ} kHz, the guest got {}",
+                report.host.tsc_khz
+            );
+            eprintln!("real KVM applied --tsc-khz: {} kHz", report.host.tsc_khz);
+        }
+        Outcome::Exited(1) => {
+            assert_eq!(out.len(), 1, "{}", out.join("\n"));
+            assert!(out[0].contains("KVM_CAP_TSC_CONTROL"), "{}", out[0]);
+            eprintln!("real KVM refused --tsc-khz: {}", out[0]);
+        }
+        other => panic!("--tsc-khz run ended with {other}:\n{}", out.join("\n")),
+    }
 }

@@ -285,3 +285,42 @@ fn run_cannot_outlive_its_timeout() {
     );
     assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
 }
+
+/// `--tsc-khz` either gives the guest that TSC rate (read back from KVM into
+/// the report) or, on a KVM without TSC scaling (this machine's PVM), fails
+/// with one line naming the missing capability: never a silent fallback.
+#[test]
+fn guest_tsc_rate_is_applied_or_refused_in_one_line() {
+    if !kvm_available() {
+        return;
+    }
+    let path = temp_json("tsc-khz");
+    let requested = 1_234_567u32;
+    let out = xvmm(&[
+        "--tsc-khz",
+        &requested.to_string(),
+        "--samples",
+        "100",
+        "--warmup",
+        "10",
+        "--quiet",
+        "--json",
+        path.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        let report = Report::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
+        // KVM may round the rate by a few kHz.
+        assert!(
+            report.host.tsc_khz.abs_diff(u64::from(requested)) <= 1_000,
+            "asked for {requested} kHz, the guest got {}",
+            report.host.tsc_khz
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("KVM_CAP_TSC_CONTROL"), "{err}");
+        assert!(!path.exists(), "no report is written for a refused run");
+    }
+}
