@@ -103,6 +103,7 @@ impl Vcpu {
                 apic_id: cfg.id,
                 nr_vcpus: cfg.nr_vcpus,
                 host_invariant_tsc: cpuid::host_has_invariant_tsc(),
+                host_brand: cpuid::host_brand(),
                 tsc_deadline_timer: vm.irqchip
                     && vm.kvm.check_extension(kvm_ioctls::Cap::TscDeadlineTimer),
             },

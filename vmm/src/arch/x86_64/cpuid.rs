@@ -6,7 +6,9 @@
 //! - 0x40000000: KVM signature "KVMKVMKVM\0\0\0", max hypervisor leaf 0x40000010;
 //! - 0x40000001: KVM PV features as KVM offers them, async-PF bits only on request;
 //! - 0x40000010: TSC frequency in kHz (EAX) and APIC bus frequency in kHz (EBX);
-//! - 0x80000007 EDX bit 8: invariant TSC when the host has it.
+//! - 0x80000007 EDX bit 8: invariant TSC when the host has it;
+//! - 0x80000002..4: the host's brand string (KVM reports these leaves as 0, so
+//!   without it a guest names its CPU "AMD 17/01" and reports lose the model).
 
 use crate::{Error, Result};
 use kvm_bindings::{
@@ -74,6 +76,22 @@ pub struct CpuidOptions {
     /// the bit out of KVM_GET_SUPPORTED_CPUID; without it Linux calibrates
     /// the LAPIC timer against the PIT, which costs a nested guest ~0.5 s.
     pub tsc_deadline_timer: bool,
+    /// The host's processor brand string (CPUID 0x80000002..4, 48 bytes as 12
+    /// registers), passed through so the guest names the same CPU.
+    pub host_brand: Option<[u32; 12]>,
+}
+
+/// The host's processor brand string leaves, if the CPU has them.
+pub fn host_brand() -> Option<[u32; 12]> {
+    if std::arch::x86_64::__cpuid(0x8000_0000).eax < 0x8000_0004 {
+        return None;
+    }
+    let mut regs = [0u32; 12];
+    for (i, leaf) in (0x8000_0002u32..=0x8000_0004).enumerate() {
+        let r = std::arch::x86_64::__cpuid(leaf);
+        regs[i * 4..i * 4 + 4].copy_from_slice(&[r.eax, r.ebx, r.ecx, r.edx]);
+    }
+    Some(regs)
 }
 
 /// Whether the host CPU reports an invariant TSC.
@@ -197,6 +215,19 @@ pub fn edit(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<
         entry(LEAF_TIMING, 0, 0, [opts.tsc_khz, APIC_BUS_KHZ, 0, 0]),
     );
 
+    if let Some(brand) = opts.host_brand {
+        let max_ext = entries
+            .iter()
+            .find(|e| e.function == 0x8000_0000)
+            .map_or(0, |e| e.eax);
+        if max_ext >= 0x8000_0004 {
+            for (i, chunk) in brand.chunks_exact(4).enumerate() {
+                let regs = [chunk[0], chunk[1], chunk[2], chunk[3]];
+                upsert(entries, entry(0x8000_0002 + i as u32, 0, 0, regs));
+            }
+        }
+    }
+
     if opts.host_invariant_tsc {
         match find_mut(entries, 0x8000_0007, 0) {
             Some(e) => e.edx |= LEAF_80000007_EDX_INVARIANT_TSC,
@@ -241,7 +272,52 @@ mod tests {
             nr_vcpus: 1,
             host_invariant_tsc: true,
             tsc_deadline_timer: false,
+            host_brand: None,
         }
+    }
+
+    #[test]
+    fn host_brand_string_fills_the_zeroed_leaves() {
+        let text = *b"AMD EPYC 7B13 64-Core Processor\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
+        let mut brand = [0u32; 12];
+        for (r, bytes) in brand.iter_mut().zip(text.chunks_exact(4)) {
+            *r = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        }
+        let mut entries = sample();
+        entries.push(entry(0x8000_0003, 0, 0, [0; 4]));
+        edit(
+            &mut entries,
+            &CpuidOptions {
+                host_brand: Some(brand),
+                ..opts()
+            },
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        for leaf in 0x8000_0002..=0x8000_0004 {
+            let e = get(&entries, leaf, 0);
+            for r in [e.eax, e.ebx, e.ecx, e.edx] {
+                got.extend_from_slice(&r.to_le_bytes());
+            }
+        }
+        assert_eq!(got, text);
+        assert_eq!(
+            entries.iter().filter(|e| e.function == 0x8000_0003).count(),
+            1,
+            "replaced, not duplicated"
+        );
+        // A CPUID whose extended range stops short gets no brand leaves.
+        let mut short = sample();
+        find_mut(&mut short, 0x8000_0000, 0).unwrap().eax = 0x8000_0001;
+        edit(
+            &mut short,
+            &CpuidOptions {
+                host_brand: Some(brand),
+                ..opts()
+            },
+        )
+        .unwrap();
+        assert!(short.iter().all(|e| e.function != 0x8000_0002));
     }
 
     #[test]
