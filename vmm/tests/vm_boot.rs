@@ -162,6 +162,60 @@ fn sigint_stops_a_running_guest_cleanly() {
     assert_eq!(stderr(&out), "xvmm: interrupted\n");
 }
 
+/// Ctrl-C while `--trace` is timing exits: the private tracefs instance is
+/// removed, the global trace clock is untouched, and tracefs is mounted after
+/// the run exactly when it was before.
+#[test]
+fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
+    if !have_kvm() {
+        return;
+    }
+    let root = std::path::Path::new("/sys/kernel/tracing");
+    let mounted = || root.join("instances").is_dir();
+    let was_mounted = mounted();
+    let clock_before = std::fs::read_to_string(root.join("trace_clock")).ok();
+    let dir = scratch("sigint-trace");
+    let kernel = file(&dir, "bzImage", &bzimage(SPIN));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args([
+            "--kernel",
+            kernel.to_str().unwrap(),
+            "--timeout",
+            "60",
+            "--trace",
+        ])
+        .arg("--initrd")
+        .arg(placeholder_initrd())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn xvmm");
+    let instance = root.join(format!("instances/xvmm-{}", child.id()));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let traced = instance.is_dir();
+    // SAFETY: signalling our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let out = child.wait_with_output().expect("wait");
+    let err = stderr(&out);
+    eprintln!("traced run: instance seen {traced}; stderr {err:?}");
+    if !traced {
+        // No tracefs or no kvm tracepoints here: xvmm must have said so.
+        assert!(err.starts_with("xvmm: tracing: "), "{err}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(!instance.exists(), "{} left behind", instance.display());
+    assert_eq!(mounted(), was_mounted, "tracefs mount state changed");
+    if was_mounted {
+        assert_eq!(
+            std::fs::read_to_string(root.join("trace_clock")).ok(),
+            clock_before,
+            "global trace clock changed"
+        );
+    }
+}
+
 fn sample_report() -> xvmm_results::Report {
     xvmm_results::Report::new(
         "vm-boot-test".into(),
