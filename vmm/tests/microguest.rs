@@ -324,3 +324,60 @@ fn guest_tsc_rate_is_applied_or_refused_in_one_line() {
         assert!(!path.exists(), "no report is written for a refused run");
     }
 }
+
+/// A run stopped by --timeout keeps what it measured: the rows done are in the
+/// JSON and the table, every row after the stop is "not measured", and xvmm
+/// still fails with the one-line timeout error (124). On a host fast enough to
+/// finish in a second the run is simply complete.
+#[test]
+fn a_stopped_run_keeps_the_rows_it_measured() {
+    if !kvm_available() {
+        return;
+    }
+    let path = temp_json("stopped");
+    let out = xvmm(&["--timeout", "1", "--json", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let stopped_reason = |s: &Status| match s {
+        Status::Unsupported { reason } => reason.starts_with("not measured:"),
+        _ => false,
+    };
+    match out.status.code() {
+        Some(0) => {
+            let report = Report::from_json(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            assert!(!report.crossings.iter().any(|c| stopped_reason(&c.status)));
+        }
+        Some(124) => {
+            assert!(
+                err.starts_with("xvmm: timeout:") && err.lines().count() == 1,
+                "{err}"
+            );
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                // Stopped before any row: nothing to keep, nothing printed.
+                assert!(table.is_empty(), "{table}");
+                return;
+            };
+            let report = Report::from_json(&text).unwrap();
+            let statuses: Vec<&Status> = report
+                .crossings
+                .iter()
+                .map(|c| &c.status)
+                .chain(report.exits.iter().map(|e| &e.status))
+                .collect();
+            let first_stop = statuses
+                .iter()
+                .position(|s| stopped_reason(s))
+                .expect("a stopped run marks the rows it did not reach");
+            assert!(
+                statuses[first_stop..].iter().all(|s| stopped_reason(s)),
+                "{statuses:?}"
+            );
+            assert!(report.notes[0].starts_with("the run stopped early"));
+            // The null measurement always precedes the rows.
+            assert!(report.null_overhead.count > 0);
+            assert!(table.contains("not measured: the run stopped"), "{table}");
+        }
+        other => panic!("exit {other:?}: {err}"),
+    }
+    let _ = std::fs::remove_file(&path);
+}

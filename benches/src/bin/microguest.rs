@@ -64,8 +64,11 @@ fn main() {
     };
     let start = Instant::now();
     match measure::measure(&opts, Duration::from_secs(600)) {
-        Ok(report) => {
+        Ok(measure::Measured { report, stopped }) => {
             let wall = start.elapsed();
+            if let Some(e) = stopped {
+                println!("full run stopped early: {e}");
+            }
             let measured = report
                 .crossings
                 .iter()

@@ -103,9 +103,29 @@ const PHASES: u64 = 15;
 /// (a hypervisor that never returns from an instruction).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A run's report, and why it stopped early if it did.
+#[derive(Debug)]
+pub struct Measured {
+    pub report: Report,
+    /// `Error::Timeout` or `Error::Interrupted` when the run stopped before
+    /// every row was measured: the rows done are kept, the others are marked
+    /// "not measured". The caller writes the report, then fails with this.
+    pub stopped: Option<Error>,
+}
+
+/// Whether `err` only means "stop now" (timeout, Ctrl-C) rather than a failure.
+fn is_stop(err: &Error) -> bool {
+    matches!(err, Error::Timeout(_) | Error::Interrupted)
+}
+
+fn not_measured(err: &Error) -> String {
+    format!("not measured: the run stopped before this row ({err})")
+}
+
 /// Measures everything and returns the report; the whole run, probes included,
-/// cannot outlive `timeout`.
-pub fn measure(opts: &Options, timeout: Duration) -> Result<Report> {
+/// cannot outlive `timeout`. A timeout or Ctrl-C after the null measurements
+/// keeps every row already measured (see [`Measured::stopped`]).
+pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
     if timeout.is_zero() {
         return Err(Error::Usage("--timeout must be at least 1 second".into()));
     }
@@ -178,6 +198,7 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Report> {
     ));
 
     // 3. Crossings, each probed with one sample in its own VM first.
+    let mut stopped: Option<Error> = None;
     let mut crossings = Vec::new();
     for (name, kind) in [
         ("pf", Kind::PageFault),
@@ -186,19 +207,37 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Report> {
         ("sysenter", Kind::Sysenter),
         ("int-n", Kind::IntN),
     ] {
+        if let Some(err) = &stopped {
+            crossings.push(Crossing::unsupported(name, opts.samples, not_measured(err)));
+            continue;
+        }
         step(name);
-        let unsupported = if kind == Kind::Sysenter && facts.is_amd() {
-            Some(format!(
-                "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
-                facts.vendor
-            ))
-        } else {
-            session.probe(kind)?
+        let row = || -> Result<Crossing> {
+            let unsupported = if kind == Kind::Sysenter && facts.is_amd() {
+                Some(format!(
+                    "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
+                    facts.vendor
+                ))
+            } else {
+                session.probe(kind)?
+            };
+            match unsupported {
+                Some(reason) => Ok(Crossing::unsupported(name, opts.samples, reason)),
+                None => session.crossing(name, kind, null_ticks),
+            }
         };
-        crossings.push(match unsupported {
-            Some(reason) => Crossing::unsupported(name, opts.samples, reason),
-            None => session.crossing(name, kind, null_ticks)?,
-        });
+        match row() {
+            Ok(c) => crossings.push(c),
+            Err(err) if is_stop(&err) => {
+                crossings.push(Crossing::unsupported(
+                    name,
+                    opts.samples,
+                    not_measured(&err),
+                ));
+                stopped = Some(err);
+            }
+            Err(err) => return Err(err),
+        }
     }
 
     // 4. Exits.
@@ -218,17 +257,31 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Report> {
         ("wrmsr", Kind::Wrmsr),
         ("hlt", Kind::Hlt),
     ] {
+        if let Some(err) = &stopped {
+            exits.push(unsupported_exit(name, opts.samples, not_measured(err)));
+            continue;
+        }
         step(name);
-        let msr = matches!(kind, Kind::Rdmsr | Kind::Wrmsr);
-        let unsupported = if msr && !facts.user_space_msr {
-            Some("KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into())
-        } else {
-            session.probe(kind)?
+        let row = || -> Result<ExitTiming> {
+            let msr = matches!(kind, Kind::Rdmsr | Kind::Wrmsr);
+            let unsupported = if msr && !facts.user_space_msr {
+                Some("KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into())
+            } else {
+                session.probe(kind)?
+            };
+            match unsupported {
+                Some(reason) => Ok(unsupported_exit(name, opts.samples, reason)),
+                None => session.exit(name, kind, kernel_null.median),
+            }
         };
-        exits.push(match unsupported {
-            Some(reason) => unsupported_exit(name, opts.samples, reason),
-            None => session.exit(name, kind, kernel_null.median)?,
-        });
+        match row() {
+            Ok(e) => exits.push(e),
+            Err(err) if is_stop(&err) => {
+                exits.push(unsupported_exit(name, opts.samples, not_measured(&err)));
+                stopped = Some(err);
+            }
+            Err(err) => return Err(err),
+        }
     }
 
     if let Some(bar) = progress {
@@ -241,6 +294,12 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Report> {
              (KVM re-bases it on hosts with an unstable TSC)",
             unsplit.join(", ")
         ));
+    }
+    if let Some(err) = &stopped {
+        notes.insert(
+            0,
+            format!("the run stopped early ({err}): rows marked \"not measured\" were not reached"),
+        );
     }
     let host = Machine::probe();
     let mut report = Report::new(
@@ -255,7 +314,7 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Report> {
     report.crossings = crossings;
     report.exits = exits;
     report.notes = notes;
-    Ok(report)
+    Ok(Measured { report, stopped })
 }
 
 /// Runs one user-mode two-stamp phase (`Kind::Null`, or `Kind::Imul` with its

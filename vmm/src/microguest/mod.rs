@@ -19,7 +19,7 @@ pub mod measure;
 pub mod tables;
 pub mod verify;
 
-pub use measure::{measure, Options};
+pub use measure::{measure, Measured, Options};
 
 use crate::cli::RunArgs;
 use crate::{Error, Result};
@@ -37,7 +37,8 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(cpu) = args.pin {
         crate::vcpu::pin_current_thread(cpu)?;
     }
-    let report = measure::measure(&opts, std::time::Duration::from_secs(args.timeout))?;
+    let measured = measure::measure(&opts, std::time::Duration::from_secs(args.timeout))?;
+    let report = measured.report;
     let to_stdout = args.json.as_deref() == Some(Path::new("-"));
     // The file first: a table that cannot be printed must not lose the results.
     if let Some(path) = args.json.as_deref().filter(|p| *p != Path::new("-")) {
@@ -55,7 +56,11 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if to_stdout {
         write_json(Path::new("-"), &report.to_json_pretty())?;
     }
-    Ok(())
+    // A run stopped by --timeout or Ctrl-C still wrote what it measured.
+    match measured.stopped {
+        Some(err) => Err(err),
+        None => Ok(()),
+    }
 }
 
 /// Writes `text` to `path` atomically (temporary file + rename), or to stdout for "-".
