@@ -388,3 +388,62 @@ fn terminal_input_reaches_the_guest_uart() {
         stderr(&out)
     );
 }
+
+/// A hostile guest: `out` and `in` of every width on every I/O port but the
+/// exit, results-doorbell and i8042 command ports (which end the run by
+/// design), then writes and reads to unbacked MMIO below 4 GiB. xvmm must run
+/// it to its clean exit: nothing a guest does to ports or MMIO may crash it
+/// or end the run.
+const EVERY_PORT_THEN_MMIO: &[u8] = &[
+    0x31, 0xc9, //                      xor ecx, ecx
+    0x66, 0x81, 0xf9, 0x01, 0x05, //    1: cmp cx, 0x501 (exit port)
+    0x74, 0x19, //                      je 2f
+    0x66, 0x81, 0xf9, 0x04, 0x05, //    cmp cx, 0x504 (results doorbell)
+    0x74, 0x12, //                      je 2f
+    0x66, 0x83, 0xf9, 0x64, //          cmp cx, 0x64 (i8042 reset)
+    0x74, 0x0c, //                      je 2f
+    0x89, 0xca, //                      mov edx, ecx
+    0x89, 0xc8, //                      mov eax, ecx
+    0xee, //                            out dx, al
+    0x66, 0xef, //                      out dx, ax
+    0xef, //                            out dx, eax
+    0xec, //                            in al, dx
+    0x66, 0xed, //                      in ax, dx
+    0xed, //                            in eax, dx
+    0xff, 0xc1, //                      2: inc ecx
+    0x81, 0xf9, 0x00, 0x00, 0x01, 0x00, // cmp ecx, 0x10000
+    0x72, 0xd6, //                      jb 1b
+    0x48, 0xb8, 0x00, 0x00, 0x00, 0xe0, 0x00, 0x00, 0x00, 0x00, // mov rax, 0xe0000000
+    0xc7, 0x00, 0xef, 0xbe, 0xad, 0xde, // mov dword [rax], 0xdeadbeef
+    0x8b, 0x18, //                      mov ebx, [rax]
+    0x48, 0xb8, 0x00, 0xf0, 0xbf, 0xfe, 0x00, 0x00, 0x00, 0x00, // mov rax, 0xfebff000
+    0xc6, 0x00, 0x5a, //                mov byte [rax], 0x5a
+    0x48, 0xb8, 0x00, 0xff, 0xff, 0xff, 0x00, 0x00, 0x00, 0x00, // mov rax, 0xffffff00
+    0x48, 0x89, 0x00, //                mov qword [rax], rax
+    0x66, 0xba, 0x01, 0x05, //          mov dx, 0x501
+    0xb0, 0x00, //                      mov al, 0
+    0xee, //                            out dx, al
+    0xf4, //                            hlt
+];
+
+#[test]
+fn a_guest_poking_every_port_and_stray_mmio_cannot_disturb_xvmm() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("hostile");
+    let kernel = file(&dir, "bzImage", &bzimage(EVERY_PORT_THEN_MMIO));
+    let start = std::time::Instant::now();
+    let out = xvmm(&[
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--initrd",
+        placeholder_initrd().to_str().unwrap(),
+        "--timeout",
+        "120",
+    ]);
+    let err = stderr(&out);
+    eprintln!("hostile guest ran {:?}; stderr: {err}", start.elapsed());
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
