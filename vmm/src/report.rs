@@ -47,11 +47,7 @@ fn status_text(status: &Status) -> Option<String> {
 fn header(report: &Report) -> String {
     let h = &report.host;
     let mut out = String::new();
-    let env = match report.environment {
-        Environment::Microguest => "microguest (bare-metal guest under KVM)",
-        Environment::LinuxVm => "Linux guest under KVM",
-        Environment::BareMetal => "bare metal",
-    };
+    let env = report.environment.describe();
     let _ = writeln!(
         out,
         "{} on {}: {env}",

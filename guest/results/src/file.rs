@@ -6,7 +6,22 @@ use std::path::{Path, PathBuf};
 /// Writes `bytes` to `path` through a temporary file in the same directory,
 /// fsynced and then renamed over `path`. Either the old file or the whole new
 /// one is there afterwards; the temporary is removed on failure.
+///
+/// Only regular files are replaced: an existing device, FIFO or socket
+/// (`/dev/stdout`, `/dev/null`, a shell's `>(jq .)`) is written in place, since
+/// renaming over it would destroy it; a symbolic link keeps pointing where it
+/// did, and the file it points to is replaced.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    if let Ok(meta) = std::fs::metadata(&resolved) {
+        if !meta.is_file() && !meta.is_dir() {
+            return std::fs::OpenOptions::new()
+                .write(true)
+                .open(&resolved)?
+                .write_all(bytes);
+        }
+    }
+    let path = resolved.as_path();
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
@@ -44,6 +59,42 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
         let entries: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
         assert_eq!(entries.len(), 1, "no temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_fifo_is_written_in_place_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = std::env::temp_dir().join(format!("xvmm-results-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).unwrap())
+        };
+        write_atomically(&fifo, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+        assert!(kind.is_fifo(), "the FIFO was replaced by {kind:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_keeps_pointing_at_its_replaced_target() {
+        let dir = std::env::temp_dir().join(format!("xvmm-results-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("target.json");
+        let link = dir.join("link.json");
+        std::fs::write(&target, b"old").unwrap();
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_atomically(&link, b"new").unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -134,6 +134,17 @@ pub enum Environment {
     BareMetal,
 }
 
+impl Environment {
+    /// Where the numbers were taken, for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Environment::Microguest => "microguest (bare-metal guest under KVM)",
+            Environment::LinuxVm => "Linux guest under KVM",
+            Environment::BareMetal => "bare metal",
+        }
+    }
+}
+
 /// Facts about the machine the numbers describe.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct HostFacts {

@@ -38,9 +38,9 @@ pub fn render(report: &Report) -> String {
     let host = &report.host;
     let _ = writeln!(
         out,
-        "{} on {:?}: {} | kernel {} | TSC {} kHz | hypervisor {:?} | KPTI {}",
+        "{} on {}: {} | kernel {} | TSC {} kHz | hypervisor {:?} | KPTI {}",
         report.tool,
-        report.environment,
+        report.environment.describe(),
         host.cpu_model,
         host.kernel_release,
         host.tsc_khz,
