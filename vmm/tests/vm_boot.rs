@@ -136,22 +136,29 @@ fn spinning_guest_times_out() {
     );
 }
 
-#[test]
-fn sigint_stops_a_running_guest_cleanly() {
-    if !have_kvm() {
-        return;
-    }
-    let dir = scratch("sigint");
+/// Starts xvmm on a guest that spins forever (60 s timeout), with `extra`
+/// options, for the Ctrl-C tests.
+fn spawn_spinning_guest(name: &str, extra: &[&str]) -> std::process::Child {
+    let dir = scratch(name);
     let kernel = file(&dir, "bzImage", &bzimage(SPIN));
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
+    std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
         .args(["--kernel", kernel.to_str().unwrap(), "--timeout", "60"])
+        .args(extra)
         .arg("--initrd")
         .arg(placeholder_initrd())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("spawn xvmm");
+        .expect("spawn xvmm")
+}
+
+#[test]
+fn sigint_stops_a_running_guest_cleanly() {
+    if !have_kvm() {
+        return;
+    }
+    let child = spawn_spinning_guest("sigint", &[]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
     // SAFETY: signalling our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
@@ -174,23 +181,7 @@ fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
     let mounted = || root.join("instances").is_dir();
     let was_mounted = mounted();
     let clock_before = std::fs::read_to_string(root.join("trace_clock")).ok();
-    let dir = scratch("sigint-trace");
-    let kernel = file(&dir, "bzImage", &bzimage(SPIN));
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
-        .args([
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--timeout",
-            "60",
-            "--trace",
-        ])
-        .arg("--initrd")
-        .arg(placeholder_initrd())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn xvmm");
+    let child = spawn_spinning_guest("sigint-trace", &["--trace"]);
     let instance = root.join(format!("instances/xvmm-{}", child.id()));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let traced = instance.is_dir();
