@@ -217,13 +217,6 @@ pub fn microguest_tables(report: &Report) -> String {
 /// The characterisation of a machine, one fact a line: what decides whether
 /// two reports can be compared.
 pub fn machine_table(m: &Machine) -> String {
-    let or_unknown = |s: &str| {
-        if s.is_empty() {
-            "unknown".to_string()
-        } else {
-            s.to_string()
-        }
-    };
     let mut out = String::new();
     let mut line = |key: &str, value: String| {
         let _ = writeln!(out, "  {key:<16} {value}");
@@ -250,7 +243,7 @@ pub fn machine_table(m: &Machine) -> String {
             format!("{:?}", m.hypervisor_signature)
         },
     );
-    line("kernel", or_unknown(&m.kernel_release));
+    line("kernel", or_unknown(&m.kernel_release).into());
     let params = m
         .kvm_params
         .iter()
@@ -276,8 +269,8 @@ pub fn machine_table(m: &Machine) -> String {
             None => "unknown".into(),
         },
     );
-    line("thp", or_unknown(&m.thp));
-    line("clocksource", or_unknown(&m.clocksource));
+    line("thp", or_unknown(&m.thp).into());
+    line("clocksource", or_unknown(&m.clocksource).into());
     // Only what is not "Not affected": the mitigations that cost crossings.
     let affected: Vec<String> = m
         .vulnerabilities

@@ -104,6 +104,8 @@ impl Histogram {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn samples_spanning_the_whole_u64_range_do_not_overflow() {
         let s = Stats::from_samples(&[0, u64::MAX / 2, u64::MAX]);
@@ -111,8 +113,6 @@ mod tests {
         assert_eq!(s.histogram.total(), 3);
         assert_eq!(s.histogram.counts.len(), HISTOGRAM_BUCKETS);
     }
-
-    use super::*;
 
     #[test]
     fn empty_input_gives_zero_count() {

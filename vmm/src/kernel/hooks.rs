@@ -43,7 +43,6 @@ impl HookSite {
 
 /// One ELF section: where it is in memory and in the file.
 struct Section {
-    name: String,
     kind: u32,
     addr: u64,
     offset: u64,
@@ -91,36 +90,20 @@ impl<'a> Vmlinux<'a> {
         let shoff = u64_at(data, 0x28)?;
         let shentsize = u64::from(u16_at(data, 0x3a)?);
         let shnum = u64::from(u16_at(data, 0x3c)?);
-        let shstrndx = u64::from(u16_at(data, 0x3e)?);
         if shentsize < 64 || shnum == 0 {
             return Err(bad("no section headers (stripped?)"));
         }
-        let mut raw = Vec::new();
+        let mut sections = Vec::new();
         for i in 0..shnum {
             let h = shoff.saturating_add(i.saturating_mul(shentsize));
-            raw.push((
-                u32_at(data, h)?,
-                Section {
-                    name: String::new(),
-                    kind: u32_at(data, h + 4)?,
-                    addr: u64_at(data, h + 16)?,
-                    offset: u64_at(data, h + 24)?,
-                    size: u64_at(data, h + 32)?,
-                    link: u32_at(data, h + 40)?,
-                },
-            ));
+            sections.push(Section {
+                kind: u32_at(data, h + 4)?,
+                addr: u64_at(data, h + 16)?,
+                offset: u64_at(data, h + 24)?,
+                size: u64_at(data, h + 32)?,
+                link: u32_at(data, h + 40)?,
+            });
         }
-        let strtab_offset = raw
-            .get(usize::try_from(shstrndx).map_err(|_| bad("bad shstrndx"))?)
-            .map(|(_, s)| s.offset)
-            .ok_or_else(|| bad("bad shstrndx"))?;
-        let sections = raw
-            .into_iter()
-            .map(|(name, mut s)| {
-                s.name = c_string(data, strtab_offset.saturating_add(u64::from(name)));
-                s
-            })
-            .collect::<Vec<_>>();
         let mut vmlinux = Vmlinux {
             data,
             sections,

@@ -122,6 +122,27 @@ fn not_measured(err: &Error) -> String {
     format!("not measured: the run stopped before this row ({err})")
 }
 
+/// One row of the report, unless the run has stopped: then, and when a timeout
+/// or Ctrl-C stops it during `measure_row`, the row is `not_measured_row` with
+/// the reason, and `stopped` remembers why. Other errors end the run.
+fn row_unless_stopped<T>(
+    stopped: &mut Option<Error>,
+    measure_row: impl FnOnce() -> Result<T>,
+    not_measured_row: impl FnOnce(String) -> T,
+) -> Result<T> {
+    if let Some(err) = stopped {
+        return Ok(not_measured_row(not_measured(err)));
+    }
+    match measure_row() {
+        Err(err) if is_stop(&err) => {
+            let row = not_measured_row(not_measured(&err));
+            *stopped = Some(err);
+            Ok(row)
+        }
+        other => other,
+    }
+}
+
 /// Measures everything and returns the report; the whole run, probes included,
 /// cannot outlive `timeout`. A timeout or Ctrl-C after the null measurements
 /// keeps every row already measured (see [`Measured::stopped`]).
@@ -207,12 +228,8 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
         ("sysenter", Kind::Sysenter),
         ("int-n", Kind::IntN),
     ] {
-        if let Some(err) = &stopped {
-            crossings.push(Crossing::unsupported(name, opts.samples, not_measured(err)));
-            continue;
-        }
-        step(name);
-        let row = || -> Result<Crossing> {
+        let measure_row = || -> Result<Crossing> {
+            step(name);
             let unsupported = if kind == Kind::Sysenter && facts.is_amd() {
                 Some(format!(
                     "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
@@ -226,18 +243,9 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
                 None => session.crossing(name, kind, null_ticks),
             }
         };
-        match row() {
-            Ok(c) => crossings.push(c),
-            Err(err) if is_stop(&err) => {
-                crossings.push(Crossing::unsupported(
-                    name,
-                    opts.samples,
-                    not_measured(&err),
-                ));
-                stopped = Some(err);
-            }
-            Err(err) => return Err(err),
-        }
+        crossings.push(row_unless_stopped(&mut stopped, measure_row, |reason| {
+            Crossing::unsupported(name, opts.samples, reason)
+        })?);
     }
 
     // 4. Exits.
@@ -257,12 +265,8 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
         ("wrmsr", Kind::Wrmsr),
         ("hlt", Kind::Hlt),
     ] {
-        if let Some(err) = &stopped {
-            exits.push(unsupported_exit(name, opts.samples, not_measured(err)));
-            continue;
-        }
-        step(name);
-        let row = || -> Result<ExitTiming> {
+        let measure_row = || -> Result<ExitTiming> {
+            step(name);
             let msr = matches!(kind, Kind::Rdmsr | Kind::Wrmsr);
             let unsupported = if msr && !facts.user_space_msr {
                 Some("KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into())
@@ -274,14 +278,9 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
                 None => session.exit(name, kind, kernel_null.median),
             }
         };
-        match row() {
-            Ok(e) => exits.push(e),
-            Err(err) if is_stop(&err) => {
-                exits.push(unsupported_exit(name, opts.samples, not_measured(&err)));
-                stopped = Some(err);
-            }
-            Err(err) => return Err(err),
-        }
+        exits.push(row_unless_stopped(&mut stopped, measure_row, |reason| {
+            unsupported_exit(name, opts.samples, reason)
+        })?);
     }
 
     if let Some(bar) = progress {
