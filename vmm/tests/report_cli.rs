@@ -117,3 +117,24 @@ fn show_prints_a_saved_report_with_its_machine() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn kernel_hooks_rejects_bad_input_in_one_line() {
+    let dir = scratch("hooks");
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, "not a kernel").unwrap();
+    for (path, code, start) in [
+        ("/nonexistent/vmlinux", 1, "xvmm: io: cannot read"),
+        (notes.to_str().unwrap(), 1, "xvmm: kernel: "),
+    ] {
+        let out = xvmm(&["kernel", "hooks", path]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(start), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    let err = text(&xvmm(&["kernel", "hooks", notes.to_str().unwrap()]).stderr);
+    assert!(err.contains("not a usable vmlinux"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
