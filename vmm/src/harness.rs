@@ -6,8 +6,8 @@
 //!
 //! One QEMU run per group of steps keeps the nested time small.
 
-use crate::cli::KernelFlavour;
 use crate::initramfs::Archive;
+use crate::kernel::Flavour as KernelFlavour;
 use crate::kernel::{self, BuildRequest, BuiltKernel};
 use crate::{Error, Result};
 use std::collections::BTreeSet;

@@ -1,9 +1,8 @@
 //! Writing initramfs images: the "newc" cpio format the kernel unpacks
 //! (Documentation/driver-api/early-userspace/buffer-format.rst).
 //!
-//! [`Archive`] is a pure in-memory builder; [`command`] is `xvmm initramfs`.
+//! [`Archive`] is a pure in-memory builder; `xvmm initramfs` writes one.
 
-use crate::cli::InitramfsArgs;
 use crate::{Error, Result};
 use std::collections::BTreeMap;
 use std::fs;
@@ -207,12 +206,6 @@ pub fn from_specs<S: AsRef<str>>(specs: &[S]) -> Result<Archive> {
         archive.file(guest, data, meta.permissions().mode())?;
     }
     Ok(archive)
-}
-
-/// `xvmm initramfs -o OUT /init=HOSTFILE ...`
-pub fn command(args: &InitramfsArgs) -> Result<()> {
-    let bytes = from_specs(&args.entries)?.to_bytes();
-    fs::write(&args.output, bytes).map_err(|e| Error::io("writing", &args.output, e))
 }
 
 #[cfg(test)]

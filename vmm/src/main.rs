@@ -5,7 +5,7 @@ fn main() {
     // instead of a panic in print!. Result files are written before any table.
     // SAFETY: restoring a default signal disposition at start-up.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = match xvmm::cli::Cli::try_parse() {
+    let cli = match xvmm::app::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
         Err(e) => {
@@ -17,7 +17,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(err) = xvmm::run(cli) {
+    if let Err(err) = xvmm::app::run(cli) {
         eprintln!("xvmm: {err}");
         std::process::exit(err.exit_code());
     }

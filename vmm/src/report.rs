@@ -3,7 +3,7 @@
 //! All figures are TSC ticks with the null overhead subtracted (the JSON keeps
 //! the raw values too); a nanosecond column is added when the TSC rate is known.
 
-use crate::cli::CompareArgs;
+use crate::app::cli::CompareArgs;
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;

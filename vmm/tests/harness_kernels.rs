@@ -4,7 +4,7 @@
 
 use std::process::Command;
 use std::time::Instant;
-use xvmm::cli::KernelFlavour;
+use xvmm::kernel::Flavour as KernelFlavour;
 use xvmm::kernel::{self, BuildRequest};
 
 fn xvmm(args: &[&str]) -> (i32, String, String) {

@@ -18,9 +18,9 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::cli::KernelFlavour;
 use xvmm::harness::{self, l1, Artifacts, Outcome, Step};
 use xvmm::initramfs::Archive;
+use xvmm::kernel::Flavour as KernelFlavour;
 use xvmm::kernel::{self, BuildRequest};
 use xvmm_results::{Environment, Report, Status};
 

@@ -9,6 +9,7 @@ pub mod channel;
 pub mod file;
 pub mod machine;
 pub mod stats;
+pub mod tsc;
 
 pub use file::write_atomically;
 pub use machine::Machine;
@@ -183,8 +184,8 @@ pub struct Method {
 impl Method {
     pub fn standard(warmup: u64, samples_requested: u64) -> Self {
         Method {
-            stamp_begin: "lfence; rdtsc; lfence".into(),
-            stamp_end: "rdtscp; lfence".into(),
+            stamp_begin: tsc::OPEN_TEXT.into(),
+            stamp_end: tsc::CLOSE_TEXT.into(),
             warmup,
             samples_requested,
             correction: "median of the null measurement, saturating at 0".into(),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// CPU flags that change how crossings and stamps behave.
 const FLAGS_OF_INTEREST: [&str; 14] = [
@@ -62,8 +62,12 @@ impl Machine {
         let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let mut m = parse_cpuinfo(&cpuinfo);
         m.hypervisor_signature = cpuid::hypervisor_signature();
-        let (khz, source) = cpuid::tsc_khz()
-            .unwrap_or_else(|| (calibrate_tsc_khz(Duration::from_millis(50)), "calibrated"));
+        let (khz, source) = cpuid::tsc_khz().unwrap_or_else(|| {
+            (
+                crate::tsc::calibrate_khz(Duration::from_millis(50)),
+                "calibrated",
+            )
+        });
         m.tsc_khz = khz;
         m.tsc_khz_source = source.to_string();
         m.kernel_release = read_trimmed("/proc/sys/kernel/osrelease");
@@ -165,17 +169,6 @@ pub fn kvm_module(sys_module: &Path, cpu_flags: &[String]) -> String {
         .find(|m| sys_module.join(m).is_dir())
         .map(|m| m.to_string())
         .unwrap_or_default()
-}
-
-/// Counts TSC ticks against the monotonic clock for `window`.
-pub fn calibrate_tsc_khz(window: Duration) -> u64 {
-    let (t0, c0) = (Instant::now(), cpuid::rdtsc());
-    while t0.elapsed() < window {
-        std::hint::spin_loop();
-    }
-    let (elapsed, c1) = (t0.elapsed(), cpuid::rdtsc());
-    let micros = elapsed.as_micros().max(1) as u64;
-    c1.saturating_sub(c0).saturating_mul(1000) / micros
 }
 
 /// CPUID reads done once, outside any measured region.
@@ -312,13 +305,6 @@ processor\t: 1\nvendor_id\t: Other\nmodel name\t: ignored\n";
         assert_eq!(kvm_module(&dir, &flags(&["svm"])), "kvm_pvm");
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(kvm_module(&dir, &flags(&["svm"])), "");
-    }
-
-    #[test]
-    fn calibration_agrees_with_cpuinfo_scale() {
-        // Any x86-64 TSC this code meets runs between 500 MHz and 10 GHz.
-        let khz = calibrate_tsc_khz(Duration::from_millis(20));
-        assert!((500_000..10_000_000).contains(&khz), "calibrated {khz} kHz");
     }
 
     #[test]

@@ -259,30 +259,6 @@ pub fn find(vmlinux: &[u8]) -> Result<Vec<HookSite>> {
     Ok(sites)
 }
 
-/// `xvmm kernel hooks VMLINUX`: prints every hook site; an error when one is
-/// not a NOP as linked, or when there are none.
-pub fn command(vmlinux: &std::path::Path) -> Result<()> {
-    let data = std::fs::read(vmlinux).map_err(|e| Error::io("cannot read", vmlinux, e))?;
-    let sites = find(&data).map_err(|e| match e {
-        Error::Kernel(m) => Error::Kernel(format!("{}: {m}", vmlinux.display())),
-        other => other,
-    })?;
-    print!("{}", table(&sites));
-    let not_nops = sites.iter().filter(|s| !s.is_nop()).count();
-    if sites.is_empty() || not_nops > 0 {
-        return Err(Error::Kernel(format!(
-            "{}: {not_nops} of {} xperf hook sites are not NOPs as linked",
-            vmlinux.display(),
-            sites.len()
-        )));
-    }
-    println!(
-        "{} xperf hook sites, every one a NOP as linked (hooks off)",
-        sites.len()
-    );
-    Ok(())
-}
-
 /// The sites as a table: address, kind, location, bytes, and whether a NOP.
 pub fn table(sites: &[HookSite]) -> String {
     let mut out = String::new();

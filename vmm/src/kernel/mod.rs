@@ -9,7 +9,6 @@ pub mod key;
 pub mod source;
 mod tools;
 
-use crate::cli::{KernelBuildArgs, KernelFlavour};
 use crate::{Error, Result};
 use source::Source;
 use std::fs;
@@ -33,10 +32,28 @@ const COVER_LETTER_PREFIX: &str = "0000-cover-letter";
 /// Written last into a cache entry: its presence marks the entry complete.
 const STAMP: &str = "xvmm-kernel.json";
 
+/// Which kernel: the small L2 guest, or the nested harness's L1 host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavour {
+    /// A small guest kernel (L2): serial console, initrd, PVH, KVM guest.
+    Guest,
+    /// The nested-harness host kernel (L1): the guest options plus KVM host support.
+    Host,
+}
+
+impl Flavour {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavour::Guest => "guest",
+            Flavour::Host => "host",
+        }
+    }
+}
+
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct BuildRequest {
-    pub flavour: KernelFlavour,
+    pub flavour: Flavour,
     pub patched: bool,
     pub source: Option<PathBuf>,
     pub cache: Option<PathBuf>,
@@ -45,7 +62,7 @@ pub struct BuildRequest {
 
 impl BuildRequest {
     /// An unpatched build of `flavour` from the default source and cache.
-    pub fn new(flavour: KernelFlavour) -> BuildRequest {
+    pub fn new(flavour: Flavour) -> BuildRequest {
         BuildRequest {
             flavour,
             patched: false,
@@ -83,13 +100,6 @@ impl BuiltKernel {
     }
 }
 
-fn flavour_name(f: KernelFlavour) -> &'static str {
-    match f {
-        KernelFlavour::Guest => "guest",
-        KernelFlavour::Host => "host",
-    }
-}
-
 /// The repository's `patches/` directory: `$XVMM_PATCHES`, else the one next
 /// to this crate's sources, else the first `patches/config` above the cwd.
 pub fn patches_dir() -> Result<PathBuf> {
@@ -117,7 +127,7 @@ pub fn patches_dir() -> Result<PathBuf> {
 fn fragments(patches: &Path, req: &BuildRequest) -> Result<Vec<(PathBuf, Vec<u8>)>> {
     let config = patches.join("config");
     let mut names = vec!["guest.config"];
-    if req.flavour == KernelFlavour::Host {
+    if req.flavour == Flavour::Host {
         names.push("host.config");
     }
     let mut paths: Vec<PathBuf> = names.iter().map(|n| config.join(n)).collect();
@@ -179,7 +189,7 @@ pub fn build(req: &BuildRequest) -> Result<BuiltKernel> {
     };
     tools::ensure_build_tools()?;
     let source = Source::resolve(req.source.as_deref())?;
-    let flavour = flavour_name(req.flavour);
+    let flavour = req.flavour.name();
     let key = key::KeyInputs {
         source: source.identity()?,
         fragments: frags
@@ -339,41 +349,6 @@ fn check_config(config: &Path, frags: &[(PathBuf, Vec<u8>)]) -> Result<()> {
     }
 }
 
-/// `xvmm kernel build`: prints the artefact paths (or JSON).
-pub fn build_command(args: &KernelBuildArgs) -> Result<()> {
-    if args.jobs == Some(0) {
-        return Err(Error::Usage("--jobs must be at least 1".into()));
-    }
-    let built = build(&BuildRequest {
-        flavour: args.flavour,
-        patched: args.patched,
-        source: args.source.clone(),
-        cache: args.cache.clone(),
-        jobs: args.jobs,
-    })?;
-    if args.json {
-        let json = serde_json::json!({
-            "flavour": flavour_name(args.flavour),
-            "patched": args.patched,
-            "bzimage": built.bzimage,
-            "vmlinux": built.vmlinux,
-            "config": built.config,
-            "system_map": built.system_map,
-            "key": built.key,
-            "cached": built.cached,
-            "seconds": built.seconds,
-        });
-        println!("{json}");
-    } else {
-        println!("bzImage: {}", built.bzimage.display());
-        println!("vmlinux: {}", built.vmlinux.display());
-        println!("config: {}", built.config.display());
-        let how = if built.cached { "cache hit" } else { "built" };
-        eprintln!("xvmm: {how} in {:.2} s", built.seconds);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,13 +400,13 @@ mod tests {
                 .map(|(p, _)| file_name(p))
                 .collect()
         };
-        assert_eq!(names(KernelFlavour::Guest, false), ["guest.config"]);
+        assert_eq!(names(Flavour::Guest, false), ["guest.config"]);
         assert_eq!(
-            names(KernelFlavour::Host, true),
+            names(Flavour::Host, true),
             ["guest.config", "host.config", "xperf.config"]
         );
         fs::remove_file(d.join("config/xperf.config")).unwrap();
-        assert_eq!(names(KernelFlavour::Guest, true), ["guest.config"]);
+        assert_eq!(names(Flavour::Guest, true), ["guest.config"]);
         fs::remove_dir_all(&d).unwrap();
     }
 

@@ -11,7 +11,7 @@
 
 use super::guest::Kind;
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
-use crate::cli::{OnOff, RunArgs};
+use crate::app::cli::{OnOff, RunArgs};
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use indicatif::{ProgressBar, ProgressStyle};

@@ -21,7 +21,7 @@ pub mod verify;
 
 pub use measure::{measure, Measured, Options};
 
-use crate::cli::RunArgs;
+use crate::app::cli::RunArgs;
 use crate::{Error, Result};
 use std::io::Write;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! [--samples N] [--warmup N] [--raw] [--trace] [--baseline FILE]`.
 //!
 //! Without `--initrd` the guest runs the built-in initramfs: the static xperf
-//! as `/init` ([`crate::guest_image`]); `--samples`, `--warmup` and `--raw`
+//! as `/init` ([`builtin`]); `--samples`, `--warmup` and `--raw`
 //! become its arguments (after ` -- ` on the kernel command line) and the
 //! default command line gains `xperf_stamps=1`. With `--initrd` those three
 //! options are usage errors: the user's command line carries init's arguments.
@@ -26,15 +26,17 @@
 //! results and, with `--json FILE`, writes it to `FILE.compare.json`. With
 //! `--json -` stdout holds only the JSON report; the extra tables go to stderr.
 
+pub mod builtin;
+
+use crate::app::cli::{OnOff, RunArgs};
 use crate::arch::x86_64::{msr, regs};
 use crate::boot::{self, image};
-use crate::cli::{OnOff, RunArgs};
 use crate::devices::serial::{ConsoleOut, ConsoleWatch, Uart};
 use crate::devices::PortBus;
-use crate::tracing::{ExitTracer, TraceSummary};
+use crate::host_trace::{ExitTracer, TraceSummary};
 use crate::vcpu::{self, GuestEnd, RunControl, Vcpu, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
-use crate::{guest_image, layout, Error, Result};
+use crate::{layout, Error, Result};
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::path::Path;
@@ -87,10 +89,10 @@ pub fn run(args: &RunArgs) -> Result<()> {
                 .unwrap_or_else(boot::cmdline::default_cmdline),
         ),
         None => {
-            let xperf = guest_image::locate_xperf()?;
-            let cpio = guest_image::xperf_initramfs(&xperf.bytes)?;
-            let xperf_args = guest_image::xperf_args(args.samples, args.warmup, args.raw);
-            let cmdline = guest_image::xperf_cmdline(
+            let xperf = builtin::locate_xperf()?;
+            let cpio = builtin::xperf_initramfs(&xperf.bytes)?;
+            let xperf_args = builtin::xperf_args(args.samples, args.warmup, args.raw);
+            let cmdline = builtin::xperf_cmdline(
                 args.cmdline.as_deref(),
                 &boot::cmdline::default_cmdline(),
                 &xperf_args,
@@ -489,7 +491,7 @@ mod tests {
         use clap::Parser;
         let mut argv = vec!["xvmm", "--kernel", "k"];
         argv.extend_from_slice(extra);
-        crate::cli::Cli::try_parse_from(argv).unwrap().run
+        crate::app::cli::Cli::try_parse_from(argv).unwrap().run
     }
 
     #[test]
