@@ -1,5 +1,6 @@
 //! One error type for the whole VMM. Every variant renders as a single line that
-//! names the problem; `main` prints it and exits non-zero, never panics.
+//! names the problem; the application layer prints it and maps it to an exit
+//! status (`app::exit`), never panics.
 
 use std::fmt;
 
@@ -19,12 +20,12 @@ pub enum Error {
     /// unexpected exception, malformed results).
     Guest(String),
     /// The guest ended the VM with this non-zero status (through PORT_EXIT);
-    /// xvmm exits with the same status.
+    /// xvmm's exit status is derived from it (README, "Exit status").
     GuestExit(u8),
     /// The guest did not finish within the timeout.
     Timeout(String),
-    /// Stopped by SIGINT/SIGTERM.
-    Interrupted,
+    /// Stopped by a signal (SIGINT, SIGTERM or SIGHUP: its number).
+    Interrupted(i32),
     /// Building a kernel or an initramfs failed.
     Build(String),
     /// Host-side tracing could not be set up or restored.
@@ -36,18 +37,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// Exit status for this error: 2 for usage, 124 for timeouts (like
-    /// timeout(1)), 130 for Ctrl-C, 1 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Usage(_) => 2,
-            Error::Timeout(_) => 124,
-            Error::Interrupted => 130,
-            Error::GuestExit(status) => i32::from(*status),
-            _ => 1,
-        }
-    }
-
     /// Wraps an I/O error with what was being done and to which path.
     pub fn io(what: &str, path: &std::path::Path, err: std::io::Error) -> Error {
         Error::Io(format!("{what} {}: {err}", path.display()))
@@ -65,7 +54,7 @@ impl fmt::Display for Error {
             Error::Guest(m) => write!(f, "guest: {m}"),
             Error::GuestExit(s) => write!(f, "guest: exited with status {s}"),
             Error::Timeout(m) => write!(f, "timeout: {m}"),
-            Error::Interrupted => write!(f, "interrupted"),
+            Error::Interrupted(signal) => write!(f, "interrupted by {}", signal_name(*signal)),
             Error::Build(m) => write!(f, "build: {m}"),
             Error::Tracing(m) => write!(f, "tracing: {m}"),
             Error::Io(m) => write!(f, "io: {m}"),
@@ -75,5 +64,16 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// "SIGINT" for 2, and so on for the signals xvmm stops on.
+pub fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        s => format!("signal {s}"),
+    }
+}
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -5,9 +5,6 @@
 
 use crate::{Error, Result};
 use std::collections::BTreeMap;
-use std::fs;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 const MAGIC: &[u8] = b"070701";
 const TRAILER: &str = "TRAILER!!!";
@@ -65,6 +62,9 @@ impl Archive {
     }
 
     /// Adds a node; a later add of the same path replaces the earlier one.
+    /// A path below something that is not a directory, or a non-directory
+    /// where other paths need a directory, is refused: the kernel could not
+    /// unpack such an archive.
     pub fn add(&mut self, path: &str, node: Node) -> Result<&mut Archive> {
         if let Node::File { data, .. } = &node {
             if u32::try_from(data.len()).is_err() {
@@ -73,8 +73,39 @@ impl Archive {
                 )));
             }
         }
-        self.nodes.insert(normalise(path)?, node);
+        let path = normalise(path)?;
+        self.check_fits(&path, &node)?;
+        self.nodes.insert(path, node);
         Ok(self)
+    }
+
+    /// Refuses `path` when one of its ancestors is a non-directory, or when
+    /// `node` is not a directory and other entries lie below `path`.
+    fn check_fits(&self, path: &str, node: &Node) -> Result<()> {
+        let clash = |other: &str| {
+            Err(Error::Usage(format!(
+                "initramfs entries /{path} and /{other} clash: /{} would have to be a file and a directory",
+                if other.len() < path.len() { other } else { path }
+            )))
+        };
+        let mut end = 0;
+        while let Some(i) = path[end..].find('/') {
+            end += i;
+            let ancestor = &path[..end];
+            if matches!(self.nodes.get(ancestor), Some(n) if !matches!(n, Node::Dir { .. })) {
+                return clash(ancestor);
+            }
+            end += 1;
+        }
+        if !matches!(node, Node::Dir { .. }) {
+            let below = format!("{path}/");
+            if let Some((other, _)) = self.nodes.range(below.clone()..).next() {
+                if other.starts_with(&below) {
+                    return clash(other);
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn file(&mut self, path: &str, data: Vec<u8>, mode: u32) -> Result<&mut Archive> {
@@ -184,33 +215,11 @@ fn pad4(out: &mut Vec<u8>) {
     }
 }
 
-/// Builds an archive from `GUEST_PATH=HOST_FILE` specs (plus `/dev/console`).
-/// Host permission bits are kept, so an executable stays executable.
-pub fn from_specs<S: AsRef<str>>(specs: &[S]) -> Result<Archive> {
-    let mut archive = Archive::new();
-    archive.console()?;
-    for spec in specs {
-        let spec = spec.as_ref();
-        let (guest, host) = spec.split_once('=').ok_or_else(|| {
-            Error::Usage(format!(
-                "initramfs entry {spec:?} is not GUEST_PATH=HOST_FILE"
-            ))
-        })?;
-        let host = Path::new(host);
-        let meta = fs::metadata(host).map_err(|e| Error::io("reading", host, e))?;
-        if meta.is_dir() {
-            archive.dir(guest, meta.permissions().mode())?;
-            continue;
-        }
-        let data = fs::read(host).map_err(|e| Error::io("reading", host, e))?;
-        archive.file(guest, data, meta.permissions().mode())?;
-    }
-    Ok(archive)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
+    use std::path::Path;
 
     /// (name, mode, nlink, rdev, data) of one parsed entry.
     type Parsed = (String, u32, u32, (u32, u32), Vec<u8>);
@@ -320,13 +329,22 @@ mod tests {
     }
 
     #[test]
-    fn specs_need_an_equals_sign_and_an_existing_file() {
-        let err = from_specs(&["/init"]).unwrap_err().to_string();
-        assert!(err.contains("GUEST_PATH=HOST_FILE"), "{err}");
-        let err = from_specs(&["/init=/nonexistent/xvmm"])
-            .unwrap_err()
-            .to_string();
-        assert!(err.starts_with("io: reading /nonexistent/xvmm"), "{err}");
+    fn a_file_cannot_also_be_a_directory() {
+        let mut a = Archive::new();
+        a.file("/a", vec![1], 0o644).unwrap();
+        let err = a.file("/a/b", vec![2], 0o644).unwrap_err().to_string();
+        assert!(err.contains("/a/b and /a clash"), "{err}");
+        let mut b = Archive::new();
+        b.file("/x/y/z", vec![1], 0o644).unwrap();
+        let err = b.file("/x", vec![2], 0o644).unwrap_err().to_string();
+        assert!(err.contains("/x and /x/y/z clash"), "{err}");
+        let err = b.symlink("/x/y", "/init").unwrap_err().to_string();
+        assert!(err.contains("clash"), "{err}");
+        // Directories, and replacing a file by a file, are fine.
+        b.dir("/x", 0o755).unwrap();
+        b.file("/x/y/z", vec![3], 0o600).unwrap();
+        let names: Vec<String> = parse(&b.to_bytes()).into_iter().map(|e| e.0).collect();
+        assert_eq!(names, ["x", "x/y", "x/y/z", TRAILER]);
     }
 
     #[test]

@@ -23,7 +23,6 @@ pub mod layout;
 pub mod linux;
 pub mod microguest;
 pub mod progress;
-pub mod report;
 pub mod vcpu;
 pub mod vm;
 

@@ -263,15 +263,9 @@ pub fn host_available_bytes() -> Option<u64> {
 }
 
 fn parse_meminfo_available(text: &str) -> Option<u64> {
-    let field = |name: &str| -> Option<u64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .map(|kib| kib << 10)
-    };
-    let avail = field("MemAvailable:")?;
-    Some(avail + field("SwapFree:").unwrap_or(0))
+    use xvmm_results::machine::meminfo_bytes;
+    let avail = meminfo_bytes(text, "MemAvailable")?;
+    Some(avail.saturating_add(meminfo_bytes(text, "SwapFree").unwrap_or(0)))
 }
 
 #[cfg(test)]

@@ -284,7 +284,7 @@ fn bare_metal_side_splits_every_crossing() {
     let r = run();
     println!(
         "=== bare metal (xperf in L1)\n{}",
-        xvmm::report::microguest_tables(&r.bm)
+        xvmm_results::render::report(&r.bm)
     );
     assert_eq!(r.bm.environment, Environment::BareMetal);
     assert_split(&r.bm, "bare metal");
@@ -298,9 +298,12 @@ fn vm_side_splits_every_crossing_and_traces_exits() {
     let r = run();
     println!(
         "=== VM (xvmm -> L2 -> xperf as /init)\n{}",
-        xvmm::report::microguest_tables(&r.vm)
+        xvmm_results::render::report(&r.vm)
     );
-    println!("{}", xvmm::linux::host_exit_table(&r.vm.host_exits));
+    println!(
+        "{}",
+        xvmm_results::render::host_exit_table(&r.vm.host_exits)
+    );
     assert_eq!(r.vm.environment, Environment::LinuxVm);
     assert_split(&r.vm, "VM");
     // xvmm added the host's view: L1's KVM module and a real exit trace.
@@ -326,7 +329,7 @@ fn vm_side_with_kpti_splits_every_crossing() {
     let r = run();
     println!(
         "=== VM with pti=on (xvmm -> L2 -> xperf as /init)\n{}",
-        xvmm::report::microguest_tables(&r.vm_kpti)
+        xvmm_results::render::report(&r.vm_kpti)
     );
     assert_eq!(r.vm.host.kpti, Some(false), "{:?}", r.vm.notes);
     assert_eq!(r.vm_kpti.host.kpti, Some(true), "{:?}", r.vm_kpti.notes);
@@ -355,7 +358,7 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let cmp: xvmm::report::Comparison =
+    let cmp: xvmm_results::Comparison =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for name in CROSSINGS {
         for interval in ["u2k", "k2u", "round_trip"] {

@@ -251,8 +251,6 @@ fn bad_arguments_fail_with_one_line() {
             "--timeout 18446744073709551615 is out of range",
         ),
         (&["--warmup", "100000000"][..], "--warmup 100000000"),
-        (&["--samples", "x"][..], "xvmm: usage: invalid value 'x'"),
-        (&["--no-such-flag"][..], "xvmm: usage: unexpected argument"),
         (&["--pin", "100000"][..], "--pin 100000"),
     ] {
         let out = xvmm(args);
@@ -260,6 +258,21 @@ fn bad_arguments_fail_with_one_line() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // clap's own usage errors are shown whole: the problem, then the usage.
+    for (args, needle) in [
+        (&["--samples", "x"][..], "xvmm: usage: invalid value 'x'"),
+        (&["--no-such-flag"][..], "xvmm: usage: unexpected argument"),
+    ] {
+        let out = xvmm(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.lines().next().unwrap_or("").starts_with(needle),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("try '--help'"), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }

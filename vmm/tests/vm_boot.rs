@@ -21,7 +21,8 @@ fn bzimage_entry_sees_zero_page_and_cmdline_and_sets_exit_status() {
         "--mem",
         "64",
     ]);
-    assert_eq!(out.status.code(), Some(42), "stderr: {}", stderr(&out));
+    // Guest status N exits 64 + N: it never collides with xvmm's own statuses.
+    assert_eq!(out.status.code(), Some(64 + 42), "stderr: {}", stderr(&out));
     assert_eq!(stdout(&out), "Z\n");
     assert_eq!(stderr(&out), "xvmm: guest: exited with status 42\n");
 }
@@ -64,7 +65,7 @@ fn pvh_entry_sees_start_info_and_cmdline() {
         &pvh_elf(62, 0x100_0000, &pvh_echo_and_exit(7), true),
     );
     let out = xvmm(&["--kernel", kernel.to_str().unwrap(), "--cmdline", "Pvh"]);
-    assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
+    assert_eq!(out.status.code(), Some(64 + 7), "stderr: {}", stderr(&out));
     assert_eq!(stdout(&out), "P\n");
 }
 
@@ -84,7 +85,7 @@ fn initrd_is_loaded_with_the_kernel() {
         "--mem",
         "32",
     ]);
-    assert_eq!(out.status.code(), Some(3), "stderr: {}", stderr(&out));
+    assert_eq!(out.status.code(), Some(64 + 3), "stderr: {}", stderr(&out));
 }
 
 #[test]
@@ -166,14 +167,14 @@ fn sigint_stops_a_running_guest_cleanly() {
     let out = child.wait_with_output().expect("wait");
     assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
     assert_eq!(out.status.code(), Some(130));
-    assert_eq!(stderr(&out), "xvmm: interrupted\n");
+    assert_eq!(stderr(&out), "xvmm: interrupted by SIGINT\n");
 }
 
-/// Ctrl-C while `--trace` is timing exits: the private tracefs instance is
-/// removed, the global trace clock is untouched, and tracefs is mounted after
-/// the run exactly when it was before.
-#[test]
-fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
+/// Stop signals while `--trace` is timing exits: the private tracefs instance
+/// is removed, the global trace clock is untouched, and tracefs is mounted
+/// after the run exactly when it was before; the exit status is 128 + the
+/// first signal.
+fn signals_during_a_traced_run_leave_tracefs_as_found(tag: &str, signals: &[libc::c_int]) {
     if !have_kvm() {
         return;
     }
@@ -181,12 +182,15 @@ fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
     let mounted = || root.join("instances").is_dir();
     let was_mounted = mounted();
     let clock_before = std::fs::read_to_string(root.join("trace_clock")).ok();
-    let child = spawn_spinning_guest("sigint-trace", &["--trace"]);
+    let child = spawn_spinning_guest(tag, &["--trace"]);
     let instance = root.join(format!("instances/xvmm-{}", child.id()));
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let traced = instance.is_dir();
-    // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    for &signal in signals {
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let out = child.wait_with_output().expect("wait");
     let err = stderr(&out);
     eprintln!("traced run: instance seen {traced}; stderr {err:?}");
@@ -195,7 +199,7 @@ fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
         assert!(err.starts_with("xvmm: tracing: "), "{err}");
         return;
     }
-    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(out.status.code(), Some(128 + signals[0]), "{err}");
     assert!(!instance.exists(), "{} left behind", instance.display());
     assert_eq!(mounted(), was_mounted, "tracefs mount state changed");
     if was_mounted {
@@ -205,6 +209,21 @@ fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
             "global trace clock changed"
         );
     }
+}
+
+#[test]
+fn sigint_during_a_traced_run_leaves_tracefs_as_found() {
+    signals_during_a_traced_run_leave_tracefs_as_found("sigint-trace", &[libc::SIGINT]);
+}
+
+/// GNU timeout and impatient users send more than one signal: the second must
+/// not skip the clean-up (it used to `_exit(130)` and leave tracefs behind).
+#[test]
+fn a_second_signal_during_a_traced_run_still_cleans_up() {
+    signals_during_a_traced_run_leave_tracefs_as_found(
+        "sigterm-twice",
+        &[libc::SIGTERM, libc::SIGTERM, libc::SIGINT],
+    );
 }
 
 fn sample_report() -> xvmm_results::Report {
@@ -370,11 +389,12 @@ fn terminal_input_reaches_the_guest_uart() {
         .spawn()
         .expect("spawn xvmm");
     std::thread::sleep(std::time::Duration::from_millis(500));
-    master.write_all(b"A\n").unwrap();
+    // '1' (49): a guest status below 60 maps to 64 + 49.
+    master.write_all(b"1\n").unwrap();
     let out = child.wait_with_output().expect("wait");
     assert_eq!(
         out.status.code(),
-        Some(i32::from(b'A')),
+        Some(64 + i32::from(b'1')),
         "stderr: {}",
         stderr(&out)
     );

@@ -85,7 +85,7 @@ fn main() {
                 measured,
                 report.crossings.len() + report.exits.len() - measured
             );
-            print!("{}", xvmm::report::microguest_tables(&report));
+            print!("{}", xvmm_results::render::report(&report));
         }
         Err(e) => println!(
             "full run, {samples} samples per row: failed after {:.2} s: {e}",

@@ -3,8 +3,8 @@
 //! command line it first prints the kernel log, each line prefixed
 //! `XVMM-DMESG: `.
 
+use xvmm_guest::sys;
 use xvmm_init::action::Action;
-use xvmm_init::sys;
 use xvmm_results::channel::PORT_EXIT;
 
 fn main() {
@@ -41,16 +41,16 @@ fn main() {
     }
     sys::console_line(&format!("XVMM-INIT: action {action:?}"));
     let failure = match action {
-        Action::Exit(code) => match sys::ioperm(PORT_EXIT) {
+        Action::Exit(code) => match sys::ioperm(PORT_EXIT, 1) {
             Ok(()) => {
                 sys::outb(PORT_EXIT, code);
                 // A VMM that honours the port never lets us get here.
                 format!("exit port {PORT_EXIT:#x} ignored by the VMM")
             }
-            Err(e) => e,
+            Err(e) => e.to_string(),
         },
-        Action::Reboot => sys::reboot(libc::RB_AUTOBOOT),
-        Action::Poweroff => sys::reboot(libc::RB_POWER_OFF),
+        Action::Reboot => sys::reboot(libc::RB_AUTOBOOT).to_string(),
+        Action::Poweroff => sys::reboot(libc::RB_POWER_OFF).to_string(),
         Action::Hang => sys::park(),
     };
     sys::console_line(&format!("XVMM-INIT: {failure}; hanging"));

@@ -1,72 +1,400 @@
-//! Writing result files so that a reader (or a crash) never sees half of one.
+//! Writing result files so that a reader, a crash or a hostile directory never
+//! sees or causes half of one.
+//!
+//! An output is chosen ([`Output::prepare`]) before anything is measured, so
+//! that a destination that cannot be written is found in a second, not after
+//! the measurement; it is written once at the end ([`Output::commit`]).
+//!
+//! A regular file is replaced atomically: the bytes go to an unnamed file in
+//! the same directory (`O_TMPFILE`; a `kill -9` leaves nothing behind), which
+//! is fsynced, given a name no one can have planted (`O_EXCL` semantics: the
+//! name is new, nothing is followed) and renamed over the destination, which
+//! keeps its permission bits. Where the file system has no `O_TMPFILE`, a
+//! named temporary is created with `O_CREAT | O_EXCL | O_NOFOLLOW` instead and
+//! removed if the write fails.
+//!
+//! A device, FIFO or socket (`/dev/stdout`, `/dev/null`, a shell's
+//! `>(jq .)`) is written in place: renaming over it would destroy it. A
+//! symbolic link is followed only to a regular file in the link's own
+//! directory (or to a device, FIFO or socket); a dangling link, or one that
+//! leads out of its directory, is refused rather than replaced.
 
-use std::io::Write;
+use std::ffi::{CString, OsStr, OsString};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::path::{Path, PathBuf};
 
-/// Writes `bytes` to `path` through a temporary file in the same directory,
-/// fsynced and then renamed over `path`. Either the old file or the whole new
-/// one is there afterwards; the temporary is removed on failure.
-///
-/// Only regular files are replaced: an existing device, FIFO or socket
-/// (`/dev/stdout`, `/dev/null`, a shell's `>(jq .)`) is written in place, since
-/// renaming over it would destroy it; a symbolic link keeps pointing where it
-/// did, and the file it points to is replaced.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    if let Ok(meta) = std::fs::metadata(&resolved) {
-        if !meta.is_file() && !meta.is_dir() {
-            return std::fs::OpenOptions::new()
-                .write(true)
-                .open(&resolved)?
-                .write_all(bytes);
+/// A destination checked and opened before measuring.
+#[derive(Debug)]
+pub enum Output {
+    /// A regular file (existing or new), replaced atomically at commit.
+    File(AtomicFile),
+    /// A device, FIFO or socket, written in place at commit.
+    Special(PathBuf),
+}
+
+impl Output {
+    /// Checks `path` and prepares to write it. Fails now, with the reason, when
+    /// it could not be written later: a missing or unwritable directory, a
+    /// directory at `path`, a dangling symbolic link or one that leads out of
+    /// its directory.
+    pub fn prepare(path: &Path) -> io::Result<Output> {
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                Ok(Output::File(AtomicFile::create(path, None)?))
+            }
+            Err(e) => Err(e),
+            Ok(meta) if meta.file_type().is_symlink() => Output::through_link(path),
+            Ok(meta) if meta.is_dir() => Err(invalid("is a directory")),
+            Ok(meta) if meta.is_file() => Ok(Output::File(AtomicFile::create(
+                path,
+                Some(meta.permissions().mode()),
+            )?)),
+            Ok(_) => Output::special(path),
         }
     }
-    let path = resolved.as_path();
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = std::fs::File::create(&tmp)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+
+    fn through_link(link: &Path) -> io::Result<Output> {
+        let target = std::fs::canonicalize(link)
+            .map_err(|_| invalid("is a dangling symbolic link (its target does not exist)"))?;
+        let meta = std::fs::metadata(&target)?;
+        if meta.is_dir() {
+            return Err(invalid("is a symbolic link to a directory"));
+        }
+        if !meta.is_file() {
+            return Output::special(&target);
+        }
+        let link_dir = std::fs::canonicalize(parent_of(link))?;
+        if target.parent() != Some(link_dir.as_path()) {
+            return Err(invalid(&format!(
+                "is a symbolic link out of its directory (to {}): refusing to follow it",
+                target.display()
+            )));
+        }
+        Ok(Output::File(AtomicFile::create(
+            &target,
+            Some(meta.permissions().mode()),
+        )?))
     }
-    result
+
+    fn special(path: &Path) -> io::Result<Output> {
+        let c = cstring(path.as_os_str())?;
+        // SAFETY: a valid NUL-terminated path.
+        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Output::Special(path.to_path_buf()))
+    }
+
+    /// Writes `bytes` and makes them the destination's content.
+    pub fn commit(self, bytes: &[u8]) -> io::Result<()> {
+        match self {
+            Output::File(f) => f.commit(bytes),
+            Output::Special(path) => OpenOptions::new().write(true).open(path)?.write_all(bytes),
+        }
+    }
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, what.to_string())
+}
+
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+fn cstring(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| invalid("contains a NUL byte"))
+}
+
+/// A regular file being replaced: the open directory, the final name and the
+/// temporary file the bytes go to first.
+#[derive(Debug)]
+pub struct AtomicFile {
+    dir: File,
+    name: OsString,
+    tmp: File,
+    /// The temporary's name when it has one (no O_TMPFILE support).
+    tmp_name: Option<OsString>,
+    /// Permission bits of the file being replaced.
+    mode: Option<u32>,
+}
+
+/// A name for the temporary that nobody else picks: pid, time and a counter.
+fn temporary_name(name: &OsStr) -> OsString {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut tmp = OsString::from(".");
+    tmp.push(name);
+    tmp.push(format!(
+        ".xvmm-{}-{nanos:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    tmp
+}
+
+fn open_dir(dir: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(dir)
+}
+
+/// `openat(dir, name, flags, 0o666)`: the umask decides the final bits of a new file.
+fn open_at(dir: &File, name: &OsStr, flags: libc::c_int) -> io::Result<File> {
+    let c = cstring(name)?;
+    // SAFETY: a valid directory descriptor and NUL-terminated name.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags, 0o666 as libc::c_uint) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+impl AtomicFile {
+    fn create(path: &Path, mode: Option<u32>) -> io::Result<AtomicFile> {
+        AtomicFile::create_in(path, mode, true)
+    }
+
+    /// `unnamed`: try O_TMPFILE first (false only to test the fallback).
+    fn create_in(path: &Path, mode: Option<u32>, unnamed: bool) -> io::Result<AtomicFile> {
+        let name = path
+            .file_name()
+            .ok_or_else(|| invalid("names no file"))?
+            .to_owned();
+        let dir = open_dir(parent_of(path))?;
+        let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+        let tried = if unnamed {
+            open_at(&dir, OsStr::new("."), flags)
+        } else {
+            Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        };
+        let (tmp, tmp_name) = match tried {
+            Ok(tmp) => (tmp, None),
+            // No O_TMPFILE on this file system: a fresh name, never followed.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+                ) =>
+            {
+                let tmp_name = temporary_name(&name);
+                let flags = libc::O_WRONLY
+                    | libc::O_CREAT
+                    | libc::O_EXCL
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC;
+                (open_at(&dir, &tmp_name, flags)?, Some(tmp_name))
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(AtomicFile {
+            dir,
+            name,
+            tmp,
+            tmp_name,
+            mode,
+        })
+    }
+
+    fn commit(mut self, bytes: &[u8]) -> io::Result<()> {
+        self.tmp.write_all(bytes)?;
+        if let Some(mode) = self.mode {
+            self.tmp
+                .set_permissions(std::fs::Permissions::from_mode(mode & 0o7777))?;
+        }
+        self.tmp.sync_all()?;
+        let tmp_name = match self.tmp_name.take() {
+            Some(n) => n,
+            None => self.link_unnamed()?,
+        };
+        let renamed = self.rename(&tmp_name);
+        if renamed.is_err() {
+            let _ = self.unlink(&tmp_name);
+        }
+        renamed?;
+        // The rename is durable once the directory is.
+        let _ = self.dir.sync_all();
+        Ok(())
+    }
+
+    /// Gives the O_TMPFILE file a fresh name in its directory.
+    fn link_unnamed(&self) -> io::Result<OsString> {
+        let source = CString::new(format!("/proc/self/fd/{}", self.tmp.as_raw_fd()))
+            .map_err(|_| invalid("descriptor path"))?;
+        let tmp_name = temporary_name(&self.name);
+        let dest = cstring(&tmp_name)?;
+        // SAFETY: valid descriptors and NUL-terminated paths; linkat creates a
+        // new name and fails if it exists (nothing planted can be followed).
+        let ret = unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                source.as_ptr(),
+                self.dir.as_raw_fd(),
+                dest.as_ptr(),
+                libc::AT_SYMLINK_FOLLOW,
+            )
+        };
+        if ret != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(tmp_name)
+    }
+
+    fn rename(&self, tmp_name: &OsStr) -> io::Result<()> {
+        let (from, to) = (cstring(tmp_name)?, cstring(&self.name)?);
+        let fd = self.dir.as_raw_fd();
+        // SAFETY: valid directory descriptor and NUL-terminated names.
+        if unsafe { libc::renameat(fd, from.as_ptr(), fd, to.as_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn unlink(&self, name: &OsStr) -> io::Result<()> {
+        let c = cstring(name)?;
+        // SAFETY: valid directory descriptor and NUL-terminated name.
+        if unsafe { libc::unlinkat(self.dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // Not committed (or failed before linking): leave no named temporary.
+        if let Some(name) = self.tmp_name.take() {
+            let _ = self.unlink(&name);
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The whole of `path`, which must be a regular file of at most `limit`
+/// bytes: `/dev/zero`, a FIFO or a 50 GB file give an error at once instead
+/// of a hang or an out-of-memory kill. Opened non-blocking, so that opening a
+/// FIFO cannot stall either.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid("not a regular file"));
+    }
+    if meta.len() > limit {
+        return Err(invalid(&format!(
+            "{} is more than the {} accepted here",
+            mib(meta.len()),
+            mib(limit)
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // take(): a file that grows while it is read cannot pass the limit either.
+    (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(invalid(&format!(
+            "grew past the {} accepted here",
+            mib(limit)
+        )));
+    }
+    Ok(bytes)
+}
+
+/// Prepares and writes `path` in one go (see [`Output`]).
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    Output::prepare(path)?.commit(bytes)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("xvmm-file-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn replaces_the_file_and_leaves_no_temporary() {
-        let dir = std::env::temp_dir().join(format!("xvmm-results-atomic-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("atomic");
         let path = dir.join("out.json");
         write_atomically(&path, b"first").unwrap();
         write_atomically(&path, b"second").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second");
-        let entries: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
-        assert_eq!(entries.len(), 1, "no temporary file left behind");
+        assert_eq!(entries(&dir), ["out.json"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_prepared_but_abandoned_output_leaves_nothing() {
+        let dir = scratch("abandon");
+        let out = Output::prepare(&dir.join("out.json")).unwrap();
+        drop(out);
+        assert!(entries(&dir).is_empty(), "{:?}", entries(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_named_fallback_replaces_and_cleans_up_too() {
+        let dir = scratch("named");
+        let path = dir.join("out.json");
+        std::fs::write(&path, b"old").unwrap();
+        let f = AtomicFile::create_in(&path, Some(0o640), false).unwrap();
+        assert_eq!(entries(&dir).len(), 2, "the named temporary exists");
+        f.commit(b"new").unwrap();
+        assert_eq!(entries(&dir), ["out.json"]);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        drop(AtomicFile::create_in(&path, None, false).unwrap());
+        assert_eq!(entries(&dir), ["out.json"], "abandoned temporary removed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_mode_of_an_existing_file_is_kept() {
+        let dir = scratch("mode");
+        let path = dir.join("secret.json");
+        std::fs::write(&path, b"old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomically(&path, b"new").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_fifo_is_written_in_place_not_replaced() {
         use std::os::unix::fs::FileTypeExt;
-        let dir = std::env::temp_dir().join(format!("xvmm-results-fifo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("fifo");
         let fifo = dir.join("pipe");
         let made = std::process::Command::new("mkfifo").arg(&fifo).status();
         assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
@@ -82,13 +410,12 @@ mod tests {
     }
 
     #[test]
-    fn a_symlink_keeps_pointing_at_its_replaced_target() {
-        let dir = std::env::temp_dir().join(format!("xvmm-results-link-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    fn a_symlink_in_the_same_directory_keeps_pointing_at_its_replaced_target() {
+        let dir = scratch("link");
         let target = dir.join("target.json");
         let link = dir.join("link.json");
         std::fs::write(&target, b"old").unwrap();
-        std::os::unix::fs::symlink(&target, &link).unwrap();
+        std::os::unix::fs::symlink("target.json", &link).unwrap();
         write_atomically(&link, b"new").unwrap();
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
@@ -99,16 +426,87 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_directory_fails_without_touching_anything() {
-        let dir = std::env::temp_dir().join(format!("xvmm-results-nodir-{}", std::process::id()));
-        let err = write_atomically(&dir.join("out.json"), b"x").unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
-        assert!(!dir.exists());
+    fn a_symlink_out_of_the_directory_or_dangling_is_refused() {
+        let dir = scratch("outlink");
+        let outside = scratch("outlink-target");
+        let victim = outside.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let link = dir.join("out.json");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = Output::prepare(&link).unwrap_err();
+        assert!(err.to_string().contains("out of its directory"), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+
+        let dangling = dir.join("dangling.json");
+        std::os::unix::fs::symlink(dir.join("nowhere"), &dangling).unwrap();
+        let err = Output::prepare(&dangling).unwrap_err();
+        assert!(err.to_string().contains("dangling"), "{err}");
+        assert!(std::fs::symlink_metadata(&dangling)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&outside).unwrap();
     }
 
     #[test]
-    fn a_path_without_a_file_name_is_refused() {
-        let err = write_atomically(Path::new("/"), b"x").unwrap_err();
-        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+    fn a_planted_symlink_at_a_temporary_name_is_not_followed() {
+        // The old writer used `.NAME.tmp.PID` with File::create, which follows
+        // a link planted there. Plant links at every name the old scheme and
+        // a guess of the new one could use: none may be written through.
+        let dir = scratch("plant");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let planted = dir.join(format!(".out.json.tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        write_atomically(&dir.join("out.json"), b"results").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(dir.join("out.json")).unwrap(), b"results");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn destinations_that_cannot_be_written_fail_at_prepare() {
+        let dir = scratch("bad");
+        let missing = Output::prepare(&dir.join("missing/out.json")).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        let is_dir = Output::prepare(&dir).unwrap_err();
+        assert!(is_dir.to_string().contains("is a directory"), "{is_dir}");
+        let err = Output::prepare(Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("directory"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bounded_reads_refuse_devices_fifos_and_huge_files_at_once() {
+        for p in ["/dev/zero", "/dev/null", "/"] {
+            let err = read_bounded(Path::new(p), 1 << 20).unwrap_err();
+            assert_eq!(err.to_string(), "not a regular file", "{p}");
+        }
+        let dir = scratch("bounded");
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()));
+        let start = std::time::Instant::now();
+        let err = read_bounded(&fifo, 1 << 20).unwrap_err();
+        assert_eq!(err.to_string(), "not a regular file");
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+        let big = dir.join("big");
+        File::create(&big).unwrap().set_len(10 << 30).unwrap(); // sparse
+        let err = read_bounded(&big, 256 << 20).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "10240.0 MiB is more than the 256.0 MiB accepted here"
+        );
+        std::fs::write(&big, b"ok").unwrap();
+        assert_eq!(read_bounded(&big, 2).unwrap(), b"ok");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_full_device_fails_at_commit() {
+        let out = Output::prepare(Path::new("/dev/full")).unwrap();
+        let err = out.commit(b"x").unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
     }
 }

@@ -6,12 +6,16 @@
 //! version on any incompatible change and document it in the README.
 
 pub mod channel;
+pub mod compare;
+pub mod escape;
 pub mod file;
 pub mod machine;
+pub mod render;
 pub mod stats;
 pub mod tsc;
 
-pub use file::write_atomically;
+pub use compare::{compare, Comparison, ComparisonRow};
+pub use file::{write_atomically, Output};
 pub use machine::Machine;
 use serde::{Deserialize, Serialize};
 pub use stats::{Histogram, Stats};

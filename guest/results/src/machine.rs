@@ -103,6 +103,16 @@ impl Machine {
     }
 }
 
+/// A `Name:   1234 kB` field of /proc/meminfo, in bytes.
+pub fn meminfo_bytes(meminfo: &str, name: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .and_then(|kib| kib.checked_mul(1024))
+}
+
 fn read_trimmed(path: &str) -> String {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -305,6 +315,16 @@ processor\t: 1\nvendor_id\t: Other\nmodel name\t: ignored\n";
         assert_eq!(kvm_module(&dir, &flags(&["svm"])), "kvm_pvm");
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(kvm_module(&dir, &flags(&["svm"])), "");
+    }
+
+    #[test]
+    fn meminfo_fields_in_bytes() {
+        let text = "MemTotal:        2000000 kB\nMemFree:  100 kB\nMemAvailable:    1500000 kB\nSwapFree: x kB\n";
+        assert_eq!(meminfo_bytes(text, "MemAvailable"), Some(1_536_000_000));
+        assert_eq!(meminfo_bytes(text, "MemFree"), Some(102_400));
+        assert_eq!(meminfo_bytes(text, "Mem"), None, "whole names only");
+        assert_eq!(meminfo_bytes(text, "SwapFree"), None);
+        assert_eq!(meminfo_bytes(text, "SwapTotal"), None);
     }
 
     #[test]

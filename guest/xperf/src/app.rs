@@ -1,14 +1,37 @@
-//! The xperf command: parse, measure, print, deliver the report.
+//! The xperf command: parse, check where the report goes, measure, deliver
+//! the report, print the table. The only module that writes to stdout.
+//!
+//! Output policy (as xvmm's): the report's destination is checked before
+//! measuring; the report goes to the VMM and to its file before the table is
+//! printed; a write to stdout that fails never panics (a broken pipe ends
+//! output quietly, any other failure is an error at the end); a report file
+//! that cannot be written at the end is saved to a fallback file instead.
 
 use crate::args::{self, Command, USAGE};
-use crate::channel;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::measure::{self, Config};
-use crate::table;
+use std::io::Write;
 use std::path::PathBuf;
+use xvmm_guest::channel;
 
 /// Where the JSON report goes when there is no VMM channel and no `--json`.
 pub const DEFAULT_JSON: &str = "xperf.json";
+
+/// Where the JSON report goes, checked before measuring.
+enum JsonTo {
+    Stdout,
+    File(PathBuf, xvmm_results::Output),
+}
+
+/// Writes to stdout; a broken pipe is quiet, another failure is an error.
+fn print(text: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        Err(e) => Err(Error::Output(format!("cannot write to stdout: {e}"))),
+    }
+}
 
 /// Runs xperf with the arguments after the program name.
 pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
@@ -18,17 +41,12 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
         }
     }
     let opts = match args::parse(argv)? {
-        Command::Help => {
-            println!("{USAGE}");
-            return Ok(());
-        }
-        Command::Version => {
-            println!("xperf {}", env!("CARGO_PKG_VERSION"));
-            return Ok(());
-        }
+        Command::Help => return print(&format!("{USAGE}\n")),
+        Command::Version => return print(&format!("xperf {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Run(opts) => opts,
     };
     let region = channel::results_region_from_proc()?;
+    let json_to = json_destination(opts.json, region.is_some())?;
     let config = Config {
         samples: opts.samples,
         warmup: opts.warmup,
@@ -38,27 +56,68 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
         vmm_channel: region.is_some(),
     };
     let report = measure::run(&config)?;
-    print!("{}", table::render(&report));
     let json = report.to_json_pretty();
-    let file = opts
-        .json
-        .or_else(|| region.is_none().then(|| PathBuf::from(DEFAULT_JSON)));
-    match file {
-        // "-": the JSON follows the table on stdout (e.g. a serial console).
-        Some(path) if path.as_os_str() == "-" => println!("{json}"),
-        Some(path) => {
-            channel::write_file_atomic(&path, &json)?;
-            println!("report written to {}", path.display());
-        }
-        None => {}
-    }
+    let mut lines = String::new();
     if let Some(region) = region {
         channel::send_to_vmm(region, &json)?;
-        println!(
-            "report ({} bytes) sent to the VMM at {:#x}",
+        lines += &format!(
+            "report ({} bytes) sent to the VMM at {:#x}\n",
             json.len(),
             region.gpa
         );
     }
-    Ok(())
+    let to_stdout = matches!(json_to, Some(JsonTo::Stdout));
+    let written = write_file(json_to, &json, &mut lines);
+    print(&xvmm_results::render::report(&report))?;
+    if to_stdout {
+        // "-": the JSON follows the table on stdout (e.g. a serial console).
+        print(&format!("{json}\n"))?;
+    }
+    print(&lines)?;
+    written
+}
+
+/// `--json FILE` (or the default file when no VMM takes the report), opened now.
+fn json_destination(json: Option<PathBuf>, vmm_channel: bool) -> Result<Option<JsonTo>> {
+    let file = json.or_else(|| (!vmm_channel).then(|| PathBuf::from(DEFAULT_JSON)));
+    match file {
+        None => Ok(None),
+        Some(path) if path.as_os_str() == "-" => Ok(Some(JsonTo::Stdout)),
+        Some(path) => {
+            let out = xvmm_results::Output::prepare(&path)
+                .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
+            Ok(Some(JsonTo::File(path, out)))
+        }
+    }
+}
+
+/// Commits the report file; on failure saves it to a fallback file.
+fn write_file(json_to: Option<JsonTo>, json: &str, lines: &mut String) -> Result<()> {
+    let Some(JsonTo::File(path, out)) = json_to else {
+        return Ok(());
+    };
+    let text = format!("{json}\n");
+    match out.commit(text.as_bytes()) {
+        Ok(()) => {
+            *lines += &format!("report written to {}\n", path.display());
+            Ok(())
+        }
+        Err(e) => {
+            let fallback =
+                std::env::temp_dir().join(format!("xperf-results-{}.json", std::process::id()));
+            let saved = xvmm_results::write_atomically(&fallback, text.as_bytes());
+            Err(Error::Output(match saved {
+                Ok(()) => format!(
+                    "cannot write {}: {e}; the report was saved to {}",
+                    path.display(),
+                    fallback.display()
+                ),
+                Err(e2) => format!(
+                    "cannot write {} ({e}) nor {} ({e2})",
+                    path.display(),
+                    fallback.display()
+                ),
+            }))
+        }
+    }
 }

@@ -50,6 +50,15 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl From<xvmm_guest::Error> for Error {
+    fn from(e: xvmm_guest::Error) -> Error {
+        match e {
+            xvmm_guest::Error::Sys(m) => Error::Sys(m),
+            xvmm_guest::Error::Channel(m) => Error::Channel(m),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, Error>;
 
 #[cfg(test)]

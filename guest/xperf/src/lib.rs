@@ -9,12 +9,10 @@
 pub mod abi;
 pub mod app;
 pub mod args;
-pub mod channel;
 pub mod error;
 pub mod host;
 pub mod init;
 pub mod measure;
 pub mod stamp;
-pub mod table;
 
 pub use error::{Error, Result};

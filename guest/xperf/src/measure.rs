@@ -308,13 +308,6 @@ fn detect(notes: &mut Vec<String>) -> Mode {
     }
 }
 
-/// MemAvailable of /proc/meminfo, in bytes.
-pub fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
 /// Refuses a run whose fault regions (every page stays resident until it is
 /// dropped) would not fit in the memory available: in a small guest the OOM
 /// killer would otherwise end xperf, or as PID 1 panic the kernel.
@@ -322,7 +315,7 @@ fn check_memory(pages: u64) -> Result<()> {
     let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
         return Ok(());
     };
-    let Some(available) = mem_available(&meminfo) else {
+    let Some(available) = xvmm_results::machine::meminfo_bytes(&meminfo, "MemAvailable") else {
         return Ok(());
     };
     let needed = pages.saturating_mul(abi::PAGE_SIZE as u64);
@@ -341,28 +334,32 @@ fn usize_of(n: u64) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::Usage(format!("{n} does not fit in usize")))
 }
 
-/// Runs the whole measurement and returns the report.
-pub fn run(config: &Config) -> Result<Report> {
-    let samples = usize_of(config.samples)?;
-    let warmup = usize_of(config.warmup)?;
-    let null_samples = usize_of(config.null_samples)?;
-    let mut notes = Vec::new();
+/// What the run found out before measuring: where it runs and how.
+struct Setup {
+    cpu: u32,
+    machine: Machine,
+    host_facts: xvmm_results::HostFacts,
+    environment: Environment,
+    mode: Mode,
+    notes: Vec<String>,
+}
 
+/// Pins, probes the machine (CPUID happens here, before any measured region)
+/// and decides between split and round-trip mode.
+fn set_up(config: &Config) -> Result<Setup> {
     check_memory(config.samples.saturating_add(config.warmup))?;
     let cpu = pin(config.cpu)?;
-    // CPUID happens in the probe, before any measured region.
     let machine = Machine::probe();
     let mut host_facts = host::host_facts(&machine);
-    let machine_thp = machine.thp.clone();
     let environment = host::environment(&machine, config.vmm_channel);
-    notes.extend(host::notes(&machine));
+    let mut notes = host::notes(&machine);
     if environment == Environment::BareMetal && !machine.hypervisor_signature.is_empty() {
         notes.push(format!(
             "running under hypervisor {:?}, not a KVM guest with xvmm's results channel: reported as bare metal",
             machine.hypervisor_signature
         ));
     }
-    let mut mode = detect(&mut notes);
+    let mode = detect(&mut notes);
     if let Mode::Split(page) = &mode {
         host_facts.kpti = Some(page.flags() & abi::FLAG_KPTI != 0);
         notes.push("KPTI state from the stamp page's flag".into());
@@ -373,107 +370,121 @@ pub fn run(config: &Config) -> Result<Report> {
         "between the opening stamp and the crossing: {}",
         stamp::TAIL_AFTER_OPEN
     ));
+    Ok(Setup {
+        cpu,
+        machine,
+        host_facts,
+        environment,
+        mode,
+        notes,
+    })
+}
 
-    // Null overhead: the same stamps with nothing between.
+/// The same stamps with nothing between, after `warmup` unrecorded pairs.
+fn null_overhead(warmup: usize, samples: usize) -> Stats {
     for _ in 0..warmup {
         std::hint::black_box(stamp::null_pair());
     }
-    let mut null = vec![u64::MAX; null_samples];
+    let mut null = vec![u64::MAX; samples];
     for slot in null.iter_mut() {
         let (open, close) = stamp::null_pair();
         *slot = close.saturating_sub(open);
     }
-    let null_overhead = Stats::from_samples(&null);
-    let null_ticks = null_overhead.median;
+    Stats::from_samples(&null)
+}
 
-    let mut iret = 0u64;
-    let mut ignored_iret = 0u64;
-    // getppid.
-    take(
-        &mut mode,
-        abi::SYSCALL_SLOTS,
-        warmup,
-        &mut ignored_iret,
-        |_| stamp::getppid_pair(),
-    );
-    let getppid = take(&mut mode, abi::SYSCALL_SLOTS, samples, &mut iret, |_| {
+/// The samples of the three crossings, and how often getppid left by IRET.
+struct Crossings {
+    getppid: Vec<Taken>,
+    getppid_iret: u64,
+    first_touch: Vec<Taken>,
+    /// Err: why the refault crossing could not be taken.
+    refault: std::result::Result<Vec<Taken>, String>,
+}
+
+fn take_crossings(mode: &mut Mode, warmup: usize, samples: usize) -> Result<(Crossings, bool)> {
+    let (mut iret, mut ignored) = (0u64, 0u64);
+    take(mode, abi::SYSCALL_SLOTS, warmup, &mut ignored, |_| {
         stamp::getppid_pair()
     });
-
+    let getppid = take(mode, abi::SYSCALL_SLOTS, samples, &mut iret, |_| {
+        stamp::getppid_pair()
+    });
     // #PF: a small warm-up region first, then the measured one, both never
     // touched before; then both dropped and touched again.
     let (warm_region, _) = Region::map(warmup)?;
     let (region, no_thp) = Region::map(samples)?;
-    if !no_thp && !machine_thp.is_empty() {
-        notes.push("madvise(MADV_NOHUGEPAGE) was refused: huge pages may serve some faults".into());
-    }
-    // SAFETY (all closures below): page(i) is inside a live writable mapping.
+    // SAFETY (both closures): page(i) is inside a live writable mapping.
     let warm_touch = |i: usize| unsafe { stamp::store_pair(warm_region.page(i)) };
     let touch = |i: usize| unsafe { stamp::store_pair(region.page(i)) };
-    take(
-        &mut mode,
-        abi::PF_SLOTS,
-        warmup,
-        &mut ignored_iret,
-        warm_touch,
-    );
-    let first_touch = take(&mut mode, abi::PF_SLOTS, samples, &mut ignored_iret, touch);
+    take(mode, abi::PF_SLOTS, warmup, &mut ignored, warm_touch);
+    let first_touch = take(mode, abi::PF_SLOTS, samples, &mut ignored, touch);
     // A kernel without CONFIG_ADVISE_SYSCALLS has no madvise: the refault
     // crossing is then reported unsupported, the others still measured.
     let refault = match warm_region.discard().and_then(|()| region.discard()) {
         Ok(()) => {
-            take(
-                &mut mode,
-                abi::PF_SLOTS,
-                warmup,
-                &mut ignored_iret,
-                warm_touch,
-            );
-            Ok(take(
-                &mut mode,
-                abi::PF_SLOTS,
-                samples,
-                &mut ignored_iret,
-                touch,
-            ))
+            take(mode, abi::PF_SLOTS, warmup, &mut ignored, warm_touch);
+            Ok(take(mode, abi::PF_SLOTS, samples, &mut ignored, touch))
         }
         Err(e) => Err(e.to_string()),
     };
+    let crossings = Crossings {
+        getppid,
+        getppid_iret: iret,
+        first_touch,
+        refault,
+    };
+    Ok((crossings, no_thp))
+}
 
+/// Runs the whole measurement and returns the report.
+pub fn run(config: &Config) -> Result<Report> {
+    let samples = usize_of(config.samples)?;
+    let warmup = usize_of(config.warmup)?;
+    let null_samples = usize_of(config.null_samples)?;
+    let mut setup = set_up(config)?;
+    let null_overhead = null_overhead(warmup, null_samples);
+    let null_ticks = null_overhead.median;
+    let (taken, no_thp) = take_crossings(&mut setup.mode, warmup, samples)?;
+    if !no_thp && !setup.machine.thp.is_empty() {
+        setup
+            .notes
+            .push("madvise(MADV_NOHUGEPAGE) was refused: huge pages may serve some faults".into());
+    }
     let mut method = Method::standard(config.warmup, config.samples);
-    method.pinned_cpu = Some(cpu);
+    method.pinned_cpu = Some(setup.cpu);
     let mut report = Report::new(
         format!("xperf {}", env!("CARGO_PKG_VERSION")),
-        environment,
-        host_facts,
+        setup.environment,
+        setup.host_facts,
         method,
     );
-    report.machine = Some(machine);
+    report.machine = Some(setup.machine);
     report.null_overhead = null_overhead;
     let runs = [
-        (PF_FIRST_TOUCH, Ok(&first_touch)),
-        (PF_REFAULT, refault.as_ref()),
-        (GETPPID, Ok(&getppid)),
+        (PF_FIRST_TOUCH, Ok(&taken.first_touch)),
+        (PF_REFAULT, taken.refault.as_ref()),
+        (GETPPID, Ok(&taken.getppid)),
     ];
-    for (name, taken) in runs {
-        report.crossings.push(match (taken, &mode) {
+    for (name, samples_taken) in runs {
+        report.crossings.push(match (samples_taken, &setup.mode) {
             (Err(why), _) => Crossing::unsupported(name, config.samples, why.clone()),
-            (Ok(taken), Mode::Split(_)) => {
-                split_crossing(name, config.samples, taken, null_ticks, config.raw)
+            (Ok(t), Mode::Split(_)) => {
+                split_crossing(name, config.samples, t, null_ticks, config.raw)
             }
-            (Ok(taken), Mode::RoundTrip(reason)) => {
-                round_trip_crossing(name, config.samples, taken, null_ticks, config.raw, reason)
+            (Ok(t), Mode::RoundTrip(reason)) => {
+                round_trip_crossing(name, config.samples, t, null_ticks, config.raw, reason)
             }
         });
     }
-    match &mode {
-        Mode::Split(_) => notes.push(format!(
-            "getppid returned through IRET in {iret} of {} samples (SYSRET otherwise)",
-            config.samples
+    match &setup.mode {
+        Mode::Split(_) => setup.notes.push(format!(
+            "getppid returned through IRET in {} of {} samples (SYSRET otherwise)",
+            taken.getppid_iret, config.samples
         )),
-        Mode::RoundTrip(reason) => notes.insert(0, reason.clone()),
+        Mode::RoundTrip(reason) => setup.notes.insert(0, reason.clone()),
     }
-    report.notes = notes;
+    report.notes = setup.notes;
     Ok(report)
 }
 
@@ -489,14 +500,6 @@ mod tests {
             k2u_k: c,
             k2u_u: d,
         }
-    }
-
-    #[test]
-    fn mem_available_parses_kib() {
-        let text = "MemTotal:        2000000 kB\nMemFree:  100 kB\nMemAvailable:    1500000 kB\n";
-        assert_eq!(mem_available(text), Some(1_536_000_000));
-        assert_eq!(mem_available("MemTotal: 5 kB\n"), None);
-        assert_eq!(mem_available("MemAvailable: lots kB\n"), None);
     }
 
     #[test]

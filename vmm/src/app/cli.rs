@@ -1,4 +1,7 @@
 //! Command-line interface (clap). Parsing only: no behaviour lives here.
+//! Options of the measuring run sit at the top level and conflict with every
+//! subcommand, so `xvmm --samples 5 compare a b` is a usage error rather than
+//! an option silently ignored.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -10,7 +13,8 @@ use std::path::PathBuf;
     about = "Measure user<->kernel crossing costs under KVM and what the hypervisor adds",
     long_about = "Without --kernel, boots the built-in bare-metal microguest and measures the \
                   hardware floor (#PF, int3, syscall crossings and VM-exit round trips). With \
-                  --kernel, boots a (patched) Linux guest that runs xperf."
+                  --kernel, boots a (patched) Linux guest that runs xperf.",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -21,8 +25,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Build guest and harness kernels.
-    #[command(subcommand)]
+    /// Build guest and harness kernels, or check a built one's hook sites.
+    #[command(subcommand, subcommand_required = true, arg_required_else_help = true)]
     Kernel(KernelCommand),
     /// Write a newc initramfs holding the given files.
     Initramfs(InitramfsArgs),

@@ -1,14 +1,72 @@
 //! The application layer: the only code that knows clap, stdout and stderr.
-//! It parses and checks the command line, calls the libraries with plain
-//! structs, renders what they return and maps errors to exit codes.
+//! It parses and checks the command line, opens every output before anything
+//! is measured, calls the libraries with plain structs, renders what they
+//! return, writes files and maps errors to exit statuses ([`exit`]).
 
 pub mod cli;
+mod deliver;
+pub mod exit;
+pub mod input;
 mod kernel;
+mod linux;
+mod microguest;
+pub mod output;
+mod progress;
+mod reports;
 
-use crate::{initramfs, linux, microguest, report, Error, Result};
+use crate::Error;
+use clap::Parser as _;
+use output::Stdout;
+
+/// Parses the command line, runs it and returns the exit status. Every error
+/// is one escaped line on stderr (clap's usage errors: clap's whole message).
+pub fn main() -> i32 {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    let stdout = Stdout::new();
+    let result = run(cli, &stdout).and_then(|()| stdout.outcome());
+    match result {
+        Ok(()) => exit::OK,
+        Err(err) => {
+            let line = format!("xvmm: {err}");
+            output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));
+            exit::code(&err)
+        }
+    }
+}
+
+/// `--help` and `--version` print and succeed; anything else clap rejects is
+/// a usage error, shown whole (the message, the usage line, the hint).
+fn usage_error(e: &clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let stdout = Stdout::new();
+            stdout.print(&e.render().to_string());
+            match stdout.outcome() {
+                Ok(()) => exit::OK,
+                Err(err) => {
+                    output::eprint(&format!("xvmm: {err}\n"));
+                    exit::code(&err)
+                }
+            }
+        }
+        _ => {
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            output::eprint(&format!("xvmm: usage: {text}"));
+            if !text.ends_with('\n') {
+                output::eprint("\n");
+            }
+            exit::USAGE
+        }
+    }
+}
 
 /// Runs what the command line asks for.
-pub fn run(cli: cli::Cli) -> Result<()> {
+fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
     if cli.run.timeout == 0 || cli.run.timeout > cli::MAX_TIMEOUT_SECS {
         return Err(Error::Usage(format!(
             "--timeout {} is out of range: it must be at least 1 second and at most {}",
@@ -19,14 +77,11 @@ pub fn run(cli: cli::Cli) -> Result<()> {
     match cli.command {
         Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build(&args),
         Some(cli::Command::Kernel(cli::KernelCommand::Hooks(args))) => kernel::hooks(&args.vmlinux),
-        Some(cli::Command::Initramfs(args)) => {
-            let bytes = initramfs::from_specs(&args.entries)?.to_bytes();
-            std::fs::write(&args.output, bytes).map_err(|e| Error::io("writing", &args.output, e))
-        }
-        Some(cli::Command::Compare(args)) => report::compare_command(&args),
-        Some(cli::Command::Machine(args)) => report::machine_command(args.json.as_deref()),
-        Some(cli::Command::Show(args)) => report::show_command(&args.report),
-        None if cli.run.kernel.is_some() => linux::run(&cli.run),
-        None => microguest::run(&cli.run),
+        Some(cli::Command::Initramfs(args)) => reports::initramfs(&args),
+        Some(cli::Command::Compare(args)) => reports::compare(&args, stdout),
+        Some(cli::Command::Machine(args)) => reports::machine(args.json.as_deref(), stdout),
+        Some(cli::Command::Show(args)) => reports::show(&args.report, stdout),
+        None if cli.run.kernel.is_some() => linux::run(&cli.run, stdout),
+        None => microguest::run(&cli.run, stdout),
     }
 }

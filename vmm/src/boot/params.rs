@@ -35,10 +35,19 @@ pub fn place_initrd(
         .checked_sub(size)
         .map(|a| a & !(layout::PAGE_SIZE - 1))
         .filter(|a| *a >= kernel_end);
+    // More guest memory helps only while low RAM, not the kernel's
+    // initrd_addr_max or the 32-bit MMIO hole, is what limits the top.
+    let hint = if low_ram_end <= addr_max && low_ram_end < layout::MMIO_HOLE_START {
+        "raise --mem"
+    } else if addr_max < low_ram_end {
+        "the kernel accepts no initrd above that address (initrd_addr_max): use a smaller initrd"
+    } else {
+        "low memory ends at the 32-bit MMIO hole there: use a smaller initrd"
+    };
     match fits {
         Some(addr) => Ok(InitrdPlacement { addr, size }),
         None => Err(Error::Initrd(format!(
-            "initrd of {} does not fit: guest memory has {} free between the kernel (ending at {kernel_end:#x}) and {top:#x}; raise --mem",
+            "initrd of {} does not fit: guest memory has {} free between the kernel (ending at {kernel_end:#x}) and {top:#x}; {hint}",
             mib(size),
             mib(top.saturating_sub(kernel_end))
         ))),
@@ -178,7 +187,24 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("32.0 MiB free"), "{msg}");
+        assert!(msg.ends_with("; raise --mem"), "{msg}");
         assert!(place_initrd(u64::MAX, 64 << 20, 0, u64::MAX).is_err());
+    }
+
+    #[test]
+    fn the_hint_names_the_limit_that_applies() {
+        // initrd_addr_max (896 MiB here) caps the top of a 2 GiB guest.
+        let err = place_initrd(1 << 30, 2 << 30, 0x200_0000, 0x37ff_ffff).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("initrd_addr_max") && !msg.contains("--mem"),
+            "{msg}"
+        );
+        // Low RAM ends at the MMIO hole, whatever --mem says.
+        let low = crate::layout::low_ram_end(8 << 30);
+        let err = place_initrd(4 << 30, low, 0x200_0000, u64::MAX).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("MMIO hole") && !msg.contains("--mem"), "{msg}");
     }
 
     #[test]

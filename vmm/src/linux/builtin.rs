@@ -102,9 +102,18 @@ pub struct Xperf {
     pub bytes: Vec<u8>,
 }
 
+/// Largest xperf accepted (a static release build is a few MiB).
+const MAX_XPERF_BYTES: u64 = 256 << 20;
+
 /// Reads `path` and checks that it is a static x86-64 executable.
 fn load_static(path: &Path) -> Result<Xperf> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io("cannot read xperf", path, e))?;
+    let bytes =
+        xvmm_results::file::read_bounded(path, MAX_XPERF_BYTES).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                Error::Initrd(format!("{}: no such file", path.display()))
+            }
+            _ => Error::Initrd(format!("{}: {e}", path.display())),
+        })?;
     match elf_is_static(&bytes) {
         Ok(true) => Ok(Xperf {
             path: path.to_path_buf(),
@@ -122,13 +131,11 @@ fn load_static(path: &Path) -> Result<Xperf> {
 /// the first static file among [`candidates`].
 pub fn find_xperf(env: Option<PathBuf>, exe_dir: Option<&Path>) -> Result<Xperf> {
     if let Some(path) = env {
-        if !path.is_file() {
-            return Err(Error::Initrd(format!(
-                "{XPERF_ENV}={}: no such file",
-                path.display()
-            )));
-        }
-        return load_static(&path);
+        // Only that file: an explicit choice is never silently replaced.
+        return load_static(&path).map_err(|e| match e {
+            Error::Initrd(m) => Error::Initrd(format!("{XPERF_ENV}={m}")),
+            other => other,
+        });
     }
     let found: Vec<PathBuf> = candidates(exe_dir)
         .into_iter()
@@ -300,7 +307,11 @@ mod tests {
         let err = find_xperf(Some(bin.join("xperf")), Some(&bin)).unwrap_err();
         assert!(err.to_string().contains("dynamically linked"));
         let err = find_xperf(Some(dir.join("nope")), Some(&bin)).unwrap_err();
+        assert!(err.to_string().ends_with("nope: no such file"), "{err}");
         assert!(err.to_string().contains("XVMM_XPERF="), "{err}");
+        // A directory is named as one, not as a missing file.
+        let err = find_xperf(Some(dir.clone()), Some(&bin)).unwrap_err();
+        assert!(err.to_string().ends_with(": not a regular file"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

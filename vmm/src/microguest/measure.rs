@@ -11,7 +11,6 @@
 
 use super::guest::Kind;
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
-use crate::app::cli::{OnOff, RunArgs};
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -63,37 +62,6 @@ impl Options {
             pinned_cpu: None,
         })
     }
-
-    /// Checks the command line for the microguest run.
-    pub fn from_args(args: &RunArgs) -> Result<Options> {
-        let not_here = |flag: &str| {
-            Err(Error::Usage(format!(
-                "{flag} applies to Linux guests (--kernel); the built-in microguest does not use it"
-            )))
-        };
-        if args.trace {
-            return not_here("--trace");
-        }
-        if args.async_pf == OnOff::On {
-            return not_here("--async-pf on");
-        }
-        if args.mem.is_some() {
-            return not_here("--mem");
-        }
-        let mut opts = Options::new(
-            args.samples.unwrap_or(super::DEFAULT_SAMPLES),
-            args.warmup.unwrap_or(super::DEFAULT_WARMUP),
-        )?;
-        opts.raw = args.raw;
-        opts.pinned_cpu = args.pin.and_then(|cpu| u32::try_from(cpu).ok());
-        // Only long runs, and only for a person watching.
-        opts.progress = !args.quiet
-            && opts.samples >= super::DEFAULT_SAMPLES
-            && std::io::IsTerminal::is_terminal(&std::io::stderr());
-        opts.machine.tsc_khz = args.tsc_khz;
-        opts.machine.tsc_offset = args.tsc_offset;
-        Ok(opts)
-    }
 }
 
 /// Steps the progress bar counts: two null measurements, five crossings, eight exits.
@@ -115,7 +83,7 @@ pub struct Measured {
 
 /// Whether `err` only means "stop now" (timeout, Ctrl-C) rather than a failure.
 fn is_stop(err: &Error) -> bool {
-    matches!(err, Error::Timeout(_) | Error::Interrupted)
+    matches!(err, Error::Timeout(_) | Error::Interrupted(_))
 }
 
 fn not_measured(err: &Error) -> String {

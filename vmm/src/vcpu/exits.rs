@@ -34,12 +34,18 @@ fn halted_for_good(vcpu: &super::Vcpu) -> Option<u64> {
     (mp_state.mp_state == MP_STATE_HALTED && regs.rflags & RFLAGS_IF == 0).then_some(regs.rip)
 }
 
-/// What [`run_to_end`] observed.
+/// What [`run_to_end`] observed. Results the guest sent are kept whatever
+/// the end: a guest that reports and then crashes, or a run stopped by the
+/// timeout after the report arrived, loses nothing.
 #[derive(Debug)]
 pub struct RunOutcome {
-    pub end: GuestEnd,
-    /// The last report the guest sent through the results doorbell.
+    /// How the guest ended the VM, or why the run ended without it (a fatal
+    /// exit, the timeout, a stop signal, a KVM failure).
+    pub end: Result<GuestEnd>,
+    /// The last well-formed report the guest sent through the results doorbell.
     pub results: Option<xvmm_results::Report>,
+    /// Why the last report the guest sent was refused, if it was.
+    pub bad_results: Option<Error>,
     /// VM exits handled in user space.
     pub exits: u64,
     /// Accesses to unclaimed ports.
@@ -63,88 +69,115 @@ pub fn internal_error_name(suberror: u32) -> &'static str {
     }
 }
 
-/// Runs the attached vCPU, dispatching port I/O to `bus`, until the guest ends the
-/// VM. Fatal guest events (triple fault, internal error, failed entry, crash) and
-/// malformed results become `Error::Guest` naming the exit reason and RIP.
+/// Exits that end the run; described once the exit's borrow of kvm_run ends.
+enum Fatal {
+    Shutdown,
+    Internal,
+    FailEntry(u64),
+    Crash,
+    Hlt,
+    Other(String),
+}
+
+/// What one exit asks the loop to do.
+enum Step {
+    Io(crate::devices::IoEvent),
+    Mmio,
+    Kicked,
+    End(GuestEnd),
+    Fatal(Fatal),
+}
+
+fn classify(exit: VcpuExit<'_>, bus: &mut crate::devices::PortBus) -> Step {
+    use crate::devices::IoEvent;
+    match exit {
+        VcpuExit::IoIn(port, data) => {
+            bus.io_in(port, data);
+            Step::Io(IoEvent::Continue)
+        }
+        VcpuExit::IoOut(port, data) => Step::Io(bus.io_out(port, data)),
+        VcpuExit::MmioRead(_, data) => {
+            data.fill(0xff);
+            Step::Mmio
+        }
+        VcpuExit::MmioWrite(..) => Step::Mmio,
+        VcpuExit::Intr => Step::Kicked,
+        VcpuExit::Shutdown => Step::Fatal(Fatal::Shutdown),
+        VcpuExit::InternalError => Step::Fatal(Fatal::Internal),
+        VcpuExit::FailEntry(reason, _cpu) => Step::Fatal(Fatal::FailEntry(reason)),
+        VcpuExit::Hlt => Step::Fatal(Fatal::Hlt),
+        VcpuExit::SystemEvent(kind, _) => match kind {
+            KVM_SYSTEM_EVENT_SHUTDOWN => Step::End(GuestEnd::PowerOff),
+            KVM_SYSTEM_EVENT_RESET => Step::End(GuestEnd::Reset),
+            KVM_SYSTEM_EVENT_CRASH => Step::Fatal(Fatal::Crash),
+            other => Step::Fatal(Fatal::Other(format!("system event {other}"))),
+        },
+        other => Step::Fatal(Fatal::Other(format!("{other:?}"))),
+    }
+}
+
+/// Runs the attached vCPU, dispatching port I/O to `bus`, until the guest ends
+/// the VM or the run must end. Fatal guest events (triple fault, internal
+/// error, failed entry, crash) become `Error::Guest` naming the exit reason and
+/// RIP; a malformed report is refused (`bad_results`) and the guest runs on.
 pub fn run_to_end(
     running: &mut RunningVcpu<'_>,
     bus: &mut crate::devices::PortBus,
     memory: &vm_memory::GuestMemoryMmap,
-) -> Result<RunOutcome> {
+) -> RunOutcome {
     use crate::devices::IoEvent;
-    let mut results = None;
-    let mut exits: u64 = 0;
-    let mut unknown_mmio: u64 = 0;
-    // Fatal exits are described after the exit's borrow of kvm_run has ended.
-    enum Fatal {
-        Shutdown,
-        Internal,
-        FailEntry(u64),
-        Crash,
-        Hlt,
-        Other(String),
-    }
-    let end_or_fatal: std::result::Result<GuestEnd, Fatal> = loop {
-        let event = match running.run()? {
-            VcpuExit::IoIn(port, data) => {
-                bus.io_in(port, data);
-                IoEvent::Continue
+    let mut outcome = RunOutcome {
+        end: Err(Error::Guest("the run has not started".into())),
+        results: None,
+        bad_results: None,
+        exits: 0,
+        unknown_io: Default::default(),
+        unknown_mmio: 0,
+    };
+    let ended: std::result::Result<GuestEnd, Fatal> = loop {
+        let step = match running.run() {
+            Ok(exit) => classify(exit, bus),
+            Err(e) => {
+                bus.flush();
+                outcome.unknown_io = bus.unknown;
+                outcome.end = Err(e);
+                return outcome;
             }
-            VcpuExit::IoOut(port, data) => bus.io_out(port, data),
-            VcpuExit::MmioRead(_, data) => {
-                data.fill(0xff);
-                unknown_mmio += 1;
-                IoEvent::Continue
-            }
-            VcpuExit::MmioWrite(..) => {
-                unknown_mmio += 1;
-                IoEvent::Continue
-            }
-            VcpuExit::Intr => match halted_for_good(running.vcpu()) {
-                Some(rip) => break Ok(GuestEnd::Halted(rip)),
-                None => continue,
-            },
-            VcpuExit::Shutdown => break Err(Fatal::Shutdown),
-            VcpuExit::InternalError => break Err(Fatal::Internal),
-            VcpuExit::FailEntry(reason, _cpu) => break Err(Fatal::FailEntry(reason)),
-            VcpuExit::Hlt => break Err(Fatal::Hlt),
-            VcpuExit::SystemEvent(kind, _) => match kind {
-                KVM_SYSTEM_EVENT_SHUTDOWN => break Ok(GuestEnd::PowerOff),
-                KVM_SYSTEM_EVENT_RESET => break Ok(GuestEnd::Reset),
-                KVM_SYSTEM_EVENT_CRASH => break Err(Fatal::Crash),
-                other => break Err(Fatal::Other(format!("system event {other}"))),
-            },
-            other => break Err(Fatal::Other(format!("{other:?}"))),
         };
-        exits += 1;
-        match event {
-            IoEvent::Continue => {}
-            IoEvent::Exit(status) => break Ok(GuestEnd::Exit(status)),
-            IoEvent::Reset => break Ok(GuestEnd::Reset),
-            IoEvent::Results(len) => {
-                results = Some(crate::vm::parse_results(&crate::vm::read_results_bytes(
-                    memory,
-                    u64::from(len),
-                )?)?);
+        outcome.exits += 1;
+        match step {
+            Step::Io(IoEvent::Continue) => {}
+            Step::Io(IoEvent::Exit(status)) => break Ok(GuestEnd::Exit(status)),
+            Step::Io(IoEvent::Reset) => break Ok(GuestEnd::Reset),
+            Step::Io(IoEvent::Results(len)) => match read_results(memory, len) {
+                Ok(report) => outcome.results = Some(report),
+                Err(e) => outcome.bad_results = Some(e),
+            },
+            Step::Mmio => outcome.unknown_mmio += 1,
+            Step::Kicked => {
+                outcome.exits -= 1;
+                if let Some(rip) = halted_for_good(running.vcpu()) {
+                    break Ok(GuestEnd::Halted(rip));
+                }
             }
+            Step::End(end) => break Ok(end),
+            Step::Fatal(fatal) => break Err(fatal),
         }
     };
     bus.flush();
-    let fatal = match end_or_fatal {
-        Ok(end) => {
-            return Ok(RunOutcome {
-                end,
-                results,
-                exits,
-                unknown_io: bus.unknown,
-                unknown_mmio,
-            })
-        }
-        Err(fatal) => fatal,
-    };
-    let vcpu = running.vcpu();
+    outcome.unknown_io = bus.unknown;
+    outcome.end = ended.map_err(|fatal| Error::Guest(describe_fatal(running.vcpu(), fatal)));
+    outcome
+}
+
+fn read_results(memory: &vm_memory::GuestMemoryMmap, len: u32) -> Result<xvmm_results::Report> {
+    crate::vm::parse_results(&crate::vm::read_results_bytes(memory, u64::from(len))?)
+}
+
+/// One line naming a fatal exit and where the guest was.
+fn describe_fatal(vcpu: &mut super::Vcpu, fatal: Fatal) -> String {
     let rip = vcpu.rip();
-    Err(Error::Guest(match fatal {
+    match fatal {
         Fatal::Shutdown => {
             // SVM reinitialises the vCPU on a shutdown intercept: its state then
             // shows the reset vector instead of where the fault was.
@@ -166,11 +199,11 @@ pub fn run_to_end(
                 .map(|d| format!("{d:#x}"))
                 .collect();
             format!(
-                    "KVM internal error (KVM_EXIT_INTERNAL_ERROR, suberror {}: {}) at RIP {rip:#x}, data [{}]",
-                    internal.suberror,
-                    internal_error_name(internal.suberror),
-                    data.join(", ")
-                )
+                "KVM internal error (KVM_EXIT_INTERNAL_ERROR, suberror {}: {}) at RIP {rip:#x}, data [{}]",
+                internal.suberror,
+                internal_error_name(internal.suberror),
+                data.join(", ")
+            )
         }
         Fatal::FailEntry(reason) => format!(
             "VM entry failed (KVM_EXIT_FAIL_ENTRY, hardware reason {reason:#x}) at RIP {rip:#x}"
@@ -182,5 +215,5 @@ pub fn run_to_end(
             format!("guest halted (HLT) at RIP {rip:#x} with no interrupt controller to wake it")
         }
         Fatal::Other(what) => format!("unexpected VM exit {what} at RIP {rip:#x}"),
-    }))
+    }
 }

@@ -8,15 +8,18 @@
 //!   `KVM_VCPU_TSC_OFFSET` vCPU attribute through raw `KVM_{HAS,GET,SET}_DEVICE_ATTR`
 //!   ioctls (kvm-ioctls offers them only on aarch64).
 //! - [`pin_current_thread`] for `--pin`.
-//! - [`run_control`]: deadline watchdog and Ctrl-C ([`RunControl`], [`RunningVcpu`]).
+//! - [`run_control`]: deadline watchdog and stop signals ([`RunControl`], [`RunningVcpu`]);
+//!   [`signals`]: the SIGINT/SIGTERM/SIGHUP guard the caller holds while measuring.
 //! - [`exits`]: the exit loop shared by guests that use the standard ports
 //!   ([`run_to_end`]).
 
 pub mod exits;
 pub mod run_control;
+pub mod signals;
 
 pub use exits::{internal_error_name, run_to_end, GuestEnd, RunOutcome};
 pub use run_control::{RunControl, RunningVcpu, StopReason};
+pub use signals::StopSignals;
 
 use crate::arch::x86_64::cpuid::{self, CpuidOptions};
 use crate::vm::Vm;

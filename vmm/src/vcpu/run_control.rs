@@ -1,10 +1,11 @@
-//! Run control: a deadline watchdog plus SIGINT/SIGTERM handling for a VM run.
+//! Run control: a deadline watchdog plus stop-signal handling for a VM run.
 //!
 //! Attach a vCPU with [`RunControl::attach`] and call [`RunningVcpu::run`] in the
 //! exit loop. When the deadline passes or Ctrl-C arrives, the vCPU thread is kicked
 //! out of KVM_RUN (a signal whose handler sets `kvm_run.immediate_exit`) and `run`
 //! returns `Error::Timeout("guest did not finish within N s")` or
-//! `Error::Interrupted`. A kick that did not stop the VM shows up as
+//! `Error::Interrupted` (when a [`super::signals::StopSignals`] guard recorded
+//! SIGINT, SIGTERM or SIGHUP). A kick that did not stop the VM shows up as
 //! `VcpuExit::Intr`: just call `run` again.
 //!
 //! With [`RunControl::set_idle_probe`], the watchdog also kicks a vCPU thread
@@ -26,7 +27,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
     Timeout,
-    Interrupted,
+    /// A stop signal (its number) or [`RunControl::interrupt`] (SIGINT).
+    Interrupted(libc::c_int),
 }
 
 const RUNNING: u8 = 0;
@@ -35,9 +37,7 @@ const STOP_INTERRUPTED: u8 = 2;
 /// How often the watchdog looks at the Ctrl-C flag.
 const WATCHDOG_POLL: Duration = Duration::from_millis(100);
 
-/// Set by the SIGINT/SIGTERM handler; process-wide because signals are.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-static HANDLERS: Once = Once::new();
+static KICK_HANDLER: Once = Once::new();
 
 thread_local! {
     /// `kvm_run.immediate_exit` of the vCPU attached on this thread, for the kick handler.
@@ -58,32 +58,6 @@ extern "C" fn on_kick(_: libc::c_int) {
             unsafe { std::ptr::write_volatile(p, 1) };
         }
     });
-}
-
-extern "C" fn on_terminate(_: libc::c_int) {
-    if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        // Second Ctrl-C: the clean stop is not happening, leave now.
-        // SAFETY: _exit is async-signal-safe.
-        unsafe { libc::_exit(130) };
-    }
-}
-
-fn install_handler(signal: libc::c_int, handler: extern "C" fn(libc::c_int)) -> Result<()> {
-    // SAFETY: sigaction with a zeroed struct, an empty mask and a plain handler. No
-    // SA_RESTART, so KVM_RUN is interrupted.
-    let ret = unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = handler as usize;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(signal, &act, std::ptr::null_mut())
-    };
-    if ret != 0 {
-        return Err(Error::Io(format!(
-            "cannot install a handler for signal {signal}: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
 }
 
 struct Shared {
@@ -151,13 +125,14 @@ pub struct RunControl {
 
 impl RunControl {
     /// Starts the clock: the run fails with a timeout `timeout` from now.
-    /// Installs SIGINT/SIGTERM handlers (process-wide, once).
+    /// Installs the handler of the kick signal (process-wide, once); stop
+    /// signals count only while the caller holds a [`StopSignals`] guard.
+    ///
+    /// [`StopSignals`]: super::signals::StopSignals
     pub fn new(timeout: Duration) -> Result<RunControl> {
         let mut installed = Ok(());
-        HANDLERS.call_once(|| {
-            installed = install_handler(kick_signal(), on_kick)
-                .and_then(|_| install_handler(libc::SIGINT, on_terminate))
-                .and_then(|_| install_handler(libc::SIGTERM, on_terminate));
+        KICK_HANDLER.call_once(|| {
+            installed = super::signals::set_handler(kick_signal(), on_kick).map(|_| ());
         });
         installed?;
         let shared = Arc::new(Shared {
@@ -189,9 +164,10 @@ impl RunControl {
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.shared.stop.load(Ordering::Relaxed) {
             STOP_TIMEOUT => Some(StopReason::Timeout),
-            STOP_INTERRUPTED => Some(StopReason::Interrupted),
-            _ if INTERRUPTED.load(Ordering::Relaxed) => Some(StopReason::Interrupted),
-            _ => None,
+            STOP_INTERRUPTED => Some(StopReason::Interrupted(
+                super::signals::stop_requested().unwrap_or(libc::SIGINT),
+            )),
+            _ => super::signals::stop_requested().map(StopReason::Interrupted),
         }
     }
 
@@ -204,7 +180,7 @@ impl RunControl {
     pub fn check(&self) -> Result<()> {
         match self.stop_reason() {
             None => Ok(()),
-            Some(StopReason::Interrupted) => Err(Error::Interrupted),
+            Some(StopReason::Interrupted(signal)) => Err(Error::Interrupted(signal)),
             Some(StopReason::Timeout) => Err(Error::Timeout(format!(
                 "guest did not finish within {} s",
                 self.shared.timeout.as_secs_f64()
@@ -255,7 +231,7 @@ fn watchdog(shared: &Shared, deadline: Option<Instant>) {
         if *finished {
             return;
         }
-        if INTERRUPTED.load(Ordering::Relaxed) {
+        if super::signals::stop_requested().is_some() {
             drop(finished);
             shared.stop(STOP_INTERRUPTED);
             return;
@@ -362,7 +338,6 @@ mod tests {
             err.to_string(),
             "timeout: guest did not finish within 0.05 s"
         );
-        assert_eq!(err.exit_code(), 124);
     }
 
     #[test]
@@ -401,7 +376,7 @@ mod tests {
     fn interrupt_stops_the_run() {
         let rc = RunControl::new(Duration::from_secs(60)).unwrap();
         rc.interrupt();
-        assert!(matches!(rc.check(), Err(Error::Interrupted)));
+        assert!(matches!(rc.check(), Err(Error::Interrupted(libc::SIGINT))));
     }
 
     #[test]

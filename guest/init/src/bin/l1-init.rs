@@ -8,9 +8,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
+use xvmm_guest::sys;
 use xvmm_init::memory;
 use xvmm_init::plan::{self, Outcome, Step, StepResult, OUT_PREFIX};
-use xvmm_init::sys;
 
 const PLAN: &str = "/plan";
 

@@ -2,12 +2,14 @@
 //! results channel in a guest started by xvmm (`xvmm.results=GPA,SIZE` on the
 //! kernel command line, the buffer reached through /dev/mem, a doorbell port).
 
-use crate::error::{Error, Result};
-use std::arch::asm;
-use std::path::Path;
+use crate::sys;
+use crate::{Error, Result};
 use xvmm_results::channel::{
     CMDLINE_RESULTS_PARAM, PORT_EXIT, PORT_RESULTS_DOORBELL, RESULTS_SIZE,
 };
+
+/// Guest pages are 4 KiB: the buffer must start on one.
+const PAGE_SIZE: u64 = 4096;
 
 /// The results buffer the VMM announced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +43,7 @@ pub fn parse_results_param(cmdline: &str) -> Result<Option<ResultsRegion>> {
         .ok_or_else(|| bad("expected <gpa hex>,<size hex>"))?;
     let gpa = parse_hex(gpa).ok_or_else(|| bad("address is not hexadecimal"))?;
     let size = parse_hex(size).ok_or_else(|| bad("size is not hexadecimal"))?;
-    if gpa & (crate::abi::PAGE_SIZE as u64 - 1) != 0 {
+    if gpa & (PAGE_SIZE - 1) != 0 {
         return Err(bad("address is not page-aligned"));
     }
     if size == 0 || size > RESULTS_SIZE {
@@ -60,21 +62,6 @@ pub fn results_region_from_proc() -> Result<Option<ResultsRegion>> {
         // Without /proc we cannot be in a guest xvmm prepared for us.
         Err(_) => Ok(None),
     }
-}
-
-/// Writes `text` to `path` atomically (see [`xvmm_results::write_atomically`]).
-pub fn write_file_atomic(path: &Path, text: &str) -> Result<()> {
-    xvmm_results::write_atomically(path, text.as_bytes())
-        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))
-}
-
-/// Grants this process access to `count` ports from `port`.
-fn ioperm(port: u16, count: u64) -> Result<()> {
-    // SAFETY: ioperm only changes this task's I/O permission bitmap.
-    if unsafe { libc::ioperm(libc::c_ulong::from(port), count, 1) } != 0 {
-        return Err(Error::last_os(&format!("ioperm({port:#x})")));
-    }
-    Ok(())
 }
 
 /// Copies the report into the VMM's buffer and rings the doorbell with its length.
@@ -125,23 +112,15 @@ pub fn send_to_vmm(region: ResultsRegion, json: &str) -> Result<()> {
     // SAFETY: closing the descriptor we opened.
     unsafe { libc::close(fd) };
     mapped?;
-    ioperm(PORT_RESULTS_DOORBELL, 4)?;
-    // SAFETY: port access granted above; the VMM handles the doorbell.
-    unsafe {
-        asm!("out dx, eax", in("dx") PORT_RESULTS_DOORBELL, in("eax") len32,
-             options(nomem, nostack, preserves_flags));
-    }
+    sys::ioperm(PORT_RESULTS_DOORBELL, 4)?;
+    sys::outl(PORT_RESULTS_DOORBELL, len32);
     Ok(())
 }
 
 /// Tells the VMM to end the VM with `code` as its exit status.
 pub fn exit_vm(code: u8) -> Result<()> {
-    ioperm(PORT_EXIT, 1)?;
-    // SAFETY: port access granted above.
-    unsafe {
-        asm!("out dx, al", in("dx") PORT_EXIT, in("al") code,
-             options(nomem, nostack, preserves_flags));
-    }
+    sys::ioperm(PORT_EXIT, 1)?;
+    sys::outb(PORT_EXIT, code);
     Ok(())
 }
 
@@ -191,13 +170,6 @@ mod tests {
             assert!(matches!(err, Error::Channel(_)), "{bad}: {err}");
             assert!(!err.to_string().contains('\n'));
         }
-    }
-
-    #[test]
-    fn atomic_write_failure_is_an_output_error() {
-        let dir = std::env::temp_dir().join(format!("xperf-atomic-{}", std::process::id()));
-        let err = write_file_atomic(&dir.join("missing/out.json"), "x").unwrap_err();
-        assert!(matches!(err, Error::Output(_)));
     }
 
     #[test]

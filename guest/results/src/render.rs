@@ -1,0 +1,586 @@
+//! The text renderer: every table xvmm and xperf print, from one code path.
+//!
+//! Renderers return `String`s and never print. All figures are TSC ticks with
+//! the null overhead subtracted (the JSON keeps the raw values too); a
+//! nanosecond column is added when the TSC rate is known. Every string that
+//! came from a report (names, reasons, notes, CPU model...) goes through
+//! [`crate::escape::visible`]: a report is untrusted input.
+
+use crate::compare::Comparison;
+use crate::escape::visible;
+use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, Status};
+use std::fmt::Write as _;
+
+/// A table whose columns are as wide as their widest cell: the first column
+/// left-aligned, the others right-aligned. `Note` rows are free text under
+/// the row before them.
+struct Table {
+    rows: Vec<Row>,
+}
+
+enum Row {
+    Cells(Vec<String>),
+    Note(String),
+}
+
+impl Table {
+    fn new(header: &[&str]) -> Table {
+        Table {
+            rows: vec![Row::Cells(header.iter().map(|h| h.to_string()).collect())],
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(Row::Cells(cells));
+    }
+
+    fn note(&mut self, text: String) {
+        self.rows.push(Row::Note(text));
+    }
+
+    fn render(&self) -> String {
+        let mut widths: Vec<usize> = Vec::new();
+        for row in &self.rows {
+            if let Row::Cells(cells) = row {
+                for (i, cell) in cells.iter().enumerate() {
+                    let w = cell.chars().count();
+                    match widths.get_mut(i) {
+                        Some(max) => *max = (*max).max(w),
+                        None => widths.push(w),
+                    }
+                }
+            }
+        }
+        let indent = widths.first().copied().unwrap_or(0);
+        let mut out = String::new();
+        for row in &self.rows {
+            match row {
+                Row::Cells(cells) => {
+                    let mut line = String::new();
+                    for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+                        let pad = w.saturating_sub(cell.chars().count());
+                        if i == 0 {
+                            line.push_str(cell);
+                            line.extend(std::iter::repeat_n(' ', pad));
+                        } else {
+                            line.extend(std::iter::repeat_n(' ', pad + 2));
+                            line.push_str(cell);
+                        }
+                    }
+                    let _ = writeln!(out, "{}", line.trim_end());
+                }
+                Row::Note(text) => {
+                    let _ = writeln!(out, "{:indent$}  {text}", "");
+                }
+            }
+        }
+        out
+    }
+}
+
+/// "-" for a missing figure.
+fn cell(value: Option<u64>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| v.to_string())
+}
+
+fn corrected(interval: &Option<Interval>) -> Option<&Stats> {
+    interval.as_ref().map(|i| &i.corrected)
+}
+
+fn median(stats: Option<&Stats>) -> Option<u64> {
+    stats.filter(|s| s.count > 0).map(|s| s.median)
+}
+
+fn p99(stats: Option<&Stats>) -> Option<u64> {
+    stats.filter(|s| s.count > 0).map(|s| s.p99)
+}
+
+/// Ticks as nanoseconds at `tsc_khz`, "-" when unknown.
+fn nanoseconds(ticks: Option<u64>, tsc_khz: u64) -> String {
+    match ticks {
+        Some(t) if tsc_khz > 0 => format!("{:.0}", t as f64 * 1e6 / tsc_khz as f64),
+        _ => "-".to_string(),
+    }
+}
+
+/// Why a row has no (or only some) figures; `None` when fully measured.
+pub fn status_text(status: &Status) -> Option<String> {
+    match status {
+        Status::Measured => None,
+        Status::RoundTripOnly { reason } => Some(format!("round trip only: {}", visible(reason))),
+        Status::Unsupported { reason } => Some(format!("unsupported: {}", visible(reason))),
+    }
+}
+
+/// `s`, or "unknown" when empty; escaped.
+pub fn or_unknown(s: &str) -> String {
+    if s.is_empty() {
+        "unknown".into()
+    } else {
+        visible(s).into_owned()
+    }
+}
+
+fn on_off(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "unknown",
+    }
+}
+
+/// The header lines: where the numbers come from and how they were taken.
+fn header(report: &Report) -> String {
+    let h = &report.host;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} on {}: {}",
+        visible(&report.tool),
+        or_unknown(&h.cpu_model),
+        report.environment.describe()
+    );
+    let tsc = if h.tsc_khz > 0 {
+        h.tsc_khz.to_string()
+    } else {
+        "unknown".into()
+    };
+    let hypervisor = if h.hypervisor_signature.is_empty() {
+        "none".into()
+    } else {
+        format!("\"{}\"", visible(&h.hypervisor_signature))
+    };
+    let _ = writeln!(
+        out,
+        "TSC {tsc} kHz | hypervisor seen: {hypervisor} | KVM module: {} | kernel {} | KPTI {}",
+        or_unknown(&h.kvm_module),
+        or_unknown(&h.kernel_release),
+        on_off(h.kpti),
+    );
+    let m = &report.method;
+    let _ = writeln!(
+        out,
+        "{} samples per row after {} warm-up; stamps `{}` .. `{}`; TSC ticks minus the null overhead",
+        m.samples_requested,
+        m.warmup,
+        visible(&m.stamp_begin),
+        visible(&m.stamp_end)
+    );
+    let n = &report.null_overhead;
+    let _ = writeln!(
+        out,
+        "null overhead (stamp pair, nothing between): median {} min {} p99 {} ({} samples)",
+        n.median, n.min, n.p99, n.count
+    );
+    out
+}
+
+/// Counts of samples a crossing dropped, when there are any.
+fn discarded_note(c: &Crossing) -> Option<String> {
+    // Guest-written counters: saturate rather than overflow.
+    let rejected = c
+        .samples_unfilled
+        .saturating_add(c.samples_out_of_order)
+        .saturating_add(c.samples_other_rejected);
+    (rejected > 0).then(|| {
+        format!(
+            "discarded: {} unfilled, {} out of order, {} other{}",
+            c.samples_unfilled,
+            c.samples_out_of_order,
+            c.samples_other_rejected,
+            c.other_rejected_reason
+                .as_deref()
+                .map(|r| format!(" ({})", visible(r)))
+                .unwrap_or_default()
+        )
+    })
+}
+
+/// The crossing table: one row per crossing, u2k / k2u / round trip, median and p99.
+pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64) -> String {
+    let mut t = Table::new(&[
+        "crossing",
+        "valid",
+        "u2k med",
+        "u2k p99",
+        "k2u med",
+        "k2u p99",
+        "rtrip med",
+        "rtrip p99",
+        "rtrip ns",
+    ]);
+    for c in crossings {
+        let name = visible(&c.name).into_owned();
+        if let (Some(text), None) = (status_text(&c.status), &c.round_trip) {
+            t.row(vec![name]);
+            t.note(text);
+            continue;
+        }
+        let rt = corrected(&c.round_trip);
+        t.row(vec![
+            name,
+            format!("{}/{}", c.samples_valid, c.samples_requested),
+            cell(median(corrected(&c.u2k))),
+            cell(p99(corrected(&c.u2k))),
+            cell(median(corrected(&c.k2u))),
+            cell(p99(corrected(&c.k2u))),
+            cell(median(rt)),
+            cell(p99(rt)),
+            nanoseconds(median(rt), tsc_khz),
+        ]);
+        if let Some(note) = discarded_note(c) {
+            t.note(note);
+        }
+        if let Some(text) = status_text(&c.status) {
+            t.note(text);
+        }
+    }
+    t.render()
+}
+
+/// The exit table: round trip in the guest, and its host-side split.
+pub fn exit_table(exits: &[ExitTiming], tsc_khz: u64) -> String {
+    let mut t = Table::new(&[
+        "VM exit",
+        "valid",
+        "rtrip med",
+        "rtrip p99",
+        "rtrip ns",
+        "guest->VMM",
+        "in VMM",
+        "VMM->guest",
+    ]);
+    for e in exits {
+        let name = visible(&e.name).into_owned();
+        if let Some(text) = status_text(&e.status) {
+            t.row(vec![name]);
+            t.note(text);
+            continue;
+        }
+        let rt = corrected(&e.round_trip);
+        t.row(vec![
+            name,
+            format!("{}/{}", e.samples_valid, e.samples_requested),
+            cell(median(rt)),
+            cell(p99(rt)),
+            nanoseconds(median(rt), tsc_khz),
+            cell(median(e.guest_to_vmm.as_ref())),
+            cell(median(e.in_vmm.as_ref())),
+            cell(median(e.vmm_to_guest.as_ref())),
+        ]);
+    }
+    t.render()
+}
+
+/// Host-side exit-to-entry times per exit reason (TSC ticks).
+pub fn host_exit_table(exits: &[HostExit]) -> String {
+    let mut out = String::from("host exits (kvm_exit -> kvm_entry, host TSC ticks)\n");
+    if exits.is_empty() {
+        out += "(no exits traced)\n";
+        return out;
+    }
+    let mut t = Table::new(&["reason", "count", "median", "p99"]);
+    for e in exits {
+        let s = &e.exit_to_entry;
+        t.row(vec![
+            visible(&e.reason).into_owned(),
+            s.count.to_string(),
+            s.median.to_string(),
+            s.p99.to_string(),
+        ]);
+    }
+    out + &t.render()
+}
+
+/// Everything a report holds, as text: header, crossings, exits, host exits,
+/// notes and the machine it was measured on.
+pub fn report(report: &Report) -> String {
+    let mut out = header(report);
+    out.push('\n');
+    out += &crossing_table(&report.crossings, report.host.tsc_khz);
+    if !report.exits.is_empty() {
+        out.push('\n');
+        out += &exit_table(&report.exits, report.host.tsc_khz);
+        out += "(guest->VMM, in VMM, VMM->guest: medians of host stamps taken around KVM_RUN; \
+                only exits that reach xvmm have them)\n";
+    }
+    if !report.host_exits.is_empty() {
+        out.push('\n');
+        out += &host_exit_table(&report.host_exits);
+    }
+    if !report.notes.is_empty() {
+        out += "\nnotes:\n";
+        for n in &report.notes {
+            let _ = writeln!(out, "- {}", visible(n));
+        }
+    }
+    if let Some(m) = &report.machine {
+        out += "\nmeasured on:\n";
+        out += &machine_table(m);
+    }
+    out
+}
+
+/// The characterisation of a machine, one fact a line: what decides whether
+/// two reports can be compared.
+pub fn machine_table(m: &Machine) -> String {
+    let mut out = String::new();
+    let mut line = |key: &str, value: String| {
+        let _ = writeln!(out, "  {key:<16} {value}");
+    };
+    line(
+        "cpu",
+        format!(
+            "{} {} (family/model/stepping {}), {} logical CPUs",
+            or_unknown(&m.cpu_vendor),
+            or_unknown(&m.cpu_model),
+            or_unknown(&m.cpu_signature),
+            m.logical_cpus
+        ),
+    );
+    line(
+        "tsc",
+        format!("{} kHz ({})", m.tsc_khz, or_unknown(&m.tsc_khz_source)),
+    );
+    line(
+        "hypervisor",
+        if m.hypervisor_signature.is_empty() {
+            "none seen (bare metal, or a hypervisor that hides itself)".into()
+        } else {
+            format!("\"{}\"", visible(&m.hypervisor_signature))
+        },
+    );
+    line("kernel", or_unknown(&m.kernel_release));
+    line("kvm module", kvm_module_text(m));
+    line("cpu flags", visible(&m.flags.join(" ")).into_owned());
+    line("kpti", on_off(m.kpti()).into());
+    line("thp", or_unknown(&m.thp));
+    line("clocksource", or_unknown(&m.clocksource));
+    // Only what is not "Not affected": the mitigations that cost crossings.
+    let affected: Vec<String> = m
+        .vulnerabilities
+        .iter()
+        .filter(|(_, v)| *v != "Not affected")
+        .map(|(k, v)| format!("{}: {}", visible(k), visible(v)))
+        .collect();
+    if affected.is_empty() {
+        let none = if m.vulnerabilities.is_empty() {
+            "unknown"
+        } else {
+            "none affected"
+        };
+        line("vulnerabilities", none.into());
+    }
+    for (i, v) in affected.into_iter().enumerate() {
+        line(if i == 0 { "vulnerabilities" } else { "" }, v);
+    }
+    out
+}
+
+fn kvm_module_text(m: &Machine) -> String {
+    let params = m
+        .kvm_params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    if m.kvm_module.is_empty() {
+        "none loaded".into()
+    } else if params.is_empty() {
+        visible(&m.kvm_module).into_owned()
+    } else {
+        visible(&format!("{} ({params})", m.kvm_module)).into_owned()
+    }
+}
+
+fn signed(v: Option<i64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:+}"))
+}
+
+fn times(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.2}x"))
+}
+
+/// A VM vs bare-metal comparison as a table.
+pub fn comparison_table(c: &Comparison) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "VM: {}  vs  bare metal: {}",
+        visible(&c.vm_tool),
+        visible(&c.bare_metal_tool)
+    );
+    out += "TSC ticks, null overhead subtracted; diff = VM - bare metal, ratio = VM / bare metal\n";
+    let mut t = Table::new(&[
+        "crossing", "interval", "VM med", "VM p99", "BM med", "BM p99", "diff med", "diff p99",
+        "x med", "x p99",
+    ]);
+    for r in &c.rows {
+        t.row(vec![
+            visible(&r.crossing).into_owned(),
+            r.interval.clone(),
+            cell(r.vm_median),
+            cell(r.vm_p99),
+            cell(r.bare_median),
+            cell(r.bare_p99),
+            signed(r.diff_median),
+            signed(r.diff_p99),
+            times(r.ratio_median),
+            times(r.ratio_p99),
+        ]);
+        if let Some(n) = &r.note {
+            t.note(format!("({})", visible(n)));
+        }
+    }
+    out += &t.render();
+    for n in &c.notes {
+        let _ = writeln!(out, "note: {}", visible(n));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Environment, HostFacts, Method, Sample};
+
+    fn report_with(env: Environment, scale: u64) -> Report {
+        let mut r = Report::new(
+            "test".into(),
+            env,
+            HostFacts {
+                cpu_model: "Test CPU".into(),
+                tsc_khz: 2_000_000,
+                ..Default::default()
+            },
+            Method::standard(10, 3),
+        );
+        r.null_overhead = Stats::from_samples(&[40, 50, 60]);
+        let samples: Vec<Sample> = (0..3)
+            .map(|i| Sample {
+                u2k_u: 1000,
+                u2k_k: 1000 + 100 * scale + i,
+                k2u_k: 1000 + 300 * scale,
+                k2u_u: 1000 + 500 * scale,
+            })
+            .collect();
+        r.crossings
+            .push(Crossing::from_samples("pf", 3, &samples, 50, false));
+        r.crossings.push(Crossing::unsupported(
+            "int-n",
+            3,
+            "hypervisor refused int 0x80".into(),
+        ));
+        r
+    }
+
+    fn row_of<'a>(text: &'a str, first: &str) -> Vec<&'a str> {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(first))
+            .unwrap_or_else(|| panic!("no row {first} in\n{text}"))
+            .split_whitespace()
+            .collect()
+    }
+
+    #[test]
+    fn crossing_table_has_one_row_per_crossing_with_corrected_medians() {
+        let r = report_with(Environment::Microguest, 1);
+        let text = report(&r);
+        let cols = row_of(&text, "pf");
+        // Raw u2k 100..102, k2u 200, round trip 500, minus the null median 50.
+        assert_eq!(cols[1], "3/3");
+        assert_eq!((cols[2], cols[3]), ("51", "52"));
+        assert_eq!((cols[4], cols[5]), ("150", "150"));
+        assert_eq!((cols[6], cols[7]), ("450", "450"));
+        assert_eq!(cols[8], "225", "450 ticks at 2 GHz");
+        assert!(
+            text.contains("unsupported: hypervisor refused int 0x80"),
+            "{text}"
+        );
+        assert!(text.contains("null overhead (stamp pair, nothing between): median 50 min 40"));
+        assert!(text.contains("Test CPU"));
+    }
+
+    #[test]
+    fn round_trip_only_rows_show_the_round_trip_and_say_why() {
+        let mut r = report_with(Environment::BareMetal, 1);
+        r.crossings.push(Crossing::from_round_trips(
+            "getppid",
+            2,
+            &[573, 600],
+            73,
+            "no hooks".into(),
+        ));
+        let text = report(&r);
+        let cols = row_of(&text, "getppid");
+        assert_eq!(cols[1..8], ["2/2", "-", "-", "-", "-", "500", "527"]);
+        let after = text.split("getppid").nth(1).unwrap();
+        assert!(
+            after.lines().nth(1).unwrap().trim() == "round trip only: no hooks",
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn exit_table_shows_split_or_dashes() {
+        let e = ExitTiming {
+            name: "pio-out".into(),
+            status: Status::Measured,
+            samples_requested: 2,
+            samples_valid: 2,
+            round_trip: Some(Interval::from_raw(&[1000, 1200], 100)),
+            guest_to_vmm: Some(Stats::from_samples(&[400, 500])),
+            in_vmm: Some(Stats::from_samples(&[100, 100])),
+            vmm_to_guest: None,
+        };
+        let text = exit_table(&[e], 0);
+        assert_eq!(
+            row_of(&text, "pio-out"),
+            ["pio-out", "2/2", "900", "1100", "-", "400", "100", "-"]
+        );
+    }
+
+    #[test]
+    fn host_exit_rows_and_the_empty_case() {
+        let exits = [HostExit {
+            reason: "io".into(),
+            exit_to_entry: Stats::from_samples(&[10, 20, 30]),
+        }];
+        assert_eq!(
+            row_of(&host_exit_table(&exits), "io"),
+            ["io", "3", "20", "30"]
+        );
+        assert!(host_exit_table(&[]).contains("(no exits traced)"));
+    }
+
+    #[test]
+    fn rows_stay_aligned_with_long_names() {
+        let mut r = report_with(Environment::BareMetal, 1);
+        r.crossings[0].name = "a-very-long-crossing-name".into();
+        let text = crossing_table(&r.crossings, 0);
+        let lines: Vec<&str> = text.lines().collect();
+        let header_end = lines[0].find("rtrip ns").unwrap() + "rtrip ns".len();
+        assert_eq!(lines[1].len(), header_end, "{text}");
+    }
+
+    #[test]
+    fn text_from_the_report_cannot_reach_the_terminal_raw() {
+        let mut r = report_with(Environment::LinuxVm, 1);
+        r.tool = "xperf\x1b[2J".into();
+        r.crossings[0].name = "pf\nforged line".into();
+        r.crossings[1].status = Status::Unsupported {
+            reason: "\x1b]0;title\x07".into(),
+        };
+        r.notes.push("note\r\u{202e}".into());
+        r.machine = Some(Machine {
+            cpu_model: "\x1b[31mred".into(),
+            ..Default::default()
+        });
+        let text = report(&r);
+        assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains("pf\\nforged line"));
+        assert!(text.contains("\\x1b]0;title\\x07"));
+        assert!(!text.lines().any(|l| l.starts_with("forged")));
+    }
+}

@@ -1,0 +1,296 @@
+//! `xvmm --kernel ...`: boot a Linux guest, print and write what its xperf
+//! measured, compare it with a bare-metal baseline.
+
+use super::cli::{OnOff, RunArgs};
+use super::output::{self, JsonOutput, Stdout};
+use crate::host_trace::TraceSummary;
+use crate::linux::{self, Console, LinuxConfig, LinuxRun, Userspace};
+use crate::vcpu::StopSignals;
+use crate::{Error, Result};
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::Duration;
+use xvmm_results::escape::ConsoleEscaper;
+use xvmm_results::{render, Machine, Report};
+
+/// xperf's own bounds for `--samples` and `--warmup` (guest/xperf/src/args.rs).
+const XPERF_MAX_COUNT: u64 = 1_000_000;
+
+/// The library's configuration from the command line.
+fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
+    let userspace = match &args.initrd {
+        Some(path) => {
+            // These become xperf's arguments, so they need the built-in xperf.
+            let xperf_only = [
+                (args.samples.is_some(), "--samples"),
+                (args.warmup.is_some(), "--warmup"),
+                (args.raw, "--raw"),
+            ];
+            if let Some((_, name)) = xperf_only.iter().find(|(given, _)| *given) {
+                return Err(Error::Usage(format!(
+                    "{name} is passed to the built-in xperf and cannot be used with --initrd (put init arguments after ' -- ' in --cmdline)"
+                )));
+            }
+            Userspace::Initrd(path.clone())
+        }
+        None => Userspace::BuiltIn {
+            xperf_args: xperf_args(args)?,
+        },
+    };
+    Ok(LinuxConfig {
+        kernel: kernel.to_path_buf(),
+        userspace,
+        cmdline: args.cmdline.clone(),
+        mem_mib: args.mem.unwrap_or(linux::DEFAULT_MEM_MIB),
+        timeout: Duration::from_secs(args.timeout),
+        pin: args.pin,
+        tsc_khz: args.tsc_khz,
+        tsc_offset: args.tsc_offset,
+        async_pf: args.async_pf == OnOff::On,
+        trace: args.trace,
+    })
+}
+
+/// `--samples`, `--warmup` and `--raw` as xperf options, checked against
+/// xperf's limits here rather than after a boot.
+fn xperf_args(args: &RunArgs) -> Result<Vec<String>> {
+    if let Some(n) = args.samples {
+        if !(1..=XPERF_MAX_COUNT).contains(&n) {
+            return Err(Error::Usage(format!(
+                "--samples {n} is out of range: xperf takes 1 to {XPERF_MAX_COUNT}"
+            )));
+        }
+    }
+    if let Some(n) = args.warmup {
+        if n > XPERF_MAX_COUNT {
+            return Err(Error::Usage(format!(
+                "--warmup {n} is out of range: xperf takes 0 to {XPERF_MAX_COUNT}"
+            )));
+        }
+    }
+    Ok(linux::builtin::xperf_args(
+        args.samples,
+        args.warmup,
+        args.raw,
+    ))
+}
+
+/// Where `--json` and the `--baseline` comparison go, opened before booting.
+struct Outputs {
+    json: Option<JsonOutput>,
+    comparison: Option<JsonOutput>,
+    baseline: Option<Report>,
+}
+
+fn outputs(args: &RunArgs) -> Result<Outputs> {
+    let baseline = args
+        .baseline
+        .as_deref()
+        .map(|p| super::input::read_report(p, "--baseline"))
+        .transpose()?;
+    let json = args.json.as_deref().map(JsonOutput::prepare).transpose()?;
+    let comparison = match (&baseline, args.json.as_deref()) {
+        (Some(_), Some(path)) if path != Path::new("-") => {
+            Some(JsonOutput::prepare(&output::comparison_path(path))?)
+        }
+        _ => None,
+    };
+    Ok(Outputs {
+        json,
+        comparison,
+        baseline,
+    })
+}
+
+/// The guest console on stdout, escaped, line by line (byte by byte when a
+/// person is typing to the guest).
+struct ConsoleSink {
+    stdout: Stdout,
+    escaper: ConsoleEscaper,
+    line: String,
+    interactive: bool,
+}
+
+impl Write for ConsoleSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.line += &self.escaper.escape(buf);
+        if self.interactive || self.line.ends_with('\n') {
+            self.stdout.print(&self.line);
+            self.line.clear();
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.line += &self.escaper.finish();
+        self.stdout.print(&self.line);
+        self.line.clear();
+        Ok(())
+    }
+}
+
+fn console(quiet: bool, stdout: &Stdout) -> Console {
+    if quiet {
+        return Console {
+            out: Box::new(std::io::sink()),
+            input: None,
+        };
+    }
+    // Forward keystrokes only from a terminal, so that xvmm never swallows a
+    // pipe meant for someone else.
+    let interactive = std::io::stdin().is_terminal();
+    Console {
+        out: Box::new(ConsoleSink {
+            stdout: stdout.clone(),
+            escaper: ConsoleEscaper::new(),
+            line: String::new(),
+            interactive,
+        }),
+        input: interactive.then(|| Box::new(std::io::stdin()) as linux::ConsoleFeed),
+    }
+}
+
+/// Boots the kernel named by `--kernel` and delivers its results.
+pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
+    let kernel = args
+        .kernel
+        .as_deref()
+        .ok_or_else(|| Error::Usage("--kernel is required to boot Linux".into()))?;
+    let prepared = linux::prepare(config(args, kernel)?)?;
+    let built_in = prepared.built_in();
+    let outputs = outputs(args)?;
+    let _signals = StopSignals::install()?;
+    let LinuxRun {
+        end,
+        results,
+        bad_results,
+        trace,
+        notes,
+    } = linux::run(prepared, console(args.quiet, stdout))?;
+    if !args.quiet {
+        for note in &notes {
+            output::eprint(&format!("xvmm: {note}\n"));
+        }
+    }
+    let delivered = deliver(results, trace.as_ref(), outputs, args, stdout);
+    // How the guest ended comes first; then what the results need.
+    end?;
+    match (delivered, bad_results) {
+        (Err(e), _) => Err(e),
+        (Ok(false), Some(bad)) => Err(bad),
+        (Ok(false), None) if built_in => {
+            Err(Error::Guest("guest ended without sending results".into()))
+        }
+        (Ok(false), None) => {
+            if let Some(path) = &args.json {
+                output::eprint(&format!(
+                    "xvmm: warning: the guest sent no results; nothing written to {}\n",
+                    path.display()
+                ));
+            }
+            Ok(())
+        }
+        (Ok(true), _) => Ok(()),
+    }
+}
+
+/// Writes and prints the results, with the host's view, the exit table and
+/// the comparison; `Ok(false)` when the guest sent none.
+fn deliver(
+    results: Option<Report>,
+    trace: Option<&TraceSummary>,
+    outputs: Outputs,
+    args: &RunArgs,
+    stdout: &Stdout,
+) -> Result<bool> {
+    let Some(mut report) = results else {
+        if let Some(t) = trace {
+            output::eprint(&render::host_exit_table(&t.exits));
+        }
+        return Ok(false);
+    };
+    linux::add_host_view(&mut report, &Machine::probe(), trace);
+    let mut extra = String::new();
+    if trace.is_some() && report.host_exits.is_empty() {
+        // The report's tables show exits only when there are some; say so.
+        extra = format!("\n{}", render::host_exit_table(&[]));
+    }
+    let mut compared = Ok(());
+    if let Some(bare) = &outputs.baseline {
+        let comparison = xvmm_results::compare(&report, bare);
+        extra += &format!("\n{}", render::comparison_table(&comparison));
+        if let Some(out) = outputs.comparison {
+            compared = out.deliver(&comparison.to_json_pretty(), stdout);
+            if let Some(path) = &args.json {
+                let file = output::comparison_path(path);
+                extra += &format!("comparison written to {}\n", file.display());
+            }
+        }
+    }
+    super::deliver::report(&report, &extra, outputs.json, args.quiet, stdout)?;
+    compared.map(|()| true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["xvmm", "--kernel", "k"];
+        argv.extend_from_slice(extra);
+        super::super::cli::Cli::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn xperf_options_need_the_built_in_initramfs() {
+        for ok in [
+            &["--samples", "5", "--warmup", "0", "--raw"][..],
+            &["--initrd", "i", "--trace", "--pin", "0"],
+        ] {
+            assert!(config(&run_args(ok), Path::new("k")).is_ok(), "{ok:?}");
+        }
+        for (bad, name) in [
+            (&["--initrd", "i", "--samples", "5"][..], "--samples"),
+            (&["--initrd", "i", "--warmup", "5"], "--warmup"),
+            (&["--initrd", "i", "--raw"], "--raw"),
+        ] {
+            let err = config(&run_args(bad), Path::new("k")).unwrap_err();
+            assert!(matches!(err, Error::Usage(_)));
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("usage: {name} is passed")),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn sample_counts_are_checked_before_booting() {
+        for bad in [
+            &["--samples", "0"][..],
+            &["--samples", "1000001"],
+            &["--warmup", "2000000"],
+        ] {
+            let err = config(&run_args(bad), Path::new("k")).unwrap_err();
+            assert!(err.to_string().contains("out of range"), "{bad:?}: {err}");
+        }
+        let cfg = config(&run_args(&["--samples", "1000000"]), Path::new("k")).unwrap();
+        let Userspace::BuiltIn { xperf_args } = cfg.userspace else {
+            panic!("not the built-in userspace");
+        };
+        assert_eq!(xperf_args, ["--samples", "1000000"]);
+    }
+
+    #[test]
+    fn the_console_is_escaped_and_line_buffered() {
+        let mut sink = ConsoleSink {
+            stdout: Stdout::new(),
+            escaper: ConsoleEscaper::new(),
+            line: String::new(),
+            interactive: false,
+        };
+        sink.write_all(b"partial \x1b[2J").unwrap();
+        assert_eq!(sink.line, "partial \\x1b[2J", "held until the line ends");
+    }
+}

@@ -1,0 +1,212 @@
+//! Where results go, and what happens when they cannot get there.
+//!
+//! - stdout: a broken pipe (`xvmm | head`) ends output quietly; any other
+//!   failure (`> /dev/full`, a full disk) is remembered and reported once at
+//!   the end. Either way the run goes on, so that results are still written
+//!   and host state is still restored.
+//! - `--json` destinations are checked and opened before anything is measured
+//!   ([`JsonOutput::prepare`]). If one still fails at the end, the JSON goes to
+//!   a fallback file whose path is printed: a measurement is never lost.
+
+use crate::{Error, Result};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug)]
+enum Health {
+    Fine,
+    BrokenPipe,
+    Failed(io::Error),
+}
+
+/// The process's stdout, shared by the app and the guest console writer.
+#[derive(Clone, Debug)]
+pub struct Stdout {
+    health: Arc<Mutex<Health>>,
+}
+
+impl Default for Stdout {
+    fn default() -> Self {
+        Stdout::new()
+    }
+}
+
+impl Stdout {
+    pub fn new() -> Stdout {
+        Stdout {
+            health: Arc::new(Mutex::new(Health::Fine)),
+        }
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Writes `bytes` unless stdout already failed; a failure is recorded.
+    pub fn write_bytes(&self, bytes: &[u8]) {
+        let mut health = self.health();
+        if !matches!(*health, Health::Fine) {
+            return;
+        }
+        let mut out = io::stdout().lock();
+        if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+            *health = if e.kind() == io::ErrorKind::BrokenPipe {
+                Health::BrokenPipe
+            } else {
+                Health::Failed(e)
+            };
+        }
+    }
+
+    pub fn print(&self, text: &str) {
+        self.write_bytes(text.as_bytes());
+    }
+
+    /// Whether everything written so far arrived.
+    pub fn is_fine(&self) -> bool {
+        matches!(*self.health(), Health::Fine)
+    }
+
+    /// The error to end with: a failed stdout is one; a broken pipe is not
+    /// (the reader left, as `head` does).
+    pub fn outcome(&self) -> Result<()> {
+        match &*self.health() {
+            Health::Failed(e) => Err(Error::Io(format!("cannot write to stdout: {e}"))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Writes to stderr, ignoring failure: there is nowhere left to complain.
+pub fn eprint(text: &str) {
+    let _ = io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// A `--json` destination, checked before measuring.
+#[derive(Debug)]
+pub enum JsonOutput {
+    Stdout,
+    File {
+        path: PathBuf,
+        out: xvmm_results::Output,
+    },
+}
+
+impl JsonOutput {
+    /// `-` is stdout; anything else must be writable now.
+    pub fn prepare(path: &Path) -> Result<JsonOutput> {
+        if path == Path::new("-") {
+            return Ok(JsonOutput::Stdout);
+        }
+        let out = xvmm_results::Output::prepare(path)
+            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
+        Ok(JsonOutput::File {
+            path: path.to_path_buf(),
+            out,
+        })
+    }
+
+    pub fn is_stdout(&self) -> bool {
+        matches!(self, JsonOutput::Stdout)
+    }
+
+    /// Writes `json` (a newline is added). If the destination fails, the
+    /// JSON goes to a fallback file and the error names both.
+    pub fn deliver(self, json: &str, stdout: &Stdout) -> Result<()> {
+        let text = format!("{json}\n");
+        let (what, failure) = match self {
+            JsonOutput::Stdout => {
+                stdout.print(&text);
+                if stdout.is_fine() {
+                    return Ok(());
+                }
+                ("stdout".to_string(), "it is closed or failing".to_string())
+            }
+            JsonOutput::File { path, out } => match out.commit(text.as_bytes()) {
+                Ok(()) => return Ok(()),
+                Err(e) => (path.display().to_string(), e.to_string()),
+            },
+        };
+        match save_fallback(&text) {
+            Ok(saved) => Err(Error::Io(format!(
+                "cannot write the results to {what} ({failure}); they were saved to {}",
+                saved.display()
+            ))),
+            Err(e) => Err(Error::Io(format!(
+                "cannot write the results to {what} ({failure}), nor to a fallback file ({e})"
+            ))),
+        }
+    }
+}
+
+/// Writes `text` to a new file in the current directory, else in the
+/// temporary directory, and returns its path.
+fn save_fallback(text: &str) -> io::Result<PathBuf> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let name = format!("xvmm-results-{stamp}-{}.json", std::process::id());
+    let mut last = io::Error::other("no directory to try");
+    for dir in [PathBuf::from("."), std::env::temp_dir()] {
+        let path = dir.join(&name);
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()));
+        match created {
+            Ok(()) => return Ok(std::fs::canonicalize(&path).unwrap_or(path)),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
+/// `FILE.compare.json` next to a `--json FILE`.
+pub fn comparison_path(json: &Path) -> PathBuf {
+    let mut name = json.as_os_str().to_owned();
+    name.push(".compare.json");
+    name.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unwritable_destination_fails_before_measuring() {
+        let err = JsonOutput::prepare(Path::new("/nonexistent/dir/x.json")).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.starts_with("io: cannot write /nonexistent/dir/x.json: ") && !text.contains('\n'),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_destination_failing_at_the_end_falls_back_to_a_file() {
+        let out = JsonOutput::prepare(Path::new("/dev/full")).unwrap();
+        let err = out
+            .deliver("{\"x\": 1}", &Stdout::new())
+            .unwrap_err()
+            .to_string();
+        let saved = err
+            .split("they were saved to ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no fallback named: {err}"));
+        assert_eq!(std::fs::read_to_string(saved).unwrap(), "{\"x\": 1}\n");
+        std::fs::remove_file(saved).unwrap();
+    }
+
+    #[test]
+    fn comparison_file_sits_beside_the_json() {
+        assert_eq!(
+            comparison_path(Path::new("out/vm.json")),
+            Path::new("out/vm.json.compare.json")
+        );
+    }
+}
