@@ -22,6 +22,7 @@ pub mod verify;
 pub use measure::{measure, Measured, Options};
 
 use crate::app::cli::RunArgs;
+use crate::progress::{Progress, Silent};
 use crate::{Error, Result};
 use std::io::Write;
 use std::path::Path;
@@ -37,7 +38,19 @@ pub fn run(args: &RunArgs) -> Result<()> {
     if let Some(cpu) = args.pin {
         crate::vcpu::pin_current_thread(cpu)?;
     }
-    let measured = measure::measure(&opts, std::time::Duration::from_secs(args.timeout))?;
+    // A bar only for long runs, and only for a person watching.
+    let show_bar = !args.quiet
+        && opts.samples >= DEFAULT_SAMPLES
+        && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let bar;
+    let progress: &dyn Progress = if show_bar {
+        bar = Bar::new();
+        &bar
+    } else {
+        &Silent
+    };
+    let timeout = std::time::Duration::from_secs(args.timeout);
+    let measured = measure::measure(&opts, timeout, progress)?;
     let report = measured.report;
     let to_stdout = args.json.as_deref() == Some(Path::new("-"));
     // The file first: a table that cannot be printed must not lose the results.
@@ -60,6 +73,36 @@ pub fn run(args: &RunArgs) -> Result<()> {
     match measured.stopped {
         Some(err) => Err(err),
         None => Ok(()),
+    }
+}
+
+/// [`Progress`] as an indicatif bar on stderr. (To move to the app layer,
+/// which alone should know the terminal.)
+struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    fn new() -> Bar {
+        let style =
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+        Bar(indicatif::ProgressBar::new(0).with_style(style))
+    }
+}
+
+impl Progress for Bar {
+    fn begin(&self, _what: &str, total: u64) {
+        self.0.set_length(total);
+        self.0.reset();
+    }
+    fn step(&self, next: &str) {
+        self.0.set_message(next.to_string());
+        self.0.inc(1);
+    }
+    fn message(&self, text: &str) {
+        self.0.set_message(text.to_string());
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
     }
 }
 
