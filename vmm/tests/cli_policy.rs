@@ -238,7 +238,10 @@ fn usage_errors_are_shown_whole() {
     let out = xvmm(&["--sample", "3"]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("tip: a similar argument exists: '--samples'"), "{err}");
+    assert!(
+        err.contains("tip: a similar argument exists: '--samples'"),
+        "{err}"
+    );
     assert!(err.contains("Usage: xvmm"), "{err}");
     let out = xvmm(&["kernel"]);
     let err = stderr(&out);
@@ -251,7 +254,10 @@ fn usage_errors_are_shown_whole() {
 #[test]
 fn sample_counts_for_linux_are_checked_up_front() {
     for bad in ["0", "1000001"] {
-        let out = xvmm_to(Stdio::piped(), &["--kernel", "/nonexistent/k", "--samples", bad]);
+        let out = xvmm_to(
+            Stdio::piped(),
+            &["--kernel", "/nonexistent/k", "--samples", bad],
+        );
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use xvmm::microguest::measure::{measure, Options, PHASES};
+use xvmm::progress::Progress;
 use xvmm_results::{Environment, Report, Status, SCHEMA, SCHEMA_VERSION};
 
 const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
@@ -393,4 +395,53 @@ fn a_stopped_run_keeps_the_rows_it_measured() {
         other => panic!("exit {other:?}: {err}"),
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// What `measure` tells its progress, as lines.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl Recorder {
+    fn push(&self, event: String) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+impl Progress for Recorder {
+    fn begin(&self, what: &str, total: u64) {
+        self.push(format!("begin {what} {total}"));
+    }
+    fn step(&self, next: &str) {
+        self.push(format!("step {next}"));
+    }
+    fn message(&self, text: &str) {
+        self.push(format!("message {text}"));
+    }
+    fn finish(&self) {
+        self.push("finish".into());
+    }
+}
+
+/// The library run reports one step per null measurement and per row, named
+/// as the row, between one begin and one finish.
+#[test]
+fn measure_reports_one_step_per_row() {
+    if !kvm_available() {
+        return;
+    }
+    let recorder = Recorder::default();
+    let opts = Options::new(20, 2).unwrap();
+    let measured = measure(&opts, Duration::from_secs(60), &recorder).unwrap();
+    assert!(measured.stopped.is_none());
+    let report = measured.report;
+    let mut expected = vec![
+        format!("begin microguest {PHASES}"),
+        "step null".to_string(),
+        "step kernel null".to_string(),
+    ];
+    expected.extend(report.crossings.iter().map(|c| format!("step {}", c.name)));
+    expected.extend(report.exits.iter().map(|e| format!("step {}", e.name)));
+    expected.push("finish".into());
+    assert_eq!(expected.len() as u64, PHASES + 2);
+    assert_eq!(recorder.0.into_inner().unwrap(), expected);
 }

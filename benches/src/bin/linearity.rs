@@ -11,19 +11,20 @@ use std::arch::asm;
 use std::time::Duration;
 use xvmm::microguest::guest::Kind;
 use xvmm::microguest::measure;
-use xvmm_results::Stats;
+use xvmm_results::{stamp_close, stamp_open, tsc, Stats};
 
 const SAMPLES: usize = 20_000;
 const WARMUP: usize = 2_000;
 
-/// The same stamps around `n` dependent imuls (n a multiple of 8), or around
-/// nothing when n is 0.
+/// The stamps around `n` dependent imuls (n a multiple of 8), or around
+/// nothing when n is 0, in one asm block so that the compiler adds nothing to
+/// the window.
 fn native_chain(n: u64) -> u64 {
     let (lo0, hi0, lo1, hi1): (u32, u32, u32, u32);
     // SAFETY: register-only arithmetic and timestamp instructions.
     unsafe {
         asm!(
-            "lfence", "rdtsc", "lfence",
+            stamp_open!(),
             "mov {lo0:e}, eax", "mov {hi0:e}, edx",
             "test {n}, {n}",
             "jz 3f",
@@ -33,14 +34,14 @@ fn native_chain(n: u64) -> u64 {
             "sub {n}, 8",
             "jnz 2b",
             "3:",
-            "rdtscp", "lfence",
+            stamp_close!(),
             n = inout(reg) n => _,
             lo0 = out(reg) lo0, hi0 = out(reg) hi0,
             out("eax") lo1, out("edx") hi1, out("ecx") _,
             options(nomem, nostack),
         );
     }
-    ((u64::from(hi1) << 32) | u64::from(lo1)) - ((u64::from(hi0) << 32) | u64::from(lo0))
+    tsc::join(lo1, hi1) - tsc::join(lo0, hi0)
 }
 
 /// Interleaved samples: (N chain, 2N chain) pairs, after a warm-up.

@@ -5,27 +5,15 @@
 //!
 //! `XVMM_BENCH_SAMPLES` overrides the 100k samples of the full run.
 
-use std::arch::asm;
 use std::time::{Duration, Instant};
 use xvmm::microguest::guest::Kind;
 use xvmm::microguest::{measure, Options};
 use xvmm_results::{Stats, Status};
 
-/// `lfence; rdtsc; lfence` then `rdtscp; lfence` with nothing between.
+/// The stamp pair with nothing between (xperf's null measurement).
 fn native_null() -> u64 {
-    let (lo0, hi0, lo1, hi1): (u32, u32, u32, u32);
-    // SAFETY: timestamp instructions only; no memory is touched.
-    unsafe {
-        asm!(
-            "lfence", "rdtsc", "lfence",
-            "mov {lo0:e}, eax", "mov {hi0:e}, edx",
-            "rdtscp", "lfence",
-            lo0 = out(reg) lo0, hi0 = out(reg) hi0,
-            out("eax") lo1, out("edx") hi1, out("ecx") _,
-            options(nomem, nostack),
-        );
-    }
-    ((u64::from(hi1) << 32) | u64::from(lo1)) - ((u64::from(hi0) << 32) | u64::from(lo0))
+    let (open, close) = xperf::stamp::null_pair();
+    close - open
 }
 
 fn show(label: &str, s: &Stats) {
@@ -63,7 +51,7 @@ fn main() {
         }
     };
     let start = Instant::now();
-    match measure::measure(&opts, Duration::from_secs(600)) {
+    match measure::measure(&opts, Duration::from_secs(600), &xvmm::progress::Silent) {
         Ok(measure::Measured { report, stopped }) => {
             let wall = start.elapsed();
             if let Some(e) = stopped {

@@ -6,41 +6,35 @@
 //! Every block has the same shape:
 //!
 //! ```text
-//!   lfence; rdtsc; lfence          <- opening stamp (u2k_u)
+//!   stamp_open!()                  <- opening stamp (u2k_u): lfence; rdtsc; lfence
 //!   mov lo, eax; mov hi, edx       <- keep it in registers
 //!   <crossing>                     <- nothing, one store, or mov eax,NR; syscall
-//!   rdtscp; lfence                 <- closing stamp (k2u_u)
+//!   stamp_close!()                 <- closing stamp (k2u_u): rdtscp; lfence
 //! ```
 //!
 //! so the null measurement carries the same two moves and subtracting its
-//! median leaves the crossing (plus `mov eax, 110` for getppid). Never `cpuid`:
-//! in a guest it exits to the hypervisor.
+//! median leaves the crossing (plus `mov eax, 110` for getppid). The stamps
+//! are `xvmm_results::tsc`'s, the ones every user-mode producer uses.
 
 use std::arch::asm;
+use xvmm_results::tsc::join;
+use xvmm_results::{stamp_close, stamp_open};
 
 /// Instructions between the opening stamp and the crossing, for the report.
 pub const TAIL_AFTER_OPEN: &str = "mov r32, eax; mov r32, edx (getppid adds mov eax, 110)";
-
-#[inline(always)]
-fn join(lo: u32, hi: u32) -> u64 {
-    (u64::from(hi) << 32) | u64::from(lo)
-}
 
 /// The stamp pair with nothing between: (open, close).
 #[inline(always)]
 pub fn null_pair() -> (u64, u64) {
     let (lo, hi): (u32, u32);
     let (end_lo, end_hi): (u32, u32);
-    // SAFETY: rdtsc/rdtscp/lfence only; every clobbered register is declared.
+    // SAFETY: the stamps only (rdtsc, rdtscp, lfence); every clobbered register is declared.
     unsafe {
         asm!(
-            "lfence",
-            "rdtsc",
-            "lfence",
+            stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
-            "rdtscp",
-            "lfence",
+            stamp_close!(),
             lo = out(reg) lo,
             hi = out(reg) hi,
             out("eax") end_lo,
@@ -63,14 +57,11 @@ pub unsafe fn store_pair(addr: *mut u8) -> (u64, u64) {
     let (lo, hi): (u32, u32);
     let (end_lo, end_hi): (u32, u32);
     asm!(
-        "lfence",
-        "rdtsc",
-        "lfence",
+        stamp_open!(),
         "mov {lo:e}, eax",
         "mov {hi:e}, edx",
         "mov byte ptr [{addr}], 1",
-        "rdtscp",
-        "lfence",
+        stamp_close!(),
         addr = in(reg) addr,
         lo = out(reg) lo,
         hi = out(reg) hi,
@@ -92,15 +83,12 @@ pub fn getppid_pair() -> (u64, u64) {
     // rcx, r11 and rax (the result, overwritten by rdtscp), all declared.
     unsafe {
         asm!(
-            "lfence",
-            "rdtsc",
-            "lfence",
+            stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
             "mov eax, {nr}",
             "syscall",
-            "rdtscp",
-            "lfence",
+            stamp_close!(),
             nr = const libc::SYS_getppid,
             lo = out(reg) lo,
             hi = out(reg) hi,

@@ -45,7 +45,10 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     if let Some(cpu) = args.pin {
         vcpu::pin_current_thread(cpu)?;
     }
-    let measured = microguest::measure(&opts, Duration::from_secs(args.timeout))?;
+    // A bar only for long runs, and only for a person watching.
+    let quiet = args.quiet || opts.samples < DEFAULT_SAMPLES;
+    let progress = super::progress::Terminal::new(quiet);
+    let measured = microguest::measure(&opts, Duration::from_secs(args.timeout), &progress)?;
     super::deliver::report(&measured.report, "", json, args.quiet, stdout)?;
     match measured.stopped {
         Some(err) => Err(err),

@@ -1,18 +1,15 @@
 //! The guest code: a user-mode (CPL3) measurement loop per kind and minimal
 //! ring-0 handlers, assembled into the xvmm binary and copied into guest memory.
 //!
-//! Two blobs, each between a start and an end symbol: the kernel blob (entry
-//! point, exception/syscall handlers, the CPL0 loops that time VM exits) and
-//! the user blob (dispatcher, the null/imul loops and the CPL3 side of every
-//! crossing). Both are position independent: code refers to code only
-//! RIP-relatively inside its own blob, and to data only at the fixed addresses of
-//! [`super::layout`], so the bytes run unchanged wherever the VMM copies them.
-//!
-//! Register contract between the loops and the handlers (our own guest, so the
-//! handlers may trust it): r15 points at the current sample, which the handler
-//! fills at +8 (u2k_k) and +16 (k2u_k); handlers clobber rax, rcx, rdx only;
-//! r14 holds the user return RIP for SYSCALL/SYSENTER (RDTSCP clobbers rcx,
-//! the stamp clobbers rdx) and r13 the user RSP for SYSENTER.
+//! The assembly is in `asm/`: `macros.S` (the stamps, dispatch, the sample
+//! loop, doorbells, the fault report, and the register contract between the
+//! loops and the handlers), `kernel.S` and `user.S`. Two blobs, each between a
+//! start and an end symbol: the kernel blob (entry point, exception/syscall
+//! handlers, the CPL0 loops that time VM exits) and the user blob (dispatcher,
+//! the null/imul loops and the CPL3 side of every crossing). Both are position
+//! independent: code refers to code only RIP-relatively inside its own blob,
+//! and to data only at the fixed addresses of [`super::layout`], so the bytes
+//! run unchanged wherever the VMM copies them.
 //!
 //! A phase: the kernel entry reads the command from the control block and
 //! either runs a CPL0 loop or IRETs to the user dispatcher; warm-up iterations
@@ -22,11 +19,13 @@
 //! I/O is not allowed under every hypervisor).
 //!
 //! Stamps: `lfence; rdtsc; lfence` opens an interval and `rdtscp; lfence` closes
-//! it. The kernel blob writes them with exactly those bytes so that the VMM can
-//! find them ([`KERNEL_STAMP_OPEN`], [`KERNEL_STAMP_CLOSE`]) and, where the
-//! hypervisor cannot execute them at CPL0, replace them with plain `rdtsc`.
+//! it (the sequences of `xvmm_results::tsc`). The kernel blob writes them with
+//! exactly those bytes so that the VMM can find them ([`KERNEL_STAMP_OPEN`],
+//! [`KERNEL_STAMP_CLOSE`]) and, where the hypervisor cannot execute them at
+//! CPL0, replace them with plain `rdtsc`.
 
 use super::layout::{self, control};
+use crate::arch::x86_64::paging::PTE_P;
 
 /// Measurement kinds: the index into the guest's dispatch tables. User kinds
 /// come first, then kernel (CPL0) kinds from [`Kind::FIRST_KERNEL`].
@@ -98,458 +97,14 @@ const FAULT_CR2: u64 = control::FAULT + 48;
 /// Vector number the catch-all stub reports for vectors 32..=255.
 pub const OTHER_VECTOR: u64 = 256;
 
+// The guest code: macros.S (stamps, dispatch, sample loop, doorbells, fault
+// report), kernel.S (the CPL0 blob) and user.S (the CPL3 blob), assembled as
+// one block so that the macros reach both blobs. The operands are the layout
+// the code may refer to; every other address is RIP-relative.
 core::arch::global_asm!(
-    r#"
-.macro XVMM_MG_KOPEN
-    lfence
-    rdtsc
-    lfence
-    .set xvmm_mg_kopen_count, xvmm_mg_kopen_count + 1
-.endm
-.macro XVMM_MG_KCLOSE
-    rdtscp
-    lfence
-    .set xvmm_mg_kclose_count, xvmm_mg_kclose_count + 1
-.endm
-.macro XVMM_MG_STORE off
-    mov dword ptr [r15 + \off], eax
-    mov dword ptr [r15 + \off + 4], edx
-.endm
-// Warm-up into the scratch sample, then the recorded samples; rbp = routine.
-.macro XVMM_MG_RUN_PHASE
-    mov r9, qword ptr [{ctl} + {c_warmup}]
-    test r9, r9
-    jz 71f
-    mov r15, {scratch}
-    xor r12d, r12d
-    call rbp
-71:
-    mov r9, qword ptr [{ctl} + {c_samples}]
-    test r9, r9
-    jz 72f
-    mov r15, qword ptr [{ctl} + {c_buffer}]
-    mov r12, qword ptr [{ctl} + {c_stride}]
-    call rbp
-72:
-    mov rax, {done_magic}
-    mov qword ptr [{ctl} + {c_status}], rax
-.endm
-// Loop bookkeeping after a sample: next slot, count down.
-.macro XVMM_MG_NEXT
-    add r15, r12
-    dec r9
-    jnz 1b
-    ret
-.endm
-
-.pushsection .text.xvmm_mg_kernel,"ax",@progbits
-.p2align 12
-.globl xvmm_mg_kernel_start
-xvmm_mg_kernel_start:
-.set xvmm_mg_kopen_count, 0
-.set xvmm_mg_kclose_count, 0
-
-// First instruction of the guest (CPL0, RSP = kernel stack top).
-.globl xvmm_mg_kentry
-xvmm_mg_kentry:
-    mov rax, qword ptr [{ctl} + {c_kind}]
-    cmp rax, {first_kernel}
-    jae 2f
-    push {user_ss}
-    push {user_stack_top}
-    push {user_rflags}
-    push {user_cs}
-    push {user_code}
-    iretq
-2:
-    sub rax, {first_kernel}
-    cmp rax, {kind_count} - {first_kernel}
-    jae xvmm_mg_kbad_kind
-    lea rcx, [rip + xvmm_mg_ktable]
-    movsxd rax, dword ptr [rcx + rax * 4]
-    add rax, rcx
-    mov rbp, rax
-    XVMM_MG_RUN_PHASE
-    mov edx, {port_done}
-    out dx, al
-3:
-    hlt
-    jmp 3b
-xvmm_mg_kbad_kind:
-    push 0
-    push 0
-    push 0
-    push 0
-    push 0
-    push 0
-    push {other_vector} + 1
-    jmp xvmm_mg_fault_common
-
-.p2align 2
-xvmm_mg_ktable:
-    .long xvmm_mg_k_null - xvmm_mg_ktable
-    .long xvmm_mg_k_cpuid - xvmm_mg_ktable
-    .long xvmm_mg_k_pio_out - xvmm_mg_ktable
-    .long xvmm_mg_k_pio_in - xvmm_mg_ktable
-    .long xvmm_mg_k_mmio - xvmm_mg_ktable
-    .long xvmm_mg_k_vmcall - xvmm_mg_ktable
-    .long xvmm_mg_k_vmmcall - xvmm_mg_ktable
-    .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
-    .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
-    .long xvmm_mg_k_hlt - xvmm_mg_ktable
-
-// #UD: the user loop's way to say "done" (user mode may not touch ports under
-// every hypervisor); any other #UD is unexpected.
-.p2align 4
-.globl xvmm_mg_ud_entry
-xvmm_mg_ud_entry:
-    mov rax, qword ptr [rsp]
-    cmp rax, qword ptr [{ctl} + {c_user_done}]
-    jne 4f
-    mov edx, {port_done}
-    out dx, al
-3:
-    hlt
-    jmp 3b
-4:
-    push 0
-    push 6
-    jmp xvmm_mg_fault_common
-
-// #PF from the user loop: make the faulting page of the A/B pair present and
-// the other one not present (and flush it), so the next write faults again.
-.p2align 4
-.globl xvmm_mg_pf_entry
-xvmm_mg_pf_entry:
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    mov rax, cr2
-    and rax, -8192
-    cmp rax, {pf_page_a}
-    jne 5f
-    mov rax, cr2
-    shr rax, 12
-    and eax, 511
-    or qword ptr [{pt_low} + rax * 8], 1
-    xor eax, 1
-    and qword ptr [{pt_low} + rax * 8], -2
-    shl rax, 12
-    invlpg [rax]
-    add rsp, 8
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 16
-    iretq
-5:
-    push 14
-    jmp xvmm_mg_fault_common
-
-// #BP (int3) and int 0x80: stamp, stamp, return.
-.p2align 4
-.globl xvmm_mg_bp_entry
-xvmm_mg_bp_entry:
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 16
-    iretq
-
-.p2align 4
-.globl xvmm_mg_intn_entry
-xvmm_mg_intn_entry:
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 16
-    iretq
-
-// SYSCALL: RCX held the return RIP but RDTSCP overwrote it; r14 has it too.
-.p2align 4
-.globl xvmm_mg_syscall_entry
-xvmm_mg_syscall_entry:
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    mov rcx, r14
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 16
-    .byte 0x48, 0x0f, 0x07
-
-// SYSENTER (Intel only in long mode): SYSEXIT takes RIP from RDX, RSP from RCX.
-.p2align 4
-.globl xvmm_mg_sysenter_entry
-xvmm_mg_sysenter_entry:
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 16
-    mov rdx, r14
-    mov rcx, r13
-    .byte 0x48, 0x0f, 0x35
-
-// CPL0 loops: two stamps around one exiting instruction (as kvm-unit-tests'
-// vmexit tests, all at CPL0: some hypervisors refuse user-mode port I/O).
-.macro XVMM_MG_KLOOP_OPEN
-1:
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 0
-.endm
-.macro XVMM_MG_KLOOP_CLOSE
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_NEXT
-.endm
-.p2align 4
-xvmm_mg_k_cpuid:
-    XVMM_MG_KLOOP_OPEN
-    xor eax, eax
-    xor ecx, ecx
-    cpuid
-    XVMM_MG_KLOOP_CLOSE
-.p2align 4
-xvmm_mg_k_pio_out:
-    XVMM_MG_KLOOP_OPEN
-    mov edx, {port_measure}
-    out dx, al
-    XVMM_MG_KLOOP_CLOSE
-.p2align 4
-xvmm_mg_k_pio_in:
-    XVMM_MG_KLOOP_OPEN
-    mov edx, {port_measure}
-    in al, dx
-    XVMM_MG_KLOOP_CLOSE
-.p2align 4
-xvmm_mg_k_mmio:
-    mov r13, {mmio}
-    XVMM_MG_KLOOP_OPEN
-    mov dword ptr [r13], eax
-    XVMM_MG_KLOOP_CLOSE
-// Hypercall number 0 is none: KVM answers -KVM_ENOSYS after the exit.
-.p2align 4
-xvmm_mg_k_vmcall:
-    XVMM_MG_KLOOP_OPEN
-    xor eax, eax
-    vmcall
-    XVMM_MG_KLOOP_CLOSE
-.p2align 4
-xvmm_mg_k_vmmcall:
-    XVMM_MG_KLOOP_OPEN
-    xor eax, eax
-    vmmcall
-    XVMM_MG_KLOOP_CLOSE
-.p2align 4
-xvmm_mg_k_rdmsr:
-1:
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 0
-    mov ecx, {probe_msr}
-    rdmsr
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_NEXT
-.p2align 4
-xvmm_mg_k_wrmsr:
-1:
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 0
-    mov ecx, {probe_msr}
-    xor eax, eax
-    xor edx, edx
-    wrmsr
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_NEXT
-.p2align 4
-xvmm_mg_k_hlt:
-1:
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 0
-    hlt
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_NEXT
-.p2align 4
-xvmm_mg_k_null:
-1:
-    XVMM_MG_KOPEN
-    XVMM_MG_STORE 0
-    XVMM_MG_KCLOSE
-    XVMM_MG_STORE 8
-    XVMM_MG_NEXT
-
-// Unexpected exception: record vector, error code, the interrupted frame and
-// CR2 in the control block, tell the VMM, stop.
-// Stack: vector, error code, RIP, CS, RFLAGS, RSP, SS.
-.p2align 4
-xvmm_mg_fault_common:
-    pop rax
-    mov qword ptr [{ctl} + {f_vector}], rax
-    pop rax
-    mov qword ptr [{ctl} + {f_error}], rax
-    mov rax, qword ptr [rsp]
-    mov qword ptr [{ctl} + {f_rip}], rax
-    mov rax, qword ptr [rsp + 8]
-    mov qword ptr [{ctl} + {f_cs}], rax
-    mov rax, qword ptr [rsp + 16]
-    mov qword ptr [{ctl} + {f_rflags}], rax
-    mov rax, qword ptr [rsp + 24]
-    mov qword ptr [{ctl} + {f_rsp}], rax
-    mov rax, cr2
-    mov qword ptr [{ctl} + {f_cr2}], rax
-    mov edx, {port_fault}
-    out dx, al
-6:
-    hlt
-    jmp 6b
-
-// One 16-byte stub per exception vector, then one for everything else.
-.p2align 4
-.globl xvmm_mg_stubs
-xvmm_mg_stubs:
-.irp v, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
-.p2align 4
-.if (\v == 8) || (\v == 10) || (\v == 11) || (\v == 12) || (\v == 13) || (\v == 14) || (\v == 17) || (\v == 21) || (\v == 29) || (\v == 30)
-.else
-    push 0
-.endif
-    push \v
-    jmp xvmm_mg_fault_common
-.endr
-.p2align 4
-.globl xvmm_mg_stub_other
-xvmm_mg_stub_other:
-    push 0
-    push {other_vector}
-    jmp xvmm_mg_fault_common
-
-.p2align 2
-.globl xvmm_mg_kstamp_counts
-xvmm_mg_kstamp_counts:
-    .long xvmm_mg_kopen_count
-    .long xvmm_mg_kclose_count
-.globl xvmm_mg_kernel_end
-xvmm_mg_kernel_end:
-.popsection
-
-.pushsection .text.xvmm_mg_user,"ax",@progbits
-.p2align 12
-.globl xvmm_mg_user_start
-xvmm_mg_user_start:
-    mov rax, qword ptr [{ctl} + {c_kind}]
-    cmp rax, {first_kernel}
-    jae 3f
-    lea rcx, [rip + xvmm_mg_utable]
-    movsxd rax, dword ptr [rcx + rax * 4]
-    add rax, rcx
-    mov rbp, rax
-    mov r13, {pf_page_a}
-    XVMM_MG_RUN_PHASE
-.globl xvmm_mg_user_done
-xvmm_mg_user_done:
-    ud2
-3:
-    ud2
-
-.p2align 2
-xvmm_mg_utable:
-    .long xvmm_mg_u_null - xvmm_mg_utable
-    .long xvmm_mg_u_pf - xvmm_mg_utable
-    .long xvmm_mg_u_int3 - xvmm_mg_utable
-    .long xvmm_mg_u_syscall - xvmm_mg_utable
-    .long xvmm_mg_u_sysenter - xvmm_mg_utable
-    .long xvmm_mg_u_intn - xvmm_mg_utable
-    .long xvmm_mg_u_imul - xvmm_mg_utable
-
-.macro XVMM_MG_UOPEN
-1:
-    lfence
-    rdtsc
-    lfence
-    XVMM_MG_STORE 0
-.endm
-.macro XVMM_MG_UCLOSE off
-    rdtscp
-    lfence
-    XVMM_MG_STORE \off
-.endm
-
-.p2align 4
-xvmm_mg_u_null:
-    XVMM_MG_UOPEN
-    XVMM_MG_UCLOSE 8
-    XVMM_MG_NEXT
-
-// r13 (the next page to fault on) is set once by the dispatcher and carried
-// from warm-up into the recorded samples: restarting at page A after an odd
-// warm-up would write to a page that is already present.
-.p2align 4
-xvmm_mg_u_pf:
-    XVMM_MG_UOPEN
-    mov byte ptr [r13], 1
-    XVMM_MG_UCLOSE 24
-    xor r13, {page}
-    XVMM_MG_NEXT
-
-.p2align 4
-xvmm_mg_u_int3:
-    XVMM_MG_UOPEN
-    int3
-    XVMM_MG_UCLOSE 24
-    XVMM_MG_NEXT
-
-.p2align 4
-xvmm_mg_u_syscall:
-    lea r14, [rip + 73f]
-    XVMM_MG_UOPEN
-    syscall
-73:
-    XVMM_MG_UCLOSE 24
-    XVMM_MG_NEXT
-
-.p2align 4
-xvmm_mg_u_sysenter:
-    lea r14, [rip + 74f]
-    mov r13, rsp
-    XVMM_MG_UOPEN
-    sysenter
-74:
-    XVMM_MG_UCLOSE 24
-    XVMM_MG_NEXT
-
-.p2align 4
-xvmm_mg_u_intn:
-    XVMM_MG_UOPEN
-    int 0x80
-    XVMM_MG_UCLOSE 24
-    XVMM_MG_NEXT
-
-// Dependent imul chains for the linearity check, alternating PARAM and
-// 2 * PARAM imuls (PARAM a multiple of 8): even samples hold the short chain,
-// odd ones the long chain, so frequency drift hits both alike.
-.p2align 4
-xvmm_mg_u_imul:
-    mov r10, qword ptr [{ctl} + {c_param}]
-    lea r11, [r10 + r10]
-    xor r11, r10
-    XVMM_MG_UOPEN
-    mov rcx, r10
-75:
-    imul rax, rax
-    imul rax, rax
-    imul rax, rax
-    imul rax, rax
-    imul rax, rax
-    imul rax, rax
-    imul rax, rax
-    imul rax, rax
-    sub rcx, 8
-    jnz 75b
-    XVMM_MG_UCLOSE 8
-    xor r10, r11
-    XVMM_MG_NEXT
-
-.globl xvmm_mg_user_end
-xvmm_mg_user_end:
-.popsection
-"#,
+    include_str!("asm/macros.S"),
+    include_str!("asm/kernel.S"),
+    include_str!("asm/user.S"),
     ctl = const layout::CONTROL_GPA,
     c_kind = const control::KIND,
     c_warmup = const control::WARMUP,
@@ -584,6 +139,7 @@ xvmm_mg_user_end:
     f_rflags = const FAULT_RFLAGS,
     f_rsp = const FAULT_RSP,
     f_cr2 = const FAULT_CR2,
+    pte_p = const PTE_P,
 );
 
 extern "C" {
@@ -758,6 +314,34 @@ mod tests {
         assert_eq!(code.len(), kernel_code().len());
         // A second pass finds nothing left and reports the mismatch.
         assert_eq!(patch_kernel_stamps(&mut code), None);
+    }
+
+    /// The body of `.macro name` in macros.S, one instruction a line.
+    fn macro_body(name: &str) -> String {
+        let macros = include_str!("asm/macros.S");
+        let start = macros
+            .find(&format!(".macro {name}\n"))
+            .unwrap_or_else(|| panic!("no macro {name}"));
+        let body = &macros[start..];
+        let end = body.find(".endm").unwrap();
+        let lines: Vec<&str> = body[..end].lines().skip(1).map(str::trim).collect();
+        lines.join("\n")
+    }
+
+    #[test]
+    fn guest_stamps_are_the_host_stamps() {
+        assert_eq!(macro_body("STAMP_OPEN"), xvmm_results::stamp_open!());
+        assert_eq!(macro_body("STAMP_CLOSE"), xvmm_results::stamp_close!());
+        // Both blobs take their stamps from the one macro pair: the user blob
+        // holds the kernel's byte patterns too.
+        let user = user_code();
+        let count = |pattern: &[u8]| {
+            user.windows(pattern.len())
+                .filter(|w| *w == pattern)
+                .count()
+        };
+        assert!(count(&KERNEL_STAMP_OPEN) >= 6, "user opening stamps");
+        assert!(count(&KERNEL_STAMP_CLOSE) >= 6, "user closing stamps");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use kvm_bindings::KVM_MSR_EXIT_REASON_UNKNOWN;
 use kvm_bindings::{kvm_enable_cap, kvm_msr_entry, kvm_regs, KVM_CAP_X86_USER_SPACE_MSR};
 use kvm_ioctls::{Cap, VcpuExit};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use xvmm_results::tsc;
 
 const X86_CR0_WP: u64 = 1 << 16;
 /// RFLAGS bits SYSCALL clears: TF, IF, DF, AC.
@@ -385,32 +386,6 @@ enum RunEnd {
     Fault,
 }
 
-/// Host stamp opening an interval (`lfence; rdtsc; lfence`).
-#[inline(always)]
-pub fn host_stamp_open() -> u64 {
-    use std::arch::x86_64::{_mm_lfence, _rdtsc};
-    // SAFETY: LFENCE and RDTSC exist on every x86-64 CPU and touch no memory.
-    unsafe {
-        _mm_lfence();
-        let t = _rdtsc();
-        _mm_lfence();
-        t
-    }
-}
-
-/// Host stamp closing an interval (`rdtscp; lfence`).
-#[inline(always)]
-pub fn host_stamp_close() -> u64 {
-    use std::arch::x86_64::{__rdtscp, _mm_lfence};
-    let mut aux = 0u32;
-    // SAFETY: RDTSCP writes only `aux`; every CPU KVM runs on has it.
-    unsafe {
-        let t = __rdtscp(&mut aux);
-        _mm_lfence();
-        t
-    }
-}
-
 /// Whether an exit on this kind's measured path reaches the VMM.
 fn measured_exit(kind: Kind, exit: &VcpuExit<'_>) -> bool {
     match exit {
@@ -429,13 +404,15 @@ fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<Ru
     let mut host = Vec::with_capacity(expected_exits.min(1 << 20) as usize);
     let mut running = rc.attach(vcpu);
     let mut pending: Option<u64> = None;
+    // Host stamps bracket KVM_RUN: the interval from `exited` to the next
+    // `reentered` is the time spent in xvmm for that exit.
     loop {
-        let reentered = host_stamp_open();
+        let reentered = tsc::open();
         if let Some(exited) = pending.take() {
             host.push(HostStamps { exited, reentered });
         }
         let mut exit = running.run()?;
-        let exited = host_stamp_close();
+        let (exited, _) = tsc::close();
         if measured_exit(phase.kind, &exit) {
             if host.len() as u64 >= expected_exits {
                 return Err(Error::Guest(format!(

@@ -11,9 +11,9 @@
 
 use super::guest::Kind;
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
+use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::time::{Duration, Instant};
 use xvmm_results::machine::Machine;
 use xvmm_results::{
@@ -29,8 +29,6 @@ pub struct Options {
     /// Keep every sample's stamps in the report.
     pub raw: bool,
     pub machine: MachineConfig,
-    /// Show a progress bar on stderr.
-    pub progress: bool,
     /// The host CPU the caller pinned the vCPU thread to, for the report.
     pub pinned_cpu: Option<u32>,
 }
@@ -58,14 +56,13 @@ impl Options {
             warmup,
             raw: false,
             machine: MachineConfig::default(),
-            progress: false,
             pinned_cpu: None,
         })
     }
 }
 
-/// Steps the progress bar counts: two null measurements, five crossings, eight exits.
-const PHASES: u64 = 15;
+/// Steps [`measure`] reports: two null measurements, five crossings, eight exits.
+pub const PHASES: u64 = 15;
 
 /// How long a one-sample probe may take before its kind counts as unsupported
 /// (a hypervisor that never returns from an instruction).
@@ -113,30 +110,16 @@ fn row_unless_stopped<T>(
 
 /// Measures everything and returns the report; the whole run, probes included,
 /// cannot outlive `timeout`. A timeout or Ctrl-C after the null measurements
-/// keeps every row already measured (see [`Measured::stopped`]).
-pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
+/// keeps every row already measured (see [`Measured::stopped`]). `progress`
+/// hears one step per null measurement, crossing and exit ([`PHASES`]).
+pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Result<Measured> {
     if timeout.is_zero() {
         return Err(Error::Usage("--timeout must be at least 1 second".into()));
     }
-    let deadline = Instant::now() + timeout;
     let rc = RunControl::new(timeout)?;
-    let progress = opts.progress.then(|| {
-        let bar = ProgressBar::new(PHASES);
-        let style = ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
-        bar.set_style(style);
-        bar
-    });
-    let step = |name: &str| {
-        if let Some(bar) = &progress {
-            bar.set_message(name.to_string());
-            bar.inc(1);
-        }
-    };
-    let mut notes = Vec::new();
     let mut session = Session {
         rc: &rc,
-        deadline,
+        deadline: Instant::now() + timeout,
         timeout,
         cfg: opts.machine.clone(),
         facts: GuestFacts::default(),
@@ -145,85 +128,36 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
         samples: opts.samples,
         raw: opts.raw,
     };
+    progress.begin("microguest", PHASES);
+    let measured = session.measure_all(opts, progress);
+    progress.finish();
+    measured
+}
 
-    // 1. Can CPL0 run the serialising stamps?
-    let probe = Phase {
-        kind: Kind::KernelNull,
-        warmup: 0,
-        samples: 1,
-        param: 0,
-    };
-    let (end, facts) = machine::run_phase(&rc, &session.cfg, &probe)?;
-    let refused = match end {
-        PhaseEnd::Refused { reason } => Some(reason),
-        // A KVM without RDTSCP in the guest CPUID injects #UD.
-        PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
-        _ => None,
-    };
-    if let Some(reason) = refused {
-        session.cfg.plain_kernel_stamps = true;
-        notes.push(format!(
-            "kernel-side stamps are plain RDTSC: the hypervisor cannot execute LFENCE/RDTSCP at CPL0 ({reason})"
-        ));
-    }
-    session.facts = facts.clone();
+/// The two null measurements: the user stamp pair (subtracted from crossings)
+/// and the kernel stamp pair (subtracted from exits).
+struct Nulls {
+    user: Stats,
+    kernel: Stats,
+}
 
-    // 2. Null measurements.
-    step("null");
-    let null_user = session
-        .two_stamp_intervals(Kind::Null, 0)?
-        .map_err(|r| Error::Guest(format!("the null measurement did not run: {r}")))?;
-    let null = Stats::from_samples(&null_user.intervals);
-    let null_ticks = null.median;
-    step("kernel null");
-    let kernel_null = session
-        .two_stamp_intervals(Kind::KernelNull, 0)?
-        .map_err(|r| Error::Guest(format!("the kernel null measurement did not run: {r}")))?;
-    let kernel_null = Stats::from_samples(&kernel_null.intervals);
-    notes.push(format!(
-        "VM exits are timed at CPL0 and corrected by the kernel stamp pair's median ({} ticks, min {}); \
-         cpuid and the hypercall (number 0, unknown to KVM) stay in KVM, the others reach xvmm",
-        kernel_null.median, kernel_null.min
-    ));
+/// The crossings in report order.
+const CROSSINGS: [(&str, Kind); 5] = [
+    ("pf", Kind::PageFault),
+    ("int3", Kind::Breakpoint),
+    ("syscall", Kind::Syscall),
+    ("sysenter", Kind::Sysenter),
+    ("int-n", Kind::IntN),
+];
 
-    // 3. Crossings, each probed with one sample in its own VM first.
-    let mut stopped: Option<Error> = None;
-    let mut crossings = Vec::new();
-    for (name, kind) in [
-        ("pf", Kind::PageFault),
-        ("int3", Kind::Breakpoint),
-        ("syscall", Kind::Syscall),
-        ("sysenter", Kind::Sysenter),
-        ("int-n", Kind::IntN),
-    ] {
-        let measure_row = || -> Result<Crossing> {
-            step(name);
-            let unsupported = if kind == Kind::Sysenter && facts.is_amd() {
-                Some(format!(
-                    "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
-                    facts.vendor
-                ))
-            } else {
-                session.probe(kind)?
-            };
-            match unsupported {
-                Some(reason) => Ok(Crossing::unsupported(name, opts.samples, reason)),
-                None => session.crossing(name, kind, null_ticks),
-            }
-        };
-        crossings.push(row_unless_stopped(&mut stopped, measure_row, |reason| {
-            Crossing::unsupported(name, opts.samples, reason)
-        })?);
-    }
-
-    // 4. Exits.
+/// The exits in report order; the hypercall is chosen by CPU vendor.
+fn exit_kinds(facts: &GuestFacts) -> [(&'static str, Kind); 8] {
     let hypercall = if facts.is_amd() {
         ("vmmcall", Kind::Vmmcall)
     } else {
         ("vmcall", Kind::Vmcall)
     };
-    let mut exits = Vec::new();
-    for (name, kind) in [
+    [
         ("cpuid", Kind::Cpuid),
         ("pio-out", Kind::PioOut),
         ("pio-in", Kind::PioIn),
@@ -232,47 +166,23 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
         ("rdmsr", Kind::Rdmsr),
         ("wrmsr", Kind::Wrmsr),
         ("hlt", Kind::Hlt),
-    ] {
-        let measure_row = || -> Result<ExitTiming> {
-            step(name);
-            let msr = matches!(kind, Kind::Rdmsr | Kind::Wrmsr);
-            let unsupported = if msr && !facts.user_space_msr {
-                Some("KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into())
-            } else {
-                session.probe(kind)?
-            };
-            match unsupported {
-                Some(reason) => Ok(unsupported_exit(name, opts.samples, reason)),
-                None => session.exit(name, kind, kernel_null.median),
-            }
-        };
-        exits.push(row_unless_stopped(&mut stopped, measure_row, |reason| {
-            unsupported_exit(name, opts.samples, reason)
-        })?);
-    }
+    ]
+}
 
-    if let Some(bar) = progress {
-        bar.finish_and_clear();
-    }
-    let unsplit = session.unsplit.take();
-    if !unsplit.is_empty() {
-        notes.push(format!(
-            "only the in-VMM time is given for {}: guest and host stamps need a fixed guest TSC offset \
-             (KVM re-bases it on hosts with an unstable TSC)",
-            unsplit.join(", ")
-        ));
-    }
-    if let Some(err) = &stopped {
-        notes.insert(
-            0,
-            format!("the run stopped early ({err}): rows marked \"not measured\" were not reached"),
-        );
-    }
+/// The report of a run: host facts, method, rows and notes.
+fn assemble_report(
+    opts: &Options,
+    facts: &GuestFacts,
+    null: Stats,
+    crossings: Vec<Crossing>,
+    exits: Vec<ExitTiming>,
+    notes: Vec<String>,
+) -> Report {
     let host = Machine::probe();
     let mut report = Report::new(
         format!("xvmm-microguest {}", env!("CARGO_PKG_VERSION")),
         Environment::Microguest,
-        host_facts(&facts, &host),
+        host_facts(facts, &host),
         Method::standard(opts.warmup, opts.samples),
     );
     report.machine = Some(host);
@@ -281,7 +191,7 @@ pub fn measure(opts: &Options, timeout: Duration) -> Result<Measured> {
     report.crossings = crossings;
     report.exits = exits;
     report.notes = notes;
-    Ok(Measured { report, stopped })
+    report
 }
 
 /// Runs one user-mode two-stamp phase (`Kind::Null`, or `Kind::Imul` with its
@@ -477,6 +387,146 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
+    /// Every phase in order (see the module comment), then the report.
+    fn measure_all(&mut self, opts: &Options, progress: &dyn Progress) -> Result<Measured> {
+        let mut notes: Vec<String> = self.probe_kernel_stamps()?.into_iter().collect();
+        let nulls = self.null_measurements(progress)?;
+        notes.push(format!(
+            "VM exits are timed at CPL0 and corrected by the kernel stamp pair's median ({} ticks, min {}); \
+             cpuid and the hypercall (number 0, unknown to KVM) stay in KVM, the others reach xvmm",
+            nulls.kernel.median, nulls.kernel.min
+        ));
+        let mut stopped: Option<Error> = None;
+        let crossings = self.crossings(nulls.user.median, progress, &mut stopped)?;
+        let exits = self.exits(nulls.kernel.median, progress, &mut stopped)?;
+        let unsplit = self.unsplit.take();
+        if !unsplit.is_empty() {
+            notes.push(format!(
+                "only the in-VMM time is given for {}: guest and host stamps need a fixed guest TSC offset \
+                 (KVM re-bases it on hosts with an unstable TSC)",
+                unsplit.join(", ")
+            ));
+        }
+        if let Some(err) = &stopped {
+            notes.insert(
+                0,
+                format!(
+                    "the run stopped early ({err}): rows marked \"not measured\" were not reached"
+                ),
+            );
+        }
+        let report = assemble_report(opts, &self.facts, nulls.user, crossings, exits, notes);
+        Ok(Measured { report, stopped })
+    }
+
+    /// Runs one sample of the kernel null loop: if the hypervisor cannot
+    /// execute LFENCE/RDTSCP at CPL0, kernel stamps become plain RDTSC from
+    /// now on and the returned note says why. Also learns the guest's facts.
+    fn probe_kernel_stamps(&mut self) -> Result<Option<String>> {
+        let probe = Phase {
+            kind: Kind::KernelNull,
+            warmup: 0,
+            samples: 1,
+            param: 0,
+        };
+        let (end, facts) = machine::run_phase(self.rc, &self.cfg, &probe)?;
+        self.facts = facts;
+        let refused = match end {
+            PhaseEnd::Refused { reason } => Some(reason),
+            // A KVM without RDTSCP in the guest CPUID injects #UD.
+            PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
+            _ => None,
+        };
+        let Some(reason) = refused else {
+            return Ok(None);
+        };
+        self.cfg.plain_kernel_stamps = true;
+        Ok(Some(format!(
+            "kernel-side stamps are plain RDTSC: the hypervisor cannot execute LFENCE/RDTSCP at CPL0 ({reason})"
+        )))
+    }
+
+    /// The user and kernel stamp pairs with nothing between. Every later
+    /// figure depends on them, so a refusal here ends the run.
+    fn null_measurements(&self, progress: &dyn Progress) -> Result<Nulls> {
+        progress.step("null");
+        let user = self
+            .two_stamp_intervals(Kind::Null, 0)?
+            .map_err(|r| Error::Guest(format!("the null measurement did not run: {r}")))?;
+        progress.step("kernel null");
+        let kernel = self
+            .two_stamp_intervals(Kind::KernelNull, 0)?
+            .map_err(|r| Error::Guest(format!("the kernel null measurement did not run: {r}")))?;
+        Ok(Nulls {
+            user: Stats::from_samples(&user.intervals),
+            kernel: Stats::from_samples(&kernel.intervals),
+        })
+    }
+
+    /// Every crossing, each probed with one sample in its own VM first.
+    fn crossings(
+        &self,
+        null_ticks: u64,
+        progress: &dyn Progress,
+        stopped: &mut Option<Error>,
+    ) -> Result<Vec<Crossing>> {
+        let mut rows = Vec::with_capacity(CROSSINGS.len());
+        for (name, kind) in CROSSINGS {
+            let measure_row = || -> Result<Crossing> {
+                progress.step(name);
+                let unsupported = if kind == Kind::Sysenter && self.facts.is_amd() {
+                    Some(format!(
+                        "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
+                        self.facts.vendor
+                    ))
+                } else {
+                    self.probe(kind)?
+                };
+                match unsupported {
+                    Some(reason) => Ok(Crossing::unsupported(name, self.samples, reason)),
+                    None => self.crossing(name, kind, null_ticks),
+                }
+            };
+            rows.push(row_unless_stopped(stopped, measure_row, |reason| {
+                Crossing::unsupported(name, self.samples, reason)
+            })?);
+        }
+        Ok(rows)
+    }
+
+    /// Every VM exit, each probed with one sample in its own VM first.
+    fn exits(
+        &self,
+        null_ticks: u64,
+        progress: &dyn Progress,
+        stopped: &mut Option<Error>,
+    ) -> Result<Vec<ExitTiming>> {
+        let kinds = exit_kinds(&self.facts);
+        let mut rows = Vec::with_capacity(kinds.len());
+        for (name, kind) in kinds {
+            let measure_row = || -> Result<ExitTiming> {
+                progress.step(name);
+                let msr = matches!(kind, Kind::Rdmsr | Kind::Wrmsr);
+                let unsupported = if msr && !self.facts.user_space_msr {
+                    Some(
+                        "KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm"
+                            .into(),
+                    )
+                } else {
+                    self.probe(kind)?
+                };
+                match unsupported {
+                    Some(reason) => Ok(unsupported_exit(name, self.samples, reason)),
+                    None => self.exit(name, kind, null_ticks),
+                }
+            };
+            rows.push(row_unless_stopped(stopped, measure_row, |reason| {
+                unsupported_exit(name, self.samples, reason)
+            })?);
+        }
+        Ok(rows)
+    }
+
     fn phase(&self, kind: Kind, param: u64) -> Phase {
         Phase {
             kind,
@@ -711,6 +761,17 @@ mod tests {
         let f = fault(13, crate::microguest::layout::KERNEL_CODE_GPA + 0x300, 0x08);
         assert!(misdelivered(Kind::Rdmsr, &f).is_some());
         assert_eq!(misdelivered(Kind::Null, &fault(6, user_rip, 0x2b)), None);
+    }
+
+    #[test]
+    fn progress_steps_cover_every_row() {
+        let facts = GuestFacts::default();
+        let rows = CROSSINGS.len() + exit_kinds(&facts).len();
+        assert_eq!(
+            PHASES,
+            2 + rows as u64,
+            "two null measurements, then one step per row"
+        );
     }
 
     #[test]

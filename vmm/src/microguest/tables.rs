@@ -5,6 +5,7 @@
 use super::guest::KernelEntries;
 use super::layout::{self, selector, PAGE};
 use crate::arch::x86_64::gdt::{flags, gdt_entry};
+use crate::arch::x86_64::paging::{PTE_ADDR, PTE_P, PTE_PS, PTE_RW, PTE_US};
 
 /// 32-bit user code (unused, but SYSRET's layout needs the slot).
 const CODE32_USER: u16 = 0xc0fb;
@@ -77,11 +78,6 @@ pub fn idt(entries: &KernelEntries) -> Vec<u8> {
     }
     idt
 }
-
-pub const PTE_P: u64 = 1;
-pub const PTE_RW: u64 = 1 << 1;
-pub const PTE_US: u64 = 1 << 2;
-pub const PTE_PS: u64 = 1 << 7;
 
 /// How a 4 KiB page of the low 2 MiB is mapped (`None`: not at all).
 pub fn low_page_flags(gpa: u64) -> Option<u64> {
@@ -157,7 +153,7 @@ pub fn translate(tables: &[(u64, [u64; 512])], va: u64) -> Option<(u64, bool, bo
         }
         user &= e & PTE_US != 0;
         writable &= e & PTE_RW != 0;
-        let base = e & 0x000f_ffff_ffff_f000;
+        let base = e & PTE_ADDR;
         if level == 1 && e & PTE_PS != 0 {
             return Some((base + (va & (layout::LARGE_PAGE - 1)), user, writable));
         }

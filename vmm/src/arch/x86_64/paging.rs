@@ -1,13 +1,23 @@
-//! Identity page tables for a 64-bit boot: the first 4 GiB mapped 1:1 with 2 MiB
-//! pages (PML4 -> one PDPT -> four page directories), enough for the kernel, the
-//! boot structures, the initrd and the results slot.
+//! x86-64 page-table entries: their bits (for every table xvmm builds, the
+//! microguest's included) and the identity tables for a 64-bit boot: the first
+//! 4 GiB mapped 1:1 with 2 MiB pages (PML4 -> one PDPT -> four page
+//! directories), enough for the kernel, the boot structures, the initrd and the
+//! results slot.
 
 use crate::{Error, Result};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-const PRESENT: u64 = 1 << 0;
-const WRITABLE: u64 = 1 << 1;
-const PAGE_SIZE_2M: u64 = 1 << 7;
+/// Present.
+pub const PTE_P: u64 = 1 << 0;
+/// Writable.
+pub const PTE_RW: u64 = 1 << 1;
+/// User-mode (CPL3) access allowed.
+pub const PTE_US: u64 = 1 << 2;
+/// Page size: in a page directory entry, maps a 2 MiB page instead of pointing
+/// at a page table.
+pub const PTE_PS: u64 = 1 << 7;
+/// The physical address bits of an entry (bits 12..52).
+pub const PTE_ADDR: u64 = 0x000f_ffff_ffff_f000;
 /// Number of 4 KiB tables: PML4, PDPT, 4 page directories.
 pub const TABLE_COUNT: u64 = 6;
 /// Bytes mapped: 4 GiB.
@@ -18,12 +28,12 @@ pub const IDENTITY_MAPPED_BYTES: u64 = 4 << 30;
 pub fn identity_tables(base: u64) -> Vec<[u64; 512]> {
     let mut tables = vec![[0u64; 512]; TABLE_COUNT as usize];
     let pdpt = base + 0x1000;
-    tables[0][0] = pdpt | PRESENT | WRITABLE;
+    tables[0][0] = pdpt | PTE_P | PTE_RW;
     for pd in 0..4u64 {
-        tables[1][pd as usize] = (base + 0x2000 + pd * 0x1000) | PRESENT | WRITABLE;
+        tables[1][pd as usize] = (base + 0x2000 + pd * 0x1000) | PTE_P | PTE_RW;
         for i in 0..512u64 {
             let addr = ((pd * 512) + i) << 21;
-            tables[2 + pd as usize][i as usize] = addr | PRESENT | WRITABLE | PAGE_SIZE_2M;
+            tables[2 + pd as usize][i as usize] = addr | PTE_P | PTE_RW | PTE_PS;
         }
     }
     tables
@@ -52,20 +62,20 @@ mod tests {
 
     /// Walks the tables like the MMU does (2 MiB leaves only).
     fn translate(tables: &[[u64; 512]], base: u64, va: u64) -> Option<u64> {
-        let table = |addr: u64| &tables[((addr & !0xfff) - base) as usize / 0x1000];
+        let table = |entry: u64| &tables[((entry & PTE_ADDR) - base) as usize / 0x1000];
         let pml4e = table(base)[((va >> 39) & 511) as usize];
-        if pml4e & PRESENT == 0 {
+        if pml4e & PTE_P == 0 {
             return None;
         }
         let pdpte = table(pml4e)[((va >> 30) & 511) as usize];
-        if pdpte & PRESENT == 0 {
+        if pdpte & PTE_P == 0 {
             return None;
         }
         let pde = table(pdpte)[((va >> 21) & 511) as usize];
-        if pde & PRESENT == 0 || pde & PAGE_SIZE_2M == 0 {
+        if pde & PTE_P == 0 || pde & PTE_PS == 0 {
             return None;
         }
-        Some((pde & !0x1f_ffff & 0x000f_ffff_ffff_ffff) | (va & 0x1f_ffff))
+        Some((pde & PTE_ADDR & !0x1f_ffff) | (va & 0x1f_ffff))
     }
 
     #[test]

@@ -1,0 +1,285 @@
+/*
+ * The kernel blob (CPL0), copied to KERNEL_CODE_GPA: the guest's entry
+ * point, the handlers of the crossings a user phase measures, the CPL0 loops
+ * that time VM exits, and the exception stubs that report anything else.
+ * Everything between xvmm_mg_kernel_start and xvmm_mg_kernel_end is copied;
+ * guest.rs finds the entry points by their symbols.
+ *
+ * Handlers run on the kernel stack (RSP0 in the TSS, IST1 for #DF) and may
+ * clobber only rax, rcx and rdx: the user loop keeps its state in r9, r12,
+ * r13, r14, r15 and rbp across the crossing (see macros.S).
+ */
+
+.pushsection .text.xvmm_mg_kernel,"ax",@progbits
+.p2align 12
+.globl xvmm_mg_kernel_start
+xvmm_mg_kernel_start:
+.set xvmm_mg_kopen_count, 0
+.set xvmm_mg_kclose_count, 0
+
+/*
+ * First instruction of the guest: CPL0, RSP = kernel stack top. A user kind
+ * IRETs to the user dispatcher (user.S); a kernel kind runs its CPL0 loop
+ * here and rings the done doorbell.
+ */
+.globl xvmm_mg_kentry
+xvmm_mg_kentry:
+    mov rax, qword ptr [{ctl} + {c_kind}]
+    cmp rax, {first_kernel}
+    jae 2f
+    push {user_ss}
+    push {user_stack_top}
+    push {user_rflags}
+    push {user_cs}
+    push {user_code}
+    iretq
+2:
+    sub rax, {first_kernel}
+    cmp rax, {kind_count} - {first_kernel}
+    jae xvmm_mg_kbad_kind
+    DISPATCH xvmm_mg_ktable
+    RUN_PHASE
+    DOORBELL {port_done}
+
+// A kind number past the table: a fault with a made-up frame and vector.
+xvmm_mg_kbad_kind:
+    .rept 5
+    push 0                      // SS, RSP, RFLAGS, CS, RIP
+    .endr
+    REPORT_FAULT ({other_vector}+1), 0
+
+// The CPL0 loops, in Kind order from Kind::KernelNull.
+.p2align 2
+xvmm_mg_ktable:
+    .long xvmm_mg_k_null - xvmm_mg_ktable
+    .long xvmm_mg_k_cpuid - xvmm_mg_ktable
+    .long xvmm_mg_k_pio_out - xvmm_mg_ktable
+    .long xvmm_mg_k_pio_in - xvmm_mg_ktable
+    .long xvmm_mg_k_mmio - xvmm_mg_ktable
+    .long xvmm_mg_k_vmcall - xvmm_mg_ktable
+    .long xvmm_mg_k_vmmcall - xvmm_mg_ktable
+    .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
+    .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
+    .long xvmm_mg_k_hlt - xvmm_mg_ktable
+
+/*
+ * #UD: the user loop's way to say "done" (a UD2 at the address the VMM put
+ * in the control block; user mode may not touch ports under every
+ * hypervisor). Any other #UD is a fault.
+ */
+.p2align 4
+.globl xvmm_mg_ud_entry
+xvmm_mg_ud_entry:
+    mov rax, qword ptr [rsp]            // the faulting RIP
+    cmp rax, qword ptr [{ctl} + {c_user_done}]
+    jne 4f
+    DOORBELL {port_done}
+4:
+    REPORT_FAULT 6, 0
+
+/*
+ * #PF from the user loop: stamp u2k_k, make the faulting page of the A/B pair
+ * present and the other one not present (and flush it), so that the next
+ * write faults again, stamp k2u_k and return. A fault anywhere else is
+ * reported.
+ */
+.p2align 4
+.globl xvmm_mg_pf_entry
+xvmm_mg_pf_entry:
+    KSTAMP_CLOSE 8
+    mov rax, cr2
+    and rax, -2 * {page}                // the pair's first page
+    cmp rax, {pf_page_a}
+    jne 5f
+    mov rax, cr2
+    shr rax, 12
+    and eax, 511                        // rax = the faulting page's PTE index
+    or qword ptr [{pt_low} + rax * 8], {pte_p}
+    xor eax, 1                          // the other page of the pair
+    and qword ptr [{pt_low} + rax * 8], ~{pte_p}
+    shl rax, 12
+    invlpg [rax]
+    add rsp, 8                          // drop the error code
+    KSTAMP_OPEN 16
+    iretq
+5:
+    REPORT_FAULT 14, 1
+
+// #BP (int3) and int 0x80: stamp, stamp, return.
+.p2align 4
+.globl xvmm_mg_bp_entry
+xvmm_mg_bp_entry:
+    KSTAMP_CLOSE 8
+    KSTAMP_OPEN 16
+    iretq
+
+.p2align 4
+.globl xvmm_mg_intn_entry
+xvmm_mg_intn_entry:
+    KSTAMP_CLOSE 8
+    KSTAMP_OPEN 16
+    iretq
+
+/*
+ * SYSCALL: the CPU put the return RIP in rcx, but RDTSCP overwrites it; the
+ * user loop keeps a copy in r14. SYSRETQ (spelled as bytes: REX.W 0f 07).
+ */
+.p2align 4
+.globl xvmm_mg_syscall_entry
+xvmm_mg_syscall_entry:
+    KSTAMP_CLOSE 8
+    mov rcx, r14
+    KSTAMP_OPEN 16
+    .byte 0x48, 0x0f, 0x07
+
+/*
+ * SYSENTER (Intel only in long mode): SYSEXITQ (REX.W 0f 35) takes the user
+ * RIP from rdx and RSP from rcx; the user loop left them in r14 and r13.
+ */
+.p2align 4
+.globl xvmm_mg_sysenter_entry
+xvmm_mg_sysenter_entry:
+    KSTAMP_CLOSE 8
+    KSTAMP_OPEN 16
+    mov rdx, r14
+    mov rcx, r13
+    .byte 0x48, 0x0f, 0x35
+
+/*
+ * CPL0 loops: two stamps around one exiting instruction per sample (as
+ * kvm-unit-tests' vmexit tests, all at CPL0: some hypervisors refuse
+ * user-mode port I/O). Label 1 is where NEXT_SAMPLE starts the next sample.
+ */
+.p2align 4
+xvmm_mg_k_cpuid:
+1:
+    KSTAMP_OPEN 0
+    xor eax, eax
+    xor ecx, ecx
+    cpuid
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_pio_out:
+1:
+    KSTAMP_OPEN 0
+    mov edx, {port_measure}
+    out dx, al
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_pio_in:
+1:
+    KSTAMP_OPEN 0
+    mov edx, {port_measure}
+    in al, dx
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// r13 = the MMIO address (a page with no memory slot behind it).
+.p2align 4
+xvmm_mg_k_mmio:
+    mov r13, {mmio}
+1:
+    KSTAMP_OPEN 0
+    mov dword ptr [r13], eax
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// Hypercall number 0 (rax) is none: KVM answers -KVM_ENOSYS after the exit.
+.p2align 4
+xvmm_mg_k_vmcall:
+1:
+    KSTAMP_OPEN 0
+    xor eax, eax
+    vmcall
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_vmmcall:
+1:
+    KSTAMP_OPEN 0
+    xor eax, eax
+    vmmcall
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// An MSR KVM does not know, so that the access exits to xvmm.
+.p2align 4
+xvmm_mg_k_rdmsr:
+1:
+    KSTAMP_OPEN 0
+    mov ecx, {probe_msr}
+    rdmsr
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_wrmsr:
+1:
+    KSTAMP_OPEN 0
+    mov ecx, {probe_msr}
+    xor eax, eax
+    xor edx, edx
+    wrmsr
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// The VMM wakes the halted vCPU by running it again.
+.p2align 4
+xvmm_mg_k_hlt:
+1:
+    KSTAMP_OPEN 0
+    hlt
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// The kernel stamp pair with nothing between (the exits' null overhead).
+.p2align 4
+xvmm_mg_k_null:
+1:
+    KSTAMP_OPEN 0
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// Every unexpected exception ends here (stack: see REPORT_FAULT).
+.p2align 4
+xvmm_mg_fault_common:
+    FAULT_REPORT
+
+/*
+ * The IDT's gates: vector v's stub is at xvmm_mg_stubs + 16 * v, then one
+ * stub for every vector from 32 up. The CPU pushes an error code for
+ * vectors 8, 10-14, 17, 21, 29 and 30.
+ */
+.p2align 4
+.globl xvmm_mg_stubs
+xvmm_mg_stubs:
+    EXCEPTION_STUBS 0, 0, 1, 2, 3, 4, 5, 6, 7
+    EXCEPTION_STUBS 1, 8
+    EXCEPTION_STUBS 0, 9
+    EXCEPTION_STUBS 1, 10, 11, 12, 13, 14
+    EXCEPTION_STUBS 0, 15, 16
+    EXCEPTION_STUBS 1, 17
+    EXCEPTION_STUBS 0, 18, 19, 20
+    EXCEPTION_STUBS 1, 21
+    EXCEPTION_STUBS 0, 22, 23, 24, 25, 26, 27, 28
+    EXCEPTION_STUBS 1, 29, 30
+    EXCEPTION_STUBS 0, 31
+.p2align 4
+.globl xvmm_mg_stub_other
+xvmm_mg_stub_other:
+    REPORT_FAULT {other_vector}, 0
+
+// How many kernel stamps the macros above emitted (for the VMM's patching).
+.p2align 2
+.globl xvmm_mg_kstamp_counts
+xvmm_mg_kstamp_counts:
+    .long xvmm_mg_kopen_count
+    .long xvmm_mg_kclose_count
+.globl xvmm_mg_kernel_end
+xvmm_mg_kernel_end:
+.popsection

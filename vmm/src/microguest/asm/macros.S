@@ -1,0 +1,174 @@
+/*
+ * Macros shared by the microguest's kernel (kernel.S) and user (user.S) code.
+ *
+ * guest.rs assembles macros.S, kernel.S and user.S as one global_asm! block
+ * (Intel syntax). Names in curly brackets are its const operands: the
+ * addresses and offsets of layout.rs, so the code refers to data only at
+ * fixed addresses and to code only RIP-relatively (position independent).
+ *
+ * Registers, the same in both blobs (our own guest, so each side may trust
+ * the other):
+ *   r15  current sample; a crossing's handler stores u2k_k at +8 and k2u_k
+ *        at +16 of it
+ *   r12  bytes to the next sample: 0 during warm-up (every warm-up iteration
+ *        reuses the scratch sample), the kind's stride afterwards
+ *   r9   samples left in this pass
+ *   rbp  the kind's measurement routine
+ *   rax, rcx, rdx  scratch: the stamps write them (RDTSC edx:eax, RDTSCP
+ *        also ecx) and a handler clobbers nothing else
+ * Kind-specific registers are described where they are used.
+ */
+
+/*
+ * The stamp pair, the only place the guest spells it (the same sequences as
+ * xvmm_results::tsc, checked by a test in guest.rs). The TSC ends in edx:eax.
+ * STAMP_CLOSE also writes TSC_AUX to ecx.
+ */
+.macro STAMP_OPEN
+    lfence
+    rdtsc
+    lfence
+.endm
+
+.macro STAMP_CLOSE
+    rdtscp
+    lfence
+.endm
+
+// Stores the TSC in edx:eax at byte offset off of the current sample (r15).
+.macro STORE_STAMP off
+    mov dword ptr [r15 + \off], eax
+    mov dword ptr [r15 + \off + 4], edx
+.endm
+
+/*
+ * Kernel (CPL0) stamps. Each one is counted: the VMM replaces every kernel
+ * stamp with plain RDTSC where the hypervisor cannot run LFENCE/RDTSCP at
+ * CPL0 and checks that it found exactly this many (xvmm_mg_kstamp_counts).
+ */
+.macro KSTAMP_OPEN off
+    STAMP_OPEN
+    .set xvmm_mg_kopen_count, xvmm_mg_kopen_count + 1
+    STORE_STAMP \off
+.endm
+
+.macro KSTAMP_CLOSE off
+    STAMP_CLOSE
+    .set xvmm_mg_kclose_count, xvmm_mg_kclose_count + 1
+    STORE_STAMP \off
+.endm
+
+// User (CPL3) stamps: never patched, so not counted.
+.macro USTAMP_OPEN off
+    STAMP_OPEN
+    STORE_STAMP \off
+.endm
+
+.macro USTAMP_CLOSE off
+    STAMP_CLOSE
+    STORE_STAMP \off
+.endm
+
+/*
+ * Phase dispatch: rax = the kind's index into table, a list of 32-bit
+ * offsets from table to each routine. Leaves the routine in rbp; clobbers
+ * rax, rcx.
+ */
+.macro DISPATCH table
+    lea rcx, [rip + \table]
+    movsxd rax, dword ptr [rcx + rax * 4]
+    add rax, rcx
+    mov rbp, rax
+.endm
+
+/*
+ * Runs a phase: the routine in rbp once over the warm-up count into the
+ * scratch sample, then over the sample count into the sample buffer, then
+ * marks the phase done in the control block. Sets r9, r12, r15 for the
+ * routine (see the top of this file); the routine may clobber every
+ * register but rbp and rsp.
+ */
+.macro RUN_PHASE
+    mov r9, qword ptr [{ctl} + {c_warmup}]
+    test r9, r9
+    jz 71f
+    mov r15, {scratch}
+    xor r12d, r12d
+    call rbp
+71:
+    mov r9, qword ptr [{ctl} + {c_samples}]
+    test r9, r9
+    jz 72f
+    mov r15, qword ptr [{ctl} + {c_buffer}]
+    mov r12, qword ptr [{ctl} + {c_stride}]
+    call rbp
+72:
+    mov rax, {done_magic}
+    mov qword ptr [{ctl} + {c_status}], rax
+.endm
+
+/*
+ * End of one sample in a measurement routine: advance r15 by r12, count r9
+ * down and go back to the routine's label 1 (its first sample instruction),
+ * or return to RUN_PHASE after the last one.
+ */
+.macro NEXT_SAMPLE
+    add r15, r12
+    dec r9
+    jnz 1b
+    ret
+.endm
+
+// Rings a doorbell port for the VMM (any value in al), then stops for good.
+.macro DOORBELL port
+    mov edx, \port
+    out dx, al
+99:
+    hlt
+    jmp 99b
+.endm
+
+/*
+ * Hands an exception to xvmm_mg_fault_common with the stack it expects:
+ * vector on top, then the error code (pushed here as 0 when the CPU pushes
+ * none: has_error 0), then the CPU's interrupt frame.
+ */
+.macro REPORT_FAULT vector, has_error
+    .if \has_error == 0
+    push 0
+    .endif
+    push \vector
+    jmp xvmm_mg_fault_common
+.endm
+
+// One 16-byte entry stub per listed vector, in order.
+.macro EXCEPTION_STUBS has_error, vectors:vararg
+    .irp v, \vectors
+    .p2align 4
+    REPORT_FAULT \v, \has_error
+    .endr
+.endm
+
+/*
+ * The fault report: copies vector, error code, the interrupted RIP, CS,
+ * RFLAGS, RSP and CR2 into the control block's fault record, rings the
+ * fault doorbell and stops. Expects the stack REPORT_FAULT builds; uses rax
+ * and rdx (nothing is resumed).
+ */
+.macro FAULT_REPORT
+    pop rax
+    mov qword ptr [{ctl} + {f_vector}], rax
+    pop rax
+    mov qword ptr [{ctl} + {f_error}], rax
+    mov rax, qword ptr [rsp]
+    mov qword ptr [{ctl} + {f_rip}], rax
+    mov rax, qword ptr [rsp + 8]
+    mov qword ptr [{ctl} + {f_cs}], rax
+    mov rax, qword ptr [rsp + 16]
+    mov qword ptr [{ctl} + {f_rflags}], rax
+    mov rax, qword ptr [rsp + 24]
+    mov qword ptr [{ctl} + {f_rsp}], rax
+    mov rax, cr2
+    mov qword ptr [{ctl} + {f_cr2}], rax
+    DOORBELL {port_fault}
+.endm

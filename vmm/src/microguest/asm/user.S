@@ -1,0 +1,130 @@
+/*
+ * The user blob (CPL3), copied to USER_CODE_GPA with its entry at offset 0:
+ * the dispatcher the kernel entry IRETs to, and one measurement routine per
+ * user kind. A crossing's routine stamps u2k_u (+0) before the crossing
+ * instruction and k2u_u (+24) after it; the handler in kernel.S fills +8 and
+ * +16. User mode cannot ring a port under every hypervisor: the end of a
+ * phase is a UD2 at xvmm_mg_user_done, which the #UD handler turns into the
+ * done doorbell.
+ */
+
+.pushsection .text.xvmm_mg_user,"ax",@progbits
+.p2align 12
+.globl xvmm_mg_user_start
+xvmm_mg_user_start:
+    mov rax, qword ptr [{ctl} + {c_kind}]
+    cmp rax, {first_kernel}
+    jae 3f                              // a kernel kind never comes here
+    DISPATCH xvmm_mg_utable
+    mov r13, {pf_page_a}                // the #PF loop's first target
+    RUN_PHASE
+.globl xvmm_mg_user_done
+xvmm_mg_user_done:
+    ud2
+3:
+    ud2
+
+// The user routines, in Kind order from Kind::Null.
+.p2align 2
+xvmm_mg_utable:
+    .long xvmm_mg_u_null - xvmm_mg_utable
+    .long xvmm_mg_u_pf - xvmm_mg_utable
+    .long xvmm_mg_u_int3 - xvmm_mg_utable
+    .long xvmm_mg_u_syscall - xvmm_mg_utable
+    .long xvmm_mg_u_sysenter - xvmm_mg_utable
+    .long xvmm_mg_u_intn - xvmm_mg_utable
+    .long xvmm_mg_u_imul - xvmm_mg_utable
+
+/*
+ * Every routine's label 1 is where NEXT_SAMPLE starts the next sample.
+ * The user stamp pair with nothing between (the crossings' null overhead).
+ */
+.p2align 4
+xvmm_mg_u_null:
+1:
+    USTAMP_OPEN 0
+    USTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+/*
+ * A byte store to the not-present page of the A/B pair. r13 (the next page
+ * to fault on) is set once by the dispatcher and carried from warm-up into
+ * the recorded samples: restarting at page A after an odd warm-up would
+ * write to a page that is already present.
+ */
+.p2align 4
+xvmm_mg_u_pf:
+1:
+    USTAMP_OPEN 0
+    mov byte ptr [r13], 1
+    USTAMP_CLOSE 24
+    xor r13, {page}                     // A <-> B
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_u_int3:
+1:
+    USTAMP_OPEN 0
+    int3
+    USTAMP_CLOSE 24
+    NEXT_SAMPLE
+
+// r14 = where SYSRET returns: the handler cannot use rcx (see kernel.S).
+.p2align 4
+xvmm_mg_u_syscall:
+    lea r14, [rip + 73f]
+1:
+    USTAMP_OPEN 0
+    syscall
+73:
+    USTAMP_CLOSE 24
+    NEXT_SAMPLE
+
+// r14 = where SYSEXIT returns, r13 = the user stack to return to.
+.p2align 4
+xvmm_mg_u_sysenter:
+    lea r14, [rip + 74f]
+    mov r13, rsp
+1:
+    USTAMP_OPEN 0
+    sysenter
+74:
+    USTAMP_CLOSE 24
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_u_intn:
+1:
+    USTAMP_OPEN 0
+    int 0x80
+    USTAMP_CLOSE 24
+    NEXT_SAMPLE
+
+/*
+ * Dependent imul chains for the linearity check, alternating PARAM and
+ * 2 * PARAM imuls (PARAM a multiple of 8): even samples hold the short
+ * chain, odd ones the long chain, so frequency drift hits both alike.
+ * r10 = this sample's chain length, r11 = short ^ long (toggles r10);
+ * rcx counts the chain down, rax is the chain's value.
+ */
+.p2align 4
+xvmm_mg_u_imul:
+    mov r10, qword ptr [{ctl} + {c_param}]
+    lea r11, [r10 + r10]
+    xor r11, r10
+1:
+    USTAMP_OPEN 0
+    mov rcx, r10
+75:
+    .rept 8
+    imul rax, rax
+    .endr
+    sub rcx, 8
+    jnz 75b
+    USTAMP_CLOSE 8
+    xor r10, r11
+    NEXT_SAMPLE
+
+.globl xvmm_mg_user_end
+xvmm_mg_user_end:
+.popsection
