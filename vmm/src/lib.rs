@@ -14,6 +14,7 @@ pub mod app;
 pub mod arch;
 pub mod boot;
 pub mod devices;
+pub mod elf;
 pub mod error;
 pub mod harness;
 pub mod host_trace;

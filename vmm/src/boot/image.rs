@@ -3,7 +3,9 @@
 //! Pure functions over the file's bytes, so that every malformed input gets a
 //! precise one-line message and never reaches the loader half-checked.
 
+use crate::elf::{self, ElfError, ElfFile};
 use crate::{Error, Result};
+use std::io::{Read, Seek, SeekFrom};
 
 /// Setup header offsets (Documentation/arch/x86/boot.rst).
 mod hdr {
@@ -121,10 +123,9 @@ impl ImageBytes for std::fs::File {
     }
 }
 
-/// Bytes read from the start of the file: enough for every header field used.
+/// Bytes read from the start of the file: enough for every bzImage header
+/// field used, and the ELF magic.
 const HEAD_SIZE: u64 = 4096;
-/// Note segments larger than this are not searched (Linux's are a few hundred bytes).
-const MAX_NOTES_SIZE: u64 = 1 << 20;
 
 fn read(src: &(impl ImageBytes + ?Sized), offset: u64, len: u64) -> Result<Vec<u8>> {
     src.read_at(offset, len as usize)
@@ -139,7 +140,7 @@ pub fn inspect(src: &(impl ImageBytes + ?Sized)) -> Result<KernelImage> {
     }
     let head = read(src, 0, size.min(HEAD_SIZE))?;
     if head.starts_with(b"\x7fELF") {
-        return inspect_elf(src, &head, size).map(KernelImage::Elf);
+        return inspect_elf(src).map(KernelImage::Elf);
     }
     if head.len() >= hdr::HEADER + 4 && u32_at(&head, hdr::HEADER) == SETUP_MAGIC {
         return inspect_bzimage(&head, size).map(KernelImage::BzImage);
@@ -200,114 +201,78 @@ fn inspect_bzimage(b: &[u8], file_size: u64) -> Result<BzImageInfo> {
     Ok(info)
 }
 
-/// ELF machine numbers worth naming in an error.
-fn machine_name(machine: u16) -> &'static str {
-    match machine {
-        3 => "i386",
-        8 => "MIPS",
-        20 => "PowerPC",
-        21 => "PowerPC64",
-        22 => "s390",
-        40 => "ARM",
-        62 => "x86-64",
-        183 => "AArch64",
-        243 => "RISC-V",
-        258 => "LoongArch",
-        _ => "an unknown architecture",
+const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
+
+/// `Read + Seek` over an [`ImageBytes`], for the ELF reader: it reads the
+/// header, the program headers and at most [`elf::MAX_NOTE_BYTES`] of notes,
+/// never the segments themselves.
+struct Cursor<'a, S: ?Sized> {
+    src: &'a S,
+    pos: u64,
+}
+
+impl<S: ImageBytes + ?Sized> Read for Cursor<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.src.size().saturating_sub(self.pos);
+        let n = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        if n > 0 {
+            buf[..n].copy_from_slice(&self.src.read_at(self.pos, n)?);
+            self.pos += n as u64;
+        }
+        Ok(n)
     }
 }
 
-const EM_X86_64: u16 = 62;
-const PT_LOAD: u32 = 1;
-const PT_NOTE: u32 = 4;
-const XEN_ELFNOTE_PHYS32_ENTRY: u32 = 18;
-const EHDR_SIZE: usize = 64;
-const PHDR_SIZE: usize = 56;
+impl<S: ImageBytes + ?Sized> Seek for Cursor<'_, S> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let pos = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.src.size().checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = pos.ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        Ok(self.pos)
+    }
+}
 
-fn inspect_elf(src: &(impl ImageBytes + ?Sized), b: &[u8], file_size: u64) -> Result<ElfInfo> {
-    if b.len() < EHDR_SIZE {
-        return Err(Error::Kernel(format!(
-            "truncated ELF: {file_size} bytes, shorter than an ELF header"
-        )));
-    }
-    let machine = u16_at(b, 0x12);
-    if b[5] == 2 {
-        return Err(Error::Kernel("big-endian ELF: not an x86-64 kernel".into()));
-    }
-    if machine != EM_X86_64 {
-        return Err(Error::Kernel(format!(
-            "ELF for {} (e_machine {machine}), xvmm boots x86-64 kernels only",
-            machine_name(machine)
-        )));
-    }
-    if b[4] != 2 {
-        return Err(Error::Kernel(
-            "32-bit ELF: need a 64-bit x86-64 vmlinux".into(),
-        ));
-    }
-    let phoff = u64_at(b, 0x20);
-    let phentsize = u16_at(b, 0x36) as usize;
-    let phnum = u16_at(b, 0x38) as usize;
-    if phentsize != PHDR_SIZE {
-        return Err(Error::Kernel(format!(
-            "corrupt ELF: program header size {phentsize}, expected {PHDR_SIZE}"
-        )));
-    }
-    let table_size = (phnum * PHDR_SIZE) as u64;
-    let table_end = phoff
-        .checked_add(table_size)
-        .filter(|end| *end <= file_size);
-    if table_end.is_none() {
-        return Err(Error::Kernel(format!(
-            "truncated ELF: program headers at {phoff:#x} ({phnum} entries) lie beyond the file's {file_size} bytes"
-        )));
-    }
-    let table = read(src, phoff, table_size)?;
-    let mut load_start = u64::MAX;
-    let mut load_end = 0u64;
-    let mut pvh_entry = None;
-    for i in 0..phnum {
-        let ph = &table[i * PHDR_SIZE..][..PHDR_SIZE];
-        let p_type = u32_at(ph, 0);
-        let offset = u64_at(ph, 8);
-        let paddr = u64_at(ph, 24);
-        let filesz = u64_at(ph, 32);
-        let memsz = u64_at(ph, 40);
-        if offset.checked_add(filesz).is_none_or(|end| end > file_size) {
-            return Err(Error::Kernel(format!(
-                "truncated ELF: segment {i} needs bytes up to {:#x}, the file has {file_size}",
-                offset.saturating_add(filesz)
-            )));
-        }
-        match p_type {
-            PT_LOAD if memsz > 0 => {
-                if filesz > memsz {
-                    return Err(Error::Kernel(format!(
-                        "corrupt ELF: segment {i} has more file bytes than memory bytes"
-                    )));
-                }
-                let end = paddr.checked_add(memsz).ok_or_else(|| {
-                    Error::Kernel(format!(
-                        "corrupt ELF: segment {i} wraps around the address space"
-                    ))
-                })?;
-                load_start = load_start.min(paddr);
-                load_end = load_end.max(end);
-            }
-            PT_NOTE if pvh_entry.is_none() && filesz <= MAX_NOTES_SIZE => {
-                pvh_entry = find_pvh_note(&read(src, offset, filesz)?);
-            }
-            _ => {}
-        }
-    }
-    if load_end == 0 {
+/// The ELF reader's error as a kernel error, worded for kernels where the
+/// generic wording would not say what xvmm accepts.
+fn kernel_error(e: ElfError) -> Error {
+    Error::Kernel(match e {
+        ElfError::Machine(m) => format!(
+            "ELF for {} (e_machine {m}), xvmm boots x86-64 kernels only",
+            elf::machine_name(m)
+        ),
+        ElfError::BigEndian => "big-endian ELF: not an x86-64 kernel".into(),
+        ElfError::Not64Bit => "32-bit ELF: need a 64-bit x86-64 vmlinux".into(),
+        other => other.to_string(),
+    })
+}
+
+fn inspect_elf(src: &(impl ImageBytes + ?Sized)) -> Result<ElfInfo> {
+    let source = elf::StreamSource::new(Cursor { src, pos: 0 });
+    let file = ElfFile::from_stream(&source).map_err(kernel_error)?;
+    let Some((load_start, load_end)) = file.load_range().map_err(kernel_error)? else {
         return Err(Error::Kernel("ELF has no loadable segments".into()));
-    }
-    let Some(pvh_entry) = pvh_entry else {
-        return Err(Error::Kernel(
-            "ELF vmlinux has no PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY): build it with CONFIG_PVH=y or boot the bzImage"
-                .into(),
-        ));
+    };
+    let note = file
+        .find_note(b"Xen", XEN_ELFNOTE_PHYS32_ENTRY)
+        .map_err(kernel_error)?;
+    let pvh_entry = match note {
+        None => {
+            return Err(Error::Kernel(
+                "ELF vmlinux has no PVH entry note (XEN_ELFNOTE_PHYS32_ENTRY): build it with CONFIG_PVH=y or boot the bzImage"
+                    .into(),
+            ))
+        }
+        Some(&[a, b, c, d]) => u64::from(u32::from_le_bytes([a, b, c, d])),
+        Some(&[a, b, c, d, e, f, g, h]) => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        Some(other) => {
+            return Err(Error::Kernel(format!(
+                "corrupt ELF: PVH entry note of {} bytes, expected 4 or 8",
+                other.len()
+            )))
+        }
     };
     if pvh_entry >= 1 << 32 {
         return Err(Error::Kernel(format!(
@@ -321,35 +286,13 @@ fn inspect_elf(src: &(impl ImageBytes + ?Sized), b: &[u8], file_size: u64) -> Re
     })
 }
 
-/// Finds the PVH entry in a PT_NOTE segment's bytes.
-fn find_pvh_note(mut notes: &[u8]) -> Option<u64> {
-    let align4 = |n: usize| n.checked_add(3).map(|n| n & !3);
-    while notes.len() >= 12 {
-        let namesz = u32_at(notes, 0) as usize;
-        let descsz = u32_at(notes, 4) as usize;
-        let kind = u32_at(notes, 8);
-        let name_end = 12usize.checked_add(align4(namesz)?)?;
-        let desc_end = name_end.checked_add(align4(descsz)?)?;
-        if desc_end > notes.len() {
-            return None;
-        }
-        let name = &notes[12..12 + namesz];
-        if kind == XEN_ELFNOTE_PHYS32_ENTRY && name == b"Xen\0" {
-            let desc = &notes[name_end..name_end + descsz];
-            return match descsz {
-                4 => Some(u64::from(u32_at(desc, 0))),
-                8 => Some(u64_at(desc, 0)),
-                _ => None,
-            };
-        }
-        notes = &notes[desc_end..];
-    }
-    None
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    const EM_X86_64: u16 = 62;
+    const PT_LOAD: u32 = 1;
+    const PT_NOTE: u32 = 4;
 
     /// A minimal bzImage: one setup sector plus header, `payload` bytes after it.
     pub(crate) fn fake_bzimage(payload: &[u8]) -> Vec<u8> {
@@ -488,6 +431,63 @@ pub(crate) mod tests {
         let full = fake_elf(EM_X86_64, 0x100_0000, &[0; 64], Some(0x100_0000));
         assert!(err(&full[..full.len() - 10]).contains("truncated ELF: segment 0"));
         assert!(err(&full[..40]).contains("truncated ELF: 40 bytes"));
+        assert_eq!(
+            err(&full[..64 + 56 + 30]),
+            "kernel: truncated ELF: program headers at 0x40 (2 entries) lie outside the file's 150 bytes"
+        );
+        let mut big_endian = full.clone();
+        big_endian[5] = 2;
+        assert_eq!(
+            err(&big_endian),
+            "kernel: big-endian ELF: not an x86-64 kernel"
+        );
+        let mut elf32 = full[..52].to_vec();
+        elf32[4] = 1;
+        assert_eq!(
+            err(&elf32),
+            "kernel: 32-bit ELF: need a 64-bit x86-64 vmlinux"
+        );
+        let mut i386 = elf32.clone();
+        i386[0x12] = 3;
+        assert_eq!(
+            err(&i386),
+            "kernel: ELF for i386 (e_machine 3), xvmm boots x86-64 kernels only"
+        );
+        // A 2-byte descriptor (n_descsz follows n_namesz at the note's start).
+        let mut odd = full.clone();
+        odd[64 + 2 * 56 + 4] = 2;
+        assert_eq!(
+            err(&odd),
+            "kernel: corrupt ELF: PVH entry note of 2 bytes, expected 4 or 8"
+        );
+    }
+
+    /// A kernel file that counts the bytes read from it.
+    struct Counting {
+        bytes: Vec<u8>,
+        read: std::cell::Cell<u64>,
+    }
+
+    impl ImageBytes for Counting {
+        fn size(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+        fn read_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+            self.read.set(self.read.get() + len as u64);
+            self.bytes.as_slice().read_at(offset, len)
+        }
+    }
+
+    #[test]
+    fn inspecting_an_elf_reads_only_its_headers() {
+        let image = Counting {
+            bytes: fake_elf(EM_X86_64, 0x100_0000, &[0xf4; 8 << 20], Some(0x100_0000)),
+            read: 0.into(),
+        };
+        assert!(matches!(inspect(&image), Ok(KernelImage::Elf(_))));
+        // The 4 KiB head, then the ELF reader's header, program headers and note.
+        let read = image.read.get();
+        assert!(read < 4096 + 512, "read {read} bytes of an 8 MiB image");
     }
 
     #[test]

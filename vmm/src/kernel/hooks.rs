@@ -4,8 +4,10 @@
 //! `X86_FEATURE_XPERF`. This checks the series' "a NOP when off" claim on the
 //! real binary instead of trusting a listing.
 //!
-//! Read from the ELF itself (section headers and `.symtab`); pure, no tools.
+//! Read from the ELF itself (section headers and `.symtab`, through
+//! [`crate::elf`]); pure, no tools.
 
+use crate::elf::{ElfError, ElfFile, Sections, Symbols};
 use crate::{Error, Result};
 
 /// `X86_FEATURE_XPERF` = word 21, bit 31 (the series' cpufeatures.h).
@@ -41,221 +43,105 @@ impl HookSite {
     }
 }
 
-/// One ELF section: where it is in memory and in the file.
-struct Section {
-    kind: u32,
-    addr: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
+fn bad(e: ElfError) -> Error {
+    Error::Kernel(format!("not a usable vmlinux: {e}"))
 }
 
-const SHT_PROGBITS: u32 = 1;
-const SHT_SYMTAB: u32 = 2;
-
-fn bad(what: &str) -> Error {
-    Error::Kernel(format!("not a usable vmlinux: {what}"))
+/// Whether a symbol is worth naming a site after: not an assembler-local
+/// label (`.L*`) nor a generated `__UNIQUE_ID*`.
+fn is_real_name(name: &[u8]) -> bool {
+    !name.starts_with(b".L") && !name.starts_with(b"__UNIQUE_ID")
 }
 
-fn read<const N: usize>(data: &[u8], at: u64) -> Result<[u8; N]> {
-    let start = usize::try_from(at).map_err(|_| bad("offset out of range"))?;
-    data.get(start..start.saturating_add(N))
-        .and_then(|s| s.try_into().ok())
-        .ok_or_else(|| bad("truncated"))
-}
-
-fn u16_at(d: &[u8], at: u64) -> Result<u16> {
-    read::<2>(d, at).map(u16::from_le_bytes)
-}
-fn u32_at(d: &[u8], at: u64) -> Result<u32> {
-    read::<4>(d, at).map(u32::from_le_bytes)
-}
-fn u64_at(d: &[u8], at: u64) -> Result<u64> {
-    read::<8>(d, at).map(u64::from_le_bytes)
-}
-
-/// A parsed vmlinux: its sections and symbols.
-struct Vmlinux<'a> {
-    data: &'a [u8],
-    sections: Vec<Section>,
-    /// (address, name) of every named symbol, sorted by address.
-    symbols: Vec<(u64, String)>,
-}
-
-impl<'a> Vmlinux<'a> {
-    fn parse(data: &'a [u8]) -> Result<Self> {
-        if data.get(..5) != Some(b"\x7fELF\x02") || data.get(5) != Some(&1) {
-            return Err(bad("not a 64-bit little-endian ELF file"));
-        }
-        let shoff = u64_at(data, 0x28)?;
-        let shentsize = u64::from(u16_at(data, 0x3a)?);
-        let shnum = u64::from(u16_at(data, 0x3c)?);
-        if shentsize < 64 || shnum == 0 {
-            return Err(bad("no section headers (stripped?)"));
-        }
-        let mut sections = Vec::new();
-        for i in 0..shnum {
-            let h = shoff.saturating_add(i.saturating_mul(shentsize));
-            sections.push(Section {
-                kind: u32_at(data, h + 4)?,
-                addr: u64_at(data, h + 16)?,
-                offset: u64_at(data, h + 24)?,
-                size: u64_at(data, h + 32)?,
-                link: u32_at(data, h + 40)?,
-            });
-        }
-        let mut vmlinux = Vmlinux {
-            data,
-            sections,
-            symbols: Vec::new(),
-        };
-        vmlinux.symbols = vmlinux.read_symbols()?;
-        Ok(vmlinux)
+/// The address range `start..stop` between two linker-defined symbols.
+fn table_range(symbols: &Symbols, start: &str, stop: &str) -> Result<(u64, u64)> {
+    let missing = |name: &str| Error::Kernel(format!("not a usable vmlinux: no {name} symbol"));
+    let a = symbols.address_of(start).ok_or_else(|| missing(start))?;
+    let b = symbols.address_of(stop).ok_or_else(|| missing(stop))?;
+    if b < a {
+        return Err(Error::Kernel(format!(
+            "not a usable vmlinux: {stop} is below {start}"
+        )));
     }
-
-    fn read_symbols(&self) -> Result<Vec<(u64, String)>> {
-        let symtab = self
-            .sections
-            .iter()
-            .find(|s| s.kind == SHT_SYMTAB)
-            .ok_or_else(|| bad("no .symtab (stripped?)"))?;
-        let strtab = self
-            .sections
-            .get(symtab.link as usize)
-            .ok_or_else(|| bad("bad .symtab link"))?;
-        let mut symbols = Vec::new();
-        for i in 0..symtab.size / 24 {
-            let e = symtab.offset.saturating_add(i * 24);
-            let name = u32_at(self.data, e)?;
-            let value = u64_at(self.data, e + 8)?;
-            if name != 0 && value != 0 {
-                symbols.push((
-                    value,
-                    c_string(self.data, strtab.offset.saturating_add(u64::from(name))),
-                ));
-            }
-        }
-        symbols.sort();
-        Ok(symbols)
-    }
-
-    fn symbol(&self, name: &str) -> Option<u64> {
-        self.symbols
-            .iter()
-            .find(|(_, n)| n == name)
-            .map(|(a, _)| *a)
-    }
-
-    /// `symbol+0xoff` for an address, preferring real names over local labels.
-    fn locate(&self, address: u64) -> String {
-        let before = self.symbols.partition_point(|(a, _)| *a <= address);
-        self.symbols[..before]
-            .iter()
-            .rev()
-            .find(|(_, n)| !n.starts_with(".L") && !n.starts_with("__UNIQUE_ID"))
-            .map_or_else(
-                || format!("{address:#x}"),
-                |(a, n)| format!("{n}+{:#x}", address - a),
-            )
-    }
-
-    /// `len` bytes at virtual address `address`, from the section holding them.
-    fn bytes_at(&self, address: u64, len: u64) -> Result<&'a [u8]> {
-        let s = self
-            .sections
-            .iter()
-            .find(|s| {
-                s.kind == SHT_PROGBITS
-                    && s.addr <= address
-                    && address.saturating_add(len) <= s.addr.saturating_add(s.size)
-            })
-            .ok_or_else(|| bad(&format!("no section holds address {address:#x}")))?;
-        let start = s.offset.saturating_add(address - s.addr);
-        let start = usize::try_from(start).map_err(|_| bad("offset out of range"))?;
-        let end = start.saturating_add(usize::try_from(len).map_err(|_| bad("length"))?);
-        self.data.get(start..end).ok_or_else(|| bad("truncated"))
-    }
-
-    fn table(&self, start: &str, stop: &str) -> Result<(u64, u64)> {
-        let a = self
-            .symbol(start)
-            .ok_or_else(|| bad(&format!("no {start} symbol")))?;
-        let b = self
-            .symbol(stop)
-            .ok_or_else(|| bad(&format!("no {stop} symbol")))?;
-        if b < a {
-            return Err(bad(&format!("{stop} is below {start}")));
-        }
-        Ok((a, b))
-    }
-}
-
-fn c_string(data: &[u8], at: u64) -> String {
-    let Some(tail) = usize::try_from(at).ok().and_then(|a| data.get(a..)) else {
-        return String::new();
-    };
-    let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
-    String::from_utf8_lossy(&tail[..end]).into_owned()
+    Ok((a, b))
 }
 
 fn relative(base: u64, offset: i64) -> u64 {
     base.wrapping_add_signed(offset)
 }
 
+fn i32_at(entry: &[u8], at: usize) -> i32 {
+    i32::from_le_bytes(entry[at..at + 4].try_into().unwrap_or_default())
+}
+
 /// Every xperf hook site of a built vmlinux. An unpatched kernel (no
 /// `xperf_stamps_key`) is an error saying so.
 pub fn find(vmlinux: &[u8]) -> Result<Vec<HookSite>> {
-    let elf = Vmlinux::parse(vmlinux)?;
-    let key = elf.symbol("xperf_stamps_key").ok_or_else(|| {
+    let elf = ElfFile::parse(vmlinux).map_err(bad)?;
+    let sections = elf.sections().map_err(bad)?;
+    let symbols = sections.symbols(is_real_name).map_err(bad)?;
+    let key = symbols.address_of("xperf_stamps_key").ok_or_else(|| {
         Error::Kernel("no xperf_stamps_key symbol: not a kernel built with the xperf series (CONFIG_XPERF_STAMPS=y)".into())
     })?;
-    let mut sites = Vec::new();
+    let mut sites = jump_label_sites(&sections, &symbols, key)?;
+    sites.extend(alternative_sites(&sections, &symbols)?);
+    sites.sort_by_key(|s| s.address);
+    Ok(sites)
+}
 
+/// The `__jump_table` entries on `key`.
+fn jump_label_sites(sections: &Sections, symbols: &Symbols, key: u64) -> Result<Vec<HookSite>> {
     // struct jump_entry { s32 code; s32 target; long key; }, all relative to
     // their own field; the key's low two bits are flags.
-    let (start, stop) = elf.table("__start___jump_table", "__stop___jump_table")?;
-    let table = elf.bytes_at(start, stop - start)?;
+    let (start, stop) = table_range(symbols, "__start___jump_table", "__stop___jump_table")?;
+    let table = sections.bytes_at(start, stop - start).map_err(bad)?;
+    let mut sites = Vec::new();
     for (i, entry) in table.chunks_exact(16).enumerate() {
         let at = start + 16 * i as u64;
-        let code = i32::from_le_bytes(entry[0..4].try_into().unwrap_or_default());
         let entry_key = i64::from_le_bytes(entry[8..16].try_into().unwrap_or_default());
         if relative(at + 8, entry_key & !3) != key {
             continue;
         }
-        let address = relative(at, code.into());
+        let address = relative(at, i32_at(entry, 0).into());
         // A site is 5 bytes, or 2 where objtool shortened the jump.
-        let bytes = match elf.bytes_at(address, 2)? {
+        let bytes = match sections.bytes_at(address, 2).map_err(bad)? {
             b if b == NOP2 => b.to_vec(),
-            _ => elf.bytes_at(address, 5)?.to_vec(),
+            _ => sections.bytes_at(address, 5).map_err(bad)?.to_vec(),
         };
         sites.push(HookSite {
             kind: HookKind::JumpLabel,
             address,
-            location: elf.locate(address),
+            location: symbols.describe(address),
             bytes,
         });
     }
+    Ok(sites)
+}
 
+/// The `.altinstructions` entries on `X86_FEATURE_XPERF`.
+fn alternative_sites(sections: &Sections, symbols: &Symbols) -> Result<Vec<HookSite>> {
     // struct alt_instr { s32 instr_offset; s32 repl_offset; u32 ft_flags;
     // u8 instrlen; u8 replacementlen; } __packed; cpuid = ft_flags & 0xffff.
-    let (start, stop) = elf.table("__alt_instructions", "__alt_instructions_end")?;
-    let table = elf.bytes_at(start, stop - start)?;
+    let (start, stop) = table_range(symbols, "__alt_instructions", "__alt_instructions_end")?;
+    let table = sections.bytes_at(start, stop - start).map_err(bad)?;
+    let mut sites = Vec::new();
     for (i, entry) in table.chunks_exact(14).enumerate() {
         let at = start + 14 * i as u64;
-        let instr = i32::from_le_bytes(entry[0..4].try_into().unwrap_or_default());
         let flags = u32::from_le_bytes(entry[8..12].try_into().unwrap_or_default());
         if flags & 0xffff != u32::from(X86_FEATURE_XPERF) {
             continue;
         }
-        let address = relative(at, instr.into());
+        let address = relative(at, i32_at(entry, 0).into());
         sites.push(HookSite {
             kind: HookKind::Alternative,
             address,
-            location: elf.locate(address),
-            bytes: elf.bytes_at(address, u64::from(entry[12]))?.to_vec(),
+            location: symbols.describe(address),
+            bytes: sections
+                .bytes_at(address, u64::from(entry[12]))
+                .map_err(bad)?
+                .to_vec(),
         });
     }
-    sites.sort_by_key(|s| s.address);
     Ok(sites)
 }
 
@@ -287,6 +173,12 @@ pub fn table(sites: &[HookSite]) -> String {
 mod tests {
     use super::*;
 
+    const SHT_PROGBITS: u32 = 1;
+    const SHT_SYMTAB: u32 = 2;
+    const SHT_STRTAB: u32 = 3;
+    /// SHF_ALLOC | SHF_EXECINSTR.
+    const TEXT_FLAGS: u64 = 6;
+
     /// A minimal ELF: one PROGBITS section at `base` holding `text`, a
     /// symtab with the given symbols, and the section-name table.
     fn elf(base: u64, text: &[u8], symbols: &[(&str, u64)]) -> Vec<u8> {
@@ -316,20 +208,25 @@ mod tests {
             (0u32, 0u32, 0u64, 0u64, 0u64, 0u32),
             (1, SHT_PROGBITS, base, text_off, text.len() as u64, 0),
             (7, SHT_SYMTAB, 0, symtab_off, symtab.len() as u64, 3),
-            (15, 3, 0, strtab_off, strtab.len() as u64, 0),
-            (23, 3, 0, shstr_off, shstr.len() as u64, 0),
+            (15, SHT_STRTAB, 0, strtab_off, strtab.len() as u64, 0),
+            (23, SHT_STRTAB, 0, shstr_off, shstr.len() as u64, 0),
         ];
         for (name, kind, addr, off, size, link) in headers {
             let mut h = [0u8; 64];
             h[0..4].copy_from_slice(&name.to_le_bytes());
             h[4..8].copy_from_slice(&kind.to_le_bytes());
+            if kind == SHT_PROGBITS {
+                h[8..16].copy_from_slice(&TEXT_FLAGS.to_le_bytes());
+            }
             h[16..24].copy_from_slice(&addr.to_le_bytes());
             h[24..32].copy_from_slice(&off.to_le_bytes());
             h[32..40].copy_from_slice(&size.to_le_bytes());
             h[40..44].copy_from_slice(&link.to_le_bytes());
             data.extend_from_slice(&h);
         }
-        data[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        // ELF64, little-endian, version 1, x86-64.
+        data[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        data[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
         data[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
         data[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
         data[0x3c..0x3e].copy_from_slice(&5u16.to_le_bytes());
@@ -417,5 +314,140 @@ mod tests {
         assert!(err.contains("not a usable vmlinux"), "{err}");
         let err = find(&data[..100]).unwrap_err().to_string();
         assert!(err.contains("not a usable vmlinux"), "{err}");
+    }
+
+    #[test]
+    fn truncated_section_tables_are_clear_errors() {
+        let data = elf(0x1000, &[0u8; 16], &[("func", 0x1000)]);
+        let err = find(&data[..data.len() - 100]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "kernel: not a usable vmlinux: corrupt ELF: section headers: Invalid ELF section header offset/size/alignment"
+        );
+        let mut many = data.clone();
+        many[0x3c..0x3e].copy_from_slice(&u16::MAX.to_le_bytes());
+        let err = find(&many).unwrap_err().to_string();
+        assert!(err.contains("section headers"), "{err}");
+    }
+
+    /// A 1 MiB ELF whose 24,000 symbols all name the same 400,000-byte
+    /// string; with `claim_huge`, .symtab and .strtab also claim 1 TiB each.
+    fn crafted(claim_huge: bool) -> Vec<u8> {
+        const SYMBOLS: u64 = 24_000;
+        let mut data = vec![0u8; 64];
+        let symtab_off = data.len() as u64;
+        for i in 0..SYMBOLS {
+            let mut e = [0u8; 24];
+            e[0..4].copy_from_slice(&1u32.to_le_bytes());
+            e[8..16].copy_from_slice(&(0x1000 + i).to_le_bytes());
+            data.extend_from_slice(&e);
+        }
+        let strtab_off = data.len() as u64;
+        data.push(0);
+        data.extend(std::iter::repeat_n(b'A', 400_000));
+        data.push(0);
+        let strtab_size = data.len() as u64 - strtab_off;
+        let shoff = data.len() as u64;
+        let (symtab_size, strtab_size) = if claim_huge {
+            (1 << 40, 1 << 40)
+        } else {
+            (SYMBOLS * 24, strtab_size)
+        };
+        for (kind, offset, size, link) in [
+            (0u32, 0u64, 0u64, 0u32),
+            (SHT_SYMTAB, symtab_off, symtab_size, 2),
+            (SHT_STRTAB, strtab_off, strtab_size, 0),
+        ] {
+            let mut h = [0u8; 64];
+            h[4..8].copy_from_slice(&kind.to_le_bytes());
+            h[24..32].copy_from_slice(&offset.to_le_bytes());
+            h[32..40].copy_from_slice(&size.to_le_bytes());
+            h[40..44].copy_from_slice(&link.to_le_bytes());
+            data.extend_from_slice(&h);
+        }
+        data[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+        data[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
+        data[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        data[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        data[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+        data
+    }
+
+    /// Peak resident set size of this process, in KiB.
+    fn peak_rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+
+    const BOUNDED_CHILD: &str = "XVMM_HOOKS_BOUNDED_CHILD";
+
+    /// Crafted symbol and string tables (issue 16, defect 2: 1 MB grew to
+    /// ~1 GB RSS and aborted) give one-line errors at once. Measured in a
+    /// fresh copy of this test binary, so that the peak RSS is this check's
+    /// alone, with its address space capped at 2 GiB so that a regression
+    /// fails instead of swapping the machine.
+    #[test]
+    fn crafted_table_sizes_fail_fast_in_bounded_memory() {
+        if std::env::var_os(BOUNDED_CHILD).is_some() {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            // SAFETY: setrlimit reads a valid struct; only this process is affected.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+            let files = [crafted(true), crafted(false)];
+            let before = peak_rss_kib();
+            let started = std::time::Instant::now();
+            let errors: Vec<String> = files
+                .iter()
+                .map(|f| find(f).unwrap_err().to_string())
+                .collect();
+            let millis = started.elapsed().as_millis();
+            let grown = peak_rss_kib() - before;
+            println!("RESULT {millis} {grown}\t{}", errors.join("\t"));
+            return;
+        }
+        let name = module_path!().split_once("::").unwrap().1;
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                &format!("{name}::crafted_table_sizes_fail_fast_in_bounded_memory"),
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(BOUNDED_CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let result = stdout
+            .lines()
+            .find_map(|l| Some(l.split_once("RESULT ")?.1))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the check did not finish ({}): {stdout}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            });
+        let mut fields = result.split('\t');
+        let figures: Vec<u64> = fields
+            .next()
+            .unwrap()
+            .split(' ')
+            .map(|f| f.parse().unwrap())
+            .collect();
+        let (millis, grown_kib) = (figures[0], figures[1]);
+        assert!(millis < 1000, "took {millis} ms");
+        assert!(grown_kib < 16 << 10, "peak RSS grew by {grown_kib} KiB");
+        assert_eq!(
+            fields.collect::<Vec<_>>(),
+            [
+                "kernel: not a usable vmlinux: corrupt ELF: symbol table: Invalid ELF symbol table data",
+                "kernel: no xperf_stamps_key symbol: not a kernel built with the xperf series (CONFIG_XPERF_STAMPS=y)",
+            ]
+        );
     }
 }

@@ -19,6 +19,7 @@
 //! (turns the patched kernel's hooks on; an unpatched kernel hands a `name=value`
 //! it does not know to init's environment, where it is harmless).
 
+use crate::elf::ElfFile;
 use crate::initramfs::Archive;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
@@ -32,50 +33,15 @@ pub const BUILD_HINT: &str = "build it with: RUSTFLAGS=\"-C target-feature=+crt-
 /// Boot parameter of the patch series that turns the stamps on at boot.
 pub const STAMPS_PARAM: &str = "xperf_stamps=1";
 
-const PT_INTERP: u32 = 3;
-const EM_X86_64: u16 = 62;
-
 /// Whether `elf` is an x86-64 ELF executable without a program interpreter.
-/// `Err` when it is not an ELF64 x86-64 executable at all. Every header field
-/// is bounds-checked: the file is user input.
+/// `Err` when it is not an ELF64 x86-64 executable at all (read by
+/// [`crate::elf`], which checks every header field against the file).
 pub fn elf_is_static(elf: &[u8]) -> std::result::Result<bool, String> {
-    let bytes_at = |off: usize, len: usize| elf.get(off..off.checked_add(len)?);
-    let u16_at = |off| Some(u16::from_le_bytes(bytes_at(off, 2)?.try_into().ok()?));
-    let u32_at = |off| Some(u32::from_le_bytes(bytes_at(off, 4)?.try_into().ok()?));
-    let u64_at = |off| Some(u64::from_le_bytes(bytes_at(off, 8)?.try_into().ok()?));
-    if elf.get(..4) != Some(b"\x7fELF".as_slice()) {
-        return Err("not an ELF file".into());
+    let file = ElfFile::parse(elf).map_err(|e| e.to_string())?;
+    if !file.is_executable() {
+        return Err(format!("ELF type {} is not an executable", file.kind()));
     }
-    if elf.get(4) != Some(&2) || elf.get(5) != Some(&1) {
-        return Err("not a little-endian 64-bit ELF".into());
-    }
-    let truncated = || "truncated ELF header".to_string();
-    let kind = u16_at(0x10).ok_or_else(truncated)?;
-    if kind != 2 && kind != 3 {
-        return Err(format!("ELF type {kind} is not an executable"));
-    }
-    let machine = u16_at(0x12).ok_or_else(truncated)?;
-    if machine != EM_X86_64 {
-        return Err(format!("ELF machine {machine} is not x86-64"));
-    }
-    let phoff = u64_at(0x20).ok_or_else(truncated)?;
-    let phentsize = u16_at(0x36).ok_or_else(truncated)?;
-    let phnum = u16_at(0x3a).ok_or_else(truncated)?;
-    if phentsize < 4 {
-        return Err(format!("program header entries of {phentsize} bytes"));
-    }
-    for i in 0..u64::from(phnum) {
-        let p_type = i
-            .checked_mul(u64::from(phentsize))
-            .and_then(|rel| phoff.checked_add(rel))
-            .and_then(|off| usize::try_from(off).ok())
-            .and_then(u32_at)
-            .ok_or_else(|| "program headers lie outside the file".to_string())?;
-        if p_type == PT_INTERP {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    Ok(!file.has_interpreter())
 }
 
 /// Where to look for xperf, in order, given xvmm's own directory.
@@ -228,17 +194,25 @@ pub fn xperf_cmdline(base: Option<&str>, default: &str, init_args: &[String]) ->
 mod tests {
     use super::*;
 
-    /// A minimal ELF64 x86-64 header with `types` as its program headers.
+    const PT_LOAD: u32 = 1;
+    const PT_INTERP: u32 = 3;
+    const PT_NOTE: u32 = 4;
+    const PT_PHDR: u32 = 6;
+
+    /// A minimal ELF64 x86-64 executable with `types` as its program headers
+    /// (e_phnum at 0x38; 0x3a is e_shentsize, 0 here: no section headers).
     fn elf(types: &[u32]) -> Vec<u8> {
         let mut e = vec![0u8; 64 + 56 * types.len()];
         e[..4].copy_from_slice(b"\x7fELF");
-        e[4] = 2;
-        e[5] = 1;
-        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes());
-        e[0x12..0x14].copy_from_slice(&EM_X86_64.to_le_bytes());
+        e[4] = 2; // ELFCLASS64
+        e[5] = 1; // little-endian
+        e[6] = 1; // EV_CURRENT
+        e[0x10..0x12].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+        e[0x12..0x14].copy_from_slice(&62u16.to_le_bytes()); // EM_X86_64
         e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
+        e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
         e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x3a..0x3c].copy_from_slice(&(types.len() as u16).to_le_bytes());
+        e[0x38..0x3a].copy_from_slice(&(types.len() as u16).to_le_bytes());
         for (i, t) in types.iter().enumerate() {
             let off = 64 + 56 * i;
             e[off..off + 4].copy_from_slice(&t.to_le_bytes());
@@ -248,25 +222,51 @@ mod tests {
 
     #[test]
     fn static_check_looks_for_pt_interp() {
-        assert_eq!(elf_is_static(&elf(&[1, 1, 4])), Ok(true));
-        assert_eq!(elf_is_static(&elf(&[6, 3, 1])), Ok(false));
-        assert!(elf_is_static(b"#!/bin/sh\n").is_err());
-        let mut truncated = elf(&[1, 3]);
+        assert_eq!(elf_is_static(&elf(&[PT_LOAD, PT_LOAD, PT_NOTE])), Ok(true));
+        assert_eq!(
+            elf_is_static(&elf(&[PT_PHDR, PT_INTERP, PT_LOAD])),
+            Ok(false)
+        );
+        // Issue 16: e_phnum was read at 0x3a (e_shentsize), so a binary
+        // without section headers looked static, and one with them read
+        // 64 program headers.
+        assert_eq!(elf_is_static(&elf(&[PT_INTERP])), Ok(false));
+        let mut with_sections = elf(&[PT_INTERP, PT_LOAD]);
+        with_sections[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        assert_eq!(elf_is_static(&with_sections), Ok(false));
+        assert_eq!(
+            elf_is_static(b"#!/bin/sh\n"),
+            Err("not an ELF file".to_string())
+        );
+        assert!(elf_is_static(b"").is_err());
+        assert!(elf_is_static(&[0x7f, b'E', b'L', b'F', 2, 1, 1]).is_err());
+        let mut truncated = elf(&[PT_LOAD, PT_INTERP]);
         truncated.truncate(64 + 56);
         assert!(elf_is_static(&truncated).unwrap_err().contains("outside"));
-        let mut huge_offset = elf(&[1]);
+        let mut huge_offset = elf(&[PT_LOAD]);
         huge_offset[0x20..0x28].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(elf_is_static(&huge_offset).is_err());
-        let mut arm = elf(&[1]);
+        let mut arm = elf(&[PT_LOAD]);
         arm[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
         assert!(elf_is_static(&arm).unwrap_err().contains("not x86-64"));
+        let mut object_file = elf(&[]);
+        object_file[0x10] = 1; // ET_REL
+        assert_eq!(
+            elf_is_static(&object_file),
+            Err("ELF type 1 is not an executable".to_string())
+        );
     }
 
     #[test]
-    fn the_running_test_binary_is_dynamic() {
-        // Test binaries are linked against glibc's loader.
+    fn real_dynamic_binaries_are_not_static() {
+        // Test binaries and /bin/true are linked against glibc's loader.
         let exe = std::env::current_exe().unwrap();
         assert_eq!(elf_is_static(&std::fs::read(exe).unwrap()), Ok(false));
+        for path in ["/bin/true", "/usr/bin/true"] {
+            if let Ok(bytes) = std::fs::read(path) {
+                assert_eq!(elf_is_static(&bytes), Ok(false), "{path}");
+            }
+        }
     }
 
     #[test]
@@ -294,13 +294,13 @@ mod tests {
         assert!(err.starts_with("initrd: no xperf for the built-in initramfs (looked in "));
         assert!(err.contains("crt-static") && !err.contains('\n'), "{err}");
         // A dynamic one next to xvmm is reported when it is all there is...
-        std::fs::write(bin.join("xperf"), elf(&[3])).unwrap();
+        std::fs::write(bin.join("xperf"), elf(&[PT_INTERP])).unwrap();
         let err = find_xperf(None, Some(&bin)).unwrap_err().to_string();
         assert!(err.contains("dynamically linked"), "{err}");
         // ...and skipped for a static one in the target-triple directory.
         let triple = dir.join("target/x86_64-unknown-linux-gnu/release");
         std::fs::create_dir_all(&triple).unwrap();
-        std::fs::write(triple.join("xperf"), elf(&[1])).unwrap();
+        std::fs::write(triple.join("xperf"), elf(&[PT_LOAD])).unwrap();
         let found = find_xperf(None, Some(&bin)).unwrap();
         assert_eq!(found.path, triple.join("xperf"));
         // An explicit $XVMM_XPERF is used as is, never replaced.
@@ -341,7 +341,7 @@ mod tests {
 
     #[test]
     fn initramfs_has_init_and_console() {
-        let cpio = xperf_initramfs(&elf(&[1])).unwrap();
+        let cpio = xperf_initramfs(&elf(&[PT_LOAD])).unwrap();
         let text = String::from_utf8_lossy(&cpio);
         assert!(text.starts_with("070701"));
         assert!(text.contains("init\0") && text.contains("dev/console\0"));
