@@ -107,7 +107,14 @@ fn show_prints_a_saved_report_with_its_machine() {
     std::fs::write(&path, "{ not json").unwrap();
     for (args, start) in [
         (vec!["show", path.to_str().unwrap()], "xvmm: io: "),
-        (vec!["show", "/nonexistent/r.json"], "xvmm: io: cannot read"),
+        (
+            vec!["show", "/nonexistent/r.json"],
+            "xvmm: io: report /nonexistent/r.json: no such file",
+        ),
+        (
+            vec!["show", "/dev/zero"],
+            "xvmm: io: report /dev/zero: not a regular file",
+        ),
     ] {
         let out = xvmm(&args);
         let err = text(&out.stderr);
@@ -124,7 +131,16 @@ fn kernel_hooks_rejects_bad_input_in_one_line() {
     let notes = dir.join("notes.txt");
     std::fs::write(&notes, "not a kernel").unwrap();
     for (path, code, start) in [
-        ("/nonexistent/vmlinux", 1, "xvmm: io: cannot read"),
+        (
+            "/nonexistent/vmlinux",
+            1,
+            "xvmm: io: vmlinux /nonexistent/vmlinux: no such file",
+        ),
+        (
+            "/dev/zero",
+            1,
+            "xvmm: io: vmlinux /dev/zero: not a regular file",
+        ),
         (notes.to_str().unwrap(), 1, "xvmm: kernel: "),
     ] {
         let out = xvmm(&["kernel", "hooks", path]);

@@ -53,7 +53,7 @@ pub fn build(args: &KernelBuildArgs) -> Result<()> {
 /// `xvmm kernel hooks VMLINUX`: prints every hook site; an error when one is
 /// not a NOP as linked, or when there are none.
 pub fn hooks(vmlinux: &Path) -> Result<()> {
-    let data = std::fs::read(vmlinux).map_err(|e| Error::io("cannot read", vmlinux, e))?;
+    let data = super::input::read_regular(vmlinux, super::input::MAX_VMLINUX_BYTES, "vmlinux")?;
     let sites = hooks::find(&data).map_err(|e| match e {
         Error::Kernel(m) => Error::Kernel(format!("{}: {m}", vmlinux.display())),
         other => other,
