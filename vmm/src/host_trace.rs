@@ -254,7 +254,7 @@ impl ExitTracer {
             .map_err(|e| Error::Tracing(format!("opening {}: {e}", path.display())))?;
         let stop = Arc::clone(&self.stop);
         Ok(std::thread::spawn(move || {
-            crate::vcpu::unpin_helper_thread();
+            crate::affinity::unpin_helper_thread();
             let mut agg = ExitAggregator::default();
             let mut buf = vec![0u8; 1 << 16];
             let mut partial = String::new();

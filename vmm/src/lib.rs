@@ -7,9 +7,11 @@
 //!   collect xperf's results; the built-in bare-metal guest; kernel builds).
 //! - [`boot`], [`vm`], [`vcpu`], [`devices`], [`host_trace`], [`initramfs`]:
 //!   the VMM core and host-side tracing.
-//! - [`arch`], [`layout`], [`progress`], [`error`]: CPU state, guest addresses,
-//!   the progress trait and the one error type.
+//! - [`arch`], [`layout`], [`elf`], [`affinity`], [`progress`], [`error`]: CPU
+//!   state, guest addresses, the ELF reader, thread placement, the progress
+//!   trait and the one error type.
 
+pub mod affinity;
 pub mod app;
 pub mod arch;
 pub mod boot;

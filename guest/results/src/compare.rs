@@ -1,7 +1,6 @@
 //! A VM report against a bare-metal report of the same crossings: the
 //! `xvmm-comparison` schema and how it is computed.
 
-use crate::render::status_text;
 use crate::{Crossing, Environment, Interval, Report, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -72,7 +71,7 @@ const INTERVALS: [(&str, IntervalField); 3] = [
 fn why_missing(c: Option<&Crossing>, side: &str) -> Option<String> {
     match c {
         None => Some(format!("not in the {side} report")),
-        Some(c) => status_text(&c.status).map(|t| format!("{side}: {t}")),
+        Some(c) => c.status.why_not().map(|t| format!("{side}: {t}")),
     }
 }
 

@@ -209,6 +209,18 @@ pub enum Status {
     Unsupported { reason: String },
 }
 
+impl Status {
+    /// Why a row has no (or only some) figures; `None` when fully measured.
+    /// Raw text: renderers escape it for a terminal.
+    pub fn why_not(&self) -> Option<String> {
+        match self {
+            Status::Measured => None,
+            Status::RoundTripOnly { reason } => Some(format!("round trip only: {reason}")),
+            Status::Unsupported { reason } => Some(format!("unsupported: {reason}")),
+        }
+    }
+}
+
 /// One interval kind, as raw TSC ticks and with the null overhead subtracted.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct Interval {

@@ -3,7 +3,7 @@
 use super::cli::{OnOff, RunArgs};
 use super::output::{JsonOutput, Stdout};
 use crate::microguest::{self, Options};
-use crate::vcpu::{self, StopSignals};
+use crate::vcpu::StopSignals;
 use crate::{Error, Result};
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let json = args.json.as_deref().map(JsonOutput::prepare).transpose()?;
     let _signals = StopSignals::install()?;
     if let Some(cpu) = args.pin {
-        vcpu::pin_current_thread(cpu)?;
+        crate::affinity::pin_current_thread(cpu)?;
     }
     // A bar only for long runs, and only for a person watching.
     let quiet = args.quiet || opts.samples < DEFAULT_SAMPLES;

@@ -208,7 +208,7 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
     let (mut bus, panic_line) = attach_uart(&vm, console)?;
     let cfg = &prepared.config;
     if let Some(cpu) = cfg.pin {
-        vcpu::pin_current_thread(cpu)?;
+        crate::affinity::pin_current_thread(cpu)?;
     }
     // The watchdog first, so that a stop signal while the tracer is set up
     // still ends the run and the tracer's drop restores tracefs.

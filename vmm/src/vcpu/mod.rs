@@ -7,7 +7,6 @@
 //! - [`Vcpu::tsc_offset`] / [`Vcpu::set_tsc_offset`]: the `KVM_VCPU_TSC_CTRL` /
 //!   `KVM_VCPU_TSC_OFFSET` vCPU attribute through raw `KVM_{HAS,GET,SET}_DEVICE_ATTR`
 //!   ioctls (kvm-ioctls offers them only on aarch64).
-//! - [`pin_current_thread`] for `--pin`.
 //! - [`run_control`]: deadline watchdog and stop signals ([`RunControl`], [`RunningVcpu`]);
 //!   [`signals`]: the SIGINT/SIGTERM/SIGHUP guard the caller holds while measuring.
 //! - [`exits`]: the exit loop shared by guests that use the standard ports
@@ -203,54 +202,4 @@ fn unsupported_tsc_offset() -> Error {
         "this KVM has no vCPU TSC offset control (KVM_VCPU_TSC_CTRL/KVM_VCPU_TSC_OFFSET needs Linux 5.16+)"
             .into(),
     )
-}
-
-/// The CPU mask the pinned thread had before [`pin_current_thread`]. Threads
-/// spawned after pinning inherit the single CPU; helpers (watchdog, trace
-/// reader, stdin forwarder) go back to this mask so that they do not compete
-/// with the vCPU on the measured CPU.
-static MASK_BEFORE_PIN: std::sync::Mutex<Option<libc::cpu_set_t>> = std::sync::Mutex::new(None);
-
-/// Gives the calling helper thread the CPU mask from before `--pin`, if the
-/// process pinned a thread (a no-op otherwise).
-pub fn unpin_helper_thread() {
-    let saved = *MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(set) = saved {
-        // SAFETY: a valid cpu_set_t obtained from sched_getaffinity. Failure
-        // only leaves the helper on the pinned CPU.
-        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    }
-}
-
-/// Pins the calling thread to host CPU `cpu`.
-pub fn pin_current_thread(cpu: usize) -> Result<()> {
-    let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(Error::Usage(format!("--pin {cpu}: no such CPU")));
-    }
-    {
-        let mut saved = MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
-        if saved.is_none() {
-            // SAFETY: cpu_set_t is plain data, filled by the kernel.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::cpu_set_t>();
-            // SAFETY: `set` is a valid, writable cpu_set_t of `size` bytes.
-            if unsafe { libc::sched_getaffinity(0, size, &mut set) } == 0 {
-                *saved = Some(set);
-            }
-        }
-    }
-    // SAFETY: cpu_set_t is plain data; CPU_SET is bounds-checked above.
-    let ret = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if ret != 0 {
-        return Err(Error::Usage(format!(
-            "--pin {cpu}: cannot pin to that CPU ({}; this host has {ncpus} usable CPUs)",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
 }

@@ -150,7 +150,7 @@ impl RunControl {
         let watchdog = std::thread::Builder::new()
             .name("xvmm-watchdog".into())
             .spawn(move || {
-                super::unpin_helper_thread();
+                crate::affinity::unpin_helper_thread();
                 watchdog(&watched, deadline)
             })
             .map_err(|e| Error::Io(format!("cannot start the watchdog thread: {e}")))?;
