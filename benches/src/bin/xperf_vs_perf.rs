@@ -126,7 +126,12 @@ fn main() {
         "xperf getppid round trip ({} samples): median {} ticks raw, {} ticks without the null overhead (raw min {}, mean {:.0}, p99 {})",
         rt.raw.count, rt.raw.median, rt.corrected.median, rt.raw.min, rt.raw.mean, rt.raw.p99
     );
+    compare_with_perf(rt, tsc_khz);
+}
 
+/// Runs `perf bench syscall basic` and two TSC-timed loops, and prints how
+/// xperf's round trip `rt` compares with each.
+fn compare_with_perf(rt: &xvmm_results::Interval, tsc_khz: u64) {
     let mut runs = Vec::new();
     for _ in 0..PERF_RUNS {
         match perf_usecs_per_op() {

@@ -5,7 +5,7 @@
 //! - in every kept sample `u2k_u < u2k_k < k2u_k < k2u_u`, none unfilled;
 //! - the null overhead is above 0 and below every round trip.
 
-use xvmm_results::{Environment, Report, Status};
+use xvmm_results::{Crossing, Environment, ExitTiming, Report, Status};
 
 /// Crossings a microguest report lists, in order.
 pub const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
@@ -31,38 +31,7 @@ pub fn problems(report: &Report) -> Vec<String> {
         ));
     }
     for c in &report.crossings {
-        match &c.status {
-            Status::Measured => {
-                if c.samples_valid == 0 {
-                    p.push(format!("{}: no valid sample", c.name));
-                }
-                if c.samples_unfilled + c.samples_out_of_order > 0 {
-                    p.push(format!(
-                        "{}: {} unfilled, {} out-of-order samples",
-                        c.name, c.samples_unfilled, c.samples_out_of_order
-                    ));
-                }
-                match &c.round_trip {
-                    Some(rt) if rt.raw.count > 0 && null >= rt.raw.min => p.push(format!(
-                        "{}: null overhead {null} is not below the round trip (min {})",
-                        c.name, rt.raw.min
-                    )),
-                    Some(_) => {}
-                    None => p.push(format!("{}: measured without a round trip", c.name)),
-                }
-                for (i, s) in c.samples.iter().flatten().enumerate() {
-                    if !(s.u2k_u < s.u2k_k && s.u2k_k < s.k2u_k && s.k2u_k < s.k2u_u) {
-                        p.push(format!("{} sample {i} is not ordered: {s:?}", c.name));
-                        break;
-                    }
-                }
-            }
-            Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
-                if reason.trim().is_empty() {
-                    p.push(format!("{}: not measured and no reason given", c.name));
-                }
-            }
-        }
+        crossing_problems(c, null, &mut p);
     }
     for name in ["pf", "int3"] {
         if report
@@ -76,23 +45,64 @@ pub fn problems(report: &Report) -> Vec<String> {
         p.push("no VM exits listed".into());
     }
     for e in &report.exits {
-        match &e.status {
-            Status::Measured => match &e.round_trip {
-                Some(rt) if rt.raw.count > 0 && null < rt.raw.min => {}
-                Some(rt) => p.push(format!(
-                    "{}: null overhead {null} is not below the round trip (min {}, {} samples)",
-                    e.name, rt.raw.min, rt.raw.count
+        exit_problems(e, null, &mut p);
+    }
+    p
+}
+
+/// What is wrong with one crossing row; `null` is the null overhead's median.
+fn crossing_problems(c: &Crossing, null: u64, p: &mut Vec<String>) {
+    match &c.status {
+        Status::Measured => {
+            if c.samples_valid == 0 {
+                p.push(format!("{}: no valid sample", c.name));
+            }
+            if c.samples_unfilled + c.samples_out_of_order > 0 {
+                p.push(format!(
+                    "{}: {} unfilled, {} out-of-order samples",
+                    c.name, c.samples_unfilled, c.samples_out_of_order
+                ));
+            }
+            match &c.round_trip {
+                Some(rt) if rt.raw.count > 0 && null >= rt.raw.min => p.push(format!(
+                    "{}: null overhead {null} is not below the round trip (min {})",
+                    c.name, rt.raw.min
                 )),
-                None => p.push(format!("{}: measured without a round trip", e.name)),
-            },
-            Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
-                if reason.trim().is_empty() {
-                    p.push(format!("{}: not measured and no reason given", e.name));
+                Some(_) => {}
+                None => p.push(format!("{}: measured without a round trip", c.name)),
+            }
+            for (i, s) in c.samples.iter().flatten().enumerate() {
+                if !(s.u2k_u < s.u2k_k && s.u2k_k < s.k2u_k && s.k2u_k < s.k2u_u) {
+                    p.push(format!("{} sample {i} is not ordered: {s:?}", c.name));
+                    break;
                 }
             }
         }
+        Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
+            if reason.trim().is_empty() {
+                p.push(format!("{}: not measured and no reason given", c.name));
+            }
+        }
     }
-    p
+}
+
+/// What is wrong with one exit row.
+fn exit_problems(e: &ExitTiming, null: u64, p: &mut Vec<String>) {
+    match &e.status {
+        Status::Measured => match &e.round_trip {
+            Some(rt) if rt.raw.count > 0 && null < rt.raw.min => {}
+            Some(rt) => p.push(format!(
+                "{}: null overhead {null} is not below the round trip (min {}, {} samples)",
+                e.name, rt.raw.min, rt.raw.count
+            )),
+            None => p.push(format!("{}: measured without a round trip", e.name)),
+        },
+        Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
+            if reason.trim().is_empty() {
+                p.push(format!("{}: not measured and no reason given", e.name));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -92,9 +92,8 @@ fn run_step(step: &Step) -> StepResult {
             return result;
         }
     };
-    let pid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel();
-    let readers: Vec<_> = [
+    let outputs = [
         child
             .stdout
             .take()
@@ -103,31 +102,58 @@ fn run_step(step: &Step) -> StepResult {
             .stderr
             .take()
             .map(|e| Box::new(e) as Box<dyn Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    .map(|out| {
-        let (name, marker, tx) = (step.name.clone(), step.marker.clone(), tx.clone());
-        thread::spawn(move || forward(name, marker, out, tx))
-    })
-    .collect();
+    ];
+    let readers: Vec<_> = outputs
+        .into_iter()
+        .flatten()
+        .map(|out| {
+            let (name, marker, tx) = (step.name.clone(), step.marker.clone(), tx.clone());
+            thread::spawn(move || forward(name, marker, out, tx))
+        })
+        .collect();
     drop(tx);
+    let (killed_for, status, rusage) =
+        wait_step(step, child.id() as libc::pid_t, start, &rx, &mut result);
+    result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
+    for r in readers {
+        let _ = r.join();
+    }
+    result.max_rss_kib = rusage.ru_maxrss.max(0) as u64;
+    result.outcome = match (killed_for, status) {
+        (Some(why), _) => why,
+        (None, Some(s)) if libc::WIFEXITED(s) => Outcome::Exited(libc::WEXITSTATUS(s)),
+        (None, Some(s)) if libc::WIFSIGNALED(s) => Outcome::Signalled(libc::WTERMSIG(s)),
+        _ => Outcome::SpawnFailed,
+    };
+    result
+}
+
+/// Waits for the step's process: notes when its marker appears (and its RSS
+/// split then), kills it at the marker or the deadline as the plan says.
+/// Returns why it was killed, its wait status and its resource usage.
+fn wait_step(
+    step: &Step,
+    pid: libc::pid_t,
+    start: Instant,
+    marker_seen: &mpsc::Receiver<Instant>,
+    result: &mut StepResult,
+) -> (Option<Outcome>, Option<libc::c_int>, libc::rusage) {
     let deadline = start + Duration::from_secs(step.timeout_secs);
     let mut killed_for: Option<Outcome> = None;
-    let (status, rusage) = loop {
+    loop {
         let mut status = 0;
         // SAFETY: rusage is plain data, zero is a valid value.
         let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: waiting for our own child with valid out-pointers.
         let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut rusage) };
         if rc == pid {
-            break (Some(status), rusage);
+            return (killed_for, Some(status), rusage);
         }
         if rc < 0 {
-            break (None, rusage);
+            return (killed_for, None, rusage);
         }
         if result.marker_ms.is_none() {
-            if let Ok(at) = rx.try_recv() {
+            if let Ok(at) = marker_seen.try_recv() {
                 result.marker_ms = Some(at.duration_since(start).as_secs_f64() * 1e3);
                 if let Some(split) = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
                     .ok()
@@ -149,17 +175,5 @@ fn run_step(step: &Step) -> StepResult {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         thread::sleep(Duration::from_millis(2));
-    };
-    result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
-    for r in readers {
-        let _ = r.join();
     }
-    result.max_rss_kib = rusage.ru_maxrss.max(0) as u64;
-    result.outcome = match (killed_for, status) {
-        (Some(why), _) => why,
-        (None, Some(s)) if libc::WIFEXITED(s) => Outcome::Exited(libc::WEXITSTATUS(s)),
-        (None, Some(s)) if libc::WIFSIGNALED(s) => Outcome::Signalled(libc::WTERMSIG(s)),
-        _ => Outcome::SpawnFailed,
-    };
-    result
 }

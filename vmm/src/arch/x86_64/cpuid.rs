@@ -157,7 +157,6 @@ fn entry(function: u32, index: u32, flags: u32, regs: [u32; 4]) -> kvm_cpuid_ent
 pub fn edit(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<()> {
     let nr_vcpus = u32::from(opts.nr_vcpus.max(1));
     let apic_id = u32::from(opts.apic_id);
-
     if let Some(leaf1) = find_mut(entries, 1, 0) {
         leaf1.ecx |= LEAF1_ECX_HYPERVISOR;
         if opts.tsc_deadline_timer {
@@ -167,8 +166,20 @@ pub fn edit(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<
         }
         leaf1.ebx = (leaf1.ebx & 0x0000_ffff) | (nr_vcpus << 16) | (apic_id << 24);
     }
+    set_topology(entries, nr_vcpus, apic_id);
+    set_kvm_leaves(entries, opts)?;
+    if let Some(brand) = opts.host_brand {
+        set_brand(entries, &brand);
+    }
+    if opts.host_invariant_tsc {
+        set_invariant_tsc(entries);
+    }
+    Ok(())
+}
 
-    // x2APIC topology: level 0 = SMT (1 thread per core), level 1 = core.
+/// x2APIC topology leaves 0xb and 0x1f: level 0 = SMT (1 thread per core),
+/// level 1 = core.
+fn set_topology(entries: &mut Vec<kvm_cpuid_entry2>, nr_vcpus: u32, apic_id: u32) {
     let max_basic = entries
         .iter()
         .find(|e| e.function == 0)
@@ -190,7 +201,11 @@ pub fn edit(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<
         // The first subleaf with level type 0 ends the enumeration.
         entries.push(entry(leaf, 2, flags, [0, 0, 2, apic_id]));
     }
+}
 
+/// The KVM signature, PV features (async PF only when asked for and offered)
+/// and the timing leaf with the guest TSC rate.
+fn set_kvm_leaves(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<()> {
     let offered = find_mut(entries, LEAF_KVM_FEATURES, 0).map_or(0, |e| e.eax);
     let mut features = offered & !ASYNC_PF_FEATURES;
     if opts.async_pf {
@@ -202,50 +217,50 @@ pub fn edit(entries: &mut Vec<kvm_cpuid_entry2>, opts: &CpuidOptions) -> Result<
         }
         features |= wanted;
     }
+    let [b, c, d] = KVM_SIGNATURE;
     upsert(
         entries,
-        entry(LEAF_HYPERVISOR, 0, 0, {
-            let [b, c, d] = KVM_SIGNATURE;
-            [LEAF_TIMING, b, c, d]
-        }),
+        entry(LEAF_HYPERVISOR, 0, 0, [LEAF_TIMING, b, c, d]),
     );
     upsert(entries, entry(LEAF_KVM_FEATURES, 0, 0, [features, 0, 0, 0]));
     upsert(
         entries,
         entry(LEAF_TIMING, 0, 0, [opts.tsc_khz, APIC_BUS_KHZ, 0, 0]),
     );
-
-    if let Some(brand) = opts.host_brand {
-        let max_ext = entries
-            .iter()
-            .find(|e| e.function == 0x8000_0000)
-            .map_or(0, |e| e.eax);
-        if max_ext >= 0x8000_0004 {
-            for (i, chunk) in brand.chunks_exact(4).enumerate() {
-                let regs = [chunk[0], chunk[1], chunk[2], chunk[3]];
-                upsert(entries, entry(0x8000_0002 + i as u32, 0, 0, regs));
-            }
-        }
-    }
-
-    if opts.host_invariant_tsc {
-        match find_mut(entries, 0x8000_0007, 0) {
-            Some(e) => e.edx |= LEAF_80000007_EDX_INVARIANT_TSC,
-            None => {
-                let max_ext = entries.iter_mut().find(|e| e.function == 0x8000_0000);
-                if let Some(max_ext) = max_ext {
-                    max_ext.eax = max_ext.eax.max(0x8000_0007);
-                    entries.push(entry(
-                        0x8000_0007,
-                        0,
-                        0,
-                        [0, 0, 0, LEAF_80000007_EDX_INVARIANT_TSC],
-                    ));
-                }
-            }
-        }
-    }
     Ok(())
+}
+
+/// The host's brand string in 0x80000002..4 (KVM reports them as zero).
+fn set_brand(entries: &mut Vec<kvm_cpuid_entry2>, brand: &[u32; 12]) {
+    let max_ext = entries
+        .iter()
+        .find(|e| e.function == 0x8000_0000)
+        .map_or(0, |e| e.eax);
+    if max_ext >= 0x8000_0004 {
+        for (i, chunk) in brand.chunks_exact(4).enumerate() {
+            let regs = [chunk[0], chunk[1], chunk[2], chunk[3]];
+            upsert(entries, entry(0x8000_0002 + i as u32, 0, 0, regs));
+        }
+    }
+}
+
+/// Invariant TSC in 0x80000007 EDX, adding the leaf if KVM left it out.
+fn set_invariant_tsc(entries: &mut Vec<kvm_cpuid_entry2>) {
+    match find_mut(entries, 0x8000_0007, 0) {
+        Some(e) => e.edx |= LEAF_80000007_EDX_INVARIANT_TSC,
+        None => {
+            let max_ext = entries.iter_mut().find(|e| e.function == 0x8000_0000);
+            if let Some(max_ext) = max_ext {
+                max_ext.eax = max_ext.eax.max(0x8000_0007);
+                entries.push(entry(
+                    0x8000_0007,
+                    0,
+                    0,
+                    [0, 0, 0, LEAF_80000007_EDX_INVARIANT_TSC],
+                ));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
