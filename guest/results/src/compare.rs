@@ -179,41 +179,13 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixtures;
     use crate::render::comparison_table;
-    use crate::{HostFacts, Method, Sample};
-
-    fn report(env: Environment, scale: u64) -> Report {
-        let mut r = Report::new(
-            "test".into(),
-            env,
-            HostFacts {
-                tsc_khz: 2_000_000,
-                ..Default::default()
-            },
-            Method::standard(10, 3),
-        );
-        let samples: Vec<Sample> = (0..3)
-            .map(|i| Sample {
-                u2k_u: 1000,
-                u2k_k: 1000 + 100 * scale + i,
-                k2u_k: 1000 + 300 * scale,
-                k2u_u: 1000 + 500 * scale,
-            })
-            .collect();
-        r.crossings
-            .push(Crossing::from_samples("pf", 3, &samples, 50, false));
-        r.crossings.push(Crossing::unsupported(
-            "int-n",
-            3,
-            "hypervisor refused int 0x80".into(),
-        ));
-        r
-    }
 
     #[test]
     fn comparison_gives_difference_and_ratio() {
-        let vm = report(Environment::Microguest, 2);
-        let bare = report(Environment::BareMetal, 1);
+        let vm = fixtures::report(Environment::Microguest, 2);
+        let bare = fixtures::report(Environment::BareMetal, 1);
         let c = compare(&vm, &bare);
         let rt = c
             .rows
@@ -238,8 +210,8 @@ mod tests {
 
     #[test]
     fn crossings_only_on_one_side_are_named() {
-        let vm = report(Environment::LinuxVm, 2);
-        let mut bare = report(Environment::BareMetal, 1);
+        let vm = fixtures::report(Environment::LinuxVm, 2);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
         bare.crossings[0].name = "getppid".into();
         let c = compare(&vm, &bare);
         let names: Vec<&str> = c.rows.iter().map(|r| r.crossing.as_str()).collect();
@@ -252,7 +224,7 @@ mod tests {
     #[test]
     fn many_crossings_compare_in_linear_time() {
         // 80 k names took 33 s with a quadratic name search.
-        let mut vm = report(Environment::LinuxVm, 2);
+        let mut vm = fixtures::report(Environment::LinuxVm, 2);
         let template = vm.crossings[0].clone();
         vm.crossings = (0..80_000)
             .map(|i| Crossing {

@@ -14,6 +14,9 @@ pub mod render;
 pub mod stats;
 pub mod tsc;
 
+#[cfg(test)]
+pub(crate) mod fixtures;
+
 pub use compare::{compare, Comparison, ComparisonRow};
 pub use file::{write_atomically, Output};
 pub use machine::Machine;

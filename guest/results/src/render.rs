@@ -442,37 +442,7 @@ pub fn comparison_table(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Environment, HostFacts, Method, Sample};
-
-    fn report_with(env: Environment, scale: u64) -> Report {
-        let mut r = Report::new(
-            "test".into(),
-            env,
-            HostFacts {
-                cpu_model: "Test CPU".into(),
-                tsc_khz: 2_000_000,
-                ..Default::default()
-            },
-            Method::standard(10, 3),
-        );
-        r.null_overhead = Stats::from_samples(&[40, 50, 60]);
-        let samples: Vec<Sample> = (0..3)
-            .map(|i| Sample {
-                u2k_u: 1000,
-                u2k_k: 1000 + 100 * scale + i,
-                k2u_k: 1000 + 300 * scale,
-                k2u_u: 1000 + 500 * scale,
-            })
-            .collect();
-        r.crossings
-            .push(Crossing::from_samples("pf", 3, &samples, 50, false));
-        r.crossings.push(Crossing::unsupported(
-            "int-n",
-            3,
-            "hypervisor refused int 0x80".into(),
-        ));
-        r
-    }
+    use crate::{fixtures, Environment};
 
     fn row_of<'a>(text: &'a str, first: &str) -> Vec<&'a str> {
         text.lines()
@@ -484,7 +454,7 @@ mod tests {
 
     #[test]
     fn crossing_table_has_one_row_per_crossing_with_corrected_medians() {
-        let r = report_with(Environment::Microguest, 1);
+        let r = fixtures::report(Environment::Microguest, 1);
         let text = report(&r);
         let cols = row_of(&text, "pf");
         // Raw u2k 100..102, k2u 200, round trip 500, minus the null median 50.
@@ -503,7 +473,7 @@ mod tests {
 
     #[test]
     fn round_trip_only_rows_show_the_round_trip_and_say_why() {
-        let mut r = report_with(Environment::BareMetal, 1);
+        let mut r = fixtures::report(Environment::BareMetal, 1);
         r.crossings.push(Crossing::from_round_trips(
             "getppid",
             2,
@@ -555,7 +525,7 @@ mod tests {
 
     #[test]
     fn rows_stay_aligned_with_long_names() {
-        let mut r = report_with(Environment::BareMetal, 1);
+        let mut r = fixtures::report(Environment::BareMetal, 1);
         r.crossings[0].name = "a-very-long-crossing-name".into();
         let text = crossing_table(&r.crossings, 0);
         let lines: Vec<&str> = text.lines().collect();
@@ -565,7 +535,7 @@ mod tests {
 
     #[test]
     fn text_from_the_report_cannot_reach_the_terminal_raw() {
-        let mut r = report_with(Environment::LinuxVm, 1);
+        let mut r = fixtures::report(Environment::LinuxVm, 1);
         r.tool = "xperf\x1b[2J".into();
         r.crossings[0].name = "pf\nforged line".into();
         r.crossings[1].status = Status::Unsupported {
