@@ -15,7 +15,6 @@ pub mod arch;
 pub mod boot;
 pub mod devices;
 pub mod error;
-pub mod harness;
 pub mod host_trace;
 pub mod initramfs;
 pub mod kernel;

@@ -2,8 +2,22 @@
 
 use super::cli::{KernelBuildArgs, KernelFlavour};
 use crate::kernel::{self, hooks, BuildRequest, Flavour};
+use crate::progress::Progress;
 use crate::{Error, Result};
 use std::path::Path;
+
+/// Prints a kernel build's messages to stderr as `xvmm: ...` lines (a build
+/// reports only messages, no stages).
+struct BuildMessages;
+
+impl Progress for BuildMessages {
+    fn begin(&self, _what: &str, _total: u64) {}
+    fn step(&self, _next: &str) {}
+    fn message(&self, text: &str) {
+        eprintln!("xvmm: {text}");
+    }
+    fn finish(&self) {}
+}
 
 impl From<KernelFlavour> for Flavour {
     fn from(f: KernelFlavour) -> Flavour {
@@ -20,13 +34,14 @@ pub fn build(args: &KernelBuildArgs) -> Result<()> {
         return Err(Error::Usage("--jobs must be at least 1".into()));
     }
     let flavour = Flavour::from(args.flavour);
-    let built = kernel::build(&BuildRequest {
+    let request = BuildRequest {
         flavour,
         patched: args.patched,
         source: args.source.clone(),
         cache: args.cache.clone(),
         jobs: args.jobs,
-    })?;
+    };
+    let built = kernel::build(&request, &BuildMessages)?;
     if args.json {
         let json = serde_json::json!({
             "flavour": flavour.name(),
