@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Installs what building and testing xvmm needs on a fresh Debian 12 machine:
 # the Rust toolchain (rustup, if cargo is missing), the kernel build tools,
-# Debian's linux-source-6.12 and QEMU (the nested harness). Idempotent: asks
-# apt only for what is missing. Sourced by ../run.sh and ../test.sh.
+# Debian's linux-source-6.12, QEMU (the nested harness) and perf (the xperf
+# cross-check bench). Idempotent: asks apt only for what is missing. Sourced
+# by ../run.sh and ../test.sh; run it directly to set up a machine. The only
+# place that installs packages: xvmm itself (`xvmm kernel build`) only checks
+# and names what is missing.
 set -euo pipefail
+
+# The one package list.
+XVMM_PACKAGES=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
+               linux-source-6.12 qemu-system-x86 linux-perf curl ca-certificates)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
 xvmm_setup() {
-    local want=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
-                linux-source-6.12 qemu-system-x86 linux-perf curl ca-certificates)
     local missing=()
-    for pkg in "${want[@]}"; do
+    for pkg in "${XVMM_PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
             || missing+=("$pkg")
     done
@@ -39,3 +44,7 @@ xvmm_setup() {
         done
     fi
 }
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    xvmm_setup
+fi

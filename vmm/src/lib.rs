@@ -18,7 +18,6 @@ pub mod boot;
 pub mod devices;
 pub mod elf;
 pub mod error;
-pub mod harness;
 pub mod host_trace;
 pub mod initramfs;
 pub mod kernel;

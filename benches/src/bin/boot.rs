@@ -8,7 +8,7 @@
 //! TCG: compare the two VMMs with each other, not with bare metal.
 
 use std::time::Duration;
-use xvmm::harness::{self, l1, Outcome, Step, StepResult, MARKER};
+use xvmm_harness::{self as harness, l1, Outcome, Step, StepResult, MARKER};
 
 fn step(name: String, argv: Vec<String>) -> Step {
     Step {

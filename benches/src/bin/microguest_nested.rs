@@ -9,7 +9,7 @@
 //! `XVMM_NESTED_TIMEOUT` (default 500) xvmm's --timeout in seconds.
 
 use std::time::Duration;
-use xvmm::harness::{self, l1, Step};
+use xvmm_harness::{self as harness, l1, Step};
 use xvmm_results::Report;
 
 fn step(name: &str, argv: &[String]) -> Step {

@@ -1,6 +1,8 @@
 //! `xvmm kernel build` and `xvmm kernel hooks`.
 
 use super::cli::{KernelBuildArgs, KernelFlavour};
+use super::output::{self, Stdout};
+use super::progress::Terminal;
 use crate::kernel::{self, hooks, BuildRequest, Flavour};
 use crate::{Error, Result};
 use std::path::Path;
@@ -15,18 +17,19 @@ impl From<KernelFlavour> for Flavour {
 }
 
 /// `xvmm kernel build`: prints the artefact paths (or JSON).
-pub fn build(args: &KernelBuildArgs) -> Result<()> {
+pub fn build(args: &KernelBuildArgs, stdout: &Stdout) -> Result<()> {
     if args.jobs == Some(0) {
         return Err(Error::Usage("--jobs must be at least 1".into()));
     }
     let flavour = Flavour::from(args.flavour);
-    let built = kernel::build(&BuildRequest {
+    let request = BuildRequest {
         flavour,
         patched: args.patched,
         source: args.source.clone(),
         cache: args.cache.clone(),
         jobs: args.jobs,
-    })?;
+    };
+    let built = kernel::build(&request, &Terminal::new(false))?;
     if args.json {
         let json = serde_json::json!({
             "flavour": flavour.name(),
@@ -39,26 +42,29 @@ pub fn build(args: &KernelBuildArgs) -> Result<()> {
             "cached": built.cached,
             "seconds": built.seconds,
         });
-        println!("{json}");
+        stdout.print(&format!("{json}\n"));
     } else {
-        println!("bzImage: {}", built.bzimage.display());
-        println!("vmlinux: {}", built.vmlinux.display());
-        println!("config: {}", built.config.display());
+        stdout.print(&format!(
+            "bzImage: {}\nvmlinux: {}\nconfig: {}\n",
+            built.bzimage.display(),
+            built.vmlinux.display(),
+            built.config.display()
+        ));
         let how = if built.cached { "cache hit" } else { "built" };
-        eprintln!("xvmm: {how} in {:.2} s", built.seconds);
+        output::eprint(&format!("xvmm: {how} in {:.2} s\n", built.seconds));
     }
     Ok(())
 }
 
 /// `xvmm kernel hooks VMLINUX`: prints every hook site; an error when one is
 /// not a NOP as linked, or when there are none.
-pub fn hooks(vmlinux: &Path) -> Result<()> {
+pub fn hooks(vmlinux: &Path, stdout: &Stdout) -> Result<()> {
     let data = super::input::read_regular(vmlinux, super::input::MAX_VMLINUX_BYTES, "vmlinux")?;
     let sites = hooks::find(&data).map_err(|e| match e {
         Error::Kernel(m) => Error::Kernel(format!("{}: {m}", vmlinux.display())),
         other => other,
     })?;
-    print!("{}", hooks::table(&sites));
+    stdout.print(&hooks::table(&sites));
     let not_nops = sites.iter().filter(|s| !s.is_nop()).count();
     if sites.is_empty() || not_nops > 0 {
         return Err(Error::Kernel(format!(
@@ -67,9 +73,9 @@ pub fn hooks(vmlinux: &Path) -> Result<()> {
             sites.len()
         )));
     }
-    println!(
-        "{} xperf hook sites, every one a NOP as linked (hooks off)",
+    stdout.print(&format!(
+        "{} xperf hook sites, every one a NOP as linked (hooks off)\n",
         sites.len()
-    );
+    ));
     Ok(())
 }

@@ -75,8 +75,10 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
         )));
     }
     match cli.command {
-        Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build(&args),
-        Some(cli::Command::Kernel(cli::KernelCommand::Hooks(args))) => kernel::hooks(&args.vmlinux),
+        Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build(&args, stdout),
+        Some(cli::Command::Kernel(cli::KernelCommand::Hooks(args))) => {
+            kernel::hooks(&args.vmlinux, stdout)
+        }
         Some(cli::Command::Initramfs(args)) => reports::initramfs(&args),
         Some(cli::Command::Compare(args)) => reports::compare(&args, stdout),
         Some(cli::Command::Machine(args)) => reports::machine(args.json.as_deref(), stdout),

@@ -9,6 +9,7 @@ pub mod key;
 pub mod source;
 mod tools;
 
+use crate::progress::Progress;
 use crate::{Error, Result};
 use source::Source;
 use std::fs;
@@ -177,8 +178,33 @@ fn file_name(p: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Builds (or finds in the cache) the kernel `req` describes.
-pub fn build(req: &BuildRequest) -> Result<BuiltKernel> {
+/// The cache key of a build: every input that can change its result.
+fn cache_key(
+    source: &Source,
+    frags: &[(PathBuf, Vec<u8>)],
+    series: &[(PathBuf, Vec<u8>)],
+    flavour: &str,
+) -> Result<String> {
+    let named = |files: &[(PathBuf, Vec<u8>)]| {
+        files
+            .iter()
+            .map(|(p, c)| (file_name(p), c.clone()))
+            .collect()
+    };
+    Ok(key::KeyInputs {
+        source: source.identity()?,
+        fragments: named(frags),
+        patches: named(series),
+        flavour: flavour.to_string(),
+        make_command: MAKE_RECIPE.iter().map(|s| s.to_string()).collect(),
+        toolchain: tools::compiler_identity()?,
+    }
+    .key())
+}
+
+/// Builds (or finds in the cache) the kernel `req` describes, reporting its
+/// stages (extracting, patching, compiling) as `progress` messages.
+pub fn build(req: &BuildRequest, progress: &dyn Progress) -> Result<BuiltKernel> {
     let started = Instant::now();
     let patches = patches_dir()?;
     let frags = fragments(&patches, req)?;
@@ -187,24 +213,10 @@ pub fn build(req: &BuildRequest) -> Result<BuiltKernel> {
     } else {
         Vec::new()
     };
-    tools::ensure_build_tools()?;
+    tools::check_build_tools()?;
     let source = Source::resolve(req.source.as_deref())?;
     let flavour = req.flavour.name();
-    let key = key::KeyInputs {
-        source: source.identity()?,
-        fragments: frags
-            .iter()
-            .map(|(p, c)| (file_name(p), c.clone()))
-            .collect(),
-        patches: series
-            .iter()
-            .map(|(p, c)| (file_name(p), c.clone()))
-            .collect(),
-        flavour: flavour.to_string(),
-        make_command: MAKE_RECIPE.iter().map(|s| s.to_string()).collect(),
-        toolchain: tools::compiler_identity()?,
-    }
-    .key();
+    let key = cache_key(&source, &frags, &series, flavour)?;
     let root = cache::root(req.cache.as_deref())?;
     let kernels = root.join("kernels");
     let variant = if req.patched { "patched" } else { "plain" };
@@ -227,14 +239,14 @@ pub fn build(req: &BuildRequest) -> Result<BuiltKernel> {
             started.elapsed().as_secs_f64(),
         ));
     }
-    let tree = source::prepare(&source, &series, &root)?;
+    let tree = source::prepare(&source, &series, &root, progress)?;
     let tmp = cache::fresh_tmp_dir(&kernels, &entry_name)?;
     let jobs = req
         .jobs
         .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
         .unwrap_or(1)
         .max(1);
-    let result = compile(&tree, &tmp, &frags, jobs).and_then(|()| {
+    let result = compile(&tree, &tmp, &frags, jobs, progress).and_then(|()| {
         let seconds = started.elapsed().as_secs_f64();
         let stamp = serde_json::json!({
             "flavour": flavour,
@@ -262,16 +274,22 @@ pub fn build(req: &BuildRequest) -> Result<BuiltKernel> {
 }
 
 /// Configures and builds in `dir/build`, then keeps only the artefacts.
-fn compile(tree: &Path, dir: &Path, frags: &[(PathBuf, Vec<u8>)], jobs: usize) -> Result<()> {
+fn compile(
+    tree: &Path,
+    dir: &Path,
+    frags: &[(PathBuf, Vec<u8>)],
+    jobs: usize,
+    progress: &dyn Progress,
+) -> Result<()> {
     let out = dir.join("build");
     fs::create_dir_all(&out).map_err(|e| Error::io("creating", &out, e))?;
     let log_path = dir.join("build.log");
     let log = fs::File::create(&log_path).map_err(|e| Error::io("creating", &log_path, e))?;
-    eprintln!(
-        "xvmm: building kernel in {} (log: {})",
+    progress.message(&format!(
+        "building kernel in {} (log: {})",
         out.display(),
         log_path.display()
-    );
+    ));
     let step = |args: &[String], what: &str| -> Result<()> {
         let clone = |f: &fs::File| {
             f.try_clone()

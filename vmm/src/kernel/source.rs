@@ -4,7 +4,7 @@
 
 use super::cache::{self, CacheLock};
 use super::key::KeyInputs;
-use super::tools;
+use crate::progress::Progress;
 use crate::{Error, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -26,17 +26,12 @@ pub enum Source {
 }
 
 impl Source {
-    /// Resolves `--source` (or the Debian default, installing it if needed).
+    /// Resolves `--source`, or the Debian default (an error naming the
+    /// package when it is not installed).
     pub fn resolve(given: Option<&Path>) -> Result<Source> {
         let path = match given {
             Some(p) => p.to_path_buf(),
-            None => {
-                let default = PathBuf::from(DEBIAN_TARBALL);
-                if !default.exists() {
-                    tools::apt_install(&[DEBIAN_PACKAGE])?;
-                }
-                default
-            }
+            None => installed_default(Path::new(DEBIAN_TARBALL))?,
         };
         let path = fs::canonicalize(&path)
             .map_err(|e| Error::Build(format!("kernel source {}: {e}", path.display())))?;
@@ -77,6 +72,19 @@ impl Source {
     }
 }
 
+/// `tarball` when it exists; otherwise one line naming it and how to install
+/// it (xvmm installs nothing itself).
+fn installed_default(tarball: &Path) -> Result<PathBuf> {
+    if tarball.exists() {
+        return Ok(tarball.to_path_buf());
+    }
+    Err(Error::Build(format!(
+        "kernel source {} is missing; install it with harness/setup.sh or \
+         apt-get install {DEBIAN_PACKAGE}, or pass --source",
+        tarball.display()
+    )))
+}
+
 /// `VERSION.PATCHLEVEL.SUBLEVEL EXTRAVERSION` from a top-level kernel Makefile.
 pub fn makefile_version(makefile: &str) -> String {
     let field = |name: &str| {
@@ -104,6 +112,7 @@ pub fn prepare(
     source: &Source,
     patches: &[(PathBuf, Vec<u8>)],
     cache_root: &Path,
+    progress: &dyn Progress,
 ) -> Result<PathBuf> {
     if let (Source::Tree(tree), true) = (source, patches.is_empty()) {
         return Ok(tree.clone());
@@ -138,14 +147,14 @@ pub fn prepare(
     let result = (|| {
         let staged = tmp.join("linux");
         match source {
-            Source::Tarball(tarball) => extract(tarball, &tmp, &staged)?,
+            Source::Tarball(tarball) => extract(tarball, &tmp, &staged, progress)?,
             Source::Tree(src) => {
-                eprintln!("xvmm: copying {} to apply patches", src.display());
+                progress.message(&format!("copying {} to apply patches", src.display()));
                 run(Command::new("cp").arg("-a").arg(src).arg(&staged), "cp -a")?;
             }
         }
         for (patch, _) in patches {
-            apply_patch(&staged, patch)?;
+            apply_patch(&staged, patch, progress)?;
         }
         cache::publish(&tmp, &final_dir)
     })();
@@ -158,8 +167,8 @@ pub fn prepare(
 
 /// Extracts `tarball` into `scratch` and moves its single top-level directory
 /// to `dest`.
-fn extract(tarball: &Path, scratch: &Path, dest: &Path) -> Result<()> {
-    eprintln!("xvmm: extracting {}", tarball.display());
+fn extract(tarball: &Path, scratch: &Path, dest: &Path, progress: &dyn Progress) -> Result<()> {
+    progress.message(&format!("extracting {}", tarball.display()));
     let unpack = scratch.join("unpack");
     fs::create_dir_all(&unpack).map_err(|e| Error::io("creating", &unpack, e))?;
     run(
@@ -189,8 +198,8 @@ fn extract(tarball: &Path, scratch: &Path, dest: &Path) -> Result<()> {
 }
 
 /// Applies one patch with `patch -p1` (fails on rejects or fuzzless mismatch).
-fn apply_patch(tree: &Path, patch: &Path) -> Result<()> {
-    eprintln!("xvmm: applying {}", patch.display());
+fn apply_patch(tree: &Path, patch: &Path, progress: &dyn Progress) -> Result<()> {
+    progress.message(&format!("applying {}", patch.display()));
     let out = Command::new("patch")
         .args(["-p1", "--batch", "--forward", "--quiet", "-i"])
         .arg(patch)
@@ -258,6 +267,21 @@ mod tests {
         let err = Source::resolve(Some(&dir)).unwrap_err().to_string();
         fs::remove_dir_all(&dir).unwrap();
         assert!(err.contains("not a Linux source tree"), "{err}");
+    }
+
+    #[test]
+    fn missing_default_tarball_names_the_package_to_install() {
+        let err = installed_default(Path::new("/nonexistent/linux-source-6.12.tar.xz"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "build: kernel source /nonexistent/linux-source-6.12.tar.xz is missing; \
+             install it with harness/setup.sh or apt-get install linux-source-6.12, \
+             or pass --source"
+        );
+        let here = std::env::current_exe().unwrap();
+        assert_eq!(installed_default(&here).unwrap(), here);
     }
 
     #[test]

@@ -1,10 +1,10 @@
-//! The host tools a kernel build needs, installed with apt-get when missing
-//! (as root on Debian); otherwise a clear error naming the packages.
+//! The host tools a kernel build needs. xvmm never installs packages: a
+//! missing tool is an error naming it and how to install it
+//! (`harness/setup.sh` installs everything the project needs).
 
 use crate::{Error, Result};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::Once;
+use std::process::Command;
 
 /// (file that proves the tool is there, Debian package providing it).
 const BUILD_TOOLS: &[(&str, &str)] = &[
@@ -31,53 +31,35 @@ fn present(name: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Makes sure every kernel build tool is installed.
-pub fn ensure_build_tools() -> Result<()> {
-    let missing: Vec<&str> = BUILD_TOOLS
-        .iter()
-        .filter(|(file, _)| !present(file))
-        .map(|(_, pkg)| *pkg)
-        .collect();
+/// Fails, naming every missing tool and its package, unless all of `tools`
+/// are present.
+fn check(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&(&str, &str)> = tools.iter().filter(|(file, _)| !present(file)).collect();
     if missing.is_empty() {
         return Ok(());
     }
-    apt_install(&missing)
+    let names: Vec<String> = missing
+        .iter()
+        .map(|(file, pkg)| {
+            let file = Path::new(file)
+                .file_name()
+                .map_or(*file, |n| n.to_str().unwrap_or(file));
+            format!("{file} ({pkg})")
+        })
+        .collect();
+    let packages: Vec<&str> = missing.iter().map(|(_, pkg)| *pkg).collect();
+    Err(Error::Build(format!(
+        "missing kernel build tools: {}; install them with harness/setup.sh or \
+         apt-get install {}",
+        names.join(", "),
+        packages.join(" ")
+    )))
 }
 
-/// `apt-get install` as root (running `apt-get update` once per process
-/// first); without root or apt-get, an error naming what to install.
-pub fn apt_install(packages: &[&str]) -> Result<()> {
-    let list = packages.join(" ");
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !present("apt-get") {
-        return Err(Error::Build(format!(
-            "missing kernel build dependencies; install them with: apt-get install {list}"
-        )));
-    }
-    eprintln!("xvmm: installing {list}");
-    static UPDATE: Once = Once::new();
-    UPDATE.call_once(|| {
-        let _ = apt_get(&["update", "-q"]);
-    });
-    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
-    args.extend_from_slice(packages);
-    if apt_get(&args)? {
-        Ok(())
-    } else {
-        Err(Error::Build(format!("apt-get install {list} failed")))
-    }
-}
-
-fn apt_get(args: &[&str]) -> Result<bool> {
-    let status = Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| Error::Build(format!("running apt-get: {e}")))?;
-    Ok(status.success())
+/// Fails with one line naming what to install unless every kernel build
+/// tool is present.
+pub fn check_build_tools() -> Result<()> {
+    check(BUILD_TOOLS)
 }
 
 /// First line of `gcc --version`: part of the cache key.
@@ -103,5 +85,23 @@ mod tests {
         assert!(present("/"));
         assert!(!present("xvmm-no-such-tool"));
         assert!(!present("/nonexistent/file"));
+    }
+
+    #[test]
+    fn missing_tools_are_named_with_their_packages_in_one_line() {
+        assert!(check(&[("sh", "dash"), ("/", "base-files")]).is_ok());
+        let err = check(&[
+            ("sh", "dash"),
+            ("xvmm-no-such-tool", "xvmm-tool-pkg"),
+            ("/nonexistent/include/nosuch.h", "libnosuch-dev"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "build: missing kernel build tools: xvmm-no-such-tool (xvmm-tool-pkg), \
+             nosuch.h (libnosuch-dev); install them with harness/setup.sh or \
+             apt-get install xvmm-tool-pkg libnosuch-dev"
+        );
     }
 }

@@ -1,23 +1,12 @@
 //! The harness's kernel builds through the real cache (`$XVMM_CACHE` or
-//! `~/.cache/xvmm`; ./test.sh builds both flavours before the tests run) and
-//! the `xvmm kernel build` / `xvmm initramfs` command lines.
+//! `~/.cache/xvmm`; ./test.sh builds both flavours before the tests run).
+//! The `xvmm kernel build` command line itself is tested in
+//! `vmm/tests/kernel_cli.rs`.
 
-use std::process::Command;
 use std::time::Instant;
 use xvmm::kernel::Flavour as KernelFlavour;
 use xvmm::kernel::{self, BuildRequest};
-
-fn xvmm(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))
-        .args(args)
-        .output()
-        .expect("xvmm runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use xvmm::progress::Silent;
 
 #[test]
 fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
@@ -26,9 +15,9 @@ fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
         return;
     }
     for flavour in [KernelFlavour::Guest, KernelFlavour::Host] {
-        let first = kernel::build(&BuildRequest::new(flavour)).expect("kernel builds");
+        let first = kernel::build(&BuildRequest::new(flavour), &Silent).expect("kernel builds");
         let started = Instant::now();
-        let again = kernel::build(&BuildRequest::new(flavour)).expect("kernel builds");
+        let again = kernel::build(&BuildRequest::new(flavour), &Silent).expect("kernel builds");
         let took = started.elapsed();
         assert!(
             again.cached,
@@ -68,44 +57,6 @@ fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
     }
 }
 
-#[test]
-fn kernel_build_with_a_bad_source_fails_with_one_line() {
-    let (code, stdout, stderr) = xvmm(&["kernel", "build", "--source", "/nonexistent/linux"]);
-    assert_eq!(code, 1);
-    assert!(stdout.is_empty());
-    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with("xvmm: ")).collect();
-    assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(
-        lines[0].starts_with("xvmm: build: kernel source /nonexistent/linux:"),
-        "{stderr}"
-    );
-}
-
-#[test]
-fn initramfs_command_writes_a_newc_archive() {
-    let dir = std::env::temp_dir().join(format!("xvmm-initramfs-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let init = dir.join("init");
-    std::fs::write(&init, b"#!/bin/sh\n").unwrap();
-    let out = dir.join("out.cpio");
-    let (code, _, stderr) = xvmm(&[
-        "initramfs",
-        "-o",
-        out.to_str().unwrap(),
-        &format!("/init={}", init.display()),
-        &format!("/etc/x={}", init.display()),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let bytes = std::fs::read(&out).unwrap();
-    assert!(bytes.starts_with(b"070701"));
-    assert!(bytes.windows(10).any(|w| w == b"TRAILER!!!"));
-    assert!(bytes.windows(6).any(|w| w == b"etc/x\0"));
-    let (code, _, stderr) = xvmm(&["initramfs", "-o", out.to_str().unwrap(), "/init"]);
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("GUEST_PATH=HOST_FILE"), "{stderr}");
-}
-
 /// The patch series' "a NOP when off" claim, checked on both patched builds:
 /// every hook site (the #PF entry ALTERNATIVE, the jump labels in the entry
 /// assembly and in the C delivery code) is a NOP as linked, and the unpatched
@@ -120,7 +71,7 @@ fn patched_kernels_have_every_hook_site_a_nop_when_off() {
     for flavour in [KernelFlavour::Guest, KernelFlavour::Host] {
         let mut request = BuildRequest::new(flavour);
         request.patched = true;
-        let built = kernel::build(&request).expect("patched kernel builds");
+        let built = kernel::build(&request, &Silent).expect("patched kernel builds");
         let vmlinux = std::fs::read(&built.vmlinux).expect("vmlinux readable");
         let sites = hooks::find(&vmlinux).expect("hook sites found");
         eprint!("{flavour:?}:\n{}", hooks::table(&sites));
@@ -143,7 +94,8 @@ fn patched_kernels_have_every_hook_site_a_nop_when_off() {
         ] {
             assert!(at(HookKind::JumpLabel, symbol), "{flavour:?}: {symbol}");
         }
-        let plain = kernel::build(&BuildRequest::new(flavour)).expect("plain kernel builds");
+        let plain =
+            kernel::build(&BuildRequest::new(flavour), &Silent).expect("plain kernel builds");
         let err = hooks::find(&std::fs::read(&plain.vmlinux).expect("vmlinux readable"))
             .expect_err("an unpatched kernel has no hook sites");
         assert!(err.to_string().contains("no xperf_stamps_key"), "{err}");

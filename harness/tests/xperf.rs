@@ -18,10 +18,10 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::harness::{self, l1, Artifacts, Outcome, Step};
 use xvmm::initramfs::Archive;
-use xvmm::kernel::Flavour as KernelFlavour;
-use xvmm::kernel::{self, BuildRequest};
+use xvmm::kernel::{self, BuildRequest, Flavour};
+use xvmm::progress::Silent;
+use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
 use xvmm_results::{Environment, Report, Status};
 
 /// Samples per crossing: TCG makes every crossing slow, so few.
@@ -102,23 +102,18 @@ fn plan() -> Vec<Step> {
 /// The patched kernels and the static binaries (xperf included).
 fn prepare() -> Result<(Artifacts, PathBuf), String> {
     let build = |flavour| {
-        kernel::build(&BuildRequest {
+        let request = BuildRequest {
             patched: true,
             ..BuildRequest::new(flavour)
-        })
-        .map_err(|e| e.to_string())
+        };
+        kernel::build(&request, &Silent).map_err(|e| e.to_string())
     };
-    let l1_kernel = build(KernelFlavour::Host)?;
-    let l2_kernel = build(KernelFlavour::Guest)?;
-    let bin = harness::build_static(&["xvmm", "xvmm-init", "xperf"]).map_err(|e| e.to_string())?;
-    let artifacts = Artifacts {
-        l1_kernel,
-        l2_kernel,
-        xvmm: bin.join("xvmm"),
-        xvmm_init: bin.join("xvmm-init"),
-        l1_init: bin.join("l1-init"),
-    };
-    Ok((artifacts, bin.join("xperf")))
+    let l1_kernel = build(Flavour::Host)?;
+    let l2_kernel = build(Flavour::Guest)?;
+    let artifacts = harness::with_static_binaries(l1_kernel, l2_kernel, &["xperf"])
+        .map_err(|e| e.to_string())?;
+    let xperf = artifacts.xvmm.with_file_name("xperf");
+    Ok((artifacts, xperf))
 }
 
 /// The harness's L1 initramfs with xperf added as a second, concatenated
@@ -157,6 +152,8 @@ fn report_in(lines: &[&str]) -> Result<Report, String> {
 }
 
 struct XperfRun {
+    /// The static xvmm that ran in L1 (for `xvmm compare` on the host).
+    xvmm: PathBuf,
     bm: Report,
     vm: Report,
     vm_kpti: Report,
@@ -216,6 +213,7 @@ fn run() -> &'static XperfRun {
             std::fs::write(&path, r.to_json_pretty()).map_err(|e| e.to_string())?;
         }
         Ok(XperfRun {
+            xvmm: artifacts.xvmm,
             bm,
             vm,
             vm_kpti,
@@ -343,7 +341,7 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
     }
     let r = run();
     let json = r.dir.join("xperf-compare.json");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xvmm"))
+    let out = std::process::Command::new(&r.xvmm)
         .arg("compare")
         .arg(r.dir.join("xperf-vm.json"))
         .arg(r.dir.join("xperf-bm.json"))

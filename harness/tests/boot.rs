@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::harness::{self, l1, Outcome, Step, StepResult, MARKER};
+use xvmm_harness::{self as harness, l1, Outcome, Step, StepResult, MARKER};
 
 /// xvmm --timeout for steps that should finish on their own.
 const BOOT_TIMEOUT: u64 = 90;

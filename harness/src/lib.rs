@@ -1,0 +1,136 @@
+//! The nested KVM harness (host side), for tests and benches. `/dev/kvm` on
+//! the build machines cannot boot Linux, so Linux-guest tests run one level
+//! down: QEMU TCG (`-cpu EPYC`, emulated SVM) boots the L1 host kernel, whose
+//! initramfs holds a static xvmm, the L2 kernels and initramfs, and
+//! `l1-init`, which runs a plan of steps and prints one `XVMM-STEP` line per
+//! step (see `xvmm_init::plan`).
+//!
+//! One QEMU run per group of steps keeps the nested time small; one run at a
+//! time per machine (a lock) keeps TCG's timings meaningful.
+//!
+//! - [`build`]: the kernels (through xvmm's cache) and the static binaries;
+//! - [`initramfs`]: the L1 and L2 initramfs;
+//! - [`run`]: booting L1 and reading what it printed;
+//! - [`lock`]: the machine-wide lock around a QEMU run.
+
+pub mod build;
+pub mod initramfs;
+pub mod lock;
+pub mod run;
+
+pub use build::{build_static, prepare, with_static_binaries, workspace_root, Artifacts};
+pub use initramfs::{l1_initramfs, l2_initramfs};
+pub use run::{l1_cmdline, run_l1, run_l1_with_cmdline, HarnessRun};
+pub use xvmm_init::plan::{Outcome, Step, StepResult};
+pub use xvmm_init::MARKER;
+
+/// Where things live inside L1.
+pub mod l1 {
+    pub const XVMM: &str = "/bin/xvmm";
+    pub const L2_BZIMAGE: &str = "/l2/bzImage";
+    pub const L2_VMLINUX: &str = "/l2/vmlinux";
+    pub const L2_INITRD: &str = "/l2/init.cpio";
+    pub const QEMU: &str = "/usr/bin/qemu-system-x86_64";
+    pub const QEMU_DATA: &str = "/usr/share/qemu";
+    pub const LOADER: &str = "/lib64/ld-linux-x86-64.so.2";
+    pub const LIB_DIR: &str = "/lib/x86_64-linux-gnu";
+}
+
+/// Guest memory given to every L2 VM, MiB.
+pub const L2_MEM_MIB: u64 = 256;
+
+/// Kernel command line of the L2 guests; `xvmm.init=` is appended per step.
+/// `no_timer_check`: under QEMU (which has an IO-APIC) the timer check can
+/// fail when the nested emulation is slow, as in L1.
+pub const L2_CMDLINE: &str = "console=ttyS0 quiet panic=-1 no_timer_check";
+
+/// The QEMU binary used for L1 (and copied into L1 for the boot benchmark).
+pub const HOST_QEMU: &str = "/usr/bin/qemu-system-x86_64";
+
+/// The L2 kernel command line for one `xvmm.init=` action.
+pub fn l2_cmdline(action: &str) -> String {
+    format!("{L2_CMDLINE} xvmm.init={action}")
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// argv of an xvmm run inside L1.
+pub fn xvmm_argv(kernel: &str, cmdline: &str, timeout_secs: u64) -> Vec<String> {
+    strings(&[
+        l1::XVMM,
+        "--kernel",
+        kernel,
+        "--initrd",
+        l1::L2_INITRD,
+        "--cmdline",
+        cmdline,
+        "--mem",
+        &L2_MEM_MIB.to_string(),
+        "--timeout",
+        &timeout_secs.to_string(),
+    ])
+}
+
+/// argv of a QEMU/KVM PVH boot inside L1 (through the dynamic loader, since
+/// L1 has no ld.so.cache). `isa-debug-exit` at the exit port lets the same
+/// `xvmm.init=exit:N` end QEMU too.
+pub fn qemu_argv(kernel: &str, cmdline: &str) -> Vec<String> {
+    strings(&[
+        l1::LOADER,
+        "--library-path",
+        l1::LIB_DIR,
+        l1::QEMU,
+        "-L",
+        l1::QEMU_DATA,
+        "-enable-kvm",
+        "-nodefaults",
+        "-cpu",
+        "host",
+        "-smp",
+        "1",
+        "-m",
+        &L2_MEM_MIB.to_string(),
+        "-display",
+        "none",
+        "-serial",
+        "stdio",
+        "-no-reboot",
+        "-device",
+        "isa-debug-exit,iobase=0x501,iosize=1",
+        "-kernel",
+        kernel,
+        "-initrd",
+        l1::L2_INITRD,
+        "-append",
+        cmdline,
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_carries_kernel_cmdline_and_limits() {
+        let argv = xvmm_argv(l1::L2_VMLINUX, &l2_cmdline("exit:0"), 30);
+        assert_eq!(argv[0], l1::XVMM);
+        let after = |flag: &str| {
+            argv.iter()
+                .position(|a| a == flag)
+                .map(|i| argv[i + 1].clone())
+        };
+        assert_eq!(after("--kernel").as_deref(), Some(l1::L2_VMLINUX));
+        assert_eq!(
+            after("--cmdline").as_deref(),
+            Some("console=ttyS0 quiet panic=-1 no_timer_check xvmm.init=exit:0")
+        );
+        assert_eq!(after("--timeout").as_deref(), Some("30"));
+        let q = qemu_argv(l1::L2_VMLINUX, "x");
+        assert!(q
+            .windows(2)
+            .any(|w| w[0] == "-kernel" && w[1] == l1::L2_VMLINUX));
+        assert!(q.contains(&"-enable-kvm".to_string()) && q.contains(&"-nodefaults".to_string()));
+    }
+}

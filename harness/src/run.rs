@@ -1,0 +1,288 @@
+//! Booting L1 under QEMU TCG and reading what it printed: the console (kept
+//! in `target/harness/<group>.log`) and the `XVMM-STEP` lines of the plan.
+
+use crate::build::{workspace_root, Artifacts};
+use crate::lock::HarnessLock;
+use crate::{StepResult, HOST_QEMU};
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use xvmm::{Error, Result};
+
+/// How long the host TSC is counted against the monotonic clock.
+const TSC_CALIBRATION: Duration = Duration::from_millis(200);
+
+/// L1's kernel command line. A TCG guest without ACPI has no HPET or PM
+/// timer, so L1 cannot calibrate its TSC, falls back to jiffies (its clock
+/// then drifts by a factor of several under load) and KVM has no TSC rate
+/// for L2; hence the measured host rate is given explicitly (QEMU TCG passes
+/// the host TSC through unscaled). With a true TSC the IO-APIC timer check
+/// (4 ticks within 40 ms) fails whenever the emulating host is busy, and the
+/// kernel panics: `no_timer_check`.
+pub fn l1_cmdline(tsc_khz: u64) -> String {
+    format!(
+        "console=ttyS0 quiet panic=-1 rdinit=/init tsc_early_khz={tsc_khz} tsc=reliable \
+         no_timer_check"
+    )
+}
+
+/// What one L1 boot printed and measured.
+#[derive(Clone, Debug)]
+pub struct HarnessRun {
+    /// Everything L1 printed (QEMU's stdout).
+    pub console: Vec<String>,
+    pub steps: Vec<StepResult>,
+    /// `l1-init` found `/dev/kvm`.
+    pub kvm_present: bool,
+    /// `l1-init` reached the end of the plan.
+    pub finished: bool,
+    pub seconds: f64,
+    /// Where the console was saved.
+    pub log: PathBuf,
+}
+
+impl HarnessRun {
+    pub fn step(&self, name: &str) -> Option<&StepResult> {
+        self.steps.iter().find(|s| s.name == name)
+    }
+
+    /// The output lines (stdout and stderr) of one step's process.
+    pub fn output(&self, name: &str) -> Vec<&str> {
+        let prefix = format!("{}{name}| ", xvmm_init::plan::OUT_PREFIX);
+        self.console
+            .iter()
+            .filter_map(|l| l.find(&prefix).map(|i| &l[i + prefix.len()..]))
+            .collect()
+    }
+
+    /// The L2 kernel's uptime (seconds) when its `/init` printed the marker.
+    pub fn guest_uptime(&self, name: &str) -> Option<f64> {
+        self.output(name)
+            .iter()
+            .find_map(|l| xvmm_init::marker_uptime(l))
+    }
+
+    /// The last `n` console lines, for failure messages.
+    pub fn tail(&self, n: usize) -> String {
+        let from = self.console.len().saturating_sub(n);
+        self.console[from..].join("\n")
+    }
+}
+
+/// Boots L1 under QEMU TCG with `initramfs`, waits for it to finish (it
+/// reboots, which ends QEMU because of `-no-reboot`) or kills it after
+/// `timeout`. `group` names the log file, `target/harness/<group>.log`
+/// (`<group>-<pid>.log` while running). Waits for the machine-wide harness
+/// lock first ([`crate::lock`]).
+pub fn run_l1(
+    a: &Artifacts,
+    initramfs: &[u8],
+    group: &str,
+    timeout: Duration,
+) -> Result<HarnessRun> {
+    run_l1_with_cmdline(a, initramfs, group, timeout, "")
+}
+
+/// [`run_l1`] with `extra` appended to L1's kernel command line (e.g.
+/// `xperf_stamps` for the patched L1 kernel of `tests/xperf.rs`).
+pub fn run_l1_with_cmdline(
+    a: &Artifacts,
+    initramfs: &[u8],
+    group: &str,
+    timeout: Duration,
+    extra: &str,
+) -> Result<HarnessRun> {
+    let dir = workspace_root().join("target").join("harness");
+    fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    // Per-process names: a run waiting for the lock must not overwrite the
+    // files of the one holding it.
+    let pid = std::process::id();
+    let initrd = dir.join(format!("{group}-{pid}-l1.cpio"));
+    fs::write(&initrd, initramfs).map_err(|e| Error::io("writing", &initrd, e))?;
+    let running_log = dir.join(format!("{group}-{pid}.log"));
+    let log_file =
+        fs::File::create(&running_log).map_err(|e| Error::io("creating", &running_log, e))?;
+
+    let lock = HarnessLock::acquire()?;
+    // Calibrated under the lock: another QEMU run would disturb it.
+    let tsc_khz = xvmm_results::tsc::calibrate_khz(TSC_CALIBRATION);
+    let cmdline = format!("{} {extra}", l1_cmdline(tsc_khz));
+    let started = Instant::now();
+    let console = spawn_l1(a, &initrd, cmdline.trim_end())
+        .map(|child| collect_console(child, log_file, started, timeout));
+    let seconds = started.elapsed().as_secs_f64();
+    drop(lock);
+
+    let _ = fs::remove_file(&initrd);
+    // The latest complete console of the group, under a stable name.
+    let log = dir.join(format!("{group}.log"));
+    let _ = fs::copy(&running_log, &log);
+    let _ = fs::remove_file(&running_log);
+    let (console, timed_out) = console?;
+    if timed_out {
+        return Err(Error::Timeout(format!(
+            "nested harness group {group} still running after {} s; console in {}",
+            timeout.as_secs(),
+            log.display()
+        )));
+    }
+    Ok(HarnessRun {
+        steps: console
+            .iter()
+            .filter_map(|l| StepResult::parse_line(l))
+            .collect(),
+        kvm_present: console
+            .iter()
+            .any(|l| l.contains("XVMM-L1: up kvm=present")),
+        finished: console.iter().any(|l| l.contains("XVMM-L1: done")),
+        console,
+        seconds,
+        log,
+    })
+}
+
+/// Starts QEMU TCG on the L1 kernel, its console on stdout.
+fn spawn_l1(a: &Artifacts, initrd: &Path, cmdline: &str) -> Result<Child> {
+    let smp = std::env::var("XVMM_HARNESS_SMP").unwrap_or_else(|_| "2".into());
+    Command::new(HOST_QEMU)
+        .args(["-accel", "tcg", "-cpu", "EPYC", "-m", "2048", "-smp", &smp])
+        .args([
+            "-nodefaults",
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+        ])
+        .arg("-kernel")
+        .arg(&a.l1_kernel.bzimage)
+        .arg("-initrd")
+        .arg(initrd)
+        .arg("-append")
+        .arg(cmdline)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::Build(format!("starting {HOST_QEMU}: {e}")))
+}
+
+/// Sends every line of `stream` (prefixed) to `tx`, from its own thread.
+fn forward_lines(
+    stream: impl Read + Send + 'static,
+    prefix: &'static str,
+    tx: mpsc::Sender<String>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).split(b'\n').map_while(|l| l.ok()) {
+            let line = String::from_utf8_lossy(&line);
+            if tx
+                .send(format!("{prefix}{}", line.trim_end_matches('\r')))
+                .is_err()
+            {
+                return;
+            }
+        }
+    })
+}
+
+/// Reads QEMU's stdout (the console) and stderr (prefixed `qemu: `) into
+/// memory and `log` until QEMU ends, or kills it after `timeout` from
+/// `started`. Returns the lines and whether it timed out.
+fn collect_console(
+    mut child: Child,
+    mut log: fs::File,
+    started: Instant,
+    timeout: Duration,
+) -> (Vec<String>, bool) {
+    let (tx, rx) = mpsc::channel::<String>();
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        readers.push(forward_lines(out, "", tx.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(forward_lines(err, "qemu: ", tx.clone()));
+    }
+    drop(tx);
+    let verbose = std::env::var_os("XVMM_HARNESS_VERBOSE").is_some();
+    let mut console = Vec::new();
+    let mut timed_out = false;
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                if verbose {
+                    // Opt-in debugging aid for the person running the tests.
+                    eprintln!("L1| {line}");
+                }
+                // Written as it comes, so a long run can be watched.
+                let _ = writeln!(log, "{line}");
+                console.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if started.elapsed() > timeout {
+            timed_out = true;
+            let _ = child.kill();
+            break;
+        }
+    }
+    let _ = child.wait();
+    for r in readers {
+        let _ = r.join();
+    }
+    while let Ok(line) = rx.try_recv() {
+        let _ = writeln!(log, "{line}");
+        console.push(line);
+    }
+    (console, timed_out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l1_cmdline_gives_the_measured_tsc_rate() {
+        let khz = xvmm_results::tsc::calibrate_khz(TSC_CALIBRATION);
+        assert!((500_000..10_000_000).contains(&khz), "{khz} kHz");
+        let cmdline = l1_cmdline(khz);
+        assert!(
+            cmdline.contains(&format!(" tsc_early_khz={khz} ")),
+            "{cmdline}"
+        );
+        assert!(cmdline.ends_with(" no_timer_check"), "{cmdline}");
+    }
+
+    #[test]
+    fn step_output_and_marker_uptime_come_from_the_prefixed_lines() {
+        let out = xvmm_init::plan::OUT_PREFIX;
+        let run = HarnessRun {
+            console: vec![
+                format!("{out}a| first"),
+                "[    1.0] kernel line".into(),
+                format!("{out}b| other"),
+                format!("{out}a| {} uptime=1.25", xvmm_init::MARKER),
+            ],
+            steps: vec![],
+            kvm_present: true,
+            finished: true,
+            seconds: 0.0,
+            log: PathBuf::new(),
+        };
+        assert_eq!(
+            run.output("a"),
+            ["first", &format!("{} uptime=1.25", xvmm_init::MARKER)]
+        );
+        assert_eq!(run.output("b"), ["other"]);
+        assert_eq!(run.guest_uptime("a"), Some(1.25));
+        assert_eq!(run.guest_uptime("b"), None);
+        assert_eq!(
+            run.tail(2),
+            format!("{out}b| other\n{out}a| {} uptime=1.25", xvmm_init::MARKER)
+        );
+    }
+}
