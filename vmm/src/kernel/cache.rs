@@ -30,19 +30,39 @@ pub struct CacheLock {
 }
 
 impl CacheLock {
+    /// Waits for the lock `key`; `on_wait` is called once if someone else
+    /// holds it (so the caller can say why nothing happens).
+    pub fn acquire_or_wait(root: &Path, key: &str, on_wait: impl FnOnce()) -> Result<CacheLock> {
+        let file = CacheLock::open(root, key)?;
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(CacheLock { _file: file });
+        }
+        on_wait();
+        CacheLock::lock(file, root, key)
+    }
+
     pub fn acquire(root: &Path, key: &str) -> Result<CacheLock> {
+        CacheLock::lock(CacheLock::open(root, key)?, root, key)
+    }
+
+    fn open(root: &Path, key: &str) -> Result<File> {
         let dir = root.join("locks");
         fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
         let path = dir.join(format!("{key}.lock"));
-        let file = OpenOptions::new()
+        OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(|e| Error::io("opening", &path, e))?;
+            .map_err(|e| Error::io("opening", &path, e))
+    }
+
+    fn lock(file: File, root: &Path, key: &str) -> Result<CacheLock> {
         // SAFETY: flock on a descriptor we own; blocks until the lock is free.
         let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
         if rc != 0 {
+            let path = root.join("locks").join(format!("{key}.lock"));
             return Err(Error::io("locking", &path, std::io::Error::last_os_error()));
         }
         Ok(CacheLock { _file: file })
@@ -78,6 +98,27 @@ pub fn publish(tmp: &Path, final_dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_held_lock_makes_the_next_one_wait_and_say_so() {
+        let root = scratch("waitlock");
+        let first = CacheLock::acquire(&root, "make").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let _second = CacheLock::acquire_or_wait(&root, "make", || tx.send(()).unwrap());
+            })
+        };
+        rx.recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the waiter said it waits");
+        drop(first);
+        waiter.join().unwrap();
+        let mut said = false;
+        drop(CacheLock::acquire_or_wait(&root, "make", || said = true).unwrap());
+        assert!(!said, "a free lock is taken without waiting");
+        fs::remove_dir_all(&root).unwrap();
+    }
 
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("xvmm-cache-{name}-{}", std::process::id()));

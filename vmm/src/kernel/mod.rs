@@ -239,6 +239,11 @@ pub fn build(req: &BuildRequest, progress: &dyn Progress) -> Result<BuiltKernel>
             started.elapsed().as_secs_f64(),
         ));
     }
+    // One kernel build at a time per cache: each already uses every CPU
+    // (make -jN), and two at once only thrash (measured: 700 s instead of 300).
+    let _make = cache::CacheLock::acquire_or_wait(&root, "make", || {
+        progress.message("waiting for another kernel build to finish")
+    })?;
     let tree = source::prepare(&source, &series, &root, progress)?;
     let tmp = cache::fresh_tmp_dir(&kernels, &entry_name)?;
     let jobs = req
