@@ -310,3 +310,26 @@ fn xvmm_xperf_naming_a_directory_says_so() {
     assert!(err.ends_with(": not a regular file\n"), "{err}");
     assert!(err.contains("XVMM_XPERF="), "{err}");
 }
+
+/// A guest line cut short by the end of the VM is ended with a newline, so
+/// that what xvmm prints next (the JSON with `--json -`) starts on its own line.
+#[test]
+fn a_cut_console_line_is_ended() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("cli-cut-line");
+    let kernel = file(
+        &dir,
+        "bzImage",
+        &bzimage(&linux64_print_then_reset(b"no newline")),
+    );
+    let out = xvmm(&[
+        "--kernel",
+        kernel.to_str().unwrap(),
+        "--initrd",
+        placeholder_initrd().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "no newline\n");
+}

@@ -3,7 +3,7 @@
 //! command line it first prints the kernel log, each line prefixed
 //! `XVMM-DMESG: `.
 
-use xvmm_guest::sys;
+use xvmm_guest::{channel, sys};
 use xvmm_init::action::Action;
 use xvmm_results::channel::PORT_EXIT;
 
@@ -41,12 +41,9 @@ fn main() {
     }
     sys::console_line(&format!("XVMM-INIT: action {action:?}"));
     let failure = match action {
-        Action::Exit(code) => match sys::ioperm(PORT_EXIT, 1) {
-            Ok(()) => {
-                sys::outb(PORT_EXIT, code);
-                // A VMM that honours the port never lets us get here.
-                format!("exit port {PORT_EXIT:#x} ignored by the VMM")
-            }
+        Action::Exit(code) => match channel::exit_vm(code) {
+            // A VMM that honours the port never lets us get here.
+            Ok(()) => format!("exit port {PORT_EXIT:#x} ignored by the VMM"),
             Err(e) => e.to_string(),
         },
         Action::Reboot => sys::reboot(libc::RB_AUTOBOOT).to_string(),

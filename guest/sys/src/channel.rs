@@ -117,9 +117,11 @@ pub fn send_to_vmm(region: ResultsRegion, json: &str) -> Result<()> {
     Ok(())
 }
 
-/// Tells the VMM to end the VM with `code` as its exit status.
+/// Tells the VMM to end the VM with `code` as its exit status, once the
+/// console has sent everything written to it.
 pub fn exit_vm(code: u8) -> Result<()> {
     sys::ioperm(PORT_EXIT, 1)?;
+    sys::drain_console();
     sys::outb(PORT_EXIT, code);
     Ok(())
 }

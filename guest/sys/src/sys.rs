@@ -39,6 +39,20 @@ pub fn console_line(line: &str) {
     }
 }
 
+/// Waits until what this process wrote to its terminals (the serial console
+/// in a guest) has been transmitted: the kernel's serial driver sends from a
+/// buffer, and a VM ended right after a write would lose the tail.
+pub fn drain_console() {
+    for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
+        // SAFETY: isatty and tcdrain only inspect or wait on the descriptor.
+        unsafe {
+            if libc::isatty(fd) == 1 {
+                libc::tcdrain(fd);
+            }
+        }
+    }
+}
+
 /// Grants this process access to `count` I/O ports from `port` (`ioperm`).
 pub fn ioperm(port: u16, count: u64) -> Result<()> {
     // SAFETY: ioperm only changes this task's I/O permission bitmap.

@@ -121,11 +121,24 @@ impl Write for ConsoleSink {
         Ok(buf.len())
     }
 
+    /// The UART flushes after every byte: lines stay whole until they end.
     fn flush(&mut self) -> std::io::Result<()> {
-        self.line += &self.escaper.finish();
-        self.stdout.print(&self.line);
-        self.line.clear();
         Ok(())
+    }
+}
+
+impl Drop for ConsoleSink {
+    /// The run is over (the UART is gone): what is left goes out, ended with
+    /// a newline so that nothing xvmm prints next is glued to a guest line cut
+    /// short.
+    fn drop(&mut self) {
+        self.line += &self.escaper.finish();
+        if !self.line.is_empty() {
+            if !self.line.ends_with('\n') {
+                self.line.push('\n');
+            }
+            self.stdout.print(&self.line);
+        }
     }
 }
 
@@ -291,6 +304,9 @@ mod tests {
             interactive: false,
         };
         sink.write_all(b"partial \x1b[2J").unwrap();
+        sink.flush().unwrap();
         assert_eq!(sink.line, "partial \\x1b[2J", "held until the line ends");
+        sink.write_all(b" done\n").unwrap();
+        assert_eq!(sink.line, "", "a whole line goes out");
     }
 }
