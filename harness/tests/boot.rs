@@ -183,7 +183,8 @@ fn exit_port_status_becomes_xvmm_exit_status() {
         return;
     }
     assert_reached_init("pvh-exit7");
-    assert_exit("pvh-exit7", Outcome::Exited(7));
+    // Guest status N exits 64 + N (README "Exit status").
+    assert_exit("pvh-exit7", Outcome::Exited(64 + 7));
 }
 
 #[test]
