@@ -184,13 +184,7 @@ pub fn kvm_module(sys_module: &Path, cpu_flags: &[String]) -> String {
 /// CPUID reads done once, outside any measured region.
 pub mod cpuid {
     #[cfg(target_arch = "x86_64")]
-    use core::arch::x86_64::{__cpuid, _rdtsc, CpuidResult};
-
-    #[cfg(target_arch = "x86_64")]
-    pub fn rdtsc() -> u64 {
-        // SAFETY: rdtsc exists on every x86-64 CPU.
-        unsafe { _rdtsc() }
-    }
+    use core::arch::x86_64::{__cpuid, CpuidResult};
 
     #[cfg(target_arch = "x86_64")]
     // __cpuid became a safe fn in newer toolchains; keep the block for older ones.
@@ -243,10 +237,6 @@ pub mod cpuid {
         None
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
-    pub fn rdtsc() -> u64 {
-        0
-    }
     #[cfg(not(target_arch = "x86_64"))]
     pub fn hypervisor_signature() -> String {
         String::new()
