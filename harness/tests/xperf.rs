@@ -129,26 +129,15 @@ fn l1_initramfs(a: &Artifacts, xperf: &PathBuf) -> Result<Vec<u8>, String> {
     Ok(cpio)
 }
 
-/// The pretty-printed JSON report in a step's output. The step's stdout and
-/// stderr are echoed line by line from two pipes, so other lines (xvmm's
-/// tables on stderr) may interleave: after the opening `{`, only lines that
-/// can belong to serde's pretty JSON (`}` or indented) are kept.
-fn report_in(lines: &[&str]) -> Result<Report, String> {
-    let start = lines
-        .iter()
-        .rposition(|l| *l == "{")
-        .ok_or("no JSON report in the output")?;
-    let mut json = String::from("{\n");
-    for l in &lines[start + 1..] {
-        if *l == "}" || l.starts_with(' ') {
-            json.push_str(l);
-            json.push('\n');
-        }
-        if *l == "}" {
-            break;
-        }
+/// The JSON report a step wrote: with `--json -` its stdout is exactly the
+/// report (the guest console and every table go to stderr), so the whole of
+/// stdout must parse.
+fn report_in(stdout: &[&str]) -> Result<Report, String> {
+    if stdout.is_empty() {
+        return Err("no JSON report: the step wrote nothing to stdout".into());
     }
-    Report::from_json(&json).map_err(|e| format!("report does not parse: {e}"))
+    Report::from_json(&stdout.join("\n"))
+        .map_err(|e| format!("stdout is not the report alone: {e}"))
 }
 
 struct XperfRun {
@@ -194,15 +183,14 @@ fn run() -> &'static XperfRun {
             let step = run
                 .step(name)
                 .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
-            let out = run.output(name);
+            let all = run.output(name).join("\n");
             if step.outcome != Outcome::Exited(0) {
                 return Err(format!(
-                    "step {name} ended with {}; its output:\n{}",
-                    step.outcome,
-                    out.join("\n")
+                    "step {name} ended with {}; its output:\n{all}",
+                    step.outcome
                 ));
             }
-            report_in(&out).map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))
+            report_in(&run.stdout(name)).map_err(|e| format!("step {name}: {e}; output:\n{all}"))
         };
         let bm = side("bm")?;
         let vm = side("vm")?;
@@ -374,7 +362,7 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
 }
 
 #[test]
-fn json_is_found_among_interleaved_lines() {
+fn the_report_is_the_whole_of_stdout() {
     let report = Report::new(
         "t".into(),
         Environment::LinuxVm,
@@ -382,13 +370,13 @@ fn json_is_found_among_interleaved_lines() {
         xvmm_results::Method::standard(1, 2),
     );
     let json = report.to_json_pretty();
-    let mut lines: Vec<&str> = vec!["console line", "{ not json", "{"];
-    let body: Vec<&str> = json.lines().skip(1).collect();
-    let (head, tail) = body.split_at(3);
-    lines.extend(head);
-    lines.extend(["host exits (kvm_exit -> kvm_entry, host TSC ticks)", ""]);
-    lines.extend(tail);
-    lines.push("after");
+    let lines: Vec<&str> = json.lines().collect();
     assert_eq!(report_in(&lines).unwrap(), report);
-    assert!(report_in(&["no json"]).is_err());
+    let mut polluted = lines.clone();
+    polluted.insert(3, "a console line");
+    assert!(
+        report_in(&polluted).is_err(),
+        "anything else on stdout is a failure"
+    );
+    assert!(report_in(&[]).is_err());
 }

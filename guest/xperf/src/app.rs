@@ -68,12 +68,14 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
     }
     let to_stdout = matches!(json_to, Some(JsonTo::Stdout));
     let written = write_file(json_to, &json, &mut lines);
-    print(&xvmm_results::render::report(&report))?;
+    let text = xvmm_results::render::report(&report) + &lines;
     if to_stdout {
-        // "-": the JSON follows the table on stdout (e.g. a serial console).
+        // "-": stdout is the report alone; the table goes to stderr.
+        eprint!("{text}");
         print(&format!("{json}\n"))?;
+    } else {
+        print(&text)?;
     }
-    print(&lines)?;
     written
 }
 

@@ -24,8 +24,8 @@ only round trips are measured, and the output says so.
   --cpu N           CPU to pin to (default: the CPU xperf starts on)
   --raw             keep every sample's stamps in the JSON report
   --json FILE       write the JSON report to FILE atomically, or to stdout
-                    after the table when FILE is - (default: xperf.json when
-                    there is no VMM results channel)
+                    when FILE is - (the table then goes to stderr; default:
+                    xperf.json when there is no VMM results channel)
   -h, --help        this text
   -V, --version     print the version";
 

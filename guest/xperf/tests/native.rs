@@ -108,10 +108,9 @@ fn raw_samples_and_json_on_stdout() {
         .expect("xperf runs");
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // The table comes first, then the JSON document.
-    let start = stdout.find("\n{").expect("JSON after the table") + 1;
-    assert!(stdout[..start].contains("getppid"));
-    let report = Report::from_json(&stdout[start..]).expect("report parses");
+    // stdout is the JSON document alone; the table goes to stderr.
+    let report = Report::from_json(&stdout).expect("stdout is the report alone");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("getppid"));
     for c in &report.crossings {
         let samples = c.samples.as_ref().expect("raw samples");
         assert_eq!(samples.len(), 40);

@@ -102,10 +102,27 @@ fn outputs(args: &RunArgs) -> Result<Outputs> {
     })
 }
 
-/// The guest console on stdout, escaped, line by line (byte by byte when a
-/// person is typing to the guest).
+/// Where the guest console goes: stdout, or stderr when stdout carries the
+/// JSON report (`--json -`), so that stdout is the report alone.
+#[derive(Clone)]
+enum ConsoleTo {
+    Stdout(Stdout),
+    Stderr,
+}
+
+impl ConsoleTo {
+    fn print(&self, text: &str) {
+        match self {
+            ConsoleTo::Stdout(s) => s.print(text),
+            ConsoleTo::Stderr => output::eprint(text),
+        }
+    }
+}
+
+/// The guest console, escaped, line by line (byte by byte when a person is
+/// typing to the guest).
 struct ConsoleSink {
-    stdout: Stdout,
+    to: ConsoleTo,
     escaper: ConsoleEscaper,
     line: String,
     interactive: bool,
@@ -115,7 +132,7 @@ impl Write for ConsoleSink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.line += &self.escaper.escape(buf);
         if self.interactive || self.line.ends_with('\n') {
-            self.stdout.print(&self.line);
+            self.to.print(&self.line);
             self.line.clear();
         }
         Ok(buf.len())
@@ -137,12 +154,12 @@ impl Drop for ConsoleSink {
             if !self.line.ends_with('\n') {
                 self.line.push('\n');
             }
-            self.stdout.print(&self.line);
+            self.to.print(&self.line);
         }
     }
 }
 
-fn console(quiet: bool, stdout: &Stdout) -> Console {
+fn console(quiet: bool, to: ConsoleTo) -> Console {
     if quiet {
         return Console {
             out: Box::new(std::io::sink()),
@@ -154,7 +171,7 @@ fn console(quiet: bool, stdout: &Stdout) -> Console {
     let interactive = std::io::stdin().is_terminal();
     Console {
         out: Box::new(ConsoleSink {
-            stdout: stdout.clone(),
+            to,
             escaper: ConsoleEscaper::new(),
             line: String::new(),
             interactive,
@@ -172,6 +189,10 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let prepared = linux::prepare(config(args, kernel)?)?;
     let built_in = prepared.built_in();
     let outputs = outputs(args)?;
+    let console_to = match &outputs.json {
+        Some(json) if json.is_stdout() => ConsoleTo::Stderr,
+        _ => ConsoleTo::Stdout(stdout.clone()),
+    };
     let _signals = StopSignals::install()?;
     let LinuxRun {
         end,
@@ -179,7 +200,7 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
         bad_results,
         trace,
         notes,
-    } = linux::run(prepared, console(args.quiet, stdout))?;
+    } = linux::run(prepared, console(args.quiet, console_to))?;
     if !args.quiet {
         for note in &notes {
             output::eprint(&format!("xvmm: {note}\n"));
@@ -298,7 +319,7 @@ mod tests {
     #[test]
     fn the_console_is_escaped_and_line_buffered() {
         let mut sink = ConsoleSink {
-            stdout: Stdout::new(),
+            to: ConsoleTo::Stdout(Stdout::new()),
             escaper: ConsoleEscaper::new(),
             line: String::new(),
             interactive: false,
