@@ -65,7 +65,10 @@ fn plan() -> Vec<Step> {
         a.extend([mem.as_str(), "--timeout", &vm_timeout]);
         a.extend(["--samples", &n, "--warmup", &w]);
         a.extend(trace);
-        a.extend(["--json", "-"]);
+        // --quiet: stdout holds the JSON alone; the tables xvmm would print on
+        // stderr reach the console through another pipe and can land inside
+        // the JSON (seen under load: "key must be a string").
+        a.extend(["--quiet", "--json", "-"]);
         Step {
             name: name.into(),
             timeout_secs: VM_TIMEOUT + 30,

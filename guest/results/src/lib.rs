@@ -6,6 +6,7 @@
 //! version on any incompatible change and document it in the README.
 
 pub mod channel;
+pub mod characterize;
 pub mod compare;
 pub mod escape;
 pub mod file;
@@ -17,6 +18,7 @@ pub mod tsc;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
+pub use characterize::{Characterization, Metric};
 pub use compare::{compare, Comparison, ComparisonRow};
 pub use file::{write_atomically, Output};
 pub use machine::Machine;
@@ -59,6 +61,9 @@ pub struct Report {
     /// Free-form caveats the reader must see (THP state, pinning failures...).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What `xperf characterize` found out about the machine (only there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub characterize: Option<Characterization>,
 }
 
 impl Report {
@@ -76,6 +81,7 @@ impl Report {
             exits: Vec::new(),
             host_exits: Vec::new(),
             notes: Vec::new(),
+            characterize: None,
         }
     }
 

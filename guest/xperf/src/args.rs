@@ -12,6 +12,7 @@ pub const MAX_SAMPLES: u64 = 1_000_000;
 
 pub const USAGE: &str = "\
 usage: xperf [--samples N] [--warmup N] [--null-samples N] [--cpu N] [--raw] [--json FILE]
+       xperf characterize [--samples N] [--cpu N] [--json FILE]   (see characterize --help)
 
 Measures user->kernel->user crossings: #PF on first touch, #PF after
 MADV_DONTNEED, and the getppid syscall. With the xperf kernel hooks
@@ -55,11 +56,13 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Run(Options),
+    /// `xperf characterize ...`: the whole machine (crate::characterize).
+    Characterize(crate::characterize::Options),
     Help,
     Version,
 }
 
-fn count(name: &str, value: &str, min: u64) -> Result<u64> {
+pub(crate) fn count(name: &str, value: &str, min: u64) -> Result<u64> {
     let n: u64 = value
         .parse()
         .map_err(|_| Error::Usage(format!("{name} needs a whole number, got {value:?}")))?;
@@ -78,7 +81,10 @@ where
     S: Into<String>,
 {
     let mut opts = Options::default();
-    let mut args = args.into_iter().map(Into::into);
+    let mut args = args.into_iter().map(Into::into).peekable();
+    if args.peek().is_some_and(|a| a == "characterize") {
+        return crate::characterize::options::parse(args.skip(1)).map(Command::Characterize);
+    }
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -158,6 +164,12 @@ mod tests {
         assert_eq!(o.json, Some(PathBuf::from("a.json")));
         assert_eq!(parse(["--help"]).unwrap(), Command::Help);
         assert_eq!(parse(["-V"]).unwrap(), Command::Version);
+        assert!(matches!(
+            parse(["characterize", "--samples", "9"]).unwrap(),
+            Command::Characterize(o) if o.samples == 9
+        ));
+        // Only as the first word: elsewhere it is a stray argument.
+        assert!(parse(["--raw", "characterize"]).is_err());
     }
 
     #[test]

@@ -135,7 +135,7 @@ pub fn round_trip_crossing(
 }
 
 /// Pins the calling thread to `cpu` (default: the current CPU); returns it.
-fn pin(cpu: Option<u32>) -> Result<u32> {
+pub(crate) fn pin(cpu: Option<u32>) -> Result<u32> {
     let cpu = match cpu {
         Some(c) => c,
         None => {

@@ -102,6 +102,145 @@ pub fn getppid_pair() -> (u64, u64) {
     (join(lo, hi), join(end_lo, end_hi))
 }
 
+/// `cpuid` (leaf `leaf`, subleaf 0) between the stamps: (open, close). Under
+/// a hypervisor CPUID always exits, so this is the cheapest VM-exit round
+/// trip user space can time. RBX, which LLVM reserves, is saved in a scratch
+/// register around it.
+#[inline(always)]
+pub fn cpuid_pair(leaf: u32) -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: cpuid and the stamps touch only declared registers; rbx is restored.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "mov eax, {leaf:e}",
+            "xor ecx, ecx",
+            "mov {rbx}, rbx",
+            "cpuid",
+            "mov rbx, {rbx}",
+            stamp_close!(),
+            leaf = in(reg) leaf,
+            rbx = out(reg) _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack, preserves_flags),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// One more `rdtsc` between the stamps: (open, close).
+#[inline(always)]
+pub fn rdtsc_pair() -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: the stamps and rdtsc only; every clobbered register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "rdtsc",
+            stamp_close!(),
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack, preserves_flags),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// One more `rdtscp` between the stamps: (open, close).
+#[inline(always)]
+pub fn rdtscp_pair() -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: the stamps and rdtscp only; every clobbered register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "rdtscp",
+            stamp_close!(),
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack, preserves_flags),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// `count` (at least 1) `pause` instructions in a loop between the stamps:
+/// (open, close). A hypervisor with pause-loop exiting intercepts a long
+/// enough run of them.
+#[inline(always)]
+pub fn pause_pair(count: u32) -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: pause, a counted loop and the stamps; every register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "2:",
+            "pause",
+            "dec {n:e}",
+            "jnz 2b",
+            stamp_close!(),
+            n = inout(reg) count.max(1) => _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// A `dec; jnz` loop of `count` (at least 1) iterations between the stamps:
+/// the control for [`pause_pair`] (same shape, no pause).
+#[inline(always)]
+pub fn spin_pair(count: u32) -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: a counted loop and the stamps; every register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "2:",
+            "dec {n:e}",
+            "jnz 2b",
+            stamp_close!(),
+            n = inout(reg) count.max(1) => _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +253,32 @@ mod tests {
         let (null, sys) = (null.unwrap_or(0), sys.unwrap_or(0));
         assert!(null > 0, "null pair not ordered");
         assert!(sys > null, "getppid {sys} ticks <= null pair {null} ticks");
+    }
+
+    #[test]
+    fn probe_pairs_are_ordered_and_cpuid_names_the_vendor_as_before() {
+        for (a, b) in [
+            cpuid_pair(0),
+            rdtsc_pair(),
+            rdtscp_pair(),
+            pause_pair(1),
+            spin_pair(1),
+        ] {
+            assert!(a < b, "{a} then {b}");
+        }
+        let (a, b) = pause_pair(1000);
+        let (c, d) = pause_pair(1);
+        assert!(b - a > d - c, "1000 pauses no slower than one");
+        // rbx survives: the vendor string still reads the same afterwards.
+        #[allow(unused_unsafe)] // a safe fn on newer toolchains
+        let vendor = || {
+            // SAFETY: cpuid exists on every x86-64 CPU.
+            let r = unsafe { std::arch::x86_64::__cpuid(0) };
+            (r.ebx, r.ecx, r.edx)
+        };
+        let before = vendor();
+        let _ = cpuid_pair(0);
+        assert_eq!(vendor(), before);
     }
 
     #[test]

@@ -36,6 +36,21 @@ pub enum Command {
     Machine(MachineArgs),
     /// Print the tables of a saved xvmm-results report.
     Show(ShowArgs),
+    /// Render result files as one self-contained HTML page with charts (or Markdown).
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Result files written with --json by xvmm or xperf (xperf characterize included).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Where the page goes ("-" for stdout); written atomically once complete.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// Write Markdown (tables only) instead of HTML.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Args, Debug)]

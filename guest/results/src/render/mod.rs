@@ -12,7 +12,10 @@ use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, St
 use std::fmt::Write as _;
 use table::Table;
 
+mod characterize;
 mod table;
+
+pub use characterize::{by_group, characterize_table};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -254,44 +257,47 @@ pub fn report(report: &Report) -> String {
         out += "\nmeasured on:\n";
         out += &machine_table(m);
     }
+    if let Some(c) = &report.characterize {
+        out.push('\n');
+        out += &characterize_table(c);
+    }
     out
 }
 
-/// The characterisation of a machine, one fact a line: what decides whether
-/// two reports can be compared.
-pub fn machine_table(m: &Machine) -> String {
-    let mut out = String::new();
-    let mut line = |key: &str, value: String| {
-        let _ = writeln!(out, "  {key:<16} {value}");
-    };
-    line(
-        "cpu",
-        format!(
-            "{} {} (family/model/stepping {}), {} logical CPUs",
-            or_unknown(&m.cpu_vendor),
-            or_unknown(&m.cpu_model),
-            or_unknown(&m.cpu_signature),
-            m.logical_cpus
+/// The characterisation of a machine as (key, value) pairs, values made
+/// visible: what decides whether two reports can be compared. The one list
+/// every renderer of the machine block (text, HTML) shows.
+pub fn machine_facts(m: &Machine) -> Vec<(&'static str, String)> {
+    let mut facts = vec![
+        (
+            "cpu",
+            format!(
+                "{} {} (family/model/stepping {}), {} logical CPUs",
+                or_unknown(&m.cpu_vendor),
+                or_unknown(&m.cpu_model),
+                or_unknown(&m.cpu_signature),
+                m.logical_cpus
+            ),
         ),
-    );
-    line(
-        "tsc",
-        format!("{} kHz ({})", m.tsc_khz, or_unknown(&m.tsc_khz_source)),
-    );
-    line(
-        "hypervisor",
-        if m.hypervisor_signature.is_empty() {
-            "none seen (bare metal, or a hypervisor that hides itself)".into()
-        } else {
-            format!("\"{}\"", visible(&m.hypervisor_signature))
-        },
-    );
-    line("kernel", or_unknown(&m.kernel_release));
-    line("kvm module", kvm_module_text(m));
-    line("cpu flags", visible(&m.flags.join(" ")).into_owned());
-    line("kpti", on_off(m.kpti()).into());
-    line("thp", or_unknown(&m.thp));
-    line("clocksource", or_unknown(&m.clocksource));
+        (
+            "tsc",
+            format!("{} kHz ({})", m.tsc_khz, or_unknown(&m.tsc_khz_source)),
+        ),
+        (
+            "hypervisor",
+            if m.hypervisor_signature.is_empty() {
+                "none seen (bare metal, or a hypervisor that hides itself)".into()
+            } else {
+                format!("\"{}\"", visible(&m.hypervisor_signature))
+            },
+        ),
+        ("kernel", or_unknown(&m.kernel_release)),
+        ("kvm module", kvm_module_text(m)),
+        ("cpu flags", visible(&m.flags.join(" ")).into_owned()),
+        ("kpti", on_off(m.kpti()).into()),
+        ("thp", or_unknown(&m.thp)),
+        ("clocksource", or_unknown(&m.clocksource)),
+    ];
     // Only what is not "Not affected": the mitigations that cost crossings.
     let affected: Vec<String> = m
         .vulnerabilities
@@ -305,10 +311,19 @@ pub fn machine_table(m: &Machine) -> String {
         } else {
             "none affected"
         };
-        line("vulnerabilities", none.into());
+        facts.push(("vulnerabilities", none.into()));
     }
     for (i, v) in affected.into_iter().enumerate() {
-        line(if i == 0 { "vulnerabilities" } else { "" }, v);
+        facts.push((if i == 0 { "vulnerabilities" } else { "" }, v));
+    }
+    facts
+}
+
+/// [`machine_facts`], one fact a line.
+pub fn machine_table(m: &Machine) -> String {
+    let mut out = String::new();
+    for (key, value) in machine_facts(m) {
+        let _ = writeln!(out, "  {key:<16} {value}");
     }
     out
 }
