@@ -15,6 +15,15 @@ use xvmm::{Error, Result};
 /// How long the host TSC is counted against the monotonic clock.
 const TSC_CALIBRATION: Duration = Duration::from_millis(200);
 
+/// A report from a step's stdout lines (see [`HarnessRun::report`]).
+pub fn report_from_stdout(stdout: &[&str]) -> std::result::Result<xvmm_results::Report, String> {
+    if stdout.is_empty() {
+        return Err("no JSON report: the step wrote nothing to stdout".into());
+    }
+    xvmm_results::Report::from_json(&stdout.join("\n"))
+        .map_err(|e| format!("stdout is not the report alone: {e}"))
+}
+
 /// L1's kernel command line. A TCG guest without ACPI has no HPET or PM
 /// timer, so L1 cannot calibrate its TSC, falls back to jiffies (its clock
 /// then drifts by a factor of several under load) and KVM has no TSC rate
@@ -63,6 +72,13 @@ impl HarnessRun {
                 Some(&l[i + len..])
             })
             .collect()
+    }
+
+    /// The result report step `name` wrote with `--json -`: its stdout is the
+    /// report alone (xvmm and xperf send the guest console and every table to
+    /// stderr then), so the whole of stdout must parse.
+    pub fn report(&self, name: &str) -> std::result::Result<xvmm_results::Report, String> {
+        report_from_stdout(&self.stdout(name))
     }
 
     /// What step `name` wrote to its stdout alone, line by line.

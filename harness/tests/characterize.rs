@@ -122,27 +122,6 @@ fn l1_initramfs(a: &Artifacts, xperf: &Path) -> Result<Vec<u8>, String> {
     Ok(cpio)
 }
 
-/// The pretty-printed JSON report in a step's output: after the last line
-/// that is just `{`, the lines that can belong to serde's pretty JSON (stderr
-/// lines may interleave).
-fn report_in(lines: &[&str]) -> Result<Report, String> {
-    let start = lines
-        .iter()
-        .rposition(|l| *l == "{")
-        .ok_or("no JSON report in the output")?;
-    let mut json = String::from("{\n");
-    for l in &lines[start + 1..] {
-        if *l == "}" || l.starts_with(' ') {
-            json.push_str(l);
-            json.push('\n');
-        }
-        if *l == "}" {
-            break;
-        }
-    }
-    Report::from_json(&json).map_err(|e| format!("report does not parse: {e}"))
-}
-
 struct Run {
     xvmm: PathBuf,
     reports: Vec<(&'static str, Report, PathBuf)>,
@@ -186,16 +165,16 @@ fn boot() -> Result<Run, String> {
             .step(name)
             .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
         eprintln!("{}", step.to_line());
-        let out = run.output(name);
+        let all = run.output(name).join("\n");
         if step.outcome != Outcome::Exited(0) {
             return Err(format!(
-                "step {name} ended with {}; its output:\n{}",
-                step.outcome,
-                out.join("\n")
+                "step {name} ended with {}; its output:\n{all}",
+                step.outcome
             ));
         }
-        let report = report_in(&out)
-            .map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))?;
+        let report = run
+            .report(name)
+            .map_err(|e| format!("step {name}: {e}; output:\n{all}"))?;
         let path = dir.join(format!("characterize-{name}.json"));
         std::fs::write(&path, report.to_json_pretty() + "\n").map_err(|e| e.to_string())?;
         reports.push((name, report, path));

@@ -65,10 +65,8 @@ fn plan() -> Vec<Step> {
         a.extend([mem.as_str(), "--timeout", &vm_timeout]);
         a.extend(["--samples", &n, "--warmup", &w]);
         a.extend(trace);
-        // --quiet: stdout holds the JSON alone; the tables xvmm would print on
-        // stderr reach the console through another pipe and can land inside
-        // the JSON (seen under load: "key must be a string").
-        a.extend(["--quiet", "--json", "-"]);
+        // stdout is the JSON alone; console and tables go to stderr.
+        a.extend(["--json", "-"]);
         Step {
             name: name.into(),
             timeout_secs: VM_TIMEOUT + 30,
@@ -132,17 +130,6 @@ fn l1_initramfs(a: &Artifacts, xperf: &PathBuf) -> Result<Vec<u8>, String> {
     Ok(cpio)
 }
 
-/// The JSON report a step wrote: with `--json -` its stdout is exactly the
-/// report (the guest console and every table go to stderr), so the whole of
-/// stdout must parse.
-fn report_in(stdout: &[&str]) -> Result<Report, String> {
-    if stdout.is_empty() {
-        return Err("no JSON report: the step wrote nothing to stdout".into());
-    }
-    Report::from_json(&stdout.join("\n"))
-        .map_err(|e| format!("stdout is not the report alone: {e}"))
-}
-
 struct XperfRun {
     /// The static xvmm that ran in L1 (for `xvmm compare` on the host).
     xvmm: PathBuf,
@@ -193,7 +180,8 @@ fn run() -> &'static XperfRun {
                     step.outcome
                 ));
             }
-            report_in(&run.stdout(name)).map_err(|e| format!("step {name}: {e}; output:\n{all}"))
+            run.report(name)
+                .map_err(|e| format!("step {name}: {e}; output:\n{all}"))
         };
         let bm = side("bm")?;
         let vm = side("vm")?;
@@ -374,12 +362,12 @@ fn the_report_is_the_whole_of_stdout() {
     );
     let json = report.to_json_pretty();
     let lines: Vec<&str> = json.lines().collect();
-    assert_eq!(report_in(&lines).unwrap(), report);
+    assert_eq!(harness::report_from_stdout(&lines).unwrap(), report);
     let mut polluted = lines.clone();
     polluted.insert(3, "a console line");
     assert!(
-        report_in(&polluted).is_err(),
+        harness::report_from_stdout(&polluted).is_err(),
         "anything else on stdout is a failure"
     );
-    assert!(report_in(&[]).is_err());
+    assert!(harness::report_from_stdout(&[]).is_err());
 }

@@ -44,7 +44,8 @@ fn out_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("report-browser");
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    // Chromium refuses a --log-net-log path with a `..` component.
+    std::fs::canonicalize(&dir).unwrap()
 }
 
 /// What one headless Chromium run left: stdout (the DOM with --dump-dom),
