@@ -106,7 +106,7 @@ fn page_faults_keep_alternating_across_an_odd_warm_up() {
         let (mut end, _) = run_phase(&rc, &cfg, &p).unwrap();
         if let PhaseEnd::Refused { .. } = end {
             // PVM cannot run LFENCE/RDTSCP at CPL0: use plain RDTSC there.
-            cfg.plain_kernel_stamps = true;
+            cfg.kernel_stamps = guest::KernelStamps::Plain;
             end = run_phase(&rc, &cfg, &p).unwrap().0;
         }
         let PhaseEnd::Done { stamps, .. } = end else {

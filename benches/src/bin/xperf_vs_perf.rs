@@ -41,11 +41,11 @@ fn raw_getppid() {
 fn loop_ticks(call: impl Fn()) -> u64 {
     let mut best = u64::MAX;
     for _ in 0..PERF_RUNS {
-        let start = stamp::null_pair().0;
+        let start = stamp::null_pair().open;
         for _ in 0..PERF_LOOPS {
             call();
         }
-        let end = stamp::null_pair().1;
+        let end = stamp::null_pair().close;
         best = best.min(end.saturating_sub(start) / PERF_LOOPS);
     }
     best
@@ -95,6 +95,7 @@ fn main() {
         cpu: None,
         raw: false,
         vmm_channel: false,
+        rounds: 1,
     };
     // measure::run pins this thread; perf inherits the affinity below.
     let report = match measure::run(&config) {

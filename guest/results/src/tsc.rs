@@ -86,6 +86,19 @@ pub fn rdtsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// Differences of `n` pairs of back-to-back plain `rdtsc` reads: the raw
+/// material of the TSC quantum (see [`crate::quantum`]).
+#[cfg(target_arch = "x86_64")]
+pub fn back_to_back(n: usize) -> Vec<u64> {
+    let mut diffs = vec![0u64; n];
+    for d in diffs.iter_mut() {
+        let a = rdtsc();
+        let b = rdtsc();
+        *d = b.wrapping_sub(a);
+    }
+    diffs
+}
+
 /// TSC ticks per millisecond, counted against the monotonic clock over
 /// `window` (spinning, so the CPU stays awake). The one calibration every
 /// producer uses when CPUID does not give the rate.

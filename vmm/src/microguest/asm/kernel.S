@@ -61,6 +61,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
     .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
     .long xvmm_mg_k_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_null_inner - xvmm_mg_ktable
 
 /*
  * #UD: the user loop's way to say "done" (a UD2 at the address the VMM put
@@ -243,6 +244,18 @@ xvmm_mg_k_null:
 1:
     KSTAMP_OPEN 0
     KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+/*
+ * The kernel stamps in the order a crossing's handler takes them (entry
+ * stamp KSTAMP_CLOSE, then return stamp KSTAMP_OPEN) with nothing between:
+ * what the two add to in_kernel.
+ */
+.p2align 4
+xvmm_mg_k_null_inner:
+1:
+    KSTAMP_CLOSE 0
+    KSTAMP_OPEN 8
     NEXT_SAMPLE
 
 // Every unexpected exception ends here (stack: see REPORT_FAULT).

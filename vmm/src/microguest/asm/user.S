@@ -34,6 +34,7 @@ xvmm_mg_utable:
     .long xvmm_mg_u_sysenter - xvmm_mg_utable
     .long xvmm_mg_u_intn - xvmm_mg_utable
     .long xvmm_mg_u_imul - xvmm_mg_utable
+    .long xvmm_mg_u_tsc_step - xvmm_mg_utable
 
 /*
  * Every routine's label 1 is where NEXT_SAMPLE starts the next sample.
@@ -123,6 +124,23 @@ xvmm_mg_u_imul:
     jnz 75b
     USTAMP_CLOSE 8
     xor r10, r11
+    NEXT_SAMPLE
+
+/*
+ * Two plain RDTSC back to back, nothing between: the difference is one
+ * read's worth of counter movement, from which the VMM estimates the TSC
+ * quantum (how far the counter moves in one step).
+ */
+.p2align 4
+xvmm_mg_u_tsc_step:
+1:
+    rdtsc
+    mov r10d, eax
+    mov r11d, edx
+    rdtsc
+    mov dword ptr [r15], r10d
+    mov dword ptr [r15 + 4], r11d
+    STORE_STAMP 8
     NEXT_SAMPLE
 
 .globl xvmm_mg_user_end
