@@ -131,6 +131,18 @@ fn every_crossing_and_exit_is_measured_or_explained() {
         "verify"
     );
     assert!(!r.host.cpu_model.is_empty() && r.host.tsc_khz > 0);
+    // The guest's TSC rate (KVM's, without --tsc-khz the host's) against the
+    // rate the host kernel settled on, where its log says it.
+    if let Some(kernel) = xvmm_results::tsc::kernel_khz() {
+        let ppm = r.host.tsc_khz.abs_diff(kernel) as f64 / kernel as f64 * 1e6;
+        assert!(
+            ppm <= 100.0,
+            "guest {} kHz, host kernel {kernel} kHz",
+            r.host.tsc_khz
+        );
+    }
+    let q = r.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
+    assert!(q.is_some_and(|q| q >= 1.0), "quantum {q:?}");
     assert!(!r.host.hypervisor_signature.is_empty());
     assert!(!r.host.kvm_module.is_empty());
 }
