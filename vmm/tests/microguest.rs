@@ -214,7 +214,7 @@ fn statistics_match_the_raw_samples_and_the_stamp_costs() {
             assert_eq!(i.raw.count, raw.len() as u64, "{} {what}", x.name);
             assert_eq!(
                 i.raw.median,
-                sorted[(sorted.len() + 1) / 2 - 1],
+                sorted[sorted.len().div_ceil(2) - 1],
                 "{} {what}",
                 x.name
             );

@@ -231,7 +231,7 @@ impl StampCosts {
             )),
             _ => None,
         };
-        let (kernel_pair, kernel_pair_inner) = kernel.map(|(c, b)| (c, b)).unzip();
+        let (kernel_pair, kernel_pair_inner) = kernel.unzip();
         let (vmm_pair, vmm_pair_reverse) = vmm.unzip();
         StampCosts {
             user_pair,

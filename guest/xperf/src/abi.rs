@@ -338,7 +338,7 @@ mod tests {
         assert_eq!(offset::KPAIR + 8, offset::KPAIR_INNER);
         assert_eq!(offset::KPAIR_INNER + 8, offset::ENTRY_INSN);
         assert_eq!(offset::ENTRY_INSN + INSN_LEN, offset::EXIT_INSN);
-        assert!(offset::EXIT_INSN + INSN_LEN <= PAGE_SIZE);
+        const { assert!(offset::EXIT_INSN + INSN_LEN <= PAGE_SIZE) };
         assert_eq!(&PR_XPERF.to_be_bytes(), b"XPFR");
     }
 

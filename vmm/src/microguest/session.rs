@@ -64,6 +64,10 @@ pub struct Session<'a> {
     pub rounds: u32,
 }
 
+/// A crossing's samples with the kernel stamps and its round trips without
+/// them, or why the hypervisor refused it.
+type OnOff = std::result::Result<(Vec<Sample>, Vec<u64>), String>;
+
 /// A phase's guest and host stamps, or why the hypervisor refused it.
 type PhaseStamps = std::result::Result<(Vec<u64>, Vec<HostStamps>, Option<i64>), String>;
 
@@ -274,10 +278,7 @@ impl Session<'_> {
 
     /// A crossing's samples with the kernel stamps, then its round trips
     /// without them; `Ok(Err(reason))` when the hypervisor refused it.
-    fn crossing_round(
-        &self,
-        kind: Kind,
-    ) -> Result<std::result::Result<(Vec<Sample>, Vec<u64>), String>> {
+    fn crossing_round(&self, kind: Kind) -> Result<OnOff> {
         let on = match self.crossing_samples(kind, &self.cfg)? {
             Ok(samples) => samples,
             Err(reason) => return Ok(Err(reason)),
