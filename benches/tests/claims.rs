@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::Duration;
 use xvmm::microguest::guest::Kind;
-use xvmm::microguest::measure::user_intervals;
+use xvmm::microguest::measure::{user_intervals, user_or_kernel_intervals};
 use xvmm_benches::linearity::{self, check, SWEEP};
 use xvmm_benches::perf;
 use xvmm_results::{quantum, tsc, Stats};
@@ -91,6 +91,65 @@ fn microguest_stamps_are_linear_and_a_wrong_correction_is_caught() {
     );
     assert!(
         check(&sweep, &raw, 2 * a, q).is_err(),
+        "a doubled correction must fail"
+    );
+}
+
+/// The same for the kernel stamp pair at CPL0. Only where CPL0 runs
+/// natively: under kvm_pvm every CPL0 instruction is emulated (thousands of
+/// ticks each, varying by as much), so there it only says it was skipped.
+#[test]
+fn microguest_kernel_stamps_are_linear_and_a_wrong_correction_is_caught() {
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("skipping: /dev/kvm does not exist");
+        return;
+    }
+    let module = xvmm_results::Machine::probe().kvm_module;
+    if module == "kvm_pvm" {
+        eprintln!(
+            "skipping: kvm_pvm emulates CPL0; the kernel pair's linearity needs hardware KVM"
+        );
+        return;
+    }
+    let fenced =
+        user_or_kernel_intervals(Kind::KernelNull, 0, 10, 10, Duration::from_secs(10), false);
+    let plain = fenced.is_err();
+    let run = |kind, n| {
+        user_or_kernel_intervals(kind, n, 500, 4000, Duration::from_secs(120), plain)
+            .unwrap_or_else(|e| panic!("{kind:?} {n}: {e}"))
+    };
+    let median = |v: Vec<u64>| {
+        Stats::from_samples(&v.into_iter().filter(|&t| t > 0).collect::<Vec<_>>()).median
+    };
+    let c = median(run(Kind::KernelNull, 0));
+    let mut points = vec![(0u64, c)];
+    for n in [8u64, 32, 128, 512, 2048] {
+        let chains = run(Kind::KernelImul, n);
+        let parity = |p: usize| {
+            chains
+                .iter()
+                .skip(p)
+                .step_by(2)
+                .copied()
+                .collect::<Vec<u64>>()
+        };
+        points.push((n, median(parity(0))));
+        points.push((2 * n, median(parity(1))));
+    }
+    points.sort_unstable();
+    let (sweep, raw): (Vec<u64>, Vec<u64>) = points.into_iter().unzip();
+    let q = quantum_here();
+    println!(
+        "{module}: kernel pair {c} (plain RDTSC: {plain}), sweep {sweep:?} -> medians {raw:?}"
+    );
+    let verdict = check(&sweep, &raw, c, q).unwrap_or_else(|e| panic!("kernel: {e}"));
+    println!("kernel: {verdict:?}");
+    assert!(
+        check(&sweep, &raw, 0, q).is_err(),
+        "no correction must fail"
+    );
+    assert!(
+        check(&sweep, &raw, 2 * c, q).is_err(),
         "a doubled correction must fail"
     );
 }

@@ -54,11 +54,13 @@ pub enum Kind {
     Hlt = 17,
     /// The kernel stamps as a handler takes them: closing, then opening.
     KernelNullInner = 18,
+    /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
+    KernelImul = 19,
 }
 
 impl Kind {
     pub const FIRST_KERNEL: u64 = Kind::KernelNull as u64;
-    pub const COUNT: u64 = 19;
+    pub const COUNT: u64 = 20;
 
     /// Whether each sample has four stamps (a user<->kernel crossing) rather
     /// than two (an interval measured on one side).
@@ -405,7 +407,7 @@ mod tests {
         assert_eq!(Kind::Hlt.stride(), 16);
         assert!(Kind::Rdmsr.runs_in_kernel() && Kind::KernelNull.runs_in_kernel());
         assert!(!Kind::Imul.runs_in_kernel());
-        assert_eq!(Kind::KernelNullInner as u64 + 1, Kind::COUNT);
+        assert_eq!(Kind::KernelImul as u64 + 1, Kind::COUNT);
         assert!(Kind::Cpuid.runs_in_kernel() && Kind::PioOut.runs_in_kernel());
     }
 }

@@ -154,7 +154,8 @@ pub fn run_phase(
                 layout::SAMPLES_SIZE >> 20
             ))
         })?;
-    if phase.kind == Kind::Imul && (phase.param == 0 || !phase.param.is_multiple_of(8)) {
+    let chain = matches!(phase.kind, Kind::Imul | Kind::KernelImul);
+    if chain && (phase.param == 0 || !phase.param.is_multiple_of(8)) {
         return Err(Error::Usage(format!(
             "the imul chain length must be a positive multiple of 8, not {}",
             phase.param

@@ -392,10 +392,12 @@ fn run_notes(c: &Collected, unsplit: &[String]) -> Vec<String> {
     notes
 }
 
-/// Runs one user-mode two-stamp phase (`Kind::Null`, or `Kind::Imul` with its
-/// chain length N: even samples time N imuls, odd samples 2N) in its own VM
-/// and returns every sample's interval (0 where a sample was not valid), for
-/// the benchmarks.
+/// Runs one two-stamp phase (`Kind::Null`/`Kind::KernelNull`, or
+/// `Kind::Imul`/`Kind::KernelImul` with its chain length N: even samples time
+/// N imuls, odd samples 2N) in its own VM and returns every sample's interval
+/// (0 where a sample was not valid), for the benchmarks and the linearity
+/// checks. Kernel kinds run with plain-RDTSC kernel stamps where the
+/// hypervisor cannot run the fenced ones at CPL0 (`plain`).
 pub fn user_intervals(
     kind: Kind,
     param: u64,
@@ -403,9 +405,26 @@ pub fn user_intervals(
     samples: u64,
     timeout: Duration,
 ) -> Result<Vec<u64>> {
-    if kind.four_stamps() || kind.runs_in_kernel() {
+    user_or_kernel_intervals(kind, param, warmup, samples, timeout, false)
+}
+
+/// [`user_intervals`] for kernel kinds too; `plain` selects plain-RDTSC
+/// kernel stamps.
+pub fn user_or_kernel_intervals(
+    kind: Kind,
+    param: u64,
+    warmup: u64,
+    samples: u64,
+    timeout: Duration,
+    plain: bool,
+) -> Result<Vec<u64>> {
+    let two_stamp = matches!(
+        kind,
+        Kind::Null | Kind::Imul | Kind::KernelNull | Kind::KernelNullInner | Kind::KernelImul
+    );
+    if !two_stamp {
         return Err(Error::Usage(format!(
-            "{kind:?} is not a user-mode two-stamp kind"
+            "{kind:?} is not a two-stamp stamp-timing kind"
         )));
     }
     let rc = RunControl::new(timeout)?;
@@ -415,7 +434,15 @@ pub fn user_intervals(
         samples,
         param,
     };
-    match machine::run_phase(&rc, &MachineConfig::default(), &phase)?.0 {
+    let cfg = MachineConfig {
+        kernel_stamps: if plain {
+            super::guest::KernelStamps::Plain
+        } else {
+            super::guest::KernelStamps::Fenced
+        },
+        ..MachineConfig::default()
+    };
+    match machine::run_phase(&rc, &cfg, &phase)?.0 {
         PhaseEnd::Done { stamps, .. } => Ok(stamps
             .chunks_exact(2)
             .map(|p| match (p[0], p[1]) {
@@ -535,7 +562,10 @@ pub fn split_exits(
 /// `int 0x80` with #UD).
 pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
     // The stamp loops cross nothing: any fault there is a real failure.
-    if matches!(kind, Kind::Null | Kind::Imul | Kind::KernelNull) {
+    if matches!(
+        kind,
+        Kind::Null | Kind::Imul | Kind::KernelNull | Kind::KernelNullInner | Kind::KernelImul
+    ) {
         return None;
     }
     let entries = super::guest::kernel_entries();
