@@ -67,7 +67,7 @@ pub fn pmu_from(vendor: &str, leaf_a_eax: u32, ext_1_ecx: u32) -> String {
         _ => false,
     };
     if present {
-        "PMU present (CPUID); xvmm does not read core cycles yet: TSC ticks only".into()
+        "PMU present (CPUID): core cycles only where the producer can read them".into()
     } else {
         "no PMU (CPUID reports no core performance counters): TSC ticks only".into()
     }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod host;
 pub mod init;
 pub mod measure;
+pub mod pmu;
 pub mod sampling;
 pub mod stamp;
 

@@ -511,6 +511,18 @@ pub fn run(config: &Config) -> Result<Report> {
             ),
         });
     }
+    match crate::pmu::CycleCounter::open() {
+        Ok(counter) => {
+            let cycles: Vec<u64> = (0..usize_of(config.samples)?)
+                .map(|_| counter.getppid_cycles())
+                .collect();
+            if let Some(g) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
+                g.cycles = Some(xvmm_results::Stats::from_samples(&cycles));
+            }
+            setup.machine.pmu = "core cycles read with rdpmc (getppid round trip, `cycles`)".into();
+        }
+        Err(why) => setup.machine.pmu = why,
+    }
     let quantum = setup.machine.tsc_quantum_ticks;
     if let Some(getppid) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
         let coarse = getppid

@@ -163,6 +163,12 @@ pub fn crossing_notes(c: &Crossing, quantum: Option<f64>) -> Vec<String> {
     }) {
         notes.push("round trip under 20 TSC quanta and no batched figure for this crossing".into());
     }
+    if let Some(cycles) = c.cycles.as_ref().filter(|s| s.count > 0) {
+        notes.push(format!(
+            "core cycles (PMU): rtrip median {} (raw, min {}, {} samples)",
+            cycles.median, cycles.min, cycles.count
+        ));
+    }
     if let Some(problem) = parts_problem(c) {
         notes.push(visible(&problem).into_owned());
     }
