@@ -41,34 +41,53 @@ pub enum Kind {
     Imul = 6,
     /// Two plain RDTSC back to back (the TSC quantum).
     TscStep = 7,
+    /// PARAM int3 between one pair of stamps (the batched figure).
+    Int3Batch = 8,
+    /// PARAM SYSCALLs between one pair of stamps.
+    SyscallBatch = 9,
     /// The kernel stamps as exit loops take them: opening, then closing.
-    KernelNull = 8,
-    Cpuid = 9,
-    PioOut = 10,
-    PioIn = 11,
-    MmioWrite = 12,
-    Vmcall = 13,
-    Vmmcall = 14,
-    Rdmsr = 15,
-    Wrmsr = 16,
-    Hlt = 17,
+    KernelNull = 10,
+    Cpuid = 11,
+    PioOut = 12,
+    PioIn = 13,
+    MmioWrite = 14,
+    Vmcall = 15,
+    Vmmcall = 16,
+    Rdmsr = 17,
+    Wrmsr = 18,
+    Hlt = 19,
     /// The kernel stamps as a handler takes them: closing, then opening.
-    KernelNullInner = 18,
+    KernelNullInner = 20,
     /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
-    KernelImul = 19,
+    KernelImul = 21,
 }
 
 impl Kind {
     pub const FIRST_KERNEL: u64 = Kind::KernelNull as u64;
-    pub const COUNT: u64 = 20;
+    pub const COUNT: u64 = 22;
 
     /// Whether each sample has four stamps (a user<->kernel crossing) rather
     /// than two (an interval measured on one side).
     pub fn four_stamps(self) -> bool {
         matches!(
             self,
-            Kind::PageFault | Kind::Breakpoint | Kind::Syscall | Kind::Sysenter | Kind::IntN
+            Kind::PageFault
+                | Kind::Breakpoint
+                | Kind::Syscall
+                | Kind::Sysenter
+                | Kind::IntN
+                | Kind::Int3Batch
+                | Kind::SyscallBatch
         )
+    }
+
+    /// The batched kind of a crossing, where there is one.
+    pub fn batched(self) -> Option<Kind> {
+        match self {
+            Kind::Breakpoint => Some(Kind::Int3Batch),
+            Kind::Syscall => Some(Kind::SyscallBatch),
+            _ => None,
+        }
     }
 
     /// Bytes per sample in the sample buffer.

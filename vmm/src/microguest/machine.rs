@@ -161,6 +161,10 @@ pub fn run_phase(
             phase.param
         )));
     }
+    let batch = matches!(phase.kind, Kind::Int3Batch | Kind::SyscallBatch);
+    if batch && phase.param == 0 {
+        return Err(Error::Usage("a batch needs at least one crossing".into()));
+    }
     let vm = Vm::new(&VmConfig {
         mem_bytes: layout::MEM_BYTES,
         irqchip: false,

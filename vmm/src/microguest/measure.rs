@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use xvmm_results::correction::{ExitCorrections, HooksCost, PairCost};
 use xvmm_results::machine::Machine;
 use xvmm_results::{
-    Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
+    Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
     KernelStamps as KernelStampText, Method, Report, Sample, StampCosts, StampPoint, Stats, Status,
     UNFILLED,
 };
@@ -271,7 +271,14 @@ fn crossing_row(
     if row.on.is_empty() {
         return Crossing::unsupported(row.name, opts.samples, not_measured(stopped));
     }
-    Crossing::from_rounds(row.name, opts.samples, &row.on, corr, opts.raw)
+    let mut c = Crossing::from_rounds(row.name, opts.samples, &row.on, corr, opts.raw);
+    if let Some(batches) = &row.batches {
+        // Each crossing in a batch still takes the kernel's two stamps.
+        let k = super::session::BATCH;
+        let kernel = corr.round_trip - corr.user_round_trip;
+        c.batched = Some(Batched::new(k, corr.user_round_trip + k * kernel, batches));
+    }
+    c
 }
 
 /// The three parts of one round's exits, or `None` when they cannot be cut.
@@ -570,10 +577,10 @@ pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
     }
     let entries = super::guest::kernel_entries();
     let entry = match kind {
-        Kind::Syscall => Some(entries.syscall),
+        Kind::Syscall | Kind::SyscallBatch => Some(entries.syscall),
         Kind::Sysenter => Some(entries.sysenter),
         Kind::PageFault => Some(entries.page_fault),
-        Kind::Breakpoint => Some(entries.breakpoint),
+        Kind::Breakpoint | Kind::Int3Batch => Some(entries.breakpoint),
         Kind::IntN => Some(entries.int_n),
         _ => None,
     };

@@ -16,6 +16,8 @@ use xvmm_results::{tsc, Sample, UNFILLED};
 
 /// Back-to-back TSC reads of the quantum phase.
 const QUANTUM_READS: u64 = 20_000;
+/// Crossings per batch of the batched figure.
+pub const BATCH: u64 = 100;
 
 /// A crossing's rounds: its samples with the kernel stamps, and its round
 /// trips without them.
@@ -26,6 +28,9 @@ pub struct CrossingRounds {
     pub unsupported: Option<String>,
     pub on: Vec<Vec<Sample>>,
     pub off: Vec<Vec<u64>>,
+    /// Round trips of [`BATCH`] crossings between one stamp pair, taken
+    /// when the single round trip is under 20 TSC quanta.
+    pub batches: Option<Vec<u64>>,
 }
 
 /// A VM exit's rounds.
@@ -98,7 +103,56 @@ impl Session<'_> {
                 break;
             }
         }
+        if c.stopped.is_none() {
+            match self.batches(&mut c) {
+                Err(e) if is_stop(&e) => c.stopped = Some(e),
+                other => other?,
+            }
+        }
         Ok(c)
+    }
+
+    /// The batched figure of every crossing that has a batch kind and whose
+    /// round trip, roughly corrected, is under 20 TSC quanta.
+    fn batches(&self, c: &mut Collected) -> Result<()> {
+        let median =
+            |rounds: &[Vec<u64>]| xvmm_results::Stats::from_samples(&rounds.concat()).median;
+        let stamps = median(&c.user_pair) + median(&c.kernel_pair) + median(&c.kernel_pair_inner);
+        for row in c.crossings.iter_mut().filter(|r| r.unsupported.is_none()) {
+            let Some(kind) = row.kind.batched() else {
+                continue;
+            };
+            let trips: Vec<u64> = row
+                .on
+                .iter()
+                .flatten()
+                .filter(|s| s.validate().is_ok())
+                .map(Sample::round_trip)
+                .collect();
+            let rough = xvmm_results::Stats::from_samples(&trips)
+                .median
+                .saturating_sub(stamps);
+            if trips.is_empty() || !xvmm_results::quantum::is_coarse(rough, c.quantum) {
+                continue;
+            }
+            let phase = Phase {
+                kind,
+                warmup: self.warmup.min(100),
+                samples: (self.samples / 10).max(10),
+                param: BATCH,
+            };
+            if let PhaseEnd::Done { stamps, .. } = machine::run_phase(self.rc, &self.cfg, &phase)?.0
+            {
+                row.batches = Some(
+                    four_stamp_samples(&stamps)
+                        .iter()
+                        .filter(|s| s.u2k_u != UNFILLED && s.k2u_u != UNFILLED && s.k2u_u > s.u2k_u)
+                        .map(|s| s.k2u_u - s.u2k_u)
+                        .collect(),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The probe of the kernel stamps and the TSC quantum.
@@ -118,6 +172,7 @@ impl Session<'_> {
                 unsupported: None,
                 on: Vec::new(),
                 off: Vec::new(),
+                batches: None,
             })
             .collect();
         let exits = exit_kinds(&facts)
