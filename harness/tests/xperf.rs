@@ -133,8 +133,9 @@ fn l1_initramfs(a: &Artifacts, xperf: &PathBuf) -> Result<Vec<u8>, String> {
 
 /// The pretty-printed JSON report in a step's output. The step's stdout and
 /// stderr are echoed line by line from two pipes, so other lines (xvmm's
-/// tables on stderr) may interleave: after the opening `{`, only lines that
-/// can belong to serde's pretty JSON (`}` or indented) are kept.
+/// tables on stderr, whose notes are indented too) may interleave: after the
+/// opening `{`, only lines that can belong to the report's layout are kept:
+/// indented or not, they start with a quote, a brace or a bracket.
 fn report_in(lines: &[&str]) -> Result<Report, String> {
     let start = lines
         .iter()
@@ -142,7 +143,10 @@ fn report_in(lines: &[&str]) -> Result<Report, String> {
         .ok_or("no JSON report in the output")?;
     let mut json = String::from("{\n");
     for l in &lines[start + 1..] {
-        if *l == "}" || l.starts_with(' ') {
+        let json_line = l
+            .trim_start()
+            .starts_with(|c| matches!(c, '"' | '{' | '}' | '[' | ']'));
+        if json_line && (*l == "}" || l.starts_with(' ')) {
             json.push_str(l);
             json.push('\n');
         }
@@ -451,7 +455,12 @@ fn json_is_found_among_interleaved_lines() {
     let body: Vec<&str> = json.lines().skip(1).collect();
     let (head, tail) = body.split_at(3);
     lines.extend(head);
-    lines.extend(["host exits (kvm_exit -> kvm_entry, host TSC ticks)", ""]);
+    lines.extend([
+        "host exits (kvm_exit -> kvm_entry, host TSC ticks)",
+        "",
+        "                clean samples (no interrupt in the window): 3 of 3 valid",
+        "  (* under 20 TSC quanta)",
+    ]);
     lines.extend(tail);
     lines.push("after");
     assert_eq!(report_in(&lines).unwrap(), report);
