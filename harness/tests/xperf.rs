@@ -143,9 +143,7 @@ fn report_in(lines: &[&str]) -> Result<Report, String> {
         .ok_or("no JSON report in the output")?;
     let mut json = String::from("{\n");
     for l in &lines[start + 1..] {
-        let json_line = l
-            .trim_start()
-            .starts_with(|c| matches!(c, '"' | '{' | '}' | '[' | ']'));
+        let json_line = l.trim_start().starts_with(['"', '{', '}', '[', ']']);
         if json_line && (*l == "}" || l.starts_with(' ')) {
             json.push_str(l);
             json.push('\n');
