@@ -39,10 +39,17 @@ fn report(env: Environment, u2k: u64) -> Report {
             u2k_k: u2k + i,
             k2u_k: 3 * u2k,
             k2u_u: 5 * u2k,
+            cpu: None,
+            interrupts: None,
         })
         .collect();
-    r.crossings
-        .push(Crossing::from_samples("getppid", 3, &samples, 50, false));
+    r.crossings.push(Crossing::from_samples(
+        "getppid",
+        3,
+        &samples,
+        &xvmm_results::Corrections::derive(50, None),
+        false,
+    ));
     r
 }
 

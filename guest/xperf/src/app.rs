@@ -99,6 +99,7 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             samples: opts.samples,
             warmup: opts.warmup,
             null_samples: opts.null_samples,
+            rounds: opts.rounds,
             cpu: opts.cpu,
             raw: opts.raw,
             vmm_channel: region.is_some(),

@@ -7,11 +7,13 @@ use std::path::PathBuf;
 pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_WARMUP: u64 = 1_000;
 pub const DEFAULT_NULL_SAMPLES: u64 = 100_000;
+pub const DEFAULT_ROUNDS: u32 = 3;
+pub const MAX_ROUNDS: u64 = 100;
 /// Upper bound for any count: the page-fault region is one page per sample.
 pub const MAX_SAMPLES: u64 = 1_000_000;
 
 pub const USAGE: &str = "\
-usage: xperf [--samples N] [--warmup N] [--null-samples N] [--cpu N] [--raw] [--json FILE]
+usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw] [--json FILE]
        xperf characterize [--samples N] [--cpu N] [--json FILE]   (see characterize --help)
 
 Measures user->kernel->user crossings: #PF on first touch, #PF after
@@ -22,6 +24,8 @@ only round trips are measured, and the output says so.
   --samples N       samples per crossing (default 10000)
   --warmup N        unrecorded iterations before each crossing (default 1000)
   --null-samples N  samples of the empty stamp pair (default 100000)
+  --rounds R        repeat the whole measurement R times (default 3): per-round
+                    medians, their spread and a confidence interval of each median
   --cpu N           CPU to pin to (default: the CPU xperf starts on)
   --raw             keep every sample's stamps in the JSON report
   --json FILE       write the JSON report to FILE atomically, or to stdout
@@ -35,6 +39,7 @@ pub struct Options {
     pub samples: u64,
     pub warmup: u64,
     pub null_samples: u64,
+    pub rounds: u32,
     pub cpu: Option<u32>,
     pub raw: bool,
     pub json: Option<PathBuf>,
@@ -46,6 +51,7 @@ impl Default for Options {
             samples: DEFAULT_SAMPLES,
             warmup: DEFAULT_WARMUP,
             null_samples: DEFAULT_NULL_SAMPLES,
+            rounds: DEFAULT_ROUNDS,
             cpu: None,
             raw: false,
             json: None,
@@ -92,7 +98,7 @@ where
         };
         let takes_value = matches!(
             name.as_str(),
-            "--samples" | "--warmup" | "--null-samples" | "--cpu" | "--json"
+            "--samples" | "--warmup" | "--null-samples" | "--rounds" | "--cpu" | "--json"
         );
         if !takes_value && inline.is_some() {
             return Err(Error::Usage(format!("{name} takes no value")));
@@ -109,6 +115,15 @@ where
             "--samples" => opts.samples = count(&name, &value, 1)?,
             "--warmup" => opts.warmup = count(&name, &value, 0)?,
             "--null-samples" => opts.null_samples = count(&name, &value, 1)?,
+            "--rounds" => {
+                let n = count(&name, &value, 1)?;
+                if n > MAX_ROUNDS {
+                    return Err(Error::Usage(format!(
+                        "--rounds must be between 1 and {MAX_ROUNDS}, got {n}"
+                    )));
+                }
+                opts.rounds = n as u32;
+            }
             "--cpu" => {
                 let cpu = value.parse::<u32>().map_err(|_| {
                     Error::Usage(format!("--cpu needs a CPU number, got {value:?}"))
@@ -179,6 +194,8 @@ mod tests {
             &["--samples", "0"],
             &["--samples", "-3"],
             &["--samples", "1000001"],
+            &["--rounds", "0"],
+            &["--rounds", "101"],
             &["--cpu", "x"],
             &["--raw=1"],
             &["--json", ""],

@@ -14,6 +14,8 @@ pub mod error;
 pub mod host;
 pub mod init;
 pub mod measure;
+pub mod pmu;
+pub mod sampling;
 pub mod stamp;
 
 pub use error::{Error, Result};

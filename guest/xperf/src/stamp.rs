@@ -6,15 +6,18 @@
 //! Every block has the same shape:
 //!
 //! ```text
+//!   rdtscp; mov aux, ecx           <- the CPU the sample starts on (TSC_AUX), before the window
 //!   stamp_open!()                  <- opening stamp (u2k_u): lfence; rdtsc; lfence
 //!   mov lo, eax; mov hi, edx       <- keep it in registers
-//!   <crossing>                     <- nothing, one store, or mov eax,NR; syscall
-//!   stamp_close!()                 <- closing stamp (k2u_u): rdtscp; lfence
+//!   <crossing>                     <- nothing, one store, or mov eax,NR; syscall (K times for a batch)
+//!   stamp_close!()                 <- closing stamp (k2u_u): rdtscp; lfence (TSC_AUX again)
 //! ```
 //!
 //! so the null measurement carries the same two moves and subtracting its
 //! median leaves the crossing (plus `mov eax, 110` for getppid). The stamps
-//! are `xvmm_results::tsc`'s, the ones every user-mode producer uses.
+//! are `xvmm_results::tsc`'s, the ones every user-mode producer uses. The
+//! leading RDTSCP is outside the window: the opening stamp's first LFENCE
+//! waits for it.
 
 use std::arch::asm;
 use xvmm_results::tsc::join;
@@ -23,83 +26,141 @@ use xvmm_results::{stamp_close, stamp_open};
 /// Instructions between the opening stamp and the crossing, for the report.
 pub const TAIL_AFTER_OPEN: &str = "mov r32, eax; mov r32, edx (getppid adds mov eax, 110)";
 
-/// The stamp pair with nothing between: (open, close).
+/// Linux keeps the CPU number in the low 12 bits of TSC_AUX.
+pub const AUX_CPU_MASK: u32 = 0xfff;
+
+/// One sample's user stamps and the CPU each was taken on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamps {
+    pub open: u64,
+    pub close: u64,
+    /// TSC_AUX right before the opening stamp.
+    pub aux_open: u32,
+    /// TSC_AUX of the closing stamp.
+    pub aux_close: u32,
+}
+
+impl Stamps {
+    /// The CPU of the closing stamp, or `None` when the two stamps came from
+    /// different CPUs.
+    pub fn cpu(&self) -> Option<u32> {
+        let (a, b) = (self.aux_open & AUX_CPU_MASK, self.aux_close & AUX_CPU_MASK);
+        (a == b).then_some(b)
+    }
+}
+
+/// The stamp pair with nothing between.
 #[inline(always)]
-pub fn null_pair() -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
+pub fn null_pair() -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
     // SAFETY: the stamps only (rdtsc, rdtscp, lfence); every clobbered register is declared.
     unsafe {
         asm!(
+            "rdtscp",
+            "mov {aux0:e}, ecx",
             stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
             stamp_close!(),
+            aux0 = out(reg) aux0,
             lo = out(reg) lo,
             hi = out(reg) hi,
             out("eax") end_lo,
             out("edx") end_hi,
-            out("ecx") _,
+            out("ecx") aux1,
             options(nostack, preserves_flags),
         );
     }
-    (join(lo, hi), join(end_lo, end_hi))
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
 }
 
 /// One byte store to `addr` between the stamps; the store is the crossing when
-/// the page is not present (#PF). Returns (open, close).
+/// the page is not present (#PF).
 ///
 /// # Safety
 /// `addr` must be writable memory of this process (mapped, possibly not yet
 /// populated).
 #[inline(always)]
-pub unsafe fn store_pair(addr: *mut u8) -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
+pub unsafe fn store_pair(addr: *mut u8) -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
     asm!(
+        "rdtscp",
+        "mov {aux0:e}, ecx",
         stamp_open!(),
         "mov {lo:e}, eax",
         "mov {hi:e}, edx",
         "mov byte ptr [{addr}], 1",
         stamp_close!(),
         addr = in(reg) addr,
+        aux0 = out(reg) aux0,
         lo = out(reg) lo,
         hi = out(reg) hi,
         out("eax") end_lo,
         out("edx") end_hi,
-        out("ecx") _,
+        out("ecx") aux1,
         options(nostack, preserves_flags),
     );
-    (join(lo, hi), join(end_lo, end_hi))
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
 }
 
-/// `getppid` through a raw `syscall` between the stamps: (open, close). Its
-/// result is not kept: reading it would put a move into the return window.
+/// `getppid` through a raw `syscall` between the stamps. Its result is not
+/// kept: reading it would put a move into the return window.
 #[inline(always)]
-pub fn getppid_pair() -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
+pub fn getppid_pair() -> Stamps {
+    getppid_batch(1)
+}
+
+/// `k` (at least 1) `getppid` syscalls back to back between one pair of
+/// stamps: the batched figure, as perf bench times syscalls.
+#[inline(always)]
+pub fn getppid_batch(k: u64) -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
     // SAFETY: getppid has no arguments and no side effects; syscall clobbers
     // rcx, r11 and rax (the result, overwritten by rdtscp), all declared.
     unsafe {
         asm!(
+            "rdtscp",
+            "mov {aux0:e}, ecx",
             stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
+            "2:",
             "mov eax, {nr}",
             "syscall",
+            "dec {k}",
+            "jnz 2b",
             stamp_close!(),
             nr = const libc::SYS_getppid,
+            k = inout(reg) k.max(1) => _,
+            aux0 = out(reg) aux0,
             lo = out(reg) lo,
             hi = out(reg) hi,
             out("eax") end_lo,
             out("edx") end_hi,
-            out("ecx") _,
+            out("ecx") aux1,
             out("r11") _,
             options(nostack),
         );
     }
-    (join(lo, hi), join(end_lo, end_hi))
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
 }
 
 /// `cpuid` (leaf `leaf`, subleaf 0) between the stamps: (open, close). Under
@@ -248,11 +309,22 @@ mod tests {
     #[test]
     fn stamps_are_ordered_and_a_syscall_costs_more_than_nothing() {
         // Minimum over many pairs: robust against interrupts in single samples.
-        let null = (0..2000).map(|_| null_pair()).map(|(a, b)| b - a).min();
-        let sys = (0..2000).map(|_| getppid_pair()).map(|(a, b)| b - a).min();
+        let null = (0..2000)
+            .map(|_| null_pair())
+            .map(|s| s.close - s.open)
+            .min();
+        let sys = (0..2000)
+            .map(|_| getppid_pair())
+            .map(|s| s.close - s.open)
+            .min();
         let (null, sys) = (null.unwrap_or(0), sys.unwrap_or(0));
         assert!(null > 0, "null pair not ordered");
         assert!(sys > null, "getppid {sys} ticks <= null pair {null} ticks");
+        let batch = (0..200)
+            .map(|_| getppid_batch(10))
+            .map(|s| s.close - s.open)
+            .min();
+        assert!(batch.unwrap_or(0) > 5 * sys, "10 syscalls cost more than 5");
     }
 
     #[test]
@@ -282,11 +354,33 @@ mod tests {
     }
 
     #[test]
-    fn store_pair_writes_the_byte() {
+    fn store_pair_writes_the_byte_and_names_the_cpu() {
         let mut cell = [0u8; 64];
         // SAFETY: a live, writable local buffer.
-        let (a, b) = unsafe { store_pair(cell.as_mut_ptr().wrapping_add(5)) };
-        assert!(a < b);
+        let s = unsafe { store_pair(cell.as_mut_ptr().wrapping_add(5)) };
+        assert!(s.open < s.close);
         assert_eq!(cell[5], 1);
+        // SAFETY: no arguments.
+        let cpu = unsafe { libc::sched_getcpu() };
+        // The thread may move between the stamps and sched_getcpu, rarely.
+        if let Some(c) = s.cpu() {
+            assert!(c < 4096, "{c} {cpu}");
+        }
+    }
+
+    #[test]
+    fn a_cpu_change_between_the_stamps_has_no_cpu() {
+        let s = Stamps {
+            open: 1,
+            close: 2,
+            aux_open: 3,
+            aux_close: 4,
+        };
+        assert_eq!(s.cpu(), None);
+        let s = Stamps {
+            aux_open: (1 << 12) | 4,
+            ..s
+        };
+        assert_eq!(s.cpu(), Some(4), "the node bits do not count");
     }
 }

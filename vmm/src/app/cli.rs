@@ -166,6 +166,10 @@ pub struct RunArgs {
     /// Warm-up iterations per crossing before recording.
     #[arg(long)]
     pub warmup: Option<u64>,
+    /// Times the whole measurement is repeated (default 3): per-round medians,
+    /// their spread and a confidence interval of each median.
+    #[arg(long)]
+    pub rounds: Option<u32>,
     /// Write the results as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,

@@ -15,6 +15,8 @@ use xvmm_results::{render, Machine, Report};
 
 /// xperf's own bounds for `--samples` and `--warmup` (guest/xperf/src/args.rs).
 const XPERF_MAX_COUNT: u64 = 1_000_000;
+/// xperf's bound for `--rounds`.
+const XPERF_MAX_ROUNDS: u32 = 100;
 
 /// The library's configuration from the command line.
 fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
@@ -24,6 +26,7 @@ fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
             let xperf_only = [
                 (args.samples.is_some(), "--samples"),
                 (args.warmup.is_some(), "--warmup"),
+                (args.rounds.is_some(), "--rounds"),
                 (args.raw, "--raw"),
             ];
             if let Some((_, name)) = xperf_only.iter().find(|(given, _)| *given) {
@@ -68,11 +71,16 @@ fn xperf_args(args: &RunArgs) -> Result<Vec<String>> {
             )));
         }
     }
-    Ok(linux::builtin::xperf_args(
-        args.samples,
-        args.warmup,
-        args.raw,
-    ))
+    let mut xperf = linux::builtin::xperf_args(args.samples, args.warmup, args.raw);
+    if let Some(n) = args.rounds {
+        if !(1..=XPERF_MAX_ROUNDS).contains(&n) {
+            return Err(Error::Usage(format!(
+                "--rounds {n} is out of range: xperf takes 1 to {XPERF_MAX_ROUNDS}"
+            )));
+        }
+        xperf.extend(["--rounds".to_string(), n.to_string()]);
+    }
+    Ok(xperf)
 }
 
 /// Where `--json` and the `--baseline` comparison go, opened before booting.

@@ -1039,10 +1039,17 @@ mod tests {
                     u2k_k: 100 * scale + i,
                     k2u_k: 300 * scale,
                     k2u_u: 500 * scale + i,
+                    cpu: None,
+                    interrupts: None,
                 })
                 .collect();
-            r.crossings
-                .push(Crossing::from_samples(name, 4, &samples, 50, true));
+            r.crossings.push(Crossing::from_samples(
+                name,
+                4,
+                &samples,
+                &xvmm_results::Corrections::derive(50, None),
+                true,
+            ));
         }
         r
     }

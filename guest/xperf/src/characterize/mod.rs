@@ -110,12 +110,14 @@ pub fn run(config: &Config, steps: &dyn Steps) -> Result<Report> {
 
 /// xperf's crossing measurement at the characterisation's sample count:
 /// a tenth of it as warm-up, ten times it (within 1000..=100000) as null
-/// samples.
+/// samples, in xperf's default number of rounds (so the figures carry their
+/// per-round spread and confidence interval).
 fn crossing_config(config: &Config) -> measure::Config {
     measure::Config {
         samples: config.samples,
         warmup: (config.samples / 10).max(1),
         null_samples: config.samples.saturating_mul(10).clamp(1000, 100_000),
+        rounds: crate::args::DEFAULT_ROUNDS,
         cpu: config.cpu,
         raw: false,
         vmm_channel: config.vmm_channel,
