@@ -121,7 +121,7 @@ impl Axis {
 
     /// `v` clamped into the axis (a log axis cannot show zero).
     fn clamp(&self, v: f64) -> f64 {
-        if v.is_finite() {
+        if v.is_finite() && self.lo <= self.hi {
             v.clamp(self.lo, self.hi)
         } else {
             self.lo
@@ -385,7 +385,9 @@ fn histogram_x(d: &Distribution) -> Option<Axis> {
         .filter(|b| !b.tail)
         .map(|b| b.hi)
         .fold(d.p99.max(d.median), f64::max)
-        .min(hi);
+        .min(hi)
+        // A file's p99 may lie below its own raw values: never a reversed axis.
+        ;
     let span = (body_hi - lo).max(1.0);
     let right = hi.min(body_hi + span * 0.6);
     Some(Axis {
@@ -821,6 +823,22 @@ mod tests {
             assert_sane(&svg);
             assert!(svg.contains("no data"), "{svg}");
         }
+    }
+
+    #[test]
+    fn a_p99_below_the_bins_still_draws() {
+        // A file's statistics need not agree with its raw samples.
+        let bins = (0..4)
+            .map(|k| Bin {
+                lo: 400.0 + 10.0 * k as f64,
+                hi: 410.0 + 10.0 * k as f64,
+                count: 3,
+                tail: true,
+            })
+            .collect();
+        let svg = histogram(&dist("odd", bins, 300.0, 310.0));
+        assert_sane(&svg);
+        assert!(!svg.contains("no data"), "{svg}");
     }
 
     #[test]

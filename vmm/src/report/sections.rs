@@ -572,16 +572,18 @@ fn segments(r: &Report, limit: usize) -> (Vec<Segment>, usize) {
             .filter(|_| c.status == Status::Measured)
             .map(|s| s.iter().filter(|s| s.validate().is_ok()).collect());
         for (name, interval, value) in CROSSING_SEGMENTS {
-            let Some(stats) = interval(c)
-                .as_ref()
-                .map(|i| i.corrected.clone())
-                .filter(|s| s.count > 0)
-            else {
+            let Some(i) = interval(c).as_ref().filter(|i| i.corrected.count > 0) else {
                 continue;
             };
-            let raw = valid
-                .as_ref()
-                .map(|v| v.iter().map(|s| value(s).saturating_sub(null)).collect());
+            // Each segment subtracts its own stamp cost; files written before
+            // per-kind corrections subtracted the one null from everything.
+            let correction = i.correction.unwrap_or(null);
+            let stats = i.corrected.clone();
+            let raw = valid.as_ref().map(|v| {
+                v.iter()
+                    .map(|s| value(s).saturating_sub(correction))
+                    .collect()
+            });
             out.push(Segment {
                 label: format!("{} {name}", c.name),
                 stats,
@@ -1047,7 +1049,7 @@ mod tests {
                 name,
                 4,
                 &samples,
-                &xvmm_results::Corrections::derive(50, None),
+                &xvmm_results::Corrections::derive(50, Some((50, 10))),
                 true,
             ));
         }
@@ -1094,7 +1096,7 @@ mod tests {
         assert_eq!(chart.series, ["VM", "bare metal"]);
         let sides: Vec<usize> = chart.bars.iter().map(|b| b.series).collect();
         assert!(sides.contains(&0) && sides.contains(&1), "{sides:?}");
-        // u2k raw 200 (VM) vs 100 (BM), minus the null median 50.
+        // u2k raw 200 (VM) vs 100 (BM), minus its stamp cost (50 + 50) / 2.
         let u2k: Vec<f64> = chart
             .bars
             .iter()
