@@ -167,6 +167,8 @@ fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
         cpu: None,
         raw: false,
         vmm_channel: false,
+        calibrate: 0,
+        run_id: None,
         rounds: 1,
     };
     // Pins this thread; perf inherits the affinity.

@@ -5,6 +5,7 @@
 //! The JSON form is versioned by [`SCHEMA`] and [`SCHEMA_VERSION`]; bump the
 //! version on any incompatible change and document it in the README.
 
+pub mod attribution;
 pub mod bootstrap;
 pub mod channel;
 pub mod characterize;
@@ -20,6 +21,7 @@ pub mod quantum;
 pub mod render;
 mod sample_format;
 pub mod stats;
+pub mod timeline;
 pub mod tsc;
 
 #[cfg(test)]
@@ -78,6 +80,16 @@ pub struct Report {
     /// (reports before it had only `null_overhead`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp_costs: Option<StampCosts>,
+    /// Calibration exits the guest took for the host's timeline (`[index,
+    /// before, after]`; only when the VMM asked for them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calibration: Vec<timeline::GuestCalibration>,
+    /// The run id the VMM gave the guest, echoed back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The host/guest TSC timeline of a traced run (`xvmm --trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<timeline::Timeline>,
 }
 
 impl Report {
@@ -97,6 +109,9 @@ impl Report {
             notes: Vec::new(),
             characterize: None,
             stamp_costs: None,
+            calibration: Vec::new(),
+            run_id: None,
+            timeline: None,
         }
     }
 
@@ -279,6 +294,9 @@ pub struct Interval {
     /// Each round's corrected median, in round order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<u64>,
+    /// The host's exits in this segment (`xvmm --trace`, see [`attribution`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<attribution::SegmentHost>,
 }
 
 impl Interval {
@@ -308,6 +326,7 @@ impl Interval {
             corrected: Stats::from_samples(&corrected),
             correction: Some(correction),
             rounds: round_medians,
+            host: None,
         }
     }
 }
