@@ -15,8 +15,10 @@ use table::Table;
 mod characterize;
 mod method;
 mod table;
+mod timeline;
 
 pub use characterize::{by_group, characterize_table};
+pub use timeline::{attribution_table, timeline_lines};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -285,6 +287,11 @@ pub fn report(report: &Report) -> String {
         out.push('\n');
         out += &host_exit_table(&report.host_exits);
     }
+    if let Some(t) = &report.timeline {
+        out.push('\n');
+        out += &timeline_lines(t);
+        out += &attribution_table(&report.crossings, t.verified);
+    }
     if !report.notes.is_empty() {
         out += "\nnotes:\n";
         for n in &report.notes {
@@ -422,10 +429,78 @@ pub fn comparison_table(c: &Comparison) -> String {
         }
     }
     out += &t.render();
+    out += &decomposition_table(c);
     for n in &c.notes {
         let _ = writeln!(out, "note: {}", visible(n));
     }
     out
+}
+
+/// Reasons of an exits part, largest first: `npf +12.0, intr +1.5`.
+fn exit_shares(by_reason: &std::collections::BTreeMap<String, f64>) -> String {
+    let mut list: Vec<_> = by_reason.iter().collect();
+    list.sort_by(|a, b| b.1.total_cmp(a.1));
+    let shown: Vec<String> = list
+        .iter()
+        .take(4)
+        .map(|(r, v)| format!("{} {v:+.1}", visible(r)))
+        .collect();
+    if shown.is_empty() {
+        "-".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// The VM's extra cost split into what no exit explains and what exits
+/// do; empty when the VM run was not traced.
+fn decomposition_table(c: &Comparison) -> String {
+    let rows: Vec<_> = c
+        .rows
+        .iter()
+        .filter(|r| r.without_exits.is_some() || r.exits.is_some())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nwhat the VM adds, decomposed: without exits = VM exit-free median - bare-metal median \
+         (95 % CI); exits = VM mean of all samples - VM mean of exit-free samples, split by \
+         host time\n",
+    );
+    if rows.iter().any(|r| r.timeline_verified == Some(false)) {
+        out += "UNVERIFIED TIMELINE: the exit placements behind this split may be wrong\n";
+    }
+    let mut t = Table::new(&[
+        "crossing",
+        "interval",
+        "diff med",
+        "w/o exits",
+        "95% CI",
+        "exits",
+        "by reason",
+    ]);
+    for r in rows {
+        let w = r.without_exits.as_ref();
+        let ci = match w.map(|w| (w.ci_low, w.ci_high)) {
+            Some((Some(lo), Some(hi))) => format!("[{lo:+}, {hi:+}]"),
+            _ => "-".into(),
+        };
+        t.row(vec![
+            visible(&r.crossing).into_owned(),
+            r.interval.clone(),
+            signed(r.diff_median),
+            signed(w.map(|w| w.ticks)),
+            ci,
+            r.exits
+                .as_ref()
+                .map_or("-".into(), |e| format!("{:+.1}", e.ticks)),
+            r.exits
+                .as_ref()
+                .map_or("-".into(), |e| exit_shares(&e.by_reason)),
+        ]);
+    }
+    out + &t.render()
 }
 
 #[cfg(test)]
