@@ -22,10 +22,11 @@ pub fn timeline_lines(t: &Timeline) -> String {
     };
     let _ = writeln!(
         out,
-        "timeline: guest TSC = host TSC x {:.6} + {} (offset from {}); {} calibration exits, \
+        "timeline: guest TSC = host TSC x {:.6} {} {} (offset from {}); {} calibration exits, \
          {} violations, bound {} ticks: {verdict}",
         t.ratio,
-        t.offset,
+        if t.offset < 0 { '-' } else { '+' },
+        t.offset.unsigned_abs(),
         visible(&t.offset_source),
         t.checks,
         t.violations,
@@ -165,6 +166,7 @@ mod tests {
     fn the_timeline_line_says_verified_or_why_not_escaped() {
         let ok = timeline_lines(&timeline(true));
         assert!(ok.contains("256 calibration exits, 0 violations, bound 900 ticks: verified"));
+        assert!(ok.contains("host TSC x 1.000000 - 5 (offset from KVM_VCPU_TSC_OFFSET)"));
         assert!(ok.contains("requested -5, the guest ran with one in [-9, -1]"));
         assert!(ok.contains("requested 2000000 kHz, measured 2000100 kHz"));
         let bad = timeline_lines(&timeline(false));
