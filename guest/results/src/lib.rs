@@ -13,6 +13,7 @@ pub mod compare;
 pub mod correction;
 pub mod cpu;
 pub mod escape;
+pub mod exit_trace;
 pub mod file;
 pub mod intervals;
 pub mod json;
@@ -589,6 +590,10 @@ pub struct ExitTiming {
     /// `vmm_to_guest` above stay raw, as in reports written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<ExitSplit>,
+    /// With `xvmm --trace`: the round trip cut by the host's tracepoints
+    /// ([`exit_trace`]), and what tracing costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced: Option<exit_trace::TracedExit>,
 }
 
 /// Host-side cost of one kind of VM exit: host TSC ticks from `kvm_exit` to

@@ -18,7 +18,7 @@ mod table;
 mod timeline;
 
 pub use characterize::{by_group, characterize_table};
-pub use timeline::{attribution_table, timeline_lines};
+pub use timeline::{attribution_table, timeline_lines, traced_exit_table};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -281,6 +281,11 @@ pub fn report(report: &Report) -> String {
         } else {
             out += "(guest->VMM, in VMM, VMM->guest: medians of host stamps taken around KVM_RUN; \
                     only exits that reach xvmm have them)\n";
+        }
+        let traced = traced_exit_table(&report.exits);
+        if !traced.is_empty() {
+            out.push('\n');
+            out += &traced;
         }
     }
     if !report.host_exits.is_empty() {
@@ -568,6 +573,7 @@ mod tests {
             in_vmm: Some(Stats::from_samples(&[100, 100])),
             vmm_to_guest: None,
             split: None,
+            traced: None,
         };
         let text = exit_table(&[e], 0);
         assert_eq!(

@@ -6,7 +6,7 @@ use super::{cell, median};
 use crate::attribution::SegmentHost;
 use crate::escape::visible;
 use crate::timeline::Timeline;
-use crate::{Crossing, Interval};
+use crate::{Crossing, ExitTiming, Interval};
 use std::fmt::Write as _;
 
 /// The mapping, how it was checked, and requested vs measured controls.
@@ -135,6 +135,53 @@ pub fn attribution_table(crossings: &[Crossing], verified: bool) -> String {
     out
 }
 
+/// VM exits cut at the host's tracepoints, with the probe effect.
+pub fn traced_exit_table(exits: &[ExitTiming]) -> String {
+    let traced: Vec<_> = exits
+        .iter()
+        .filter_map(|e| Some((e, e.traced.as_ref()?)))
+        .collect();
+    if traced.is_empty() {
+        return String::new();
+    }
+    let mut t = Table::new(&[
+        "VM exit",
+        "split",
+        "neg",
+        "guest->host",
+        "in host",
+        "in VMM",
+        "host->guest",
+        "probe effect",
+    ]);
+    for (e, x) in traced {
+        t.row(vec![
+            visible(&e.name).into_owned(),
+            format!("{}/{}", x.split, x.samples),
+            x.negative.to_string(),
+            cell((x.split > 0).then_some(x.guest_to_host.median)),
+            cell((x.split > 0).then_some(x.in_host.median)),
+            cell(x.in_vmm.as_ref().map(|s| s.median)),
+            cell((x.split > 0).then_some(x.host_to_guest.median)),
+            format!("{:+}", x.probe_effect_ticks),
+        ]);
+        if x.no_exit + x.more_exits > 0 {
+            t.note(format!(
+                "({} samples without a traced exit, {} with more than one)",
+                x.no_exit, x.more_exits
+            ));
+        }
+    }
+    let mut out = String::from(
+        "VM exits at the host's tracepoints (medians, TSC ticks; kvm_exit/kvm_entry fire in \
+         KVM's C code, hundreds of instructions from VMRUN/VMRESUME, so guest->host and \
+         host->guest include that code; probe effect = traced - untraced round-trip median, \
+         rounds alternated)\n",
+    );
+    out += &t.render();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +252,40 @@ mod tests {
         assert!(attribution_table(&[c], false).contains("UNVERIFIED"));
         let plain = Crossing::from_round_trips("x", 1, &[1], 0, "no hooks".into());
         assert_eq!(attribution_table(&[plain], true), "");
+    }
+
+    #[test]
+    fn traced_exits_get_their_parts_and_the_probe_effect() {
+        use crate::exit_trace::{Parts, TracedExit};
+        let parts = Parts {
+            guest_to_host: vec![40, 50],
+            in_host: vec![300, 320],
+            host_to_guest: vec![60, 70],
+            no_exit: 1,
+            samples: 3,
+            ..Default::default()
+        };
+        let mut e = crate::fixtures::report(crate::Environment::Microguest, 1);
+        let mut exit = crate::ExitTiming {
+            name: "cpuid".into(),
+            status: crate::Status::Measured,
+            samples_requested: 3,
+            samples_valid: 3,
+            round_trip: None,
+            guest_to_vmm: None,
+            in_vmm: None,
+            vmm_to_guest: None,
+            split: None,
+            traced: None,
+        };
+        assert_eq!(traced_exit_table(std::slice::from_ref(&exit)), "");
+        exit.traced = Some(TracedExit::new(&parts, &[], &[500, 520], &[480, 490]));
+        e.exits.push(exit);
+        let text = traced_exit_table(&e.exits);
+        let row = text.lines().find(|l| l.starts_with("cpuid")).unwrap();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        // Medians of two values are the lower ones.
+        assert_eq!(cols, ["cpuid", "2/3", "0", "40", "300", "-", "60", "+20"]);
+        assert!(text.contains("(1 samples without a traced exit, 0 with more than one)"));
     }
 }
