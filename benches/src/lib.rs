@@ -1,1 +1,3 @@
 //! Benchmarks that print figures; see the bin targets.
+
+pub mod fuzz;

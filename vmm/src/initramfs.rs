@@ -53,6 +53,13 @@ pub fn normalise(path: &str) -> Result<String> {
             "initramfs path {path:?} has an empty, '.' or '..' component"
         )));
     }
+    if trimmed.split('/').next() == Some(TRAILER) {
+        // The kernel stops unpacking at the first entry of that name: the
+        // file itself, or the directory implied above a deeper path.
+        return Err(Error::Usage(format!(
+            "initramfs path {path:?} starts with the cpio end marker {TRAILER}: the kernel would ignore every entry after it"
+        )));
+    }
     Ok(trimmed.to_string())
 }
 
@@ -326,6 +333,25 @@ mod tests {
             assert!(normalise(bad).is_err(), "{bad:?} accepted");
         }
         assert_eq!(normalise("/a/b/").unwrap(), "a/b");
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/initramfs.rs): a file called
+    /// `/TRAILER!!!`, or the directory implied by `/TRAILER!!!/x`, was
+    /// written as an ordinary entry, and the kernel (and any cpio reader)
+    /// stopped there, silently dropping every later entry.
+    #[test]
+    fn the_end_marker_is_not_a_file_name() {
+        let mut a = Archive::new();
+        for bad in ["/TRAILER!!!", "/TRAILER!!!/TRAILER!!!", "TRAILER!!!/x/"] {
+            let err = a.file(bad, vec![1], 0o644).unwrap_err().to_string();
+            assert!(err.contains("cpio end marker"), "{err}");
+        }
+        assert!(a.dir("/TRAILER!!!", 0o755).is_err());
+        a.file("/init", vec![2], 0o755).unwrap();
+        // Below the root the name is harmless: the entry is "d/TRAILER!!!".
+        a.file("/d/TRAILER!!!", vec![3], 0o644).unwrap();
+        let names: Vec<String> = parse(&a.to_bytes()).into_iter().map(|e| e.0).collect();
+        assert_eq!(names, ["d", "d/TRAILER!!!", "init", TRAILER]);
     }
 
     #[test]

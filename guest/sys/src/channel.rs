@@ -174,6 +174,17 @@ mod tests {
         }
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/results_param.rs): a control
+    /// character in the parameter reached the terminal raw in the error.
+    #[test]
+    fn bad_values_are_shown_escaped() {
+        let err = parse_results_param("xvmm.results=0xd00000\u{10}0,0x1000").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "xvmm.results=0xd00000\\x100,0x1000: address is not hexadecimal"
+        );
+    }
+
     #[test]
     fn oversized_report_is_refused_before_touching_dev_mem() {
         let region = ResultsRegion {
