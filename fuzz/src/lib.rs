@@ -5,8 +5,8 @@
 //! characters or bidirectional overrides, and results obey the invariants the
 //! callers rely on. A new parser gets a new file in `fuzz_targets/`, a
 //! `[[bin]]` in Cargo.toml, an entry in `TARGETS` of
-//! `benches/src/fuzz.rs` (which also writes its seeds) and, for a seed kind of
-//! its own, a function there.
+//! `benches/src/fuzz/mod.rs` and, for seeds of its own, a case in
+//! `benches/src/fuzz/seeds.rs`.
 
 /// Whether `c` would change what a terminal shows beyond its own glyph:
 /// a control character or a bidirectional override/isolate/mark.

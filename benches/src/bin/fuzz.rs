@@ -170,11 +170,13 @@ fn main() {
         total.crashes.extend(stats.crashes);
     }
     let secs = started.elapsed().as_secs_f64();
+    // Executions per second of fuzzing, not counting the build.
+    let fuzzing = (args.seconds * args.targets.len() as u64).max(1);
     println!(
-        "{:<16} {:>11} {:>9.0} {:>6} {:>7} {:>6} {:>7} {:>7}",
+        "{:<16} {:>11} {:>9} {:>6} {:>7} {:>6} {:>7} {:>7}",
         "total",
         total.execs,
-        total.execs as f64 / secs,
+        total.execs / fuzzing,
         total.coverage,
         "",
         "",
@@ -182,7 +184,7 @@ fn main() {
         total.crashes.len()
     );
     println!(
-        "({} targets, {} s each, {:.0} s in all)",
+        "({} targets, {} s each, {:.0} s in all with the build)",
         args.targets.len(),
         args.seconds,
         secs

@@ -117,7 +117,12 @@ pub enum FormatError {
 impl std::fmt::Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FormatError::Json(e) => write!(f, "results are not valid JSON: {e}"),
+            // serde_json quotes the offending text (an unknown variant, a
+            // field name), which may hold control characters: escaped here,
+            // the message is safe for every caller to print.
+            FormatError::Json(e) => {
+                write!(f, "results are not valid JSON: {}", escape::visible(e))
+            }
             FormatError::Schema(s) => write!(f, "results have schema {s:?}, expected {SCHEMA:?}"),
             FormatError::Version(v) => {
                 write!(
@@ -425,6 +430,28 @@ mod tests {
             k2u_k: c,
             k2u_u: d,
         }
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/report.rs, results_channel.rs):
+    /// serde_json's message quotes the unknown variant, so a `\t` or DEL
+    /// written in a result file or by a guest reached the error line raw.
+    #[test]
+    fn json_errors_quote_the_input_escaped() {
+        let text = Report::new(
+            "t".into(),
+            Environment::BareMetal,
+            HostFacts::default(),
+            Method::standard(0, 1),
+        )
+        .to_json_pretty()
+        // JSON escapes for a tab and ESC, a raw DEL (JSON allows it).
+        .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"");
+        let err = Report::from_json(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown variant `bare-m\\tal\\x7f\\x1b[2J`"),
+            "{err}"
+        );
+        assert!(!err.chars().any(char::is_control), "{err}");
     }
 
     #[test]
