@@ -153,7 +153,10 @@ const CASES: &[Case] = &[
     case("show: wrong version", &["show", "{F}/version.json"], 1, Line("results have schema version 2, expected 1")),
     case("show: number out of range", &["show", "{F}/overflow.json"], 1, Line("invalid value: integer `-1`, expected u64")),
     case("show: an ELF file", &["show", "{F}/bzImage"], 1, Line("not UTF-8 text")),
-    case("show: a kernel's report name with escapes", &["show", "{F}/evil.json", "--bogus"], 2, Clap("unexpected argument '--bogus'")),
+    case("show: unknown option", &["show", "{F}/report.json", "--bogus"], 2, Clap("unexpected argument '--bogus'")),
+    case("show: control characters in a bad value", &["show", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("compare: control characters in a bad value", &["compare", "{F}/report.json", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("baseline: control characters in a bad value", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
     to_full(case("show: stdout /dev/full", &["show", "{F}/report.json"], 1, Line("cannot write to stdout: No space left on device"))),
     case("show: no file", &["show"], 2, Clap("the following required arguments were not provided")),
     case("compare: missing bare", &["compare", "{F}/report.json", "{F}/missing.json"], 1, Line("bare-metal report {F}/missing.json: no such file")),
@@ -324,10 +327,14 @@ fn fixtures() -> PathBuf {
             .replacen("\"warmup\": 0", "\"warmup\": -1", 1)
             .as_bytes(),
     );
+    // JSON escapes for a tab and ESC, and a raw DEL, in an enum value that
+    // serde_json quotes in its error.
     file(
         &f,
         "evil.json",
-        report.replace("getppid", "pf\x1b[2J\nforged").as_bytes(),
+        report
+            .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"")
+            .as_bytes(),
     );
     std::fs::create_dir(f.join("dir")).unwrap();
     let mkfifo = Command::new("mkfifo").arg(f.join("fifo")).status();

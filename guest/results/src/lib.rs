@@ -432,6 +432,22 @@ mod tests {
         }
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/report.rs): serde_json's default
+    /// float parser is not exact, so a standard deviation xvmm wrote as
+    /// 1007904.9460502765 read back as 1007904.9460502764.
+    #[test]
+    fn a_saved_report_reads_back_exactly() {
+        let mut r = Report::new(
+            "t".into(),
+            Environment::BareMetal,
+            HostFacts::default(),
+            Method::standard(0, 1),
+        );
+        r.null_overhead.stddev = 1007904.9460502765;
+        r.null_overhead.mean = 339421.86363636365;
+        assert_eq!(Report::from_json(&r.to_json_pretty()).unwrap(), r);
+    }
+
     /// Found by fuzzing (fuzz/fuzz_targets/report.rs, results_channel.rs):
     /// serde_json's message quotes the unknown variant, so a `\t` or DEL
     /// written in a result file or by a guest reached the error line raw.

@@ -159,10 +159,12 @@ pub fn table(sites: &[HookSite]) -> String {
             HookKind::JumpLabel => "jump label",
             HookKind::Alternative => "alternative",
         };
+        // Symbol names are the file's bytes: escaped, a crafted vmlinux
+        // cannot drive the terminal.
         out.push_str(&format!(
             "{:#018x}  {kind:<11}  {:<52} {bytes:<15} {}\n",
             s.address,
-            s.location,
+            xvmm_results::escape::visible(&s.location),
             if s.is_nop() { "NOP" } else { "NOT A NOP" }
         ));
     }
@@ -303,6 +305,21 @@ mod tests {
             ]
         );
         assert!(table(&sites).contains("NOT A NOP"));
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/kernel_hooks.rs): a symbol name
+    /// with a control character reached the terminal raw in the table.
+    #[test]
+    fn symbol_names_in_the_table_are_escaped() {
+        let site = HookSite {
+            kind: HookKind::JumpLabel,
+            address: 0x1000,
+            location: "evil\u{1}\u{1b}[2J\u{202e}+0x0".into(),
+            bytes: NOP2.to_vec(),
+        };
+        let text = table(&[site]);
+        assert!(text.contains("evil\\x01\\x1b[2J\\u{202e}+0x0"), "{text}");
+        assert!(!text.trim_end_matches('\n').chars().any(char::is_control));
     }
 
     #[test]
