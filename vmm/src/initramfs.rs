@@ -63,6 +63,23 @@ pub fn normalise(path: &str) -> Result<String> {
     Ok(trimmed.to_string())
 }
 
+/// Two entries where one would have to be a file and a directory. Paths are
+/// anyone's bytes: shown escaped, like `normalise`'s.
+fn clash_error(path: &str, other: &str) -> Error {
+    let shown = |p: &str| xvmm_results::escape::visible(p).into_owned();
+    let both = if other.len() < path.len() {
+        other
+    } else {
+        path
+    };
+    Error::Usage(format!(
+        "initramfs entries /{} and /{} clash: /{} would have to be a file and a directory",
+        shown(path),
+        shown(other),
+        shown(both)
+    ))
+}
+
 impl Archive {
     pub fn new() -> Archive {
         Archive::default()
@@ -89,12 +106,7 @@ impl Archive {
     /// Refuses `path` when one of its ancestors is a non-directory, or when
     /// `node` is not a directory and other entries lie below `path`.
     fn check_fits(&self, path: &str, node: &Node) -> Result<()> {
-        let clash = |other: &str| {
-            Err(Error::Usage(format!(
-                "initramfs entries /{path} and /{other} clash: /{} would have to be a file and a directory",
-                if other.len() < path.len() { other } else { path }
-            )))
-        };
+        let clash = |other: &str| Err(clash_error(path, other));
         let mut end = 0;
         while let Some(i) = path[end..].find('/') {
             end += i;
@@ -333,6 +345,17 @@ mod tests {
             assert!(normalise(bad).is_err(), "{bad:?} accepted");
         }
         assert_eq!(normalise("/a/b/").unwrap(), "a/b");
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/initramfs.rs): the paths in a
+    /// clash error were shown raw, control characters included.
+    #[test]
+    fn clashing_paths_are_shown_escaped() {
+        let mut a = Archive::new();
+        a.file("/a\u{4}", vec![1], 0o644).unwrap();
+        let err = a.file("/a\u{4}/b", vec![2], 0o644).unwrap_err().to_string();
+        assert!(err.contains("entries /a\\x04/b and /a\\x04 clash"), "{err}");
+        assert!(!err.chars().any(char::is_control), "{err}");
     }
 
     /// Found by fuzzing (fuzz/fuzz_targets/initramfs.rs): a file called
