@@ -1,5 +1,6 @@
-//! xperf's command line (`xperf::args::parse`): often PID 1 with arguments
-//! from the kernel command line, so any bytes. Input: the arguments,
+//! xperf's command line (`xperf::args::parse`, `characterize`'s options
+//! included): often PID 1 with arguments from the kernel command line, so
+//! any bytes. Input: the arguments,
 //! separated by NUL bytes. Accepted options stay in range; errors are one
 //! terminal-safe line with the usage status.
 #![no_main]
@@ -14,6 +15,10 @@ fuzz_target!(|data: &[u8]| {
             assert!((1..=MAX_SAMPLES).contains(&o.samples), "{o:?}");
             assert!(o.warmup <= MAX_SAMPLES, "{o:?}");
             assert!((1..=MAX_SAMPLES).contains(&o.null_samples), "{o:?}");
+            assert!(o.json.as_ref().is_none_or(|p| !p.as_os_str().is_empty()));
+        }
+        Ok(Command::Characterize(o)) => {
+            assert!((1..=MAX_SAMPLES).contains(&o.samples), "{o:?}");
             assert!(o.json.as_ref().is_none_or(|p| !p.as_os_str().is_empty()));
         }
         Ok(Command::Help | Command::Version) => {}

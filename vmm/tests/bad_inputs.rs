@@ -396,12 +396,13 @@ fn sample_report() -> xvmm_results::Report {
         u2k_k: 100,
         k2u_k: 200,
         k2u_u: 300,
+        ..Default::default()
     };
     r.crossings.push(xvmm_results::Crossing::from_samples(
         "getppid",
         2,
         &[sample; 2],
-        10,
+        &Default::default(),
         false,
     ));
     r

@@ -9,10 +9,13 @@
 pub mod abi;
 pub mod app;
 pub mod args;
+pub mod characterize;
 pub mod error;
 pub mod host;
 pub mod init;
 pub mod measure;
+pub mod pmu;
+pub mod sampling;
 pub mod stamp;
 
 pub use error::{Error, Result};
