@@ -40,7 +40,8 @@ enum Says {
     /// clap's whole usage message containing this (and its `--help` hint).
     Clap(&'static str),
     /// Tables of what was done first (a stopped `--trace` run prints its
-    /// host-exit table), then one error line containing this.
+    /// host-exit table; `--json -` puts the tables on stderr), then one
+    /// error line containing this.
     LastLine(&'static str),
     /// Anything: the process was killed (SIGKILL leaves no last word).
     Nothing,
@@ -170,6 +171,18 @@ const CASES: &[Case] = &[
     case("compare: --json a dangling symlink", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
     case("compare: --json a symlink out of its directory", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
     case("compare: --json under /proc", &["compare", "{F}/report.json", "{F}/report.json", "--json", "/proc/xvmm.json"], 1, Line("cannot write /proc/xvmm.json")),
+    // --- xvmm report ---
+    case("report: /dev/zero", &["report", "/dev/zero", "-o", "{F}/out.html"], 1, Line("result file /dev/zero: not a regular file")),
+    case("report: FIFO", &["report", "{F}/fifo", "-o", "{F}/out.html"], 1, Line("fifo: not a regular file")),
+    case("report: not JSON", &["report", "{F}/text", "-o", "{F}/out.html"], 1, Line("results are not valid JSON: expected value")),
+    case("report: one good file, one missing", &["report", "{F}/report.json", "{F}/missing.json", "-o", "{F}/out.html"], 1, Line("result file {F}/missing.json: no such file")),
+    case("report: control characters in a bad value", &["report", "{F}/evil.json", "-o", "{F}/out.html"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("report: 10 GiB sparse", &["report", "{F}/sparse-10g", "-o", "{F}/out.html"], 1, Line("is more than the")),
+    case("report: no file", &["report", "-o", "{F}/out.html"], 2, Clap("<FILES>...")),
+    case("report: -o a dangling symlink", &["report", "{F}/report.json", "-o", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
+    case("report: -o a symlink out of its directory", &["report", "{F}/report.json", "-o", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
+    case("report: -o an existing directory", &["report", "{F}/report.json", "-o", "{F}/dir"], 1, Line("is a directory")),
+    case("report: -o /dev/full", &["report", "{F}/report.json", "-o", "/dev/full"], 1, Line("No space left on device")),
     // --- kernel hooks ---
     case("hooks: missing", &["kernel", "hooks", "{F}/missing"], 1, Line("no such file")),
     case("hooks: /dev/zero", &["kernel", "hooks", "/dev/zero"], 1, Line("not a regular file")),
@@ -283,7 +296,12 @@ const CASES: &[Case] = &[
     xperf("xperf: --cpu beyond CPU_SETSIZE", &["--cpu", "4000"], 2, Line("usage: --cpu 4000 is beyond CPU_SETSIZE")),
     xperf("xperf: --cpu that does not exist", &["--cpu", "1000", "--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("1000")),
     xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device")),
-    to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("cannot write to stdout: No space left on device"))),
+    xperf("xperf characterize: --samples 0", &["characterize", "--samples", "0"], 2, Line("usage: --samples must be between 1 and 1000000, got 0")),
+    xperf("xperf characterize: --samples missing value", &["characterize", "--samples"], 2, Line("usage: characterize --samples needs a value")),
+    xperf("xperf characterize: --cpu not a number", &["characterize", "--cpu", "x"], 2, Line("usage: --cpu needs a CPU number, got \"x\"")),
+    xperf("xperf characterize: --json empty", &["characterize", "--json="], 2, Line("usage: --json needs a file name")),
+    xperf("xperf characterize: escape sequence argument", &["characterize", "\x1b[2J\u{202e}"], 2, Line("usage: characterize: unknown argument \"\\u{1b}[2J\\u{202e}\"")),
+    to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device"))),
 ];
 
 /// Peak RSS allowed to a child.
