@@ -34,7 +34,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "report",
-        parses: "result files: parse, render, compare",
+        parses: "result files: parse, render, compare, HTML",
     },
     Target {
         name: "results_channel",
@@ -55,6 +55,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "results_param",
         parses: "xperf's xvmm.results= parameter",
+    },
+    Target {
+        name: "machine_facts",
+        parses: "/proc, sysfs and kernel-log facts (characterize)",
     },
     Target {
         name: "port_bus",

@@ -1,7 +1,8 @@
 //! Seed inputs for the fuzz targets, made when the fuzzers run: from the real
 //! files on this machine (the kernels in the xvmm cache, shrunk to what the
 //! parsers read; the static xperf; a dynamic system binary; the harness's
-//! reports) and from small hand-made examples of each format. Small real
+//! reports; the characterize reports of the tests' data; this machine's
+//! /proc and sysfs files) and from small hand-made examples of each format. Small real
 //! files are committed under `fuzz/seeds/<target>/` instead.
 
 use object::elf::{FileHeader64, SHF_ALLOC, SHT_PROGBITS, SHT_SYMTAB};
@@ -19,6 +20,8 @@ pub struct Sources {
     /// The main workspace's target directory (for the static xperf and the
     /// harness's reports).
     pub target: PathBuf,
+    /// The repository (for the reports in `vmm/tests/data/report`).
+    pub repo: PathBuf,
 }
 
 impl Sources {
@@ -33,6 +36,7 @@ impl Sources {
         Sources {
             kernels: cache.join("kernels"),
             target,
+            repo: repo.to_path_buf(),
         }
     }
 
@@ -70,6 +74,7 @@ pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
             .map(|c| (format!("cmdline-{}", c.len()), c.to_vec()))
             .collect(),
         "console_escape" => vec![("console".into(), CONSOLE.to_vec())],
+        "machine_facts" => machine_facts(),
         // Structured (arbitrary-derived) inputs: libFuzzer starts from nothing.
         _ => vec![("empty".into(), Vec::new())],
     }
@@ -452,8 +457,60 @@ fn reports(src: &Sources, doorbell: bool) -> Vec<Seed> {
     if let (false, Some(vm), Some(bm)) = (doorbell, read("xperf-vm.json"), read("xperf-bm.json")) {
         seeds.push(("vm-bm-pair".into(), [vm.as_slice(), b"\0", &bm].concat()));
     }
+    if !doorbell {
+        seeds.extend(characterize_reports(src));
+    }
     seeds
 }
+
+/// The `xperf characterize` reports the `xvmm report` tests render (bare
+/// metal, VM, L1, L2), each alone and VM with bare metal as a pair.
+fn characterize_reports(src: &Sources) -> Vec<Seed> {
+    let dir = src.repo.join("vmm/tests/data/report");
+    let read = |name: &str| std::fs::read(dir.join(format!("characterize-{name}.json"))).ok();
+    let mut seeds: Vec<Seed> = ["bm", "vm", "l1", "l2"]
+        .iter()
+        .filter_map(|n| Some((format!("characterize-{n}"), read(n)?)))
+        .collect();
+    if let (Some(vm), Some(bm)) = (read("vm"), read("bm")) {
+        seeds.push((
+            "characterize-pair".into(),
+            [vm.as_slice(), b"\0", &bm].concat(),
+        ));
+    }
+    seeds
+}
+
+/// This machine's own facts as `xperf characterize` reads them, each file
+/// alone and /proc/stat twice (the readings before and after a run).
+fn machine_facts() -> Vec<Seed> {
+    let files = [
+        "/proc/cpuinfo",
+        "/proc/stat",
+        "/proc/meminfo",
+        "/sys/devices/system/cpu/online",
+        "/sys/kernel/mm/transparent_hugepage/enabled",
+    ];
+    let mut seeds: Vec<Seed> = files
+        .iter()
+        .filter_map(|f| {
+            let bytes = std::fs::read(f).ok()?;
+            Some((f.trim_start_matches('/').replace('/', "-"), bytes))
+        })
+        .collect();
+    if let Ok(stat) = std::fs::read("/proc/stat") {
+        seeds.push((
+            "stat-twice".into(),
+            [stat.as_slice(), b"\0", &stat].concat(),
+        ));
+    }
+    seeds.push(("kernel-log".into(), KERNEL_LOG.to_vec()));
+    seeds
+}
+
+const KERNEL_LOG: &[u8] = b"[    0.000000] Hypervisor detected: KVM\n\
+[    0.000000] tsc: Detected 2994.374 MHz processor\n\
+[    1.234567] tsc: Refined TSC clocksource calibration: 2994.380 MHz\n";
 
 const TRACE: &[u8] = b"# tracer: nop\n\
   xvmm-vcpu-0-4242  [001] d..1.  5398127362712: kvm_exit: vcpu 0 reason IO_INSTRUCTION rip 0xfff0 info1 0x0\n\
@@ -467,6 +524,7 @@ const ARGS: &[&[u8]] = &[
     b"--json\x00-\x00--cpu\x001\x00--null-samples\x0050",
     b"--help",
     b"-V",
+    b"characterize\x00--samples=100\x00--cpu\x000\x00--json\x00-",
 ];
 
 const CMDLINES: &[&[u8]] = &[
