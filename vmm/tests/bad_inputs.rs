@@ -381,7 +381,11 @@ fn fixtures() -> PathBuf {
     file(&f, "arm.elf", &pvh_elf(183, 0x4008_0000, &[0; 16], true));
     file(&f, "nopvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], false));
     file(&f, "pvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], true));
-    file(&f, "huge-symtab.elf", &huge_symtab_elf());
+    file(
+        &f,
+        "huge-symtab.elf",
+        &elf_fixture::crafted_symbol_tables(true),
+    );
     file(&f, "spin", &bzimage(SPIN));
     file(&f, "triple", &bzimage(TRIPLE_FAULT));
     file(
@@ -424,28 +428,6 @@ fn sample_report() -> xvmm_results::Report {
         false,
     ));
     r
-}
-
-/// An ELF whose symbol and string tables claim 1 TiB each (issue 16, defect 2).
-fn huge_symtab_elf() -> Vec<u8> {
-    let mut data = vec![0u8; 64 + 48];
-    let shoff = data.len() as u64;
-    for (kind, offset, link) in [(0u32, 0u64, 0u32), (2, 64, 2), (3, 64 + 24, 0)] {
-        let mut h = [0u8; 64];
-        h[4..8].copy_from_slice(&kind.to_le_bytes());
-        h[24..32].copy_from_slice(&offset.to_le_bytes());
-        if kind != 0 {
-            h[32..40].copy_from_slice(&(1u64 << 40).to_le_bytes());
-        }
-        h[40..44].copy_from_slice(&link.to_le_bytes());
-        data.extend_from_slice(&h);
-    }
-    data[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
-    data[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
-    data[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
-    data[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-    data[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
-    data
 }
 
 /// Name, kind, size and modification time of everything in `dir`.
