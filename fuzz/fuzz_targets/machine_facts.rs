@@ -27,7 +27,10 @@ fn parse_all(text: &str) {
     assert!(text.contains(machine::selected_mode(text).as_str()));
     if let Some((khz, line)) = facts::kernel_log_tsc_khz(text) {
         assert!(khz > 0, "{khz} from {line:?}");
-        assert!(text.contains(line.as_str()) && !line.contains('\n'), "{line:?}");
+        assert!(
+            text.contains(line.as_str()) && !line.contains('\n'),
+            "{line:?}"
+        );
     }
     if let Some(name) = facts::kernel_log_hypervisor(text) {
         assert!(!name.contains('\n'), "{name:?}");
