@@ -600,17 +600,17 @@ mod tests {
         }
     }
 
+    /// A report with nothing measured yet.
+    fn empty_report(env: Environment, method: Method) -> Report {
+        Report::new("test".into(), env, HostFacts::default(), method)
+    }
+
     /// Found by fuzzing (fuzz/fuzz_targets/report.rs): serde_json's default
     /// float parser is not exact, so a standard deviation xvmm wrote as
     /// 1007904.9460502765 read back as 1007904.9460502764.
     #[test]
     fn a_saved_report_reads_back_exactly() {
-        let mut r = Report::new(
-            "t".into(),
-            Environment::BareMetal,
-            HostFacts::default(),
-            Method::standard(0, 1),
-        );
+        let mut r = empty_report(Environment::BareMetal, Method::standard(0, 1));
         r.null_overhead.stddev = 1007904.9460502765;
         r.null_overhead.mean = 339421.86363636365;
         assert_eq!(Report::from_json(&r.to_json_pretty()).unwrap(), r);
@@ -621,15 +621,10 @@ mod tests {
     /// written in a result file or by a guest reached the error line raw.
     #[test]
     fn json_errors_quote_the_input_escaped() {
-        let text = Report::new(
-            "t".into(),
-            Environment::BareMetal,
-            HostFacts::default(),
-            Method::standard(0, 1),
-        )
-        .to_json_pretty()
-        // JSON escapes for a tab and ESC, a raw DEL (JSON allows it).
-        .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"");
+        let text = empty_report(Environment::BareMetal, Method::standard(0, 1))
+            .to_json_pretty()
+            // JSON escapes for a tab and ESC, a raw DEL (JSON allows it).
+            .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"");
         let err = Report::from_json(&text).unwrap_err().to_string();
         assert!(
             err.contains("unknown variant `bare-m\\tal\\x7f\\x1b[2J`"),
@@ -706,12 +701,7 @@ mod tests {
 
     #[test]
     fn json_round_trip_and_schema_check() {
-        let mut report = Report::new(
-            "test".into(),
-            Environment::Microguest,
-            HostFacts::default(),
-            Method::standard(10, 100),
-        );
+        let mut report = empty_report(Environment::Microguest, Method::standard(10, 100));
         report.null_overhead = Stats::from_samples(&[40, 41, 42]);
         report
             .crossings
