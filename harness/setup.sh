@@ -50,8 +50,8 @@ xvmm_setup() {
 }
 
 # The fuzzers (fuzz/, README "Fuzzing"): a nightly toolchain and cargo-fuzz.
-# Not fatal when they cannot be had (no network to the toolchain server):
-# ./test.sh then skips its fuzz step and says so.
+# Not fatal here (the main job does not need them); ./test.sh's fuzz step
+# then fails and says why, unless XVMM_SKIP_FUZZ=1.
 xvmm_setup_fuzz() {
     command -v rustup >/dev/null 2>&1 || return 0
     if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
