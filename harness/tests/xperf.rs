@@ -36,7 +36,7 @@ const L1_XPERF: &str = "/bin/xperf";
 const CROSSINGS: [&str; 3] = ["pf-first-touch", "pf-refault", "getppid"];
 /// The traced VM step's `--tsc-offset`: its report must show the guest ran
 /// with it.
-const VM_TSC_OFFSET: &str = "-1000000000000";
+const VM_TSC_OFFSET: &str = "1000000000000";
 /// xperf's default rounds (neither side passes --rounds).
 const ROUNDS: u64 = 3;
 
