@@ -242,7 +242,7 @@ const CASES: &[Case] = &[
     case("samples: missing value", &["--samples"], 2, Clap("a value is required for '--samples <SAMPLES>'")),
     case("timeout: 0", &["--timeout", "0"], 2, Line("--timeout 0 is out of range")),
     case("timeout: too long", &["--timeout", "10000000"], 2, Line("--timeout 10000000 is out of range")),
-    case("trace: without --kernel", &["--trace"], 2, Line("--trace")),
+    case("async-pf on: without --kernel", &["--async-pf", "on"], 2, Line("--async-pf on applies to Linux guests")),
     case("async-pf: bad value", &["--async-pf", "maybe"], 2, Clap("invalid value 'maybe' for '--async-pf <ASYNC_PF>'")),
     case("tsc-khz: not a number", &["--tsc-khz", "fast"], 2, Clap("invalid value 'fast' for '--tsc-khz <TSC_KHZ>'")),
     case("unknown option", &["--frobnicate"], 2, Clap("unexpected argument '--frobnicate'")),
@@ -276,6 +276,7 @@ const CASES: &[Case] = &[
     signalled(case("SIGTERM twice", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60"], 0, Line("interrupted by SIGTERM")), &[libc::SIGTERM, libc::SIGTERM], End::Status(143)),
     signalled(case("SIGHUP", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60"], 0, Line("interrupted by SIGHUP")), &[libc::SIGHUP], End::Status(129)),
     signalled(case("SIGTERM twice, traced", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60", "--trace"], 0, LastLine("interrupted by SIGTERM")), &[libc::SIGTERM, libc::SIGTERM], End::Status(143)),
+    signalled(case("SIGTERM twice, traced microguest", &["--trace", "--samples", "500000"], 0, LastLine("interrupted by SIGTERM")), &[libc::SIGTERM, libc::SIGTERM], End::Status(143)),
     signalled(case("SIGINT, microguest with --json", &["--samples", "500000", "--json", "{F}/run.json"], 0, Line("interrupted by SIGINT")), &[libc::SIGINT], End::Status(130)),
     signalled(case("SIGKILL with --json", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60", "--json", "{F}/killed.json"], 0, Nothing), &[libc::SIGKILL], End::Signal(libc::SIGKILL)),
     // --- xperf ---
