@@ -21,7 +21,7 @@ use std::time::Duration;
 use xvmm::initramfs::Archive;
 use xvmm::kernel::{self, BuildRequest, Flavour};
 use xvmm::progress::Silent;
-use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
+use xvmm_harness::{self as harness, l1, report_in, Artifacts, Outcome, Step};
 use xvmm_results::{Environment, Report, Status};
 
 /// Samples per crossing: TCG makes every crossing slow, so few.
@@ -127,28 +127,6 @@ fn l1_initramfs(a: &Artifacts, xperf: &PathBuf) -> Result<Vec<u8>, String> {
         .map_err(|e| e.to_string())?;
     cpio.extend(extra.to_bytes());
     Ok(cpio)
-}
-
-/// The pretty-printed JSON report in a step's output. The step's stdout and
-/// stderr are echoed line by line from two pipes, so other lines (xvmm's
-/// tables on stderr) may interleave: after the opening `{`, only lines that
-/// can belong to serde's pretty JSON (`}` or indented) are kept.
-fn report_in(lines: &[&str]) -> Result<Report, String> {
-    let start = lines
-        .iter()
-        .rposition(|l| *l == "{")
-        .ok_or("no JSON report in the output")?;
-    let mut json = String::from("{\n");
-    for l in &lines[start + 1..] {
-        if *l == "}" || l.starts_with(' ') {
-            json.push_str(l);
-            json.push('\n');
-        }
-        if *l == "}" {
-            break;
-        }
-    }
-    Report::from_json(&json).map_err(|e| format!("report does not parse: {e}"))
 }
 
 struct XperfRun {
@@ -371,24 +349,4 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
             );
         }
     }
-}
-
-#[test]
-fn json_is_found_among_interleaved_lines() {
-    let report = Report::new(
-        "t".into(),
-        Environment::LinuxVm,
-        Default::default(),
-        xvmm_results::Method::standard(1, 2),
-    );
-    let json = report.to_json_pretty();
-    let mut lines: Vec<&str> = vec!["console line", "{ not json", "{"];
-    let body: Vec<&str> = json.lines().skip(1).collect();
-    let (head, tail) = body.split_at(3);
-    lines.extend(head);
-    lines.extend(["host exits (kvm_exit -> kvm_entry, host TSC ticks)", ""]);
-    lines.extend(tail);
-    lines.push("after");
-    assert_eq!(report_in(&lines).unwrap(), report);
-    assert!(report_in(&["no json"]).is_err());
 }

@@ -39,21 +39,12 @@ pub enum TraceEvent {
 /// `xvmm-1234 [001] d..1. 5398127362712: kvm_exit: vcpu 0 reason io rip 0x...`.
 /// Lines that are not kvm_exit/kvm_entry events (comments, lost-event notes) give `None`.
 pub fn parse_line(line: &str) -> Option<TraceEvent> {
-    let (head, kind, rest) = if let Some(i) = line.find(": kvm_exit: ") {
-        (&line[..i], "exit", &line[i + ": kvm_exit: ".len()..])
-    } else if let Some(i) = line.find(": kvm_entry: ") {
-        (&line[..i], "entry", "")
-    } else {
-        return None;
-    };
-    let ts: u64 = head.rsplit(char::is_whitespace).next()?.parse().ok()?;
-    // "comm-tid [cpu]": the comm may itself contain '-' or spaces, the tid is
-    // what follows the last '-' before the CPU bracket.
-    let task = head[..head.find(" [")?].trim_end();
-    let tid: i32 = task.rsplit('-').next()?.parse().ok()?;
-    if kind == "entry" {
+    let record = xvmm_results::tracefs::parse_record(line)?;
+    let (tid, ts) = (record.pid, record.ts);
+    if record.body.starts_with("kvm_entry:") {
         return Some(TraceEvent::Entry { tid, ts });
     }
+    let rest = record.body.strip_prefix("kvm_exit: ")?;
     let mut words = rest.split_whitespace();
     let reason = loop {
         match words.next() {

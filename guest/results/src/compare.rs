@@ -1,6 +1,7 @@
 //! A VM report against a bare-metal report of the same crossings: the
 //! `xvmm-comparison` schema and how it is computed.
 
+use crate::probes::{compare_probes, ProbeComparisonRow};
 use crate::{Crossing, Environment, Interval, Report, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -39,6 +40,9 @@ pub struct Comparison {
     pub rows: Vec<ComparisonRow>,
     /// Caveats (mismatched environments, TSC rates...).
     pub notes: Vec<String>,
+    /// Instrumentation modes, VM against bare metal (reports of `xperf probes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeComparisonRow>,
 }
 
 impl Comparison {
@@ -173,6 +177,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
         bare_metal_tool: bare.tool.clone(),
         rows,
         notes: environment_notes(vm, bare),
+        probes: compare_probes(&vm.probes, &bare.probes),
     }
 }
 

@@ -10,8 +10,11 @@ pub mod compare;
 pub mod escape;
 pub mod file;
 pub mod machine;
+pub mod probes;
 pub mod render;
+pub mod signals;
 pub mod stats;
+pub mod tracefs;
 pub mod tsc;
 
 #[cfg(test)]
@@ -20,6 +23,7 @@ pub(crate) mod fixtures;
 pub use compare::{compare, Comparison, ComparisonRow};
 pub use file::{write_atomically, Output};
 pub use machine::Machine;
+pub use probes::Probe;
 use serde::{Deserialize, Serialize};
 pub use stats::{Histogram, Stats};
 
@@ -59,6 +63,9 @@ pub struct Report {
     /// Free-form caveats the reader must see (THP state, pinning failures...).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What instrumentation adds to the crossings (`xperf probes` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<Probe>,
 }
 
 impl Report {
@@ -76,6 +83,7 @@ impl Report {
             exits: Vec::new(),
             host_exits: Vec::new(),
             notes: Vec::new(),
+            probes: Vec::new(),
         }
     }
 

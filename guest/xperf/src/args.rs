@@ -12,6 +12,7 @@ pub const MAX_SAMPLES: u64 = 1_000_000;
 
 pub const USAGE: &str = "\
 usage: xperf [--samples N] [--warmup N] [--null-samples N] [--cpu N] [--raw] [--json FILE]
+       xperf probes [OPTIONS]   (what instrumentation costs; xperf probes --help)
 
 Measures user->kernel->user crossings: #PF on first touch, #PF after
 MADV_DONTNEED, and the getppid syscall. With the xperf kernel hooks
@@ -55,6 +56,9 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Run(Options),
+    /// `xperf probes ...`
+    Probes(Box<crate::probes::args::Options>),
+    ProbesHelp,
     Help,
     Version,
 }
@@ -78,7 +82,14 @@ where
     S: Into<String>,
 {
     let mut opts = Options::default();
-    let mut args = args.into_iter().map(Into::into);
+    let mut args = args.into_iter().map(Into::into).peekable();
+    if args.peek().is_some_and(|a| a == "probes") {
+        args.next();
+        return Ok(match crate::probes::args::parse(args)? {
+            crate::probes::args::Command::Run(o) => Command::Probes(o),
+            crate::probes::args::Command::Help => Command::ProbesHelp,
+        });
+    }
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -158,6 +169,11 @@ mod tests {
         assert_eq!(o.json, Some(PathBuf::from("a.json")));
         assert_eq!(parse(["--help"]).unwrap(), Command::Help);
         assert_eq!(parse(["-V"]).unwrap(), Command::Version);
+        assert!(
+            matches!(parse(["probes", "--rounds", "2"]).unwrap(), Command::Probes(o) if o.rounds == 2)
+        );
+        assert_eq!(parse(["probes", "-h"]).unwrap(), Command::ProbesHelp);
+        assert_eq!(parse(["--raw", "probes"]).unwrap_err().exit_code(), 2);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod error;
 pub mod host;
 pub mod init;
 pub mod measure;
+pub mod probes;
 pub mod stamp;
 
 pub use error::{Error, Result};

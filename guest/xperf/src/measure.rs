@@ -135,7 +135,7 @@ pub fn round_trip_crossing(
 }
 
 /// Pins the calling thread to `cpu` (default: the current CPU); returns it.
-fn pin(cpu: Option<u32>) -> Result<u32> {
+pub(crate) fn pin(cpu: Option<u32>) -> Result<u32> {
     let cpu = match cpu {
         Some(c) => c,
         None => {
@@ -160,7 +160,7 @@ fn pin(cpu: Option<u32>) -> Result<u32> {
 }
 
 /// An anonymous region whose pages are faulted in one at a time.
-struct Region {
+pub(crate) struct Region {
     base: *mut u8,
     len: usize,
 }
@@ -169,7 +169,7 @@ impl Region {
     /// Maps `pages` pages without populating them and opts out of THP, so
     /// every first touch is one 4 KiB fault. Returns whether the THP opt-out
     /// was accepted.
-    fn map(pages: usize) -> Result<(Region, bool)> {
+    pub(crate) fn map(pages: usize) -> Result<(Region, bool)> {
         let len = pages
             .checked_mul(abi::PAGE_SIZE)
             .ok_or_else(|| Error::Usage("region size overflows".into()))?
@@ -199,12 +199,12 @@ impl Region {
         ))
     }
 
-    fn page(&self, index: usize) -> *mut u8 {
+    pub(crate) fn page(&self, index: usize) -> *mut u8 {
         self.base.wrapping_add((index * abi::PAGE_SIZE) % self.len)
     }
 
     /// Drops every page, so the next touch of each faults again.
-    fn discard(&self) -> Result<()> {
+    pub(crate) fn discard(&self) -> Result<()> {
         // SAFETY: advice on our own mapping.
         if unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_DONTNEED) } != 0 {
             return Err(Error::last_os("madvise(MADV_DONTNEED)"));
@@ -311,7 +311,7 @@ fn detect(notes: &mut Vec<String>) -> Mode {
 /// Refuses a run whose fault regions (every page stays resident until it is
 /// dropped) would not fit in the memory available: in a small guest the OOM
 /// killer would otherwise end xperf, or as PID 1 panic the kernel.
-fn check_memory(pages: u64) -> Result<()> {
+pub(crate) fn check_memory(pages: u64) -> Result<()> {
     let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
         return Ok(());
     };
@@ -330,7 +330,7 @@ fn check_memory(pages: u64) -> Result<()> {
     Ok(())
 }
 
-fn usize_of(n: u64) -> Result<usize> {
+pub(crate) fn usize_of(n: u64) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::Usage(format!("{n} does not fit in usize")))
 }
 
@@ -381,7 +381,7 @@ fn set_up(config: &Config) -> Result<Setup> {
 }
 
 /// The same stamps with nothing between, after `warmup` unrecorded pairs.
-fn null_overhead(warmup: usize, samples: usize) -> Stats {
+pub(crate) fn null_overhead(warmup: usize, samples: usize) -> Stats {
     for _ in 0..warmup {
         std::hint::black_box(stamp::null_pair());
     }

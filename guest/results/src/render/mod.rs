@@ -12,7 +12,10 @@ use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, St
 use std::fmt::Write as _;
 use table::Table;
 
+mod probes;
 mod table;
+
+pub use probes::{probe_comparison_table, probes_table};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -244,6 +247,10 @@ pub fn report(report: &Report) -> String {
         out.push('\n');
         out += &host_exit_table(&report.host_exits);
     }
+    if !report.probes.is_empty() {
+        out.push('\n');
+        out += &probes_table(&report.probes, report.host.tsc_khz);
+    }
     if !report.notes.is_empty() {
         out += "\nnotes:\n";
         for n in &report.notes {
@@ -369,6 +376,10 @@ pub fn comparison_table(c: &Comparison) -> String {
         }
     }
     out += &t.render();
+    if !c.probes.is_empty() {
+        out.push('\n');
+        out += &probe_comparison_table(&c.probes);
+    }
     for n in &c.notes {
         let _ = writeln!(out, "note: {}", visible(n));
     }
