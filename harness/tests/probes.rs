@@ -214,6 +214,9 @@ fn run() -> &'static ProbesRun {
 }
 
 /// Every mode ran on every crossing it applies to, with every hit counted.
+/// No relation between the modes' figures is asserted: TCG emulates an
+/// int3 exception about as cheaply as the jump-optimized detour, so the
+/// hardware's ordering need not hold here (benches/probes prints them).
 fn assert_all_modes(report: &Report, side: &str) {
     for crossing in ["getppid", "pf-refault"] {
         for m in mode::MEASURED {
@@ -235,21 +238,6 @@ fn assert_all_modes(report: &Report, side: &str) {
             let added = p.added_ticks.as_ref().expect("added ticks");
             assert_eq!(added.count, p.iterations, "{side} {m} on {crossing}");
         }
-        let added = |m: &str| {
-            report
-                .probes
-                .iter()
-                .find(|p| p.mode == m && p.crossing == crossing)
-                .and_then(|p| p.added_median())
-                .unwrap_or(0)
-        };
-        // A shape, not a figure: the jump avoids the int3 exception.
-        assert!(
-            added(mode::KPROBE_OPTIMIZED) < added(mode::KPROBE_INT3),
-            "{side} {crossing}: optimized {} not below int3 {}",
-            added(mode::KPROBE_OPTIMIZED),
-            added(mode::KPROBE_INT3)
-        );
     }
 }
 
@@ -342,10 +330,15 @@ fn bad_input_and_signals_leave_the_tracing_state_as_found() {
         interrupt.marker_ms.is_some(),
         "never reached {INTERRUPT_AT}"
     );
+    // stdout and stderr reach the console through two pipes: the error line
+    // is the last one xperf writes, not necessarily the last one echoed.
+    let errors: Vec<&&str> = out.iter().filter(|l| l.starts_with("xperf: ")).collect();
+    assert_eq!(errors.len(), 1, "{out:?}");
+    assert!(errors[0].contains("stopped by signal 2"), "{out:?}");
     assert!(
-        out.last()
-            .is_some_and(|l| l.contains("stopped by signal 2")),
-        "{out:?}"
+        out.iter()
+            .any(|l| l.contains("not measured: stopped by signal 2")),
+        "the rows not measured must say so: {out:?}"
     );
 }
 

@@ -233,25 +233,29 @@ fn spread(values: &[u64]) -> u64 {
 }
 
 /// Where the VM/bare-metal ratio of a mode comes from, for the comparison.
+/// None of the modes makes a hit leave the guest; what differs in a VM is
+/// the cost of the same guest instructions (two-level page walks on TLB
+/// misses, exception delivery, the host's scheduling).
 pub fn vm_explanation(mode_name: &str) -> &'static str {
     match mode_name {
-        mode::TRACEPOINT | mode::FUNCTION | mode::FPROBE | mode::KPROBE_FTRACE => {
-            "runs entirely inside the guest kernel (a call from a patched site, a ring-buffer \
-             write): no VM exit, so the ratio is the guest's own speed (TLB misses walk two \
-             page-table levels)"
+        mode::TRACEPOINT => {
+            "a static key turned into a jump, the trace event and a ring-buffer write: guest \
+             kernel code only, no VM exit; the ratio is the guest's own speed (TLB misses walk \
+             guest and host page tables)"
         }
-        mode::SYSCALL_SLOW_PATH => {
-            "the syscall slow path is plain guest kernel code: no exit expected"
+        mode::FUNCTION | mode::FPROBE | mode::KPROBE_FTRACE => {
+            "the function's ftrace site becomes a call into ftrace, then the handler and a \
+             ring-buffer write: guest code only, no VM exit"
         }
+        mode::SYSCALL_SLOW_PATH => "the syscall slow path is plain guest kernel code: no VM exit",
         mode::KPROBE_INT3 => {
-            "int3 (#BP) and the single-step or emulation after it are guest-internal \
-             exceptions: KVM does not intercept #BP or #DB here, so no exit; the VM pays \
-             only for its slower exception delivery"
+            "int3 (#BP) and the return after it are guest-internal exceptions: KVM does not \
+             intercept #BP here, so no VM exit; the VM pays only for its own exception delivery"
         }
         mode::KPROBE_OPTIMIZED => {
-            "a jump to a detour buffer and back: plain guest code, no exception, no exit"
+            "a jump to a detour buffer and back: plain guest code, no exception, no VM exit"
         }
-        mode::KRETPROBE => "an ftrace entry plus a return trampoline: guest code only, no exit",
+        mode::KRETPROBE => "an ftrace entry plus a return trampoline: guest code only, no VM exit",
         _ => "",
     }
 }

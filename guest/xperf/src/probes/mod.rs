@@ -267,25 +267,22 @@ struct Measured {
     notes: Vec<String>,
 }
 
-fn measure_all(
-    session: &mut Session,
-    kernel: &mut Kernel,
-    targets: &[Target],
-    o: &args::Options,
+/// The runner, with the peeked sites' bytes before anything is armed.
+fn new_runner<'a>(
+    session: &'a mut Session,
+    kernel: &Kernel,
     cpu: u32,
-    progress: &mut dyn FnMut(&str),
-) -> Result<Measured> {
-    let per_round = measure::usize_of(o.samples.div_ceil(o.rounds))?;
-    let warmup = measure::usize_of(o.warmup)?;
+    rounds: u64,
+    notes: &mut Vec<String>,
+) -> Runner<'a> {
     let mut runner = Runner {
         session,
         cpu,
         pid: std::process::id() as i32,
         peek_event: kernel.peek.then(|| "peek".to_string()),
         original: BTreeMap::new(),
-        rounds: o.rounds,
+        rounds,
     };
-    let mut notes = Vec::new();
     if kernel.peek {
         match runner.peek() {
             Ok(bytes) => runner.original = bytes,
@@ -297,13 +294,43 @@ fn measure_all(
             runner.peek_event = None;
         }
     }
+    runner
+}
+
+fn measure_all(
+    session: &mut Session,
+    kernel: &mut Kernel,
+    targets: &[Target],
+    o: &args::Options,
+    cpu: u32,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Measured> {
+    let per_round = measure::usize_of(o.samples.div_ceil(o.rounds))?;
+    let warmup = measure::usize_of(o.warmup)?;
+    let mut notes = Vec::new();
+    let mut runner = new_runner(session, kernel, cpu, o.rounds, &mut notes);
     let mut probes = Vec::new();
     let mut baselines: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     for (index, t) in targets.iter().enumerate() {
         let mut crosser = Crosser::new(t.kind, warmup, per_round)?;
         for &m in &o.modes {
+            if m == mode::SYSCALL_SLOW_PATH && t.kind != Kind::Getppid {
+                continue;
+            }
+            if let Some(signal) = signals::stop_requested() {
+                let why = format!("not measured: stopped by signal {signal}");
+                probes.push(Probe::unsupported(m, t.kind.name(), why));
+                continue;
+            }
             let created = create_mode_events(runner.session, kernel, t, m);
-            let plan = modes::plan(m, GROUP, index, t, &crosser, kernel);
+            let context = modes::Context {
+                group: GROUP,
+                index,
+                target: t,
+                crosser: &crosser,
+                kernel,
+            };
+            let plan = modes::plan(m, &context);
             let (probe, rounds) = match plan {
                 Ok(plan) => {
                     progress(&format!("measuring {m} on {}", t.kind.name()));
@@ -313,9 +340,6 @@ fn measure_all(
             };
             for name in created {
                 runner.session.remove_event(&name)?;
-            }
-            if probe.mode == mode::SYSCALL_SLOW_PATH && t.kind != Kind::Getppid {
-                continue;
             }
             let base = baselines.entry(t.kind.name()).or_default();
             base.extend(

@@ -203,32 +203,47 @@ fn event_switch(group: &str, name: &str) -> Switch {
     Switch::Event(format!("events/{group}/{name}/enable"))
 }
 
-/// The plan of `mode_name` on target `index`, or why the kernel cannot do it.
-pub fn plan(
-    mode_name: &'static str,
-    group: &str,
-    index: usize,
-    t: &Target,
-    crosser: &Crosser,
-    k: &Kernel,
-) -> Result<Plan, String> {
-    let site = |inside: bool, armed: Armed, settle_ms: u64| {
-        k.peek.then(|| Site {
-            field: peek_field(index, inside),
+/// What a plan is made from: the target, its index (its peek fields), the
+/// crossing and what the kernel offers.
+pub struct Context<'a> {
+    pub group: &'a str,
+    pub index: usize,
+    pub target: &'a Target,
+    pub crosser: &'a Crosser,
+    pub kernel: &'a Kernel,
+}
+
+impl Context<'_> {
+    /// The peek check of the byte at +0 (`inside` false) or at the inside
+    /// instruction.
+    fn site(&self, inside: bool, armed: Armed, settle_ms: u64) -> Option<Site> {
+        self.kernel.peek.then(|| Site {
+            field: peek_field(self.index, inside),
             armed,
             settle: Duration::from_millis(settle_ms),
         })
-    };
-    let list = |kind: char, offset: u64, optimized: Option<bool>, ftrace: Option<bool>| {
+    }
+
+    fn list(
+        &self,
+        kind: char,
+        offset: u64,
+        optimized: Option<bool>,
+        ftrace: Option<bool>,
+    ) -> Option<ListWant> {
         Some(ListWant {
             kind,
-            address: t.address.wrapping_add(offset),
-            names: t.aliases.clone(),
+            address: self.target.address.wrapping_add(offset),
+            names: self.target.aliases.clone(),
             offset,
             optimized,
             ftrace,
         })
-    };
+    }
+}
+
+/// The plan of `mode_name`, or why the kernel cannot do it.
+pub fn plan(mode_name: &'static str, c: &Context) -> Result<Plan, String> {
     let mut p = Plan {
         mode: mode_name,
         probe: String::new(),
@@ -240,94 +255,106 @@ pub fn plan(
         optimization: None,
     };
     match mode_name {
-        mode::TRACEPOINT => tracepoint(&mut p, t, crosser, k)?,
-        mode::SYSCALL_SLOW_PATH => slow_path(&mut p, t, k)?,
-        mode::KPROBE_INT3 | mode::KPROBE_OPTIMIZED => {
-            if !k.kprobes {
-                return Err(NO_KPROBES.into());
-            }
-            let off = t.offset.clone()?;
-            let name = t.event("kprobe");
-            k.event(&name)?;
-            let optimized = mode_name == mode::KPROBE_OPTIMIZED;
-            if optimized && !k.optprobes {
-                return Err(
-                    "no /proc/sys/debug/kprobes-optimization: kernel without CONFIG_OPTPROBES"
-                        .into(),
-                );
-            }
-            let (byte, settle) = if optimized {
-                (JMP32, 30_000)
-            } else {
-                (INT3, 2_000)
-            };
-            p.probe = format!(
-                "kprobe {group}/{name} at {}+{off:#x}, kprobes-optimization={}",
-                t.symbol,
-                u8::from(optimized)
-            );
-            p.switches.push(event_switch(group, &name));
-            p.matchers.push(Matcher::Event(name));
-            p.site = site(true, Armed::Byte(byte), settle);
-            p.list = list('k', off, Some(optimized), Some(false));
-            p.optimization = Some(optimized);
-        }
-        mode::KPROBE_FTRACE | mode::KRETPROBE | mode::FPROBE => {
-            if mode_name != mode::KRETPROBE {
-                t.traceable.clone()?;
-            }
-            let (what, armed) = match mode_name {
-                mode::KPROBE_FTRACE => ("kprobe_ftrace", Armed::Byte(CALL32)),
-                mode::KRETPROBE => ("kretprobe", Armed::Changed),
-                _ => ("fprobe", Armed::Byte(CALL32)),
-            };
-            let name = t.event(what);
-            k.event(&name)?;
-            p.probe = format!("{mode_name} {group}/{name} at {}+0", t.symbol);
-            if mode_name == mode::FPROBE {
-                let def = event_definitions(group, t, &[mode::FPROBE]);
-                let (_, definition) = def.first().ok_or("no fprobe definition")?;
-                p.probe += " (created for each probed half, deleted after it)";
-                p.switches
-                    .push(Switch::Created(name.clone(), definition.clone()));
-                p.switches.push(event_switch(group, &name));
-            } else {
-                p.switches.push(event_switch(group, &name));
-            }
-            p.matchers.push(Matcher::Event(name));
-            p.site = site(false, armed, 2_000);
-            p.list = match mode_name {
-                mode::KPROBE_FTRACE => list('k', 0, None, Some(true)),
-                mode::KRETPROBE => list('r', 0, None, None),
-                _ => None,
-            };
-        }
-        mode::FUNCTION => {
-            t.traceable.clone()?;
-            k.needs(
-                "set_ftrace_filter",
-                "no set_ftrace_filter in the instance: kernel without CONFIG_DYNAMIC_FTRACE",
-            )?;
-            if !k.function_tracer {
-                return Err(
-                    "the function tracer is not available in an instance (CONFIG_FUNCTION_TRACER)"
-                        .into(),
-                );
-            }
-            p.probe = format!(
-                "function tracer of the instance, set_ftrace_filter={}",
-                t.ftrace_name
-            );
-            p.switches
-                .push(Switch::FunctionTracer(t.ftrace_name.clone()));
-            let mut names = t.aliases.clone();
-            names.push(t.ftrace_name.clone());
-            p.matchers.push(Matcher::Function(names));
-            p.site = site(false, Armed::Byte(CALL32), 2_000);
-        }
+        mode::TRACEPOINT => tracepoint(&mut p, c.target, c.crosser, c.kernel)?,
+        mode::SYSCALL_SLOW_PATH => slow_path(&mut p, c.target, c.kernel)?,
+        mode::KPROBE_INT3 | mode::KPROBE_OPTIMIZED => inside_kprobe(&mut p, c)?,
+        mode::KPROBE_FTRACE | mode::KRETPROBE | mode::FPROBE => entry_probe(&mut p, c)?,
+        mode::FUNCTION => function_tracer(&mut p, c)?,
         other => return Err(format!("unknown mode {other}")),
     }
     Ok(p)
+}
+
+/// The int3 or jump-optimized kprobe on the instruction inside the function.
+fn inside_kprobe(p: &mut Plan, c: &Context) -> Result<(), String> {
+    let (t, k, group) = (c.target, c.kernel, c.group);
+    if !k.kprobes {
+        return Err(NO_KPROBES.into());
+    }
+    let off = t.offset.clone()?;
+    let name = t.event("kprobe");
+    k.event(&name)?;
+    let optimized = p.mode == mode::KPROBE_OPTIMIZED;
+    if optimized && !k.optprobes {
+        return Err(
+            "no /proc/sys/debug/kprobes-optimization: kernel without CONFIG_OPTPROBES".into(),
+        );
+    }
+    // The optimizer works after a delay and a grace period; int3 is at once.
+    let (byte, settle) = if optimized {
+        (JMP32, 30_000)
+    } else {
+        (INT3, 2_000)
+    };
+    p.probe = format!(
+        "kprobe {group}/{name} at {}+{off:#x}, kprobes-optimization={}",
+        t.symbol,
+        u8::from(optimized)
+    );
+    p.switches.push(event_switch(group, &name));
+    p.matchers.push(Matcher::Event(name));
+    p.site = c.site(true, Armed::Byte(byte), settle);
+    p.list = c.list('k', off, Some(optimized), Some(false));
+    p.optimization = Some(optimized);
+    Ok(())
+}
+
+/// A kprobe on ftrace, a kretprobe or an fprobe, at the function's start.
+fn entry_probe(p: &mut Plan, c: &Context) -> Result<(), String> {
+    let (t, group) = (c.target, c.group);
+    if p.mode != mode::KRETPROBE {
+        t.traceable.clone()?;
+    }
+    let (what, armed) = match p.mode {
+        mode::KPROBE_FTRACE => ("kprobe_ftrace", Armed::Byte(CALL32)),
+        mode::KRETPROBE => ("kretprobe", Armed::Changed),
+        _ => ("fprobe", Armed::Byte(CALL32)),
+    };
+    let name = t.event(what);
+    c.kernel.event(&name)?;
+    p.probe = format!("{} {group}/{name} at {}+0", p.mode, t.symbol);
+    if p.mode == mode::FPROBE {
+        let def = event_definitions(group, t, &[mode::FPROBE]);
+        let (_, definition) = def.first().ok_or("no fprobe definition")?;
+        p.probe += " (created for each probed half, deleted after it)";
+        p.switches
+            .push(Switch::Created(name.clone(), definition.clone()));
+    }
+    p.switches.push(event_switch(group, &name));
+    p.matchers.push(Matcher::Event(name));
+    p.site = c.site(false, armed, 2_000);
+    p.list = match p.mode {
+        mode::KPROBE_FTRACE => c.list('k', 0, None, Some(true)),
+        mode::KRETPROBE => c.list('r', 0, None, None),
+        _ => None,
+    };
+    Ok(())
+}
+
+/// The instance's function tracer, filtered to the function.
+fn function_tracer(p: &mut Plan, c: &Context) -> Result<(), String> {
+    let t = c.target;
+    t.traceable.clone()?;
+    c.kernel.needs(
+        "set_ftrace_filter",
+        "no set_ftrace_filter in the instance: kernel without CONFIG_DYNAMIC_FTRACE",
+    )?;
+    if !c.kernel.function_tracer {
+        return Err(
+            "the function tracer is not available in an instance (CONFIG_FUNCTION_TRACER)".into(),
+        );
+    }
+    p.probe = format!(
+        "function tracer of the instance, set_ftrace_filter={}",
+        t.ftrace_name
+    );
+    p.switches
+        .push(Switch::FunctionTracer(t.ftrace_name.clone()));
+    let mut names = t.aliases.clone();
+    names.push(t.ftrace_name.clone());
+    p.matchers.push(Matcher::Function(names));
+    p.site = c.site(false, Armed::Byte(CALL32), 2_000);
+    Ok(())
 }
 
 fn tracepoint(p: &mut Plan, t: &Target, crosser: &Crosser, k: &Kernel) -> Result<(), String> {
@@ -430,33 +457,45 @@ mod tests {
         let crosser = Crosser::new(Kind::Getppid, 0, 1).unwrap();
         let t = target(Kind::Getppid, Ok(5));
         let mut k = Kernel::default();
-        let err = plan(mode::KPROBE_INT3, "xperf", 0, &t, &crosser, &k).unwrap_err();
+        let plan = |m: &'static str, index: usize, t: &Target, k: &Kernel| {
+            plan(
+                m,
+                &Context {
+                    group: "xperf",
+                    index,
+                    target: t,
+                    crosser: &crosser,
+                    kernel: k,
+                },
+            )
+        };
+        let err = plan(mode::KPROBE_INT3, 0, &t, &k).unwrap_err();
         assert_eq!(err, NO_KPROBES);
         k.kprobes = true;
-        let err = plan(mode::KPROBE_INT3, "xperf", 0, &t, &crosser, &k).unwrap_err();
+        let err = plan(mode::KPROBE_INT3, 0, &t, &k).unwrap_err();
         assert_eq!(err, "not created");
         k.events
             .insert("getppid_kprobe".into(), Err("no KPROBE_EVENTS".into()));
-        let err = plan(mode::KPROBE_INT3, "xperf", 0, &t, &crosser, &k).unwrap_err();
+        let err = plan(mode::KPROBE_INT3, 0, &t, &k).unwrap_err();
         assert_eq!(err, "no KPROBE_EVENTS");
         k.events.insert("getppid_kprobe".into(), Ok(()));
-        let err = plan(mode::KPROBE_OPTIMIZED, "xperf", 0, &t, &crosser, &k).unwrap_err();
+        let err = plan(mode::KPROBE_OPTIMIZED, 0, &t, &k).unwrap_err();
         assert!(err.contains("CONFIG_OPTPROBES"), "{err}");
         k.optprobes = true;
         k.peek = true;
-        let p = plan(mode::KPROBE_OPTIMIZED, "xperf", 0, &t, &crosser, &k).unwrap();
+        let p = plan(mode::KPROBE_OPTIMIZED, 0, &t, &k).unwrap();
         assert_eq!(p.optimization, Some(true));
         assert_eq!(p.site.as_ref().map(|s| s.armed), Some(Armed::Byte(JMP32)));
         assert_eq!(p.site.as_ref().map(|s| s.field.as_str()), Some("s0"));
-        let err = plan(mode::TRACEPOINT, "xperf", 0, &t, &crosser, &k).unwrap_err();
+        let err = plan(mode::TRACEPOINT, 0, &t, &k).unwrap_err();
         assert!(err.contains("FTRACE_SYSCALLS"), "{err}");
         k.has
             .insert("events/syscalls/sys_enter_getpid/enable", true);
-        let control = plan(mode::SYSCALL_SLOW_PATH, "xperf", 0, &t, &crosser, &k).unwrap();
+        let control = plan(mode::SYSCALL_SLOW_PATH, 0, &t, &k).unwrap();
         assert_eq!(control.per_sample, 0);
         let pf = target(Kind::PfRefault, Ok(5));
-        assert!(plan(mode::SYSCALL_SLOW_PATH, "xperf", 1, &pf, &crosser, &k).is_err());
-        let err = plan(mode::FUNCTION, "xperf", 0, &t, &crosser, &k).unwrap_err();
+        assert!(plan(mode::SYSCALL_SLOW_PATH, 1, &pf, &k).is_err());
+        let err = plan(mode::FUNCTION, 0, &t, &k).unwrap_err();
         assert!(err.contains("DYNAMIC_FTRACE"), "{err}");
     }
 }

@@ -285,6 +285,7 @@ impl Runner<'_> {
         match result.and_then(|rounds| off.map(|()| rounds)) {
             Ok(rounds) => {
                 finish(&mut probe, &rounds, plan);
+                probe.notes.extend(self.profile_note(plan));
                 kept = rounds;
             }
             Err(Stop::Failed(why)) => {
@@ -300,6 +301,19 @@ impl Runner<'_> {
             }
         }
         (probe, kept)
+    }
+
+    /// kprobe_profile's counters of a kprobe event (every task's hits,
+    /// not only the samples'): a cross-check, and the misses kprobes counted.
+    fn profile_note(&self, plan: &Plan) -> Option<String> {
+        let Some(Matcher::Event(name)) = plan.matchers.first() else {
+            return None;
+        };
+        let text = session::read_text(&self.session.root().join("kprobe_profile")).ok()?;
+        let (hits, missed) = parse::kprobe_profile(&text, name)?;
+        Some(format!(
+            "kprobe_profile: {hits} hits by every task, {missed} missed"
+        ))
     }
 
     fn rounds(
