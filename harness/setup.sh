@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building and testing xvmm needs on a fresh Debian 12 machine:
 # the Rust toolchain (rustup, if cargo is missing), the kernel build tools,
-# Debian's linux-source-6.12, QEMU (the nested harness) and perf (the xperf
-# cross-check bench). Idempotent: asks apt only for what is missing. Sourced
+# Debian's linux-source-6.12, QEMU (the nested harness), perf (the xperf
+# cross-check bench) and Chromium with a font (the `xvmm report` browser
+# test). Idempotent: asks apt only for what is missing. Sourced
 # by ../run.sh and ../test.sh; run it directly to set up a machine. The only
 # place that installs packages: xvmm itself (`xvmm kernel build`) only checks
 # and names what is missing.
@@ -10,7 +11,8 @@ set -euo pipefail
 
 # The one package list.
 XVMM_PACKAGES=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
-               linux-source-6.12 qemu-system-x86 linux-perf curl ca-certificates)
+               linux-source-6.12 qemu-system-x86 linux-perf curl ca-certificates
+               chromium fonts-dejavu-core)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

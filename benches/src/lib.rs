@@ -1,1 +1,6 @@
-//! Benchmarks that print figures; see the bin targets.
+//! Benchmarks that print figures (see the bin targets), and the checks
+//! behind README's claims about them, shared by the benches (which print)
+//! and `tests/claims.rs` (which fails when a claim does not hold).
+
+pub mod linearity;
+pub mod perf;

@@ -11,19 +11,16 @@
 //! - [`build`]: the kernels (through xvmm's cache) and the static binaries;
 //! - [`initramfs`]: the L1 and L2 initramfs;
 //! - [`run`]: booting L1 and reading what it printed;
-//! - [`reports`]: the JSON report among a step's output lines;
 //! - [`lock`]: the machine-wide lock around a QEMU run.
 
 pub mod build;
 pub mod initramfs;
 pub mod lock;
-pub mod reports;
 pub mod run;
 
 pub use build::{build_static, prepare, with_static_binaries, workspace_root, Artifacts};
 pub use initramfs::{append_files, l1_initramfs, l2_initramfs};
-pub use reports::report_in;
-pub use run::{l1_cmdline, run_l1, run_l1_with_cmdline, HarnessRun};
+pub use run::{l1_cmdline, report_from_stdout, run_l1, run_l1_with_cmdline, HarnessRun};
 pub use xvmm_init::plan::{Outcome, Step, StepResult};
 pub use xvmm_init::MARKER;
 

@@ -15,6 +15,15 @@ use xvmm::{Error, Result};
 /// How long the host TSC is counted against the monotonic clock.
 const TSC_CALIBRATION: Duration = Duration::from_millis(200);
 
+/// A report from a step's stdout lines (see [`HarnessRun::report`]).
+pub fn report_from_stdout(stdout: &[&str]) -> std::result::Result<xvmm_results::Report, String> {
+    if stdout.is_empty() {
+        return Err("no JSON report: the step wrote nothing to stdout".into());
+    }
+    xvmm_results::Report::from_json(&stdout.join("\n"))
+        .map_err(|e| format!("stdout is not the report alone: {e}"))
+}
+
 /// L1's kernel command line. A TCG guest without ACPI has no HPET or PM
 /// timer, so L1 cannot calibrate its TSC, falls back to jiffies (its clock
 /// then drifts by a factor of several under load) and KVM has no TSC rate
@@ -51,6 +60,29 @@ impl HarnessRun {
 
     /// The output lines (stdout and stderr) of one step's process.
     pub fn output(&self, name: &str) -> Vec<&str> {
+        let out = format!("{}{name}| ", xvmm_init::plan::OUT_PREFIX);
+        let err = format!("{}{name}| ", xvmm_init::plan::ERR_PREFIX);
+        self.console
+            .iter()
+            .filter_map(|l| {
+                let (i, len) = match l.find(&out) {
+                    Some(i) => (i, out.len()),
+                    None => (l.find(&err)?, err.len()),
+                };
+                Some(&l[i + len..])
+            })
+            .collect()
+    }
+
+    /// The result report step `name` wrote with `--json -`: its stdout is the
+    /// report alone (xvmm and xperf send the guest console and every table to
+    /// stderr then), so the whole of stdout must parse.
+    pub fn report(&self, name: &str) -> std::result::Result<xvmm_results::Report, String> {
+        report_from_stdout(&self.stdout(name))
+    }
+
+    /// What step `name` wrote to its stdout alone, line by line.
+    pub fn stdout(&self, name: &str) -> Vec<&str> {
         let prefix = format!("{}{name}| ", xvmm_init::plan::OUT_PREFIX);
         self.console
             .iter()
@@ -260,11 +292,13 @@ mod tests {
     #[test]
     fn step_output_and_marker_uptime_come_from_the_prefixed_lines() {
         let out = xvmm_init::plan::OUT_PREFIX;
+        let err = xvmm_init::plan::ERR_PREFIX;
         let run = HarnessRun {
             console: vec![
                 format!("{out}a| first"),
                 "[    1.0] kernel line".into(),
                 format!("{out}b| other"),
+                format!("{err}a| on stderr"),
                 format!("{out}a| {} uptime=1.25", xvmm_init::MARKER),
             ],
             steps: vec![],
@@ -273,16 +307,12 @@ mod tests {
             seconds: 0.0,
             log: PathBuf::new(),
         };
-        assert_eq!(
-            run.output("a"),
-            ["first", &format!("{} uptime=1.25", xvmm_init::MARKER)]
-        );
+        let marker = format!("{} uptime=1.25", xvmm_init::MARKER);
+        assert_eq!(run.output("a"), ["first", "on stderr", &marker]);
+        assert_eq!(run.stdout("a"), ["first", &marker]);
         assert_eq!(run.output("b"), ["other"]);
         assert_eq!(run.guest_uptime("a"), Some(1.25));
         assert_eq!(run.guest_uptime("b"), None);
-        assert_eq!(
-            run.tail(2),
-            format!("{out}b| other\n{out}a| {} uptime=1.25", xvmm_init::MARKER)
-        );
+        assert_eq!(run.tail(2), format!("{err}a| on stderr\n{out}a| {marker}"));
     }
 }

@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 use xvmm::kernel::{self, BuildRequest, Flavour};
 use xvmm::progress::Silent;
-use xvmm_harness::{self as harness, l1, report_in, Artifacts, Outcome, Step};
+use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
 use xvmm_results::probes::mode;
 use xvmm_results::{Environment, Report, Status};
 
@@ -165,7 +165,8 @@ fn report_of(run: &harness::HarnessRun, name: &str) -> Result<Report, String> {
             out.join("\n")
         ));
     }
-    report_in(&out).map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))
+    run.report(name)
+        .map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))
 }
 
 /// The one L1 boot, shared by the tests below.

@@ -3,8 +3,9 @@
 //! Layers, top to bottom (README "Architecture"; `tests/layers.rs` checks that
 //! no module uses one above it):
 //! - [`app`]: the command line, the terminal, output files and exit codes.
-//! - [`linux`], [`microguest`], [`kernel`]: what xvmm does (boot Linux and
-//!   collect xperf's results; the built-in bare-metal guest; kernel builds).
+//! - [`linux`], [`microguest`], [`kernel`], [`report`]: what xvmm does (boot
+//!   Linux and collect xperf's results; the built-in bare-metal guest; kernel
+//!   builds; result files as an HTML report).
 //! - [`boot`], [`vm`], [`vcpu`], [`devices`], [`host_trace`], [`initramfs`]:
 //!   the VMM core and host-side tracing.
 //! - [`arch`], [`layout`], [`elf`], [`affinity`], [`progress`], [`error`]: CPU
@@ -25,6 +26,7 @@ pub mod layout;
 pub mod linux;
 pub mod microguest;
 pub mod progress;
+pub mod report;
 pub mod vcpu;
 pub mod vm;
 

@@ -44,9 +44,15 @@ fn sample_report(name: &str) -> Report {
         u2k_k: 100,
         k2u_k: 200,
         k2u_u: 300,
+        ..Default::default()
     }; 2];
-    r.crossings
-        .push(Crossing::from_samples(name, 2, &samples, 10, false));
+    r.crossings.push(Crossing::from_samples(
+        name,
+        2,
+        &samples,
+        &Default::default(),
+        false,
+    ));
     r
 }
 

@@ -186,10 +186,12 @@ fn xperf_like_report(env: xvmm_results::Environment, u2k: u64) -> xvmm_results::
             u2k_k: 1000 + u2k + i,
             k2u_k: 3000,
             k2u_u: 3000 + u2k,
+            ..Default::default()
         })
         .collect();
+    let none = xvmm_results::Corrections::default();
     r.crossings.push(xvmm_results::Crossing::from_samples(
-        "getppid", 4, &samples, 0, false,
+        "getppid", 4, &samples, &none, false,
     ));
     r
 }

@@ -106,7 +106,7 @@ fn page_faults_keep_alternating_across_an_odd_warm_up() {
         let (mut end, _) = run_phase(&rc, &cfg, &p).unwrap();
         if let PhaseEnd::Refused { .. } = end {
             // PVM cannot run LFENCE/RDTSCP at CPL0: use plain RDTSC there.
-            cfg.plain_kernel_stamps = true;
+            cfg.kernel_stamps = guest::KernelStamps::Plain;
             end = run_phase(&rc, &cfg, &p).unwrap().0;
         }
         let PhaseEnd::Done { stamps, .. } = end else {
@@ -119,4 +119,51 @@ fn page_faults_keep_alternating_across_an_odd_warm_up() {
             );
         }
     }
+}
+
+/// A batch takes K crossings between one pair of stamps: its round trip is
+/// K single round trips, give or take the stamps and the noise.
+#[test]
+fn a_batch_of_k_int3_costs_about_k_single_ones() {
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("skipping: /dev/kvm does not exist");
+        return;
+    }
+    let rc = RunControl::new(Duration::from_secs(60)).unwrap();
+    let mut cfg = MachineConfig::default();
+    let trips = |cfg: &MachineConfig, kind, param| -> Option<Vec<u64>> {
+        let p = Phase {
+            kind,
+            warmup: 5,
+            samples: 40,
+            param,
+        };
+        match run_phase(&rc, cfg, &p).unwrap().0 {
+            PhaseEnd::Done { stamps, .. } => Some(stamps.chunks(4).map(|s| s[3] - s[0]).collect()),
+            PhaseEnd::Refused { .. } => None,
+            PhaseEnd::Fault(f) => panic!("{kind:?}: {f}"),
+        }
+    };
+    let single = trips(&cfg, Kind::Breakpoint, 0).unwrap_or_else(|| {
+        // PVM cannot run LFENCE/RDTSCP at CPL0: use plain RDTSC there.
+        cfg.kernel_stamps = guest::KernelStamps::Plain;
+        trips(&cfg, Kind::Breakpoint, 0).expect("int3 runs")
+    });
+    let batch = trips(&cfg, Kind::Int3Batch, 10).expect("the batch runs");
+    let median = |mut v: Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (one, ten) = (median(single), median(batch));
+    assert!(
+        ten > 5 * one && ten < 20 * one,
+        "10 int3 per batch: {ten} ticks, one int3: {one} ticks"
+    );
+    let p = Phase {
+        kind: Kind::Int3Batch,
+        warmup: 0,
+        samples: 1,
+        param: 0,
+    };
+    assert!(run_phase(&rc, &cfg, &p).is_err(), "a batch of 0 is refused");
 }

@@ -75,11 +75,16 @@ fn show_prints_a_saved_report_with_its_machine() {
             u2k_k: 1000 * i + 100,
             k2u_k: 1000 * i + 300,
             k2u_u: 1000 * i + 450,
+            ..Default::default()
         })
         .collect();
-    report
-        .crossings
-        .push(Crossing::from_samples("getppid", 3, &samples, 0, false));
+    report.crossings.push(Crossing::from_samples(
+        "getppid",
+        3,
+        &samples,
+        &Default::default(),
+        false,
+    ));
     report.machine = Some(Machine {
         cpu_vendor: "TestVendor".into(),
         kernel_release: "9.9.9-test".into(),
@@ -123,6 +128,51 @@ fn show_prints_a_saved_report_with_its_machine() {
         assert!(err.starts_with(start), "{err}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A report written before stamp costs, rounds and per-sample CPU ids (the
+/// first schema-1 form: samples as objects, one null for every interval)
+/// still parses and renders, its figures as written.
+#[test]
+fn show_renders_a_report_written_before_stamp_costs() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/report-before-stamp-costs.json"
+    );
+    let out = xvmm(&["show", path]);
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("pf "))
+        .unwrap_or_else(|| panic!("no pf row:\n{table}"))
+        .split_whitespace()
+        .collect();
+    // Corrected as the old report wrote them: 100 - 73, 150 - 73, 450 - 73.
+    assert_eq!(
+        row[..8],
+        ["pf", "2/2", "27", "27", "77", "77", "377", "377"]
+    );
+    assert!(
+        table.contains("unsupported: hypervisor refused it"),
+        "{table}"
+    );
+    assert!(table.contains("null overhead (stamp pair, nothing between): median 73"));
+    // The exit's parts are the raw ones it had.
+    let pio: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("pio-out"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(pio[5..], ["24966", "122", "14601"]);
+    assert!(
+        !table.contains("stamp costs ("),
+        "no costs to show:\n{table}"
+    );
+    let report = xvmm_results::Report::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(report.method.rounds, 1);
+    assert_eq!(report.crossings[0].samples.as_ref().unwrap()[1].k2u_u, 2450);
 }
 
 #[test]

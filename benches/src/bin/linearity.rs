@@ -3,46 +3,20 @@
 //! process and at CPL3 in the microguest, N and 2N samples interleaved so that
 //! clock drift (turbo, a busy neighbour) hits both alike. After subtracting
 //! the null median the 2N/N ratio should be 2.00 within 2%. Prints the figures
-//! and whether they are within 2%; never fails on numbers.
+//! and whether they are within 2%, and the whole sweep's fit
+//! ([`xvmm_benches::linearity::check`]); never fails on numbers (the claims
+//! are checked by `benches/tests/claims.rs`).
 //!
 //! `XVMM_LINEARITY_N` (a multiple of 8, default 4096) sets N.
 
-use std::arch::asm;
 use std::time::Duration;
 use xvmm::microguest::guest::Kind;
 use xvmm::microguest::measure;
-use xvmm_results::{stamp_close, stamp_open, tsc, Stats};
+use xvmm_benches::linearity::{self, native_chain, SWEEP};
+use xvmm_results::{quantum, tsc, Stats};
 
 const SAMPLES: usize = 20_000;
 const WARMUP: usize = 2_000;
-
-/// The stamps around `n` dependent imuls (n a multiple of 8), or around
-/// nothing when n is 0, in one asm block so that the compiler adds nothing to
-/// the window.
-fn native_chain(n: u64) -> u64 {
-    let (lo0, hi0, lo1, hi1): (u32, u32, u32, u32);
-    // SAFETY: register-only arithmetic and timestamp instructions.
-    unsafe {
-        asm!(
-            stamp_open!(),
-            "mov {lo0:e}, eax", "mov {hi0:e}, edx",
-            "test {n}, {n}",
-            "jz 3f",
-            "2:",
-            "imul rax, rax", "imul rax, rax", "imul rax, rax", "imul rax, rax",
-            "imul rax, rax", "imul rax, rax", "imul rax, rax", "imul rax, rax",
-            "sub {n}, 8",
-            "jnz 2b",
-            "3:",
-            stamp_close!(),
-            n = inout(reg) n => _,
-            lo0 = out(reg) lo0, hi0 = out(reg) hi0,
-            out("eax") lo1, out("edx") hi1, out("ecx") _,
-            options(nomem, nostack),
-        );
-    }
-    tsc::join(lo1, hi1) - tsc::join(lo0, hi0)
-}
 
 /// Interleaved samples: (N chain, 2N chain) pairs, after a warm-up.
 fn native(n: u64) -> (Vec<u64>, Vec<u64>) {
@@ -101,6 +75,13 @@ fn main() {
 
     let (one, two) = native(n);
     report("native CPL3     ", &native_null(), &one, &two, n);
+    let q = quantum::estimate(&tsc::back_to_back(100_000)).unwrap_or(1.0);
+    let raw = linearity::native_sweep(&SWEEP, 3000);
+    let null = Stats::from_samples(&native_null()).median;
+    match linearity::check(&SWEEP, &raw, null, q) {
+        Ok(v) => println!("native sweep {SWEEP:?}: medians {raw:?}; {v:?}"),
+        Err(e) => println!("native sweep: FAILS: {e}"),
+    }
 
     let guest = |kind, param| {
         measure::user_intervals(

@@ -12,8 +12,8 @@ use xvmm_results::{Stats, Status};
 
 /// The stamp pair with nothing between (xperf's null measurement).
 fn native_null() -> u64 {
-    let (open, close) = xperf::stamp::null_pair();
-    close - open
+    let s = xperf::stamp::null_pair();
+    s.close - s.open
 }
 
 fn show(label: &str, s: &Stats) {

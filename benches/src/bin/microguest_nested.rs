@@ -94,6 +94,21 @@ fn main() {
     let json = run.output("microguest-json").join("\n");
     match Report::from_json(&json) {
         Ok(report) => {
+            let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
+            println!("\nTSC quantum on real KVM (TCG-emulated): {quantum:?} ticks");
+            if let Some(costs) = &report.stamp_costs {
+                println!(
+                    "stamp pairs (medians): user {}, kernel {:?}, inner kernel {:?}; corrections {:?} (add up: {})",
+                    costs.user_pair.stats.median,
+                    costs.kernel_pair.as_ref().map(|p| p.stats.median),
+                    costs.kernel_pair_inner.as_ref().map(|p| p.stats.median),
+                    costs.corrections,
+                    costs.corrections.add_up()
+                );
+            }
+            println!(
+                "clean samples: the microguest runs with interrupts off, so every valid sample is clean"
+            );
             let problems = xvmm::microguest::verify::problems(&report);
             if problems.is_empty() {
                 println!("\nreport check (verify::problems) on real KVM: passed");

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use xvmm::kernel::{self, BuildRequest, BuiltKernel, Flavour};
 use xvmm::progress::Silent;
-use xvmm_harness::{self as harness, l1, report_in, Artifacts, Step};
+use xvmm_harness::{self as harness, l1, Artifacts, Step};
 use xvmm_results::probes::{self, mode, Probe};
 use xvmm_results::{Report, Stats};
 
@@ -177,8 +177,7 @@ fn boot(
     );
     let mut reports = Vec::new();
     for s in steps {
-        let out = run.output(&s.name);
-        match report_in(&out) {
+        match run.report(&s.name) {
             Ok(r) => reports.push((s.name.clone(), r)),
             Err(e) => println!(
                 "  step {}: {e} (outcome {:?})",

@@ -13,66 +13,13 @@
 //! fastest run is compared: a run's mean absorbs every preemption by other
 //! work on a busy machine, while xperf's median does not.
 
-use std::arch::asm;
-use std::process::Command;
 use xperf::measure::{self, Config, GETPPID};
-use xperf::stamp;
+use xvmm_benches::perf::{loop_ticks, perf_usecs_per_op, raw_getppid, PERF_LOOPS, TOLERANCE};
 
 const XPERF_SAMPLES: u64 = 20_000;
 const PERF_RUNS: usize = 30;
-/// Short runs (~4 ms each) so some of them fit between other tasks' slices.
-const PERF_LOOPS: u64 = 20_000;
 /// Nice value asked for (inherited by perf); refused without privilege.
 const NICE: i32 = -20;
-const TOLERANCE: f64 = 0.15;
-
-/// getppid through a bare `syscall`, as xperf issues it.
-#[inline(always)]
-fn raw_getppid() {
-    // SAFETY: getppid has no arguments or side effects; clobbers declared.
-    unsafe {
-        asm!("syscall", inlateout("rax") libc::SYS_getppid => _,
-             out("rcx") _, out("r11") _, options(nostack));
-    }
-}
-
-/// Fastest per-call cost in TSC ticks of `PERF_LOOPS` back-to-back calls,
-/// over `PERF_RUNS` runs: perf's own loop, timed with the TSC instead.
-fn loop_ticks(call: impl Fn()) -> u64 {
-    let mut best = u64::MAX;
-    for _ in 0..PERF_RUNS {
-        let start = stamp::null_pair().0;
-        for _ in 0..PERF_LOOPS {
-            call();
-        }
-        let end = stamp::null_pair().1;
-        best = best.min(end.saturating_sub(start) / PERF_LOOPS);
-    }
-    best
-}
-
-/// The "usecs/op" figure of `perf bench syscall basic` output.
-fn parse_usecs_per_op(text: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.trim().strip_suffix("usecs/op"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-fn perf_usecs_per_op() -> Result<f64, String> {
-    let out = Command::new("perf")
-        .args(["bench", "syscall", "basic", "-l", &PERF_LOOPS.to_string()])
-        .output()
-        .map_err(|e| format!("cannot run perf: {e} (Debian package linux-perf)"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!(
-            "perf bench failed: {}",
-            err.lines().next().unwrap_or("")
-        ));
-    }
-    parse_usecs_per_op(&text).ok_or_else(|| "no usecs/op in perf's output".to_string())
-}
 
 fn main() {
     // SAFETY: changes only this process's scheduling priority.
@@ -95,6 +42,7 @@ fn main() {
         cpu: None,
         raw: false,
         vmm_channel: false,
+        rounds: 1,
     };
     // measure::run pins this thread; perf inherits the affinity below.
     let report = match measure::run(&config) {
@@ -134,7 +82,7 @@ fn main() {
 fn compare_with_perf(rt: &xvmm_results::Interval, tsc_khz: u64) {
     let mut runs = Vec::new();
     for _ in 0..PERF_RUNS {
-        match perf_usecs_per_op() {
+        match perf_usecs_per_op(PERF_LOOPS) {
             Ok(u) => runs.push(u),
             Err(e) => {
                 println!("perf bench syscall basic: {e}");
@@ -159,10 +107,14 @@ fn compare_with_perf(rt: &xvmm_results::Interval, tsc_khz: u64) {
     // Two TSC-timed loops separate a unit-conversion error from a difference
     // in what is measured: perf calls glibc's getppid(), xperf a bare syscall.
     // SAFETY: getppid has no side effects.
-    let libc_loop = loop_ticks(|| unsafe {
-        libc::getppid();
-    });
-    let raw_loop = loop_ticks(raw_getppid);
+    let libc_loop = loop_ticks(
+        || unsafe {
+            libc::getppid();
+        },
+        PERF_RUNS,
+        PERF_LOOPS,
+    );
+    let raw_loop = loop_ticks(raw_getppid, PERF_RUNS, PERF_LOOPS);
     println!(
         "TSC-timed loops ({PERF_RUNS} runs x {PERF_LOOPS}, fastest): glibc getppid() {libc_loop} ticks/call (perf's loop; perf converted is {:+.1}% off it), bare syscall {raw_loop} ticks/call",
         (perf_ticks - libc_loop as f64) / libc_loop.max(1) as f64 * 100.0
@@ -204,16 +156,4 @@ fn verdict(a_name: &str, a: f64, b_name: &str, b: f64) {
             "DISAGREE (more than 15% apart)"
         }
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_perf_bench_output() {
-        let text = "# Running 'syscall/basic' benchmark:\n# Executed 10000000 getppid() calls\n     Total time: 2.198 [sec]\n\n       0.219895 usecs/op\n        4547618 ops/sec\n";
-        assert_eq!(parse_usecs_per_op(text), Some(0.219895));
-        assert_eq!(parse_usecs_per_op("Total time: 2 [sec]"), None);
-    }
 }

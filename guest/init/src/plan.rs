@@ -20,6 +20,9 @@ pub const INTERRUPT: &str = "interrupt:";
 pub const STEP_PREFIX: &str = "XVMM-STEP ";
 /// Prefix of each echoed output line of a step: `XVMM-OUT name| text`.
 pub const OUT_PREFIX: &str = "XVMM-OUT ";
+/// Prefix of a step's stderr lines on L1's console (stdout lines carry
+/// [`OUT_PREFIX`]): a test can take a step's stdout alone.
+pub const ERR_PREFIX: &str = "XVMM-ERR ";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step {

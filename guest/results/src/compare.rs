@@ -157,10 +157,61 @@ fn environment_notes(vm: &Report, bare: &Report) -> Vec<String> {
     notes
 }
 
+/// The entry stamp's depth of each crossing a report describes.
+fn depths(report: &Report) -> HashMap<&str, &str> {
+    report
+        .method
+        .stamp_points
+        .iter()
+        .map(|p| (p.crossing.as_str(), p.entry_depth.as_str()))
+        .collect()
+}
+
+/// Caveats when u2k figures are not taken from the same point of the entry
+/// path: a crossing stamped differently in the two reports, or crossings of
+/// one report stamped at different depths (side by side in the table).
+fn depth_notes(vm: &Report, bare: &Report, names: &[&str]) -> Vec<String> {
+    let (v, b) = (depths(vm), depths(bare));
+    let mut notes = Vec::new();
+    for name in names {
+        if let (Some(dv), Some(db)) = (v.get(name), b.get(name)) {
+            if dv != db {
+                notes.push(format!(
+                    "{name}: the VM's entry stamp comes after {dv:?}, bare metal's after {db:?}: \
+                     their u2k figures do not start from the same point"
+                ));
+            }
+        }
+    }
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for name in names {
+        if let Some(d) = v.get(name).or_else(|| b.get(name)) {
+            if !seen.iter().any(|(_, x)| x == d) {
+                seen.push((name, d));
+            }
+        }
+    }
+    if seen.len() > 1 {
+        let list: Vec<String> = seen
+            .iter()
+            .map(|(n, d)| format!("{n} after {d:?}"))
+            .collect();
+        notes.push(format!(
+            "entry stamps sit at different depths ({}): compare a crossing's u2k VM against \
+             bare metal, not one crossing's u2k with another's",
+            list.join(", ")
+        ));
+    }
+    notes
+}
+
 /// Compares every crossing of `vm` with the same-named crossing of `bare`.
 pub fn compare(vm: &Report, bare: &Report) -> Comparison {
     let (vm_index, bare_index) = (by_name(vm), by_name(bare));
-    let rows = names(vm, bare)
+    let all_names = names(vm, bare);
+    let mut notes = environment_notes(vm, bare);
+    notes.extend(depth_notes(vm, bare, &all_names));
+    let rows = all_names
         .into_iter()
         .flat_map(|name| {
             rows_of(
@@ -176,7 +227,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
         vm_tool: vm.tool.clone(),
         bare_metal_tool: bare.tool.clone(),
         rows,
-        notes: environment_notes(vm, bare),
+        notes,
         probes: compare_probes(&vm.probes, &bare.probes),
     }
 }
@@ -197,16 +248,16 @@ mod tests {
             .iter()
             .find(|r| r.crossing == "pf" && r.interval == "round_trip")
             .unwrap();
-        assert_eq!((rt.vm_median, rt.bare_median), (Some(950), Some(450)));
+        assert_eq!((rt.vm_median, rt.bare_median), (Some(850), Some(350)));
         assert_eq!(rt.diff_median, Some(500));
-        assert!((rt.ratio_median.unwrap() - 950.0 / 450.0).abs() < 1e-9);
+        assert!((rt.ratio_median.unwrap() - 850.0 / 350.0).abs() < 1e-9);
         let int_n = c.rows.iter().find(|r| r.crossing == "int-n").unwrap();
         assert_eq!(int_n.vm_median, None);
         assert!(int_n.note.as_deref().unwrap().contains("unsupported"));
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         let table = comparison_table(&c);
         assert!(table.contains("+500"), "{table}");
-        assert!(table.contains("2.11x"), "{table}");
+        assert!(table.contains("2.43x"), "{table}");
 
         // Swapped arguments are flagged.
         let swapped = compare(&bare, &vm);
@@ -224,6 +275,38 @@ mod tests {
         assert!(names.contains(&"getppid"));
         let pf = c.rows.iter().find(|r| r.crossing == "pf").unwrap();
         assert_eq!(pf.note.as_deref(), Some("not in the bare metal report"));
+    }
+
+    #[test]
+    fn crossings_stamped_at_different_depths_get_a_caveat() {
+        let point = |crossing: &str, depth: &str| crate::StampPoint {
+            crossing: crossing.into(),
+            entry: "somewhere".into(),
+            entry_depth: depth.into(),
+            exit: "before the return".into(),
+        };
+        let mut vm = fixtures::report(Environment::LinuxVm, 2);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        assert!(compare(&vm, &bare).notes.is_empty());
+        for r in [&mut vm, &mut bare] {
+            r.method.stamp_points = vec![point("pf", "nothing"), point("int-n", "nothing")];
+        }
+        assert!(compare(&vm, &bare).notes.is_empty(), "same depths");
+        vm.method.stamp_points[1] = point("int-n", "swapgs");
+        bare.method.stamp_points[1] = point("int-n", "swapgs");
+        let notes = compare(&vm, &bare).notes;
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].contains("different depths") && notes[0].contains("int-n after \"swapgs\"")
+        );
+        bare.method.stamp_points[0] = point("pf", "swapgs");
+        let notes = compare(&vm, &bare).notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.starts_with("pf: the VM's entry stamp")),
+            "{notes:?}"
+        );
     }
 
     #[test]

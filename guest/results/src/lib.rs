@@ -5,13 +5,21 @@
 //! The JSON form is versioned by [`SCHEMA`] and [`SCHEMA_VERSION`]; bump the
 //! version on any incompatible change and document it in the README.
 
+pub mod bootstrap;
 pub mod channel;
+pub mod characterize;
 pub mod compare;
+pub mod correction;
+pub mod cpu;
 pub mod escape;
 pub mod file;
+pub mod intervals;
+pub mod json;
 pub mod machine;
 pub mod probes;
+pub mod quantum;
 pub mod render;
+mod sample_format;
 pub mod signals;
 pub mod stats;
 pub mod tracefs;
@@ -20,8 +28,12 @@ pub mod tsc;
 #[cfg(test)]
 pub(crate) mod fixtures;
 
+pub use bootstrap::MedianCi;
+pub use characterize::{Characterization, Metric};
 pub use compare::{compare, Comparison, ComparisonRow};
+pub use correction::{Corrections, StampCosts};
 pub use file::{write_atomically, Output};
+pub use intervals::{Batched, ExitSplit, Intervals, KernelStamps, StampPoint};
 pub use machine::Machine;
 pub use probes::Probe;
 use serde::{Deserialize, Serialize};
@@ -66,6 +78,13 @@ pub struct Report {
     /// What instrumentation adds to the crossings (`xperf probes` only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<Probe>,
+    /// What `xperf characterize` found out about the machine (only there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub characterize: Option<Characterization>,
+    /// What the stamps themselves cost and the corrections derived from it
+    /// (reports before it had only `null_overhead`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp_costs: Option<StampCosts>,
 }
 
 impl Report {
@@ -84,6 +103,8 @@ impl Report {
             host_exits: Vec::new(),
             notes: Vec::new(),
             probes: Vec::new(),
+            characterize: None,
+            stamp_costs: None,
         }
     }
 
@@ -105,9 +126,9 @@ impl Report {
         Ok(())
     }
 
+    /// The report as written to files and the VMM (see [`json`]).
     pub fn to_json_pretty(&self) -> String {
-        // Serialising plain data with string keys cannot fail.
-        serde_json::to_string_pretty(self).unwrap_or_default()
+        json::to_string(self)
     }
 
     pub fn crossing(&self, name: &str) -> Option<&Crossing> {
@@ -194,6 +215,20 @@ pub struct Method {
     /// CPU the measuring thread was pinned to, if any.
     #[serde(default)]
     pub pinned_cpu: Option<u32>,
+    /// Rounds the whole measurement was repeated (`--rounds`); 1 in reports
+    /// written before rounds existed. `samples_requested` is per round.
+    #[serde(default = "one")]
+    pub rounds: u32,
+    /// The kernel side's stamps, when the producer's kernel takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_stamps: Option<KernelStamps>,
+    /// Where each crossing's kernel stamps sit in its entry and exit path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stamp_points: Vec<StampPoint>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 impl Method {
@@ -203,8 +238,11 @@ impl Method {
             stamp_end: tsc::CLOSE_TEXT.into(),
             warmup,
             samples_requested,
-            correction: "median of the null measurement, saturating at 0".into(),
+            correction: correction::DERIVATION.into(),
             pinned_cpu: None,
+            rounds: 1,
+            kernel_stamps: None,
+            stamp_points: Vec::new(),
         }
     }
 }
@@ -232,31 +270,70 @@ impl Status {
     }
 }
 
-/// One interval kind, as raw TSC ticks and with the null overhead subtracted.
+/// One interval kind, as raw TSC ticks and with the stamps' cost subtracted.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct Interval {
     pub raw: Stats,
     pub corrected: Stats,
+    /// Ticks subtracted from every raw value (see README "Method").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<u64>,
+    /// Raw values below the correction, clamped at 0 in `corrected`.
+    #[serde(default)]
+    pub clamped: u64,
+    /// 95 % confidence interval of the corrected median ([`bootstrap`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_ci: Option<MedianCi>,
+    /// Each round's corrected median, in round order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<u64>,
 }
 
 impl Interval {
-    /// Summarises raw interval values and their null-corrected counterparts.
-    pub fn from_raw(raw: &[u64], null_ticks: u64) -> Self {
-        let corrected: Vec<u64> = raw.iter().map(|v| v.saturating_sub(null_ticks)).collect();
+    /// Summarises raw interval values (in the order taken) and their
+    /// corrected counterparts, one round.
+    pub fn from_raw(raw: &[u64], correction: u64) -> Self {
+        Interval::from_rounds(&[raw], correction)
+    }
+
+    /// The same over several rounds: statistics of all values together,
+    /// each round's corrected median, and the median's confidence interval.
+    pub fn from_rounds(rounds: &[&[u64]], correction: u64) -> Self {
+        let raw: Vec<u64> = rounds.iter().flat_map(|r| r.iter().copied()).collect();
+        let corrected: Vec<u64> = raw.iter().map(|v| v.saturating_sub(correction)).collect();
+        let round_medians = if rounds.len() > 1 {
+            rounds
+                .iter()
+                .map(|r| Stats::from_samples(r).median.saturating_sub(correction))
+                .collect()
+        } else {
+            Vec::new()
+        };
         Interval {
-            raw: Stats::from_samples(raw),
+            raw: Stats::from_samples(&raw),
+            clamped: raw.iter().filter(|&&v| v < correction).count() as u64,
+            median_ci: bootstrap::median_ci(&corrected),
             corrected: Stats::from_samples(&corrected),
+            correction: Some(correction),
+            rounds: round_medians,
         }
     }
 }
 
-/// Four stamps of one crossing sample, all in the measuring CPU's TSC.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+/// Four stamps of one crossing sample, all in the measuring CPU's TSC, and
+/// what the producer knows about the sample's surroundings. Written as an
+/// array (see `sample_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sample {
     pub u2k_u: u64,
     pub u2k_k: u64,
     pub k2u_k: u64,
     pub k2u_u: u64,
+    /// The CPU the sample ran on (TSC_AUX & 0xfff of the closing stamp).
+    pub cpu: Option<u32>,
+    /// Interrupts the CPU took inside the sample's window; `None` when the
+    /// producer cannot count them.
+    pub interrupts: Option<u32>,
 }
 
 /// Why a sample was not used.
@@ -321,9 +398,30 @@ pub struct Crossing {
     pub in_kernel: Option<Interval>,
     /// User stamp to user stamp.
     pub round_trip: Option<Interval>,
-    /// Per-sample stamps, only when asked for.
+    /// Per-sample stamps of every round (round r's are at r *
+    /// samples-per-round), only when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
+    /// Samples dropped because their stamps came from different CPUs.
+    #[serde(default)]
+    pub samples_migrated: u64,
+    /// Whether the producer counted interrupts inside each sample's window.
+    #[serde(default)]
+    pub interrupts_counted: bool,
+    /// Valid samples an interrupt hit: in the statistics above, not in `clean`.
+    #[serde(default)]
+    pub samples_interrupted: u64,
+    /// The valid samples no interrupt hit (when interrupts were counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean: Option<Intervals>,
+    /// The round trip timed K at a time, offered for figures close to the
+    /// TSC quantum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batched: Option<Batched>,
+    /// The raw round trip in core cycles (PMU), when the CPU lets user mode
+    /// read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycles: Option<Stats>,
 }
 
 impl Crossing {
@@ -342,51 +440,115 @@ impl Crossing {
             in_kernel: None,
             round_trip: None,
             samples: None,
+            samples_migrated: 0,
+            interrupts_counted: false,
+            samples_interrupted: 0,
+            clean: None,
+            batched: None,
+            cycles: None,
         }
     }
 
-    /// Validates four-stamp samples and summarises the valid ones.
+    /// Validates four-stamp samples of one round and summarises the valid ones.
     pub fn from_samples(
         name: &str,
         samples_requested: u64,
         samples: &[Sample],
-        null_ticks: u64,
+        corrections: &Corrections,
         keep_samples: bool,
     ) -> Self {
-        let mut crossing = Crossing::unsupported(name, samples_requested, String::new());
+        Crossing::from_rounds(
+            name,
+            samples_requested,
+            &[samples.to_vec()],
+            corrections,
+            keep_samples,
+        )
+    }
+
+    /// Validates four-stamp samples of every round (`samples_per_round`
+    /// requested in each) and summarises the valid ones: all of them, and
+    /// apart those no interrupt hit when interrupts were counted.
+    pub fn from_rounds(
+        name: &str,
+        samples_per_round: u64,
+        rounds: &[Vec<Sample>],
+        corrections: &Corrections,
+        keep_samples: bool,
+    ) -> Self {
+        let requested = samples_per_round.saturating_mul(rounds.len() as u64);
+        let mut crossing = Crossing::unsupported(name, requested, String::new());
         crossing.status = Status::Measured;
-        let mut valid = Vec::with_capacity(samples.len());
-        for s in samples {
-            match s.validate() {
-                Ok(()) => valid.push(*s),
-                Err(Rejection::Unfilled) => crossing.samples_unfilled += 1,
-                Err(Rejection::OutOfOrder) => crossing.samples_out_of_order += 1,
+        let mut valid: Vec<Vec<Sample>> = Vec::with_capacity(rounds.len());
+        for round in rounds {
+            let mut kept = Vec::with_capacity(round.len());
+            for s in round {
+                match s.validate() {
+                    Ok(()) => kept.push(*s),
+                    Err(Rejection::Unfilled) => crossing.samples_unfilled += 1,
+                    Err(Rejection::OutOfOrder) => crossing.samples_out_of_order += 1,
+                }
             }
+            valid.push(kept);
         }
-        crossing.samples_valid = valid.len() as u64;
-        let column = |f: fn(&Sample) -> u64| -> Vec<u64> { valid.iter().map(f).collect() };
-        crossing.u2k = Some(Interval::from_raw(&column(Sample::u2k), null_ticks));
-        crossing.k2u = Some(Interval::from_raw(&column(Sample::k2u), null_ticks));
-        crossing.in_kernel = Some(Interval::from_raw(&column(Sample::in_kernel), null_ticks));
-        crossing.round_trip = Some(Interval::from_raw(&column(Sample::round_trip), null_ticks));
+        let all = Intervals::from_rounds(&valid, corrections);
+        crossing.samples_valid = all.samples;
+        crossing.u2k = all.u2k;
+        crossing.k2u = all.k2u;
+        crossing.in_kernel = all.in_kernel;
+        crossing.round_trip = all.round_trip;
+        crossing.interrupts_counted = valid.iter().flatten().any(|s| s.interrupts.is_some());
+        if crossing.interrupts_counted {
+            let clean: Vec<Vec<Sample>> = valid
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .filter(|s| s.interrupts == Some(0))
+                        .copied()
+                        .collect()
+                })
+                .collect();
+            let set = Intervals::from_rounds(&clean, corrections);
+            crossing.samples_interrupted = crossing.samples_valid - set.samples;
+            crossing.clean = Some(set);
+        }
         if keep_samples {
-            crossing.samples = Some(samples.to_vec());
+            crossing.samples = Some(rounds.iter().flatten().copied().collect());
         }
         crossing
     }
 
-    /// Summarises user-side round trips only (no kernel stamps available).
+    /// Summarises user-side round trips only (no kernel stamps available),
+    /// one round.
     pub fn from_round_trips(
         name: &str,
         samples_requested: u64,
         round_trips: &[u64],
-        null_ticks: u64,
+        correction: u64,
         reason: String,
     ) -> Self {
-        let mut crossing = Crossing::unsupported(name, samples_requested, String::new());
+        Crossing::from_round_trip_rounds(
+            name,
+            samples_requested,
+            &[round_trips],
+            correction,
+            reason,
+        )
+    }
+
+    /// The same over rounds (`samples_per_round` requested in each).
+    pub fn from_round_trip_rounds(
+        name: &str,
+        samples_per_round: u64,
+        rounds: &[&[u64]],
+        correction: u64,
+        reason: String,
+    ) -> Self {
+        let requested = samples_per_round.saturating_mul(rounds.len() as u64);
+        let mut crossing = Crossing::unsupported(name, requested, String::new());
         crossing.status = Status::RoundTripOnly { reason };
-        crossing.samples_valid = round_trips.len() as u64;
-        crossing.round_trip = Some(Interval::from_raw(round_trips, null_ticks));
+        crossing.samples_valid = rounds.iter().map(|r| r.len() as u64).sum();
+        crossing.round_trip = Some(Interval::from_rounds(rounds, correction));
         crossing
     }
 }
@@ -411,6 +573,11 @@ pub struct ExitTiming {
     /// Host stamp before `KVM_RUN` to the guest stamp after the exit.
     #[serde(default)]
     pub vmm_to_guest: Option<Stats>,
+    /// The same three parts corrected for the stamps, so that they add up
+    /// to the corrected round trip (`guest_to_vmm`, `in_vmm` and
+    /// `vmm_to_guest` above stay raw, as in reports written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split: Option<ExitSplit>,
 }
 
 /// Host-side cost of one kind of VM exit: host TSC ticks from `kvm_exit` to
@@ -432,6 +599,7 @@ mod tests {
             u2k_k: b,
             k2u_k: c,
             k2u_u: d,
+            ..Default::default()
         }
     }
 
@@ -459,7 +627,8 @@ mod tests {
             sample(100, UNFILLED, 900, 1200),
             sample(100, 90, 900, 1200),
         ];
-        let c = Crossing::from_samples("pf", 4, &samples, 50, false);
+        let corr = Corrections::derive(50, Some((50, 50)));
+        let c = Crossing::from_samples("pf", 4, &samples, &corr, false);
         assert_eq!(c.status, Status::Measured);
         assert_eq!(
             (c.samples_valid, c.samples_unfilled, c.samples_out_of_order),
@@ -472,6 +641,32 @@ mod tests {
         assert_eq!((k2u.raw.min, k2u.raw.max), (300, 400));
         assert_eq!(c.round_trip.unwrap().raw.max, 1300);
         assert!(c.samples.is_none());
+        assert!(!c.interrupts_counted && c.clean.is_none());
+    }
+
+    #[test]
+    fn interrupted_samples_stay_in_all_and_leave_clean() {
+        let with = |irqs: Option<u32>, rt: u64| Sample {
+            interrupts: irqs,
+            cpu: Some(1),
+            ..sample(0, 100, 200, rt)
+        };
+        let rounds = vec![
+            vec![with(Some(0), 300), with(Some(2), 90_000)],
+            vec![with(Some(0), 310), with(Some(0), 320)],
+        ];
+        let corr = Corrections::derive(10, Some((10, 10)));
+        let c = Crossing::from_rounds("getppid", 2, &rounds, &corr, true);
+        assert_eq!((c.samples_requested, c.samples_valid), (4, 4));
+        assert!(c.interrupts_counted);
+        assert_eq!(c.samples_interrupted, 1);
+        let clean = c.clean.as_ref().unwrap();
+        assert_eq!(clean.samples, 3);
+        assert_eq!(clean.round_trip.as_ref().unwrap().raw.max, 320);
+        assert_eq!(c.round_trip.as_ref().unwrap().raw.max, 90_000);
+        // Per-round medians of the corrected round trip (correction 30).
+        assert_eq!(c.round_trip.as_ref().unwrap().rounds, vec![270, 280]);
+        assert_eq!(c.samples.as_ref().map(Vec::len), Some(4));
     }
 
     #[test]
@@ -486,10 +681,16 @@ mod tests {
         report
             .crossings
             .push(Crossing::unsupported("int-n", 100, "refused".into()));
+        let samples = [sample(1, 2, 3, 4), sample(5, 6, 7, 8)];
+        let corr = Corrections::derive(1, Some((1, 1)));
+        report
+            .crossings
+            .push(Crossing::from_samples("pf", 2, &samples, &corr, true));
         let text = report.to_json_pretty();
         let back = Report::from_json(&text).unwrap();
         assert_eq!(back, report);
         assert!(text.contains("\"kind\": \"unsupported\""));
+        assert!(text.contains("\n        [1, 2, 3, 4],\n"), "{text}");
 
         let wrong = text.replace("\"schema_version\": 1", "\"schema_version\": 99");
         assert_eq!(Report::from_json(&wrong), Err(FormatError::Version(99)));

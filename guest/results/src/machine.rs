@@ -29,6 +29,9 @@ const FLAGS_OF_INTEREST: [&str; 14] = [
     "fred",
 ];
 
+/// Back-to-back TSC reads for the quantum estimate (a few milliseconds).
+pub const QUANTUM_READS: usize = 100_000;
+
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct Machine {
     pub cpu_vendor: String,
@@ -53,6 +56,16 @@ pub struct Machine {
     /// Selected mode of /sys/kernel/mm/transparent_hugepage/enabled.
     pub thp: String,
     pub clocksource: String,
+    /// How far the TSC moves in one step, in ticks (see [`crate::quantum`]);
+    /// `None` in reports written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tsc_quantum_ticks: Option<f64>,
+    /// Whether LFENCE is dispatch-serialising, as CPUID tells.
+    #[serde(default)]
+    pub lfence: crate::cpu::Lfence,
+    /// Whether core cycles can be read beside the TSC.
+    #[serde(default)]
+    pub pmu: String,
 }
 
 impl Machine {
@@ -90,6 +103,8 @@ impl Machine {
         m.thp = selected_mode(&read_trimmed("/sys/kernel/mm/transparent_hugepage/enabled"));
         m.clocksource =
             read_trimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+        m.tsc_quantum_ticks = crate::quantum::estimate(&crate::tsc::back_to_back(QUANTUM_READS));
+        (m.lfence, m.pmu) = crate::cpu::probe();
         m
     }
 
@@ -184,13 +199,7 @@ pub fn kvm_module(sys_module: &Path, cpu_flags: &[String]) -> String {
 /// CPUID reads done once, outside any measured region.
 pub mod cpuid {
     #[cfg(target_arch = "x86_64")]
-    use core::arch::x86_64::{__cpuid, _rdtsc, CpuidResult};
-
-    #[cfg(target_arch = "x86_64")]
-    pub fn rdtsc() -> u64 {
-        // SAFETY: rdtsc exists on every x86-64 CPU.
-        unsafe { _rdtsc() }
-    }
+    use core::arch::x86_64::{__cpuid, CpuidResult};
 
     #[cfg(target_arch = "x86_64")]
     // __cpuid became a safe fn in newer toolchains; keep the block for older ones.
@@ -243,10 +252,6 @@ pub mod cpuid {
         None
     }
 
-    #[cfg(not(target_arch = "x86_64"))]
-    pub fn rdtsc() -> u64 {
-        0
-    }
     #[cfg(not(target_arch = "x86_64"))]
     pub fn hypervisor_signature() -> String {
         String::new()
@@ -334,5 +339,9 @@ processor\t: 1\nvendor_id\t: Other\nmodel name\t: ignored\n";
         assert!(!m.cpu_model.is_empty());
         assert!(!m.kernel_release.is_empty());
         assert!(m.tsc_khz > 0);
+        // A step of more than a microsecond would make the TSC useless here.
+        let q = m.tsc_quantum_ticks.expect("the quantum is measured");
+        assert!(q >= 1.0 && q < m.tsc_khz as f64 / 1000.0, "{q}");
+        assert!(!m.lfence.source.is_empty() && !m.pmu.is_empty());
     }
 }

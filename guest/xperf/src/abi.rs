@@ -8,7 +8,10 @@ pub const PR_XPERF: libc::c_int = 0x5850_4652;
 pub const PR_XPERF_QUERY: libc::c_ulong = 0;
 pub const PR_XPERF_REGISTER: libc::c_ulong = 1;
 pub const PR_XPERF_UNREGISTER: libc::c_ulong = 2;
-pub const XPERF_ABI_VERSION: u32 = 1;
+pub const PR_XPERF_KPAIR: libc::c_ulong = 3;
+pub const XPERF_ABI_VERSION: u32 = 2;
+/// Bytes of each instruction text in the page.
+pub const INSN_LEN: usize = 32;
 pub const XPERF_PAGE_MAGIC: u64 = 0x5846_5045_5246_0001;
 pub const PAGE_SIZE: usize = 4096;
 
@@ -25,6 +28,14 @@ pub mod offset {
     pub const SC_K2U_K: usize = 56;
     pub const SC_SEQ: usize = 64;
     pub const SC_RET_PATH: usize = 72;
+    pub const IRQ_ENTRY: usize = 80;
+    pub const IRQ_EXIT: usize = 88;
+    pub const CPU_ENTRY: usize = 96;
+    pub const CPU_EXIT: usize = 100;
+    pub const KPAIR: usize = 104;
+    pub const KPAIR_INNER: usize = 112;
+    pub const ENTRY_INSN: usize = 120;
+    pub const EXIT_INSN: usize = 152;
 }
 
 /// Bits of the page's `flags` word.
@@ -131,6 +142,12 @@ impl StampPage {
     /// Maps a page and registers it as this task's stamp page.
     pub fn register() -> Result<StampPage> {
         let mut page = StampPage::map()?;
+        page.register_page()?;
+        Ok(page)
+    }
+
+    fn register_page(&mut self) -> Result<()> {
+        let page = self;
         let ptr = page.base.as_ptr();
         // SAFETY: prctl with the address of a page we own for as long as it is
         // registered (Drop unregisters before unmapping).
@@ -165,11 +182,73 @@ impl StampPage {
                 "stamp page ABI version is {version}, this xperf speaks {XPERF_ABI_VERSION}"
             )));
         }
-        Ok(page)
+        Ok(())
     }
 
     pub fn flags(&self) -> u32 {
         self.read_u32(offset::FLAGS)
+    }
+
+    /// A NUL-terminated text the kernel wrote at `off` ([`INSN_LEN`] bytes).
+    pub fn text(&self, off: usize) -> String {
+        let off = off.min(PAGE_SIZE - INSN_LEN);
+        let mut bytes = Vec::with_capacity(INSN_LEN);
+        for i in 0..INSN_LEN {
+            // SAFETY: in bounds (clamped above) of the mapped page.
+            let b = unsafe { self.base.as_ptr().add(off + i).read_volatile() };
+            if b == 0 {
+                break;
+            }
+            bytes.push(b);
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The kernel's stamp pairs, once (PR_XPERF_KPAIR): (return stamp then
+    /// entry stamp, entry stamp then return stamp), in ticks.
+    pub fn kernel_pairs(&self) -> Result<(u64, u64)> {
+        // SAFETY: prctl with integer arguments; the kernel writes our page.
+        let ret = unsafe {
+            libc::prctl(
+                PR_XPERF,
+                PR_XPERF_KPAIR,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::last_os("prctl(PR_XPERF, KPAIR)"));
+        }
+        Ok((
+            self.read_u64(offset::KPAIR),
+            self.read_u64(offset::KPAIR_INNER),
+        ))
+    }
+
+    /// Drops the registration (the kernel's hooks go off if nobody else is
+    /// registered); [`StampPage::reregister`] takes it back.
+    pub fn unregister(&mut self) -> Result<()> {
+        // SAFETY: prctl with integer arguments.
+        let ret = unsafe {
+            libc::prctl(
+                PR_XPERF,
+                PR_XPERF_UNREGISTER,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+        if ret != 0 {
+            return Err(Error::last_os("prctl(PR_XPERF, UNREGISTER)"));
+        }
+        self.registered = false;
+        Ok(())
+    }
+
+    /// Registers this page again after [`StampPage::unregister`].
+    pub fn reregister(&mut self) -> Result<()> {
+        self.register_page()
     }
 
     /// Writes the sentinel into both kernel stamp slots of one crossing kind.
@@ -250,6 +329,16 @@ mod tests {
             assert_eq!(pair[1] - pair[0], 8);
         }
         assert_eq!(offset::SC_SEQ + 8, offset::SC_RET_PATH);
+        // Version 2: after the 4-byte return path and reserved word.
+        assert_eq!(offset::SC_RET_PATH + 8, offset::IRQ_ENTRY);
+        assert_eq!(offset::IRQ_ENTRY + 8, offset::IRQ_EXIT);
+        assert_eq!(offset::IRQ_EXIT + 8, offset::CPU_ENTRY);
+        assert_eq!(offset::CPU_ENTRY + 4, offset::CPU_EXIT);
+        assert_eq!(offset::CPU_EXIT + 4, offset::KPAIR);
+        assert_eq!(offset::KPAIR + 8, offset::KPAIR_INNER);
+        assert_eq!(offset::KPAIR_INNER + 8, offset::ENTRY_INSN);
+        assert_eq!(offset::ENTRY_INSN + INSN_LEN, offset::EXIT_INSN);
+        const { assert!(offset::EXIT_INSN + INSN_LEN <= PAGE_SIZE) };
         assert_eq!(&PR_XPERF.to_be_bytes(), b"XPFR");
     }
 

@@ -7,7 +7,8 @@
 //! output quietly, any other failure is an error at the end); a report file
 //! that cannot be written at the end is saved to a fallback file instead.
 
-use crate::args::{self, Command, USAGE};
+use crate::args::{self, Command, Options, USAGE};
+use crate::characterize::{self, Steps};
 use crate::error::{Error, Result};
 use crate::measure::{self, Config};
 use std::io::Write;
@@ -16,6 +17,44 @@ use xvmm_guest::channel;
 
 /// Where the JSON report goes when there is no VMM channel and no `--json`.
 pub const DEFAULT_JSON: &str = "xperf.json";
+
+/// What the command line asks to measure.
+enum Work {
+    Crossings(Options),
+    Characterize(characterize::Options),
+}
+
+/// `xperf characterize`'s progress: one line on stderr, rewritten in place,
+/// when stderr is a terminal (not for a guest's PID 1, whose console is one:
+/// the VMM would show the control sequences). xperf stays a lean static
+/// binary, so no progress-bar crate.
+struct StderrSteps {
+    shown: bool,
+}
+
+impl StderrSteps {
+    fn new(pid1: bool) -> StderrSteps {
+        use std::io::IsTerminal;
+        StderrSteps {
+            shown: !pid1 && std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+impl Steps for StderrSteps {
+    fn step(&self, index: usize, total: usize, what: &str) {
+        if self.shown {
+            // \r and "erase line": the next step replaces this one.
+            eprint!("\r\x1b[2Kxperf characterize [{}/{total}] {what}", index + 1);
+        }
+    }
+
+    fn finish(&self) {
+        if self.shown {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
 
 /// Where the JSON report goes, checked before measuring.
 enum JsonTo {
@@ -40,24 +79,42 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             eprintln!("xperf: warning: {warning}");
         }
     }
-    let opts = match args::parse(argv)? {
+    let work = match args::parse(argv)? {
         Command::Help => return print(&format!("{USAGE}\n")),
         Command::ProbesHelp => return print(&format!("{}\n", crate::probes::args::USAGE)),
         Command::Version => return print(&format!("xperf {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Probes(opts) => return run_probes(opts),
-        Command::Run(opts) => opts,
+        Command::Characterize(o) if o.help => {
+            return print(&format!("{}\n", characterize::options::USAGE))
+        }
+        Command::Characterize(o) => Work::Characterize(o),
+        Command::Run(opts) => Work::Crossings(opts),
     };
     let region = channel::results_region_from_proc()?;
-    let json_to = json_destination(opts.json, region.is_some())?;
-    let config = Config {
-        samples: opts.samples,
-        warmup: opts.warmup,
-        null_samples: opts.null_samples,
-        cpu: opts.cpu,
-        raw: opts.raw,
-        vmm_channel: region.is_some(),
+    let (json, default_json) = match &work {
+        Work::Crossings(o) => (o.json.clone(), DEFAULT_JSON),
+        Work::Characterize(o) => (o.json.clone(), characterize::options::DEFAULT_JSON),
     };
-    let report = measure::run(&config)?;
+    let json_to = json_destination(json, default_json, region.is_some())?;
+    let report = match work {
+        Work::Crossings(opts) => measure::run(&Config {
+            samples: opts.samples,
+            warmup: opts.warmup,
+            null_samples: opts.null_samples,
+            rounds: opts.rounds,
+            cpu: opts.cpu,
+            raw: opts.raw,
+            vmm_channel: region.is_some(),
+        })?,
+        Work::Characterize(opts) => {
+            let config = characterize::Config {
+                samples: opts.samples,
+                cpu: opts.cpu,
+                vmm_channel: region.is_some(),
+            };
+            characterize::run(&config, &StderrSteps::new(pid1))?
+        }
+    };
     deliver(&report, region, json_to)
 }
 
@@ -74,7 +131,7 @@ fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
         return print(&text);
     }
     let region = channel::results_region_from_proc()?;
-    let json_to = json_destination(opts.json.clone(), region.is_some())?;
+    let json_to = json_destination(opts.json.clone(), DEFAULT_JSON, region.is_some())?;
     let config = crate::probes::Config {
         options: *opts,
         vmm_channel: region.is_some(),
@@ -123,18 +180,24 @@ fn deliver(
     }
     let to_stdout = matches!(json_to, Some(JsonTo::Stdout));
     let written = write_file(json_to, &json, &mut lines);
-    print(&xvmm_results::render::report(report))?;
+    let text = xvmm_results::render::report(report) + &lines;
     if to_stdout {
-        // "-": the JSON follows the table on stdout (e.g. a serial console).
+        // "-": stdout is the report alone; the table goes to stderr.
+        eprint!("{text}");
         print(&format!("{json}\n"))?;
+    } else {
+        print(&text)?;
     }
-    print(&lines)?;
     written
 }
 
-/// `--json FILE` (or the default file when no VMM takes the report), opened now.
-fn json_destination(json: Option<PathBuf>, vmm_channel: bool) -> Result<Option<JsonTo>> {
-    let file = json.or_else(|| (!vmm_channel).then(|| PathBuf::from(DEFAULT_JSON)));
+/// `--json FILE` (or `default` when no VMM takes the report), opened now.
+fn json_destination(
+    json: Option<PathBuf>,
+    default: &str,
+    vmm_channel: bool,
+) -> Result<Option<JsonTo>> {
+    let file = json.or_else(|| (!vmm_channel).then(|| PathBuf::from(default)));
     match file {
         None => Ok(None),
         Some(path) if path.as_os_str() == "-" => Ok(Some(JsonTo::Stdout)),

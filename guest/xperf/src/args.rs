@@ -7,11 +7,14 @@ use std::path::PathBuf;
 pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_WARMUP: u64 = 1_000;
 pub const DEFAULT_NULL_SAMPLES: u64 = 100_000;
+pub const DEFAULT_ROUNDS: u32 = 3;
+pub const MAX_ROUNDS: u64 = 100;
 /// Upper bound for any count: the page-fault region is one page per sample.
 pub const MAX_SAMPLES: u64 = 1_000_000;
 
 pub const USAGE: &str = "\
-usage: xperf [--samples N] [--warmup N] [--null-samples N] [--cpu N] [--raw] [--json FILE]
+usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw] [--json FILE]
+       xperf characterize [--samples N] [--cpu N] [--json FILE]   (see characterize --help)
        xperf probes [OPTIONS]   (what instrumentation costs; xperf probes --help)
 
 Measures user->kernel->user crossings: #PF on first touch, #PF after
@@ -22,11 +25,13 @@ only round trips are measured, and the output says so.
   --samples N       samples per crossing (default 10000)
   --warmup N        unrecorded iterations before each crossing (default 1000)
   --null-samples N  samples of the empty stamp pair (default 100000)
+  --rounds R        repeat the whole measurement R times (default 3): per-round
+                    medians, their spread and a confidence interval of each median
   --cpu N           CPU to pin to (default: the CPU xperf starts on)
   --raw             keep every sample's stamps in the JSON report
   --json FILE       write the JSON report to FILE atomically, or to stdout
-                    after the table when FILE is - (default: xperf.json when
-                    there is no VMM results channel)
+                    when FILE is - (the table then goes to stderr; default:
+                    xperf.json when there is no VMM results channel)
   -h, --help        this text
   -V, --version     print the version";
 
@@ -35,6 +40,7 @@ pub struct Options {
     pub samples: u64,
     pub warmup: u64,
     pub null_samples: u64,
+    pub rounds: u32,
     pub cpu: Option<u32>,
     pub raw: bool,
     pub json: Option<PathBuf>,
@@ -46,6 +52,7 @@ impl Default for Options {
             samples: DEFAULT_SAMPLES,
             warmup: DEFAULT_WARMUP,
             null_samples: DEFAULT_NULL_SAMPLES,
+            rounds: DEFAULT_ROUNDS,
             cpu: None,
             raw: false,
             json: None,
@@ -59,11 +66,13 @@ pub enum Command {
     /// `xperf probes ...`
     Probes(Box<crate::probes::args::Options>),
     ProbesHelp,
+    /// `xperf characterize ...`: the whole machine (crate::characterize).
+    Characterize(crate::characterize::Options),
     Help,
     Version,
 }
 
-fn count(name: &str, value: &str, min: u64) -> Result<u64> {
+pub(crate) fn count(name: &str, value: &str, min: u64) -> Result<u64> {
     let n: u64 = value
         .parse()
         .map_err(|_| Error::Usage(format!("{name} needs a whole number, got {value:?}")))?;
@@ -90,6 +99,9 @@ where
             crate::probes::args::Command::Help => Command::ProbesHelp,
         });
     }
+    if args.peek().is_some_and(|a| a == "characterize") {
+        return crate::characterize::options::parse(args.skip(1)).map(Command::Characterize);
+    }
     while let Some(arg) = args.next() {
         let (name, inline) = match arg.split_once('=') {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -97,7 +109,7 @@ where
         };
         let takes_value = matches!(
             name.as_str(),
-            "--samples" | "--warmup" | "--null-samples" | "--cpu" | "--json"
+            "--samples" | "--warmup" | "--null-samples" | "--rounds" | "--cpu" | "--json"
         );
         if !takes_value && inline.is_some() {
             return Err(Error::Usage(format!("{name} takes no value")));
@@ -114,6 +126,15 @@ where
             "--samples" => opts.samples = count(&name, &value, 1)?,
             "--warmup" => opts.warmup = count(&name, &value, 0)?,
             "--null-samples" => opts.null_samples = count(&name, &value, 1)?,
+            "--rounds" => {
+                let n = count(&name, &value, 1)?;
+                if n > MAX_ROUNDS {
+                    return Err(Error::Usage(format!(
+                        "--rounds must be between 1 and {MAX_ROUNDS}, got {n}"
+                    )));
+                }
+                opts.rounds = n as u32;
+            }
             "--cpu" => {
                 let cpu = value.parse::<u32>().map_err(|_| {
                     Error::Usage(format!("--cpu needs a CPU number, got {value:?}"))
@@ -174,6 +195,12 @@ mod tests {
         );
         assert_eq!(parse(["probes", "-h"]).unwrap(), Command::ProbesHelp);
         assert_eq!(parse(["--raw", "probes"]).unwrap_err().exit_code(), 2);
+        assert!(matches!(
+            parse(["characterize", "--samples", "9"]).unwrap(),
+            Command::Characterize(o) if o.samples == 9
+        ));
+        // Only as the first word: elsewhere it is a stray argument.
+        assert!(parse(["--raw", "characterize"]).is_err());
     }
 
     #[test]
@@ -183,6 +210,8 @@ mod tests {
             &["--samples", "0"],
             &["--samples", "-3"],
             &["--samples", "1000001"],
+            &["--rounds", "0"],
+            &["--rounds", "101"],
             &["--cpu", "x"],
             &["--raw=1"],
             &["--json", ""],

@@ -9,11 +9,14 @@
 pub mod abi;
 pub mod app;
 pub mod args;
+pub mod characterize;
 pub mod error;
 pub mod host;
 pub mod init;
 pub mod measure;
+pub mod pmu;
 pub mod probes;
+pub mod sampling;
 pub mod stamp;
 
 pub use error::{Error, Result};

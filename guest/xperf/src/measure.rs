@@ -1,16 +1,28 @@
-//! The measurement: pinning, hook detection, warm-up, null calibration, and
-//! the three crossings (first-touch #PF, #PF after MADV_DONTNEED, getppid),
-//! split into u2k/k2u when the kernel has the hooks, round trips otherwise.
+//! The measurement: pinning, hook detection, the TSC quantum, then `rounds`
+//! rounds of: the user stamp pair, the kernel's stamp pairs (with hooks), the
+//! three crossings (first-touch #PF, #PF after MADV_DONTNEED, getppid), and
+//! getppid with the hooks off; the batched getppid where its figure is close
+//! to the TSC quantum. Samples are split into u2k/k2u when the kernel has the
+//! hooks, round trips otherwise; every interval is corrected by what its
+//! stamps cost (`xvmm_results::correction`).
 
-use crate::abi::{self, Hooks, Slots, StampPage};
+use crate::abi::{self, Hooks, StampPage};
 use crate::error::{Error, Result};
 use crate::host;
+use crate::sampling::{take, Mode, Region, Taken, Verdict};
 use crate::stamp;
-use xvmm_results::{Crossing, Environment, Machine, Method, Report, Sample, Stats, UNFILLED};
+use xvmm_results::correction::{HooksCost, PairCost};
+use xvmm_results::{
+    Batched, Corrections, Crossing, Environment, KernelStamps, Machine, Method, Report, Sample,
+    StampCosts, StampPoint,
+};
 
 pub const PF_FIRST_TOUCH: &str = "pf-first-touch";
 pub const PF_REFAULT: &str = "pf-refault";
 pub const GETPPID: &str = "getppid";
+
+/// getppid calls per batch for the batched figure.
+pub const BATCH: u64 = 100;
 
 /// What to measure and how often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,112 +36,98 @@ pub struct Config {
     pub raw: bool,
     /// Running in a guest whose VMM announced a results channel.
     pub vmm_channel: bool,
+    /// Times the whole measurement is repeated.
+    pub rounds: u32,
 }
 
-/// Whether each sample can be split into u2k/k2u.
-enum Mode {
-    Split(StampPage),
-    RoundTrip(String),
+/// Samples a crossing kept, per round, and how many each verdict rejected.
+#[derive(Default)]
+struct Kept {
+    rounds: Vec<Vec<Sample>>,
+    all: Vec<Sample>,
+    async_pf: u64,
+    seq: u64,
+    migrated: u64,
 }
 
-/// How xperf judged one sample before the shared validation sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Goes to `Crossing::from_samples` (which still rejects unfilled and
-    /// out-of-order stamps).
-    Keep,
-    /// A KVM async page fault happened during the sample: it is not a fault
-    /// of ours and its timing is not a crossing.
-    AsyncPf,
-    /// The kernel's sequence counter did not advance by exactly one, so the
-    /// slots may hold another crossing's stamps.
-    SeqMismatch,
-}
+impl Kept {
+    fn add_round(&mut self, taken: &[Taken]) {
+        let mut round = Vec::with_capacity(taken.len());
+        for t in taken {
+            match t.verdict {
+                Verdict::Keep => round.push(t.sample),
+                Verdict::AsyncPf => self.async_pf += 1,
+                Verdict::SeqMismatch => self.seq += 1,
+                Verdict::Migrated => self.migrated += 1,
+            }
+        }
+        self.all.extend(taken.iter().map(|t| t.sample));
+        self.rounds.push(round);
+    }
 
-/// One sample as taken, with xperf's own verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Taken {
-    pub sample: Sample,
-    pub verdict: Verdict,
-}
-
-const UNTAKEN: Taken = Taken {
-    sample: Sample {
-        u2k_u: UNFILLED,
-        u2k_k: UNFILLED,
-        k2u_k: UNFILLED,
-        k2u_u: UNFILLED,
-    },
-    verdict: Verdict::Keep,
-};
-
-/// Judges a sample from the counters read before and after it.
-pub fn classify(seq_delta: u64, async_delta: u64, sample: &Sample) -> Verdict {
-    let unfilled = sample.u2k_k == UNFILLED || sample.k2u_k == UNFILLED;
-    if async_delta != 0 {
-        Verdict::AsyncPf
-    } else if seq_delta == 1 || (seq_delta == 0 && unfilled) {
-        // seq 0 with a sentinel left: the shared validation counts it unfilled.
-        Verdict::Keep
-    } else {
-        Verdict::SeqMismatch
+    /// Round trips of the kept samples, per round.
+    fn round_trips(&self) -> Vec<Vec<u64>> {
+        self.rounds
+            .iter()
+            .map(|r| r.iter().map(|s| s.k2u_u.saturating_sub(s.u2k_u)).collect())
+            .collect()
     }
 }
 
 /// Builds a crossing with the u2k/k2u split from samples taken with hooks.
-pub fn split_crossing(
+fn split_crossing(
     name: &str,
-    requested: u64,
-    taken: &[Taken],
-    null_ticks: u64,
-    keep_raw: bool,
+    per_round: u64,
+    kept: &Kept,
+    corr: &Corrections,
+    raw: bool,
 ) -> Crossing {
-    let kept: Vec<Sample> = taken
-        .iter()
-        .filter(|t| t.verdict == Verdict::Keep)
-        .map(|t| t.sample)
-        .collect();
-    let mut crossing = Crossing::from_samples(name, requested, &kept, null_ticks, false);
-    let count = |v: Verdict| taken.iter().filter(|t| t.verdict == v).count() as u64;
-    let (async_pf, seq) = (count(Verdict::AsyncPf), count(Verdict::SeqMismatch));
-    crossing.samples_other_rejected = async_pf + seq;
+    let mut crossing = Crossing::from_rounds(name, per_round, &kept.rounds, corr, false);
+    rejected(&mut crossing, kept);
+    if raw {
+        crossing.samples = Some(kept.all.clone());
+    }
+    crossing
+}
+
+/// Counts what xperf itself rejected, with the reasons.
+fn rejected(crossing: &mut Crossing, kept: &Kept) {
+    crossing.samples_other_rejected = kept.async_pf + kept.seq;
+    crossing.samples_migrated = kept.migrated;
     let mut reasons = Vec::new();
-    if async_pf > 0 {
+    if kept.async_pf > 0 {
         reasons.push(format!(
-            "{async_pf} KVM async page fault(s) (pf_async advanced)"
+            "{} KVM async page fault(s) (pf_async advanced)",
+            kept.async_pf
         ));
     }
-    if seq > 0 {
+    if kept.seq > 0 {
         reasons.push(format!(
-            "{seq} sample(s) where the kernel's sequence counter did not advance by exactly one"
+            "{} sample(s) where the kernel's sequence counter did not advance by exactly one",
+            kept.seq
         ));
     }
     if !reasons.is_empty() {
         crossing.other_rejected_reason = Some(reasons.join("; "));
     }
-    if keep_raw {
-        crossing.samples = Some(taken.iter().map(|t| t.sample).collect());
-    }
-    crossing
 }
 
 /// Builds a round-trip-only crossing from user-side stamps.
-pub fn round_trip_crossing(
+fn round_trip_crossing(
     name: &str,
-    requested: u64,
-    taken: &[Taken],
-    null_ticks: u64,
-    keep_raw: bool,
+    per_round: u64,
+    kept: &Kept,
+    correction: u64,
+    raw: bool,
     reason: &str,
 ) -> Crossing {
-    let trips: Vec<u64> = taken
-        .iter()
-        .map(|t| t.sample.k2u_u.saturating_sub(t.sample.u2k_u))
-        .collect();
+    let trips = kept.round_trips();
+    let views: Vec<&[u64]> = trips.iter().map(Vec::as_slice).collect();
     let mut crossing =
-        Crossing::from_round_trips(name, requested, &trips, null_ticks, reason.to_string());
-    if keep_raw {
-        crossing.samples = Some(taken.iter().map(|t| t.sample).collect());
+        Crossing::from_round_trip_rounds(name, per_round, &views, correction, reason.to_string());
+    rejected(&mut crossing, kept);
+    if raw {
+        crossing.samples = Some(kept.all.clone());
     }
     crossing
 }
@@ -157,117 +155,6 @@ pub(crate) fn pin(cpu: Option<u32>) -> Result<u32> {
         return Err(Error::last_os(&format!("cannot pin to CPU {cpu}")));
     }
     Ok(cpu)
-}
-
-/// An anonymous region whose pages are faulted in one at a time.
-pub(crate) struct Region {
-    base: *mut u8,
-    len: usize,
-}
-
-impl Region {
-    /// Maps `pages` pages without populating them and opts out of THP, so
-    /// every first touch is one 4 KiB fault. Returns whether the THP opt-out
-    /// was accepted.
-    pub(crate) fn map(pages: usize) -> Result<(Region, bool)> {
-        let len = pages
-            .checked_mul(abi::PAGE_SIZE)
-            .ok_or_else(|| Error::Usage("region size overflows".into()))?
-            .max(abi::PAGE_SIZE);
-        // SAFETY: fresh private anonymous mapping, checked for MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(Error::last_os(&format!("mmap of {pages} pages")));
-        }
-        // SAFETY: advice on our own mapping.
-        let no_thp = unsafe { libc::madvise(base, len, libc::MADV_NOHUGEPAGE) } == 0;
-        Ok((
-            Region {
-                base: base.cast(),
-                len,
-            },
-            no_thp,
-        ))
-    }
-
-    pub(crate) fn page(&self, index: usize) -> *mut u8 {
-        self.base.wrapping_add((index * abi::PAGE_SIZE) % self.len)
-    }
-
-    /// Drops every page, so the next touch of each faults again.
-    pub(crate) fn discard(&self) -> Result<()> {
-        // SAFETY: advice on our own mapping.
-        if unsafe { libc::madvise(self.base.cast(), self.len, libc::MADV_DONTNEED) } != 0 {
-            return Err(Error::last_os("madvise(MADV_DONTNEED)"));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the mapping we created.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-/// Takes `n` samples of one crossing. In split mode the kernel slots are armed
-/// with the sentinel before and read after each sample, with the counters.
-fn take(
-    mode: &mut Mode,
-    slots: Slots,
-    n: usize,
-    ret_path_iret: &mut u64,
-    mut cross: impl FnMut(usize) -> (u64, u64),
-) -> Vec<Taken> {
-    // Filled with a non-zero value so every page of the array is written (and
-    // faulted in) now, never by a store inside the measured loop.
-    let mut taken = vec![UNTAKEN; n];
-    match mode {
-        Mode::RoundTrip(_) => {
-            for (i, slot) in taken.iter_mut().enumerate() {
-                let (open, close) = cross(i);
-                slot.sample.u2k_u = open;
-                slot.sample.k2u_u = close;
-            }
-        }
-        Mode::Split(page) => {
-            for (i, slot) in taken.iter_mut().enumerate() {
-                page.arm(slots);
-                let seq0 = page.read_u64(slots.seq);
-                let async0 = page.read_u64(abi::offset::PF_ASYNC);
-                let (open, close) = cross(i);
-                let sample = Sample {
-                    u2k_u: open,
-                    u2k_k: page.read_u64(slots.u2k_k),
-                    k2u_k: page.read_u64(slots.k2u_k),
-                    k2u_u: close,
-                };
-                let seq_delta = page.read_u64(slots.seq).wrapping_sub(seq0);
-                let async_delta = page.read_u64(abi::offset::PF_ASYNC).wrapping_sub(async0);
-                let verdict = classify(seq_delta, async_delta, &sample);
-                // The return path is only this sample's when it was delivered.
-                if slots == abi::SYSCALL_SLOTS
-                    && verdict == Verdict::Keep
-                    && seq_delta == 1
-                    && page.read_u32(abi::offset::SC_RET_PATH) == abi::RET_PATH_IRET
-                {
-                    *ret_path_iret += 1;
-                }
-                *slot = Taken { sample, verdict };
-            }
-        }
-    }
-    taken
 }
 
 /// Decides between split and round-trip mode; the reason says why not split.
@@ -380,110 +267,288 @@ fn set_up(config: &Config) -> Result<Setup> {
     })
 }
 
-/// The same stamps with nothing between, after `warmup` unrecorded pairs.
-pub(crate) fn null_overhead(warmup: usize, samples: usize) -> Stats {
+/// The user stamp pair with nothing between, after `warmup` unrecorded pairs.
+pub(crate) fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
     for _ in 0..warmup {
         std::hint::black_box(stamp::null_pair());
     }
     let mut null = vec![u64::MAX; samples];
     for slot in null.iter_mut() {
-        let (open, close) = stamp::null_pair();
-        *slot = close.saturating_sub(open);
+        let s = stamp::null_pair();
+        *slot = s.close.saturating_sub(s.open);
     }
-    Stats::from_samples(&null)
+    null
 }
 
-/// The samples of the three crossings, and how often getppid left by IRET.
-struct Crossings {
-    getppid: Vec<Taken>,
+/// The kernel's stamp pairs (PR_XPERF_KPAIR), `samples` times: (return then
+/// entry, entry then return).
+fn kernel_pairs(page: &StampPage, samples: usize) -> Result<(Vec<u64>, Vec<u64>)> {
+    let (mut pair, mut inner) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
+    for _ in 0..samples {
+        let (p, i) = page.kernel_pairs()?;
+        pair.push(p);
+        inner.push(i);
+    }
+    Ok((pair, inner))
+}
+
+/// Everything the rounds measured.
+struct Rounds {
+    user_pair: Vec<Vec<u64>>,
+    kernel_pair: Vec<Vec<u64>>,
+    kernel_pair_inner: Vec<Vec<u64>>,
+    getppid: Kept,
     getppid_iret: u64,
-    first_touch: Vec<Taken>,
+    /// getppid round trips with the hooks off, per round.
+    getppid_off: Vec<u64>,
+    first_touch: Kept,
     /// Err: why the refault crossing could not be taken.
-    refault: std::result::Result<Vec<Taken>, String>,
+    refault: std::result::Result<Kept, String>,
+    thp_refused: bool,
 }
 
-fn take_crossings(mode: &mut Mode, warmup: usize, samples: usize) -> Result<(Crossings, bool)> {
-    let (mut iret, mut ignored) = (0u64, 0u64);
-    take(mode, abi::SYSCALL_SLOTS, warmup, &mut ignored, |_| {
+/// One round's crossings: getppid, then the #PF pair on fresh regions.
+fn round_crossings(r: &mut Rounds, mode: &mut Mode, warmup: usize, samples: usize) -> Result<()> {
+    let slots = abi::SYSCALL_SLOTS;
+    let mut ignored = 0u64;
+    take(mode, slots, warmup, &mut ignored, |_| stamp::getppid_pair());
+    let getppid = take(mode, slots, samples, &mut r.getppid_iret, |_| {
         stamp::getppid_pair()
     });
-    let getppid = take(mode, abi::SYSCALL_SLOTS, samples, &mut iret, |_| {
-        stamp::getppid_pair()
-    });
+    r.getppid.add_round(&getppid);
     // #PF: a small warm-up region first, then the measured one, both never
     // touched before; then both dropped and touched again.
     let (warm_region, _) = Region::map(warmup)?;
     let (region, no_thp) = Region::map(samples)?;
+    r.thp_refused |= !no_thp;
     // SAFETY (both closures): page(i) is inside a live writable mapping.
     let warm_touch = |i: usize| unsafe { stamp::store_pair(warm_region.page(i)) };
     let touch = |i: usize| unsafe { stamp::store_pair(region.page(i)) };
-    take(mode, abi::PF_SLOTS, warmup, &mut ignored, warm_touch);
-    let first_touch = take(mode, abi::PF_SLOTS, samples, &mut ignored, touch);
+    let pf = abi::PF_SLOTS;
+    take(mode, pf, warmup, &mut ignored, warm_touch);
+    r.first_touch
+        .add_round(&take(mode, pf, samples, &mut ignored, touch));
     // A kernel without CONFIG_ADVISE_SYSCALLS has no madvise: the refault
     // crossing is then reported unsupported, the others still measured.
-    let refault = match warm_region.discard().and_then(|()| region.discard()) {
+    match warm_region.discard().and_then(|()| region.discard()) {
         Ok(()) => {
-            take(mode, abi::PF_SLOTS, warmup, &mut ignored, warm_touch);
-            Ok(take(mode, abi::PF_SLOTS, samples, &mut ignored, touch))
+            take(mode, pf, warmup, &mut ignored, warm_touch);
+            let taken = take(mode, pf, samples, &mut ignored, touch);
+            if let Ok(kept) = r.refault.as_mut() {
+                kept.add_round(&taken);
+            }
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => r.refault = Err(e.to_string()),
+    }
+    Ok(())
+}
+
+/// getppid round trips with the hooks off: unregistered, so the static key
+/// (and every stamp but the boot-time entry stamps) is off, then registered
+/// again.
+fn hooks_off(page: &mut StampPage, warmup: usize, samples: usize) -> Result<Vec<u64>> {
+    page.unregister()?;
+    for _ in 0..warmup {
+        std::hint::black_box(stamp::getppid_pair());
+    }
+    let trips = (0..samples)
+        .map(|_| {
+            let s = stamp::getppid_pair();
+            s.close.saturating_sub(s.open)
+        })
+        .collect();
+    page.reregister()?;
+    Ok(trips)
+}
+
+/// Every round (see the module text).
+fn measure_rounds(config: &Config, mode: &mut Mode) -> Result<Rounds> {
+    let samples = usize_of(config.samples)?;
+    let warmup = usize_of(config.warmup)?;
+    let null_samples = usize_of(config.null_samples)?;
+    let mut r = Rounds {
+        user_pair: Vec::new(),
+        kernel_pair: Vec::new(),
+        kernel_pair_inner: Vec::new(),
+        getppid: Kept::default(),
+        getppid_iret: 0,
+        getppid_off: Vec::new(),
+        first_touch: Kept::default(),
+        refault: Ok(Kept::default()),
+        thp_refused: false,
     };
-    let crossings = Crossings {
-        getppid,
-        getppid_iret: iret,
-        first_touch,
-        refault,
+    for _ in 0..config.rounds.max(1) {
+        r.user_pair.push(user_pair(warmup, null_samples));
+        if let Mode::Split(page) = mode {
+            let (pair, inner) = kernel_pairs(page, null_samples.min(samples.max(1000)))?;
+            r.kernel_pair.push(pair);
+            r.kernel_pair_inner.push(inner);
+        }
+        round_crossings(&mut r, mode, warmup, samples)?;
+        if let Mode::Split(page) = mode {
+            r.getppid_off.extend(hooks_off(page, warmup, samples)?);
+        }
+    }
+    Ok(r)
+}
+
+/// The stamp costs of the rounds, and the corrections from them.
+fn stamp_costs(r: &Rounds) -> StampCosts {
+    let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
+    let user = PairCost::from_rounds(open, close, &r.user_pair);
+    let kernel = (!r.kernel_pair.is_empty()).then(|| {
+        (
+            PairCost::from_rounds("kernel return stamp", "kernel entry stamp", &r.kernel_pair),
+            PairCost::from_rounds(
+                "kernel entry stamp",
+                "kernel return stamp",
+                &r.kernel_pair_inner,
+            ),
+        )
+    });
+    let mut costs = StampCosts::new(user, kernel, None);
+    if !r.getppid_off.is_empty() {
+        let on: Vec<u64> = r.getppid.round_trips().concat();
+        costs.hooks.push(HooksCost::new(
+            GETPPID,
+            &on,
+            &r.getppid_off,
+            "takes the boot-time SYSCALL entry stamp",
+        ));
+    }
+    costs
+}
+
+/// The batched getppid, when its round trip is under 20 TSC quanta.
+fn batched_getppid(samples: usize, correction: u64) -> Batched {
+    let batches: Vec<u64> = (0..samples.div_ceil(10).max(10))
+        .map(|_| {
+            let s = stamp::getppid_batch(BATCH);
+            s.close.saturating_sub(s.open)
+        })
+        .collect();
+    Batched::new(BATCH, correction, &batches)
+}
+
+/// Where the patched kernel's stamps sit (patches/linux-6.12).
+fn stamp_points() -> Vec<StampPoint> {
+    let pf = |name: &str| StampPoint {
+        crossing: name.into(),
+        entry: "asm_exc_page_fault right after ENDBR (boot-time ALTERNATIVE)".into(),
+        entry_depth: "nothing (the CPU's exception delivery only)".into(),
+        exit: "swapgs_restore_regs_and_return_to_usermode after IBRS_EXIT; then POP_REGS, \
+               (PTI) CR3 switch, swapgs, VERW, IRETQ"
+            .into(),
     };
-    Ok((crossings, no_thp))
+    vec![
+        pf(PF_FIRST_TOUCH),
+        pf(PF_REFAULT),
+        StampPoint {
+            crossing: GETPPID.into(),
+            entry: "entry_SYSCALL_64 after swapgs and the spill of the user RSP, before the CR3 \
+                    switch (boot-time ALTERNATIVE)"
+                .into(),
+            entry_depth: "swapgs and one store".into(),
+            exit: "syscall_return_via_sysret after IBRS_EXIT; then POP_REGS, (PTI) CR3 switch, \
+                   swapgs, VERW, SYSRETQ"
+                .into(),
+        },
+    ]
+}
+
+/// The method block of the report.
+fn method(config: &Config, setup: &Setup) -> Method {
+    let mut method = Method::standard(config.warmup, config.samples);
+    method.pinned_cpu = Some(setup.cpu);
+    method.rounds = config.rounds.max(1);
+    if let Mode::Split(page) = &setup.mode {
+        method.kernel_stamps = Some(KernelStamps {
+            entry: page.text(abi::offset::ENTRY_INSN),
+            exit: page.text(abi::offset::EXIT_INSN),
+            source:
+                "the running kernel's stamp page (asm/xperf.h: XPERF_ENTRY_TSC, XPERF_EXIT_TSC)"
+                    .into(),
+        });
+        method.stamp_points = stamp_points();
+    }
+    method
 }
 
 /// Runs the whole measurement and returns the report.
 pub fn run(config: &Config) -> Result<Report> {
-    let samples = usize_of(config.samples)?;
-    let warmup = usize_of(config.warmup)?;
-    let null_samples = usize_of(config.null_samples)?;
     let mut setup = set_up(config)?;
-    let null_overhead = null_overhead(warmup, null_samples);
-    let null_ticks = null_overhead.median;
-    let (taken, no_thp) = take_crossings(&mut setup.mode, warmup, samples)?;
-    if !no_thp && !setup.machine.thp.is_empty() {
+    let r = measure_rounds(config, &mut setup.mode)?;
+    if r.thp_refused && !setup.machine.thp.is_empty() {
         setup
             .notes
             .push("madvise(MADV_NOHUGEPAGE) was refused: huge pages may serve some faults".into());
     }
-    let mut method = Method::standard(config.warmup, config.samples);
-    method.pinned_cpu = Some(setup.cpu);
+    let costs = stamp_costs(&r);
+    let corr = costs.corrections;
     let mut report = Report::new(
         format!("xperf {}", env!("CARGO_PKG_VERSION")),
         setup.environment,
-        setup.host_facts,
-        method,
+        setup.host_facts.clone(),
+        method(config, &setup),
     );
-    report.machine = Some(setup.machine);
-    report.null_overhead = null_overhead;
+    report.null_overhead = costs.user_pair.stats.clone();
     let runs = [
-        (PF_FIRST_TOUCH, Ok(&taken.first_touch)),
-        (PF_REFAULT, taken.refault.as_ref()),
-        (GETPPID, Ok(&taken.getppid)),
+        (PF_FIRST_TOUCH, Ok(&r.first_touch)),
+        (PF_REFAULT, r.refault.as_ref()),
+        (GETPPID, Ok(&r.getppid)),
     ];
-    for (name, samples_taken) in runs {
-        report.crossings.push(match (samples_taken, &setup.mode) {
+    for (name, kept) in runs {
+        report.crossings.push(match (kept, &setup.mode) {
             (Err(why), _) => Crossing::unsupported(name, config.samples, why.clone()),
-            (Ok(t), Mode::Split(_)) => {
-                split_crossing(name, config.samples, t, null_ticks, config.raw)
-            }
-            (Ok(t), Mode::RoundTrip(reason)) => {
-                round_trip_crossing(name, config.samples, t, null_ticks, config.raw, reason)
-            }
+            (Ok(k), Mode::Split(_)) => split_crossing(name, config.samples, k, &corr, config.raw),
+            (Ok(k), Mode::RoundTrip(reason)) => round_trip_crossing(
+                name,
+                config.samples,
+                k,
+                corr.user_round_trip,
+                config.raw,
+                reason,
+            ),
         });
+    }
+    match crate::pmu::CycleCounter::open() {
+        Ok(counter) => {
+            let cycles: Vec<u64> = (0..usize_of(config.samples)?)
+                .map(|_| counter.getppid_cycles())
+                .collect();
+            if let Some(g) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
+                g.cycles = Some(xvmm_results::Stats::from_samples(&cycles));
+            }
+            setup.machine.pmu = "core cycles read with rdpmc (getppid round trip, `cycles`)".into();
+        }
+        Err(why) => setup.machine.pmu = why,
+    }
+    let quantum = setup.machine.tsc_quantum_ticks;
+    if let Some(getppid) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
+        let coarse = getppid
+            .round_trip
+            .as_ref()
+            .is_some_and(|rt| xvmm_results::quantum::is_coarse(rt.corrected.median, quantum));
+        if coarse {
+            getppid.batched = Some(batched_getppid(
+                usize_of(config.samples)?,
+                corr.user_round_trip,
+            ));
+        }
     }
     match &setup.mode {
         Mode::Split(_) => setup.notes.push(format!(
             "getppid returned through IRET in {} of {} samples (SYSRET otherwise)",
-            taken.getppid_iret, config.samples
+            r.getppid_iret,
+            config.samples * u64::from(config.rounds.max(1))
         )),
         Mode::RoundTrip(reason) => setup.notes.insert(0, reason.clone()),
     }
+    if let Some(w) = setup.machine.lfence.warning() {
+        setup.notes.push(w);
+    }
+    report.stamp_costs = Some(costs);
+    report.machine = Some(setup.machine);
     report.notes = setup.notes;
     Ok(report)
 }
@@ -491,7 +556,8 @@ pub fn run(config: &Config) -> Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvmm_results::Status;
+    use crate::sampling::UNTAKEN;
+    use xvmm_results::{Status, UNFILLED};
 
     fn s(a: u64, b: u64, c: u64, d: u64) -> Sample {
         Sample {
@@ -499,19 +565,9 @@ mod tests {
             u2k_k: b,
             k2u_k: c,
             k2u_u: d,
+            cpu: Some(0),
+            interrupts: Some(0),
         }
-    }
-
-    #[test]
-    fn classification_prefers_async_then_sequence() {
-        let good = s(1, 2, 3, 4);
-        let unfilled = s(1, UNFILLED, UNFILLED, 4);
-        assert_eq!(classify(1, 0, &good), Verdict::Keep);
-        assert_eq!(classify(1, 1, &good), Verdict::AsyncPf);
-        assert_eq!(classify(0, 1, &unfilled), Verdict::AsyncPf);
-        assert_eq!(classify(0, 0, &unfilled), Verdict::Keep);
-        assert_eq!(classify(2, 0, &good), Verdict::SeqMismatch);
-        assert_eq!(classify(0, 0, &good), Verdict::SeqMismatch);
     }
 
     fn taken(sample: Sample, verdict: Verdict) -> Taken {
@@ -527,41 +583,49 @@ mod tests {
             taken(s(100, 90, 900, 1200), Verdict::Keep),
             taken(s(100, 400, 900, 99_000), Verdict::AsyncPf),
             taken(s(100, 400, 900, 1200), Verdict::SeqMismatch),
+            taken(s(100, 400, 900, 1200), Verdict::Migrated),
         ];
-        let c = split_crossing(PF_FIRST_TOUCH, 6, &all, 50, true);
+        let mut kept = Kept::default();
+        kept.add_round(&all);
+        let corr = Corrections::derive(50, Some((50, 10)));
+        let c = split_crossing(PF_FIRST_TOUCH, 7, &kept, &corr, true);
         assert_eq!(c.status, Status::Measured);
         assert_eq!(c.samples_valid, 2);
         assert_eq!(c.samples_unfilled, 1);
         assert_eq!(c.samples_out_of_order, 1);
         assert_eq!(c.samples_other_rejected, 2);
+        assert_eq!(c.samples_migrated, 1);
         let reason = c.other_rejected_reason.clone().unwrap();
         assert!(reason.contains("1 KVM async page fault"), "{reason}");
         assert!(reason.contains("sequence counter"), "{reason}");
         // The async sample's huge round trip must not reach the statistics.
         assert_eq!(c.round_trip.as_ref().unwrap().raw.max, 1200);
         assert_eq!(c.u2k.as_ref().unwrap().corrected.min, 250);
-        assert_eq!(c.samples.as_ref().map(Vec::len), Some(6));
+        assert_eq!(c.samples.as_ref().map(Vec::len), Some(7));
+        assert!(c.interrupts_counted && c.clean.is_some());
     }
 
     #[test]
-    fn round_trip_mode_states_the_reason_and_subtracts_the_null() {
-        let all = [
+    fn round_trip_mode_states_the_reason_and_subtracts_the_user_pair() {
+        let mut kept = Kept::default();
+        kept.add_round(&[
             taken(s(1000, UNFILLED, UNFILLED, 1500), Verdict::Keep),
             taken(s(2000, UNFILLED, UNFILLED, 2600), Verdict::Keep),
-            taken(s(3000, UNFILLED, UNFILLED, 3700), Verdict::Keep),
-        ];
-        let c = round_trip_crossing(GETPPID, 3, &all, 70, false, "no hooks");
+        ]);
+        kept.add_round(&[taken(s(3000, UNFILLED, UNFILLED, 3700), Verdict::Keep)]);
+        let c = round_trip_crossing(GETPPID, 2, &kept, 70, false, "no hooks");
         assert_eq!(
             c.status,
             Status::RoundTripOnly {
                 reason: "no hooks".into()
             }
         );
-        assert_eq!(c.samples_valid, 3);
+        assert_eq!((c.samples_valid, c.samples_requested), (3, 4));
         assert!(c.u2k.is_none() && c.k2u.is_none() && c.samples.is_none());
         let rt = c.round_trip.unwrap();
         assert_eq!((rt.raw.min, rt.raw.median, rt.raw.max), (500, 600, 700));
         assert_eq!(rt.corrected.median, 530);
+        assert_eq!(rt.rounds, vec![430, 630]);
     }
 
     #[test]
@@ -571,15 +635,21 @@ mod tests {
         // The test plays the kernel: it writes the page as the hooks would.
         let write = |off: usize, v: u64| unsafe { base.add(off).cast::<u64>().write_volatile(v) };
         let read = |off: usize| unsafe { base.add(off).cast::<u64>().read_volatile() };
+        let deliver = |t: u64, irqs: u64| {
+            write(abi::offset::SC_U2K_K, t + 20);
+            write(abi::offset::SC_K2U_K, t + 30);
+            write(abi::offset::IRQ_ENTRY, read(abi::offset::IRQ_EXIT) + irqs);
+            write(abi::offset::IRQ_EXIT, read(abi::offset::IRQ_ENTRY));
+        };
         let mut mode = Mode::Split(page);
         let mut iret = 0;
         let taken = take(&mut mode, abi::SYSCALL_SLOTS, 5, &mut iret, |i| {
             let t = 1000 * i as u64;
             match i {
-                // Delivered normally; sample 1 returned through IRET.
+                // Delivered normally; sample 1 returned through IRET and an
+                // interrupt came before its entry.
                 0 | 1 => {
-                    write(abi::offset::SC_U2K_K, t + 20);
-                    write(abi::offset::SC_K2U_K, t + 30);
+                    deliver(t, i as u64);
                     write(abi::offset::SC_SEQ, read(abi::offset::SC_SEQ) + 1);
                     let path = if i == 1 { abi::RET_PATH_IRET } else { 0 };
                     unsafe {
@@ -594,12 +664,16 @@ mod tests {
                 3 => {}
                 // Two deliveries: the stamps may not be ours.
                 _ => {
-                    write(abi::offset::SC_U2K_K, t + 20);
-                    write(abi::offset::SC_K2U_K, t + 30);
+                    deliver(t, 0);
                     write(abi::offset::SC_SEQ, read(abi::offset::SC_SEQ) + 2);
                 }
             }
-            (t + 10, t + 40)
+            stamp::Stamps {
+                open: t + 10,
+                close: t + 40,
+                aux_open: 0,
+                aux_close: 0,
+            }
         });
         let verdicts: Vec<Verdict> = taken.iter().map(|t| t.verdict).collect();
         assert_eq!(
@@ -612,10 +686,31 @@ mod tests {
                 Verdict::SeqMismatch
             ]
         );
-        assert_eq!(taken[1].sample, s(1010, 1020, 1030, 1040));
-        assert_eq!(taken[3].sample, s(3010, UNFILLED, UNFILLED, 3040));
+        assert_eq!(
+            (
+                taken[1].sample.u2k_u,
+                taken[1].sample.u2k_k,
+                taken[1].sample.k2u_u
+            ),
+            (1010, 1020, 1040)
+        );
+        assert_eq!(taken[1].sample.interrupts, Some(1));
+        assert_eq!(
+            taken[0].sample.interrupts,
+            Some(1),
+            "its tail may have been hit"
+        );
+        assert_eq!(taken[3].sample.u2k_k, UNFILLED);
         assert_eq!(iret, 1);
-        let c = split_crossing(GETPPID, 5, &taken, 5, false);
+        let mut kept = Kept::default();
+        kept.add_round(&taken);
+        let c = split_crossing(
+            GETPPID,
+            5,
+            &kept,
+            &Corrections::derive(5, Some((0, 0))),
+            false,
+        );
         assert_eq!(
             (
                 c.samples_valid,
@@ -625,6 +720,8 @@ mod tests {
             (2, 1, 2)
         );
         assert_eq!(c.u2k.unwrap().raw.median, 10);
+        assert_eq!(c.samples_interrupted, 2);
+        let _ = UNTAKEN;
     }
 
     #[test]
@@ -636,6 +733,7 @@ mod tests {
             cpu: None,
             raw: true,
             vmm_channel: false,
+            rounds: 2,
         };
         let report = run(&config).unwrap();
         assert_eq!(report.environment, Environment::BareMetal);
@@ -645,11 +743,15 @@ mod tests {
             let accounted = c.samples_valid
                 + c.samples_unfilled
                 + c.samples_out_of_order
-                + c.samples_other_rejected;
-            assert_eq!(accounted, 64, "{}", c.name);
-            assert_eq!(c.samples.as_ref().map(Vec::len), Some(64));
+                + c.samples_other_rejected
+                + c.samples_migrated;
+            assert_eq!(accounted, 128, "{}", c.name);
+            assert_eq!(c.samples.as_ref().map(Vec::len), Some(128));
         }
-        assert_eq!(report.null_overhead.count, 256);
+        assert_eq!(report.null_overhead.count, 512);
+        assert_eq!(report.method.rounds, 2);
         assert!(report.method.pinned_cpu.is_some());
+        let costs = report.stamp_costs.as_ref().unwrap();
+        assert_eq!(costs.user_pair.round_medians.len(), 2);
     }
 }

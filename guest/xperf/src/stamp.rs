@@ -6,15 +6,18 @@
 //! Every block has the same shape:
 //!
 //! ```text
+//!   rdtscp; mov aux, ecx           <- the CPU the sample starts on (TSC_AUX), before the window
 //!   stamp_open!()                  <- opening stamp (u2k_u): lfence; rdtsc; lfence
 //!   mov lo, eax; mov hi, edx       <- keep it in registers
-//!   <crossing>                     <- nothing, one store, or mov eax,NR; syscall
-//!   stamp_close!()                 <- closing stamp (k2u_u): rdtscp; lfence
+//!   <crossing>                     <- nothing, one store, or mov eax,NR; syscall (K times for a batch)
+//!   stamp_close!()                 <- closing stamp (k2u_u): rdtscp; lfence (TSC_AUX again)
 //! ```
 //!
 //! so the null measurement carries the same two moves and subtracting its
 //! median leaves the crossing (plus `mov eax, 110` for getppid). The stamps
-//! are `xvmm_results::tsc`'s, the ones every user-mode producer uses.
+//! are `xvmm_results::tsc`'s, the ones every user-mode producer uses. The
+//! leading RDTSCP is outside the window: the opening stamp's first LFENCE
+//! waits for it.
 
 use std::arch::asm;
 use xvmm_results::tsc::join;
@@ -23,17 +26,188 @@ use xvmm_results::{stamp_close, stamp_open};
 /// Instructions between the opening stamp and the crossing, for the report.
 pub const TAIL_AFTER_OPEN: &str = "mov r32, eax; mov r32, edx (getppid adds mov eax, 110)";
 
-/// The stamp pair with nothing between: (open, close).
+/// Linux keeps the CPU number in the low 12 bits of TSC_AUX.
+pub const AUX_CPU_MASK: u32 = 0xfff;
+
+/// One sample's user stamps and the CPU each was taken on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamps {
+    pub open: u64,
+    pub close: u64,
+    /// TSC_AUX right before the opening stamp.
+    pub aux_open: u32,
+    /// TSC_AUX of the closing stamp.
+    pub aux_close: u32,
+}
+
+impl Stamps {
+    /// The CPU of the closing stamp, or `None` when the two stamps came from
+    /// different CPUs.
+    pub fn cpu(&self) -> Option<u32> {
+        let (a, b) = (self.aux_open & AUX_CPU_MASK, self.aux_close & AUX_CPU_MASK);
+        (a == b).then_some(b)
+    }
+}
+
+/// The stamp pair with nothing between.
 #[inline(always)]
-pub fn null_pair() -> (u64, u64) {
+pub fn null_pair() -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
+    // SAFETY: the stamps only (rdtsc, rdtscp, lfence); every clobbered register is declared.
+    unsafe {
+        asm!(
+            "rdtscp",
+            "mov {aux0:e}, ecx",
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            stamp_close!(),
+            aux0 = out(reg) aux0,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") aux1,
+            options(nostack, preserves_flags),
+        );
+    }
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
+}
+
+/// One byte store to `addr` between the stamps; the store is the crossing when
+/// the page is not present (#PF).
+///
+/// # Safety
+/// `addr` must be writable memory of this process (mapped, possibly not yet
+/// populated).
+#[inline(always)]
+pub unsafe fn store_pair(addr: *mut u8) -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
+    asm!(
+        "rdtscp",
+        "mov {aux0:e}, ecx",
+        stamp_open!(),
+        "mov {lo:e}, eax",
+        "mov {hi:e}, edx",
+        "mov byte ptr [{addr}], 1",
+        stamp_close!(),
+        addr = in(reg) addr,
+        aux0 = out(reg) aux0,
+        lo = out(reg) lo,
+        hi = out(reg) hi,
+        out("eax") end_lo,
+        out("edx") end_hi,
+        out("ecx") aux1,
+        options(nostack, preserves_flags),
+    );
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
+}
+
+/// `getppid` through a raw `syscall` between the stamps. Its result is not
+/// kept: reading it would put a move into the return window.
+#[inline(always)]
+pub fn getppid_pair() -> Stamps {
+    getppid_batch(1)
+}
+
+/// `k` (at least 1) `getppid` syscalls back to back between one pair of
+/// stamps: the batched figure, as perf bench times syscalls.
+#[inline(always)]
+pub fn getppid_batch(k: u64) -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
+    // SAFETY: getppid has no arguments and no side effects; syscall clobbers
+    // rcx, r11 and rax (the result, overwritten by rdtscp), all declared.
+    unsafe {
+        asm!(
+            "rdtscp",
+            "mov {aux0:e}, ecx",
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "2:",
+            "mov eax, {nr}",
+            "syscall",
+            "dec {k}",
+            "jnz 2b",
+            stamp_close!(),
+            nr = const libc::SYS_getppid,
+            k = inout(reg) k.max(1) => _,
+            aux0 = out(reg) aux0,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") aux1,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
+}
+
+/// `cpuid` (leaf `leaf`, subleaf 0) between the stamps: (open, close). Under
+/// a hypervisor CPUID always exits, so this is the cheapest VM-exit round
+/// trip user space can time. RBX, which LLVM reserves, is saved in a scratch
+/// register around it.
+#[inline(always)]
+pub fn cpuid_pair(leaf: u32) -> (u64, u64) {
     let (lo, hi): (u32, u32);
     let (end_lo, end_hi): (u32, u32);
-    // SAFETY: the stamps only (rdtsc, rdtscp, lfence); every clobbered register is declared.
+    // SAFETY: cpuid and the stamps touch only declared registers; rbx is restored.
     unsafe {
         asm!(
             stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
+            "mov eax, {leaf:e}",
+            "xor ecx, ecx",
+            "mov {rbx}, rbx",
+            "cpuid",
+            "mov rbx, {rbx}",
+            stamp_close!(),
+            leaf = in(reg) leaf,
+            rbx = out(reg) _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack, preserves_flags),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// One more `rdtsc` between the stamps: (open, close).
+#[inline(always)]
+pub fn rdtsc_pair() -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: the stamps and rdtsc only; every clobbered register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "rdtsc",
             stamp_close!(),
             lo = out(reg) lo,
             hi = out(reg) hi,
@@ -46,56 +220,82 @@ pub fn null_pair() -> (u64, u64) {
     (join(lo, hi), join(end_lo, end_hi))
 }
 
-/// One byte store to `addr` between the stamps; the store is the crossing when
-/// the page is not present (#PF). Returns (open, close).
-///
-/// # Safety
-/// `addr` must be writable memory of this process (mapped, possibly not yet
-/// populated).
+/// One more `rdtscp` between the stamps: (open, close).
 #[inline(always)]
-pub unsafe fn store_pair(addr: *mut u8) -> (u64, u64) {
+pub fn rdtscp_pair() -> (u64, u64) {
     let (lo, hi): (u32, u32);
     let (end_lo, end_hi): (u32, u32);
-    asm!(
-        stamp_open!(),
-        "mov {lo:e}, eax",
-        "mov {hi:e}, edx",
-        "mov byte ptr [{addr}], 1",
-        stamp_close!(),
-        addr = in(reg) addr,
-        lo = out(reg) lo,
-        hi = out(reg) hi,
-        out("eax") end_lo,
-        out("edx") end_hi,
-        out("ecx") _,
-        options(nostack, preserves_flags),
-    );
-    (join(lo, hi), join(end_lo, end_hi))
-}
-
-/// `getppid` through a raw `syscall` between the stamps: (open, close). Its
-/// result is not kept: reading it would put a move into the return window.
-#[inline(always)]
-pub fn getppid_pair() -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
-    // SAFETY: getppid has no arguments and no side effects; syscall clobbers
-    // rcx, r11 and rax (the result, overwritten by rdtscp), all declared.
+    // SAFETY: the stamps and rdtscp only; every clobbered register is declared.
     unsafe {
         asm!(
             stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
-            "mov eax, {nr}",
-            "syscall",
+            "rdtscp",
             stamp_close!(),
-            nr = const libc::SYS_getppid,
             lo = out(reg) lo,
             hi = out(reg) hi,
             out("eax") end_lo,
             out("edx") end_hi,
             out("ecx") _,
-            out("r11") _,
+            options(nostack, preserves_flags),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// `count` (at least 1) `pause` instructions in a loop between the stamps:
+/// (open, close). A hypervisor with pause-loop exiting intercepts a long
+/// enough run of them.
+#[inline(always)]
+pub fn pause_pair(count: u32) -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: pause, a counted loop and the stamps; every register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "2:",
+            "pause",
+            "dec {n:e}",
+            "jnz 2b",
+            stamp_close!(),
+            n = inout(reg) count.max(1) => _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options(nostack),
+        );
+    }
+    (join(lo, hi), join(end_lo, end_hi))
+}
+
+/// A `dec; jnz` loop of `count` (at least 1) iterations between the stamps:
+/// the control for [`pause_pair`] (same shape, no pause).
+#[inline(always)]
+pub fn spin_pair(count: u32) -> (u64, u64) {
+    let (lo, hi): (u32, u32);
+    let (end_lo, end_hi): (u32, u32);
+    // SAFETY: a counted loop and the stamps; every register is declared.
+    unsafe {
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "2:",
+            "dec {n:e}",
+            "jnz 2b",
+            stamp_close!(),
+            n = inout(reg) count.max(1) => _,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
             options(nostack),
         );
     }
@@ -109,19 +309,78 @@ mod tests {
     #[test]
     fn stamps_are_ordered_and_a_syscall_costs_more_than_nothing() {
         // Minimum over many pairs: robust against interrupts in single samples.
-        let null = (0..2000).map(|_| null_pair()).map(|(a, b)| b - a).min();
-        let sys = (0..2000).map(|_| getppid_pair()).map(|(a, b)| b - a).min();
+        let null = (0..2000)
+            .map(|_| null_pair())
+            .map(|s| s.close - s.open)
+            .min();
+        let sys = (0..2000)
+            .map(|_| getppid_pair())
+            .map(|s| s.close - s.open)
+            .min();
         let (null, sys) = (null.unwrap_or(0), sys.unwrap_or(0));
         assert!(null > 0, "null pair not ordered");
         assert!(sys > null, "getppid {sys} ticks <= null pair {null} ticks");
+        let batch = (0..200)
+            .map(|_| getppid_batch(10))
+            .map(|s| s.close - s.open)
+            .min();
+        assert!(batch.unwrap_or(0) > 5 * sys, "10 syscalls cost more than 5");
     }
 
     #[test]
-    fn store_pair_writes_the_byte() {
+    fn probe_pairs_are_ordered_and_cpuid_names_the_vendor_as_before() {
+        for (a, b) in [
+            cpuid_pair(0),
+            rdtsc_pair(),
+            rdtscp_pair(),
+            pause_pair(1),
+            spin_pair(1),
+        ] {
+            assert!(a < b, "{a} then {b}");
+        }
+        let (a, b) = pause_pair(1000);
+        let (c, d) = pause_pair(1);
+        assert!(b - a > d - c, "1000 pauses no slower than one");
+        // rbx survives: the vendor string still reads the same afterwards.
+        #[allow(unused_unsafe)] // a safe fn on newer toolchains
+        let vendor = || {
+            // SAFETY: cpuid exists on every x86-64 CPU.
+            let r = unsafe { std::arch::x86_64::__cpuid(0) };
+            (r.ebx, r.ecx, r.edx)
+        };
+        let before = vendor();
+        let _ = cpuid_pair(0);
+        assert_eq!(vendor(), before);
+    }
+
+    #[test]
+    fn store_pair_writes_the_byte_and_names_the_cpu() {
         let mut cell = [0u8; 64];
         // SAFETY: a live, writable local buffer.
-        let (a, b) = unsafe { store_pair(cell.as_mut_ptr().wrapping_add(5)) };
-        assert!(a < b);
+        let s = unsafe { store_pair(cell.as_mut_ptr().wrapping_add(5)) };
+        assert!(s.open < s.close);
         assert_eq!(cell[5], 1);
+        // SAFETY: no arguments.
+        let cpu = unsafe { libc::sched_getcpu() };
+        // The thread may move between the stamps and sched_getcpu, rarely.
+        if let Some(c) = s.cpu() {
+            assert!(c < 4096, "{c} {cpu}");
+        }
+    }
+
+    #[test]
+    fn a_cpu_change_between_the_stamps_has_no_cpu() {
+        let s = Stamps {
+            open: 1,
+            close: 2,
+            aux_open: 3,
+            aux_close: 4,
+        };
+        assert_eq!(s.cpu(), None);
+        let s = Stamps {
+            aux_open: (1 << 12) | 4,
+            ..s
+        };
+        assert_eq!(s.cpu(), Some(4), "the node bits do not count");
     }
 }

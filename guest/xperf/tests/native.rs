@@ -22,7 +22,7 @@ fn native_run_writes_a_consistent_report() {
     let path = out_path("run");
     let out = Command::new(env!("CARGO_BIN_EXE_xperf"))
         .args(["--samples", &SAMPLES.to_string(), "--warmup", "50"])
-        .args(["--null-samples", "2000", "--json"])
+        .args(["--null-samples", "2000", "--rounds", "2", "--json"])
         .arg(&path)
         .output()
         .expect("xperf runs");
@@ -38,11 +38,25 @@ fn native_run_writes_a_consistent_report() {
 
     assert_eq!(report.crossings.len(), 3);
     assert_eq!(report.method.samples_requested, SAMPLES);
-    assert!(report.machine.is_some());
+    assert_eq!(report.method.rounds, 2);
+    let machine = report.machine.as_ref().expect("machine");
+    let quantum = machine
+        .tsc_quantum_ticks
+        .expect("the TSC quantum is measured");
     let null = report.null_overhead.median;
-    assert!(null > 0 && report.null_overhead.count == 2000);
+    assert!(null > 0 && report.null_overhead.count == 4000);
+    let costs = report.stamp_costs.as_ref().expect("stamp costs");
+    assert_eq!(costs.user_pair.stats, report.null_overhead);
+    assert_eq!(costs.user_pair.round_medians.len(), 2);
+    // The null pair is a whole number of quanta, give or take the rounding
+    // of a non-integral step.
+    let steps = null as f64 / quantum;
+    assert!(
+        (steps - steps.round()).abs() * quantum <= 1.0 + 1e-9,
+        "{null} vs {quantum}"
+    );
     for c in &report.crossings {
-        assert_eq!(c.samples_requested, SAMPLES, "{}", c.name);
+        assert_eq!(c.samples_requested, 2 * SAMPLES, "{}", c.name);
         let rt = c.round_trip.as_ref().expect("round trip");
         if hooks_present() {
             assert_eq!(c.status, Status::Measured, "{}", c.name);
@@ -54,8 +68,14 @@ fn native_run_writes_a_consistent_report() {
                 c.name,
                 c.status
             );
-            assert_eq!(c.samples_valid, SAMPLES, "{}", c.name);
-            assert_eq!(rt.raw.count, SAMPLES);
+            assert_eq!(
+                c.samples_valid + c.samples_migrated,
+                2 * SAMPLES,
+                "{}",
+                c.name
+            );
+            assert_eq!(rt.raw.count, c.samples_valid);
+            assert_eq!(rt.correction, Some(null), "{}: minus the user pair", c.name);
         }
         assert!(
             rt.raw.median > null,
@@ -97,6 +117,29 @@ fn native_run_writes_a_consistent_report() {
     if !hooks_present() {
         assert!(stdout.contains("round trips only"), "{stdout}");
     }
+    // getppid is a few hundred ticks here: under 20 quanta, so it carries the
+    // batched figure, which cannot exceed the single crossing by much (it
+    // spreads the stamps over 100 calls) nor be a tenth of it.
+    let g = report.crossing("getppid").unwrap();
+    let rt = g.round_trip.as_ref().unwrap().corrected.median;
+    if xvmm_results::quantum::is_coarse(rt, Some(quantum)) {
+        let b = g
+            .batched
+            .as_ref()
+            .expect("batched figure for a coarse round trip");
+        assert_eq!(b.per_batch, 100);
+        let per = b.per_crossing.median;
+        assert!(
+            per * 10 > rt && per < 3 * rt + 100,
+            "batched {per} vs single {rt}"
+        );
+        assert!(
+            stdout.contains("batched: 100 crossings per stamp pair"),
+            "{stdout}"
+        );
+    }
+    let ci = g.round_trip.as_ref().unwrap().median_ci.expect("a CI");
+    assert!(ci.low <= rt && rt <= ci.high, "{ci:?} {rt}");
 }
 
 #[test]
@@ -108,14 +151,19 @@ fn raw_samples_and_json_on_stdout() {
         .expect("xperf runs");
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    // The table comes first, then the JSON document.
-    let start = stdout.find("\n{").expect("JSON after the table") + 1;
-    assert!(stdout[..start].contains("getppid"));
-    let report = Report::from_json(&stdout[start..]).expect("report parses");
+    // stdout is the JSON document alone; the table goes to stderr.
+    let report = Report::from_json(&stdout).expect("stdout is the report alone");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("getppid"));
     for c in &report.crossings {
         let samples = c.samples.as_ref().expect("raw samples");
-        assert_eq!(samples.len(), 40);
+        assert_eq!(samples.len(), 40 * 3, "three rounds by default");
         assert!(samples.iter().all(|s| s.u2k_u < s.k2u_u));
+        // Each sample names its CPU (xperf is pinned: one CPU throughout).
+        let cpus: std::collections::HashSet<Option<u32>> = samples.iter().map(|s| s.cpu).collect();
+        assert!(
+            cpus.len() <= 2 && cpus.iter().any(Option::is_some),
+            "{cpus:?}"
+        );
     }
 }
 

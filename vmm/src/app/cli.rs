@@ -36,6 +36,21 @@ pub enum Command {
     Machine(MachineArgs),
     /// Print the tables of a saved xvmm-results report.
     Show(ShowArgs),
+    /// Render result files as one self-contained HTML page with charts (or Markdown).
+    Report(ReportArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Result files written with --json by xvmm or xperf (xperf characterize included).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Where the page goes ("-" for stdout); written atomically once complete.
+    #[arg(long, short)]
+    pub output: PathBuf,
+    /// Write Markdown (tables only) instead of HTML.
+    #[arg(long)]
+    pub markdown: bool,
 }
 
 #[derive(Args, Debug)]
@@ -151,6 +166,10 @@ pub struct RunArgs {
     /// Warm-up iterations per crossing before recording.
     #[arg(long)]
     pub warmup: Option<u64>,
+    /// Times the whole measurement is repeated (default 3): per-round medians,
+    /// their spread and a confidence interval of each median.
+    #[arg(long)]
+    pub rounds: Option<u32>,
     /// Write the results as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,

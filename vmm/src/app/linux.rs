@@ -15,6 +15,8 @@ use xvmm_results::{render, Machine, Report};
 
 /// xperf's own bounds for `--samples` and `--warmup` (guest/xperf/src/args.rs).
 const XPERF_MAX_COUNT: u64 = 1_000_000;
+/// xperf's bound for `--rounds`.
+const XPERF_MAX_ROUNDS: u32 = 100;
 
 /// The library's configuration from the command line.
 fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
@@ -24,6 +26,7 @@ fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
             let xperf_only = [
                 (args.samples.is_some(), "--samples"),
                 (args.warmup.is_some(), "--warmup"),
+                (args.rounds.is_some(), "--rounds"),
                 (args.raw, "--raw"),
             ];
             if let Some((_, name)) = xperf_only.iter().find(|(given, _)| *given) {
@@ -68,11 +71,16 @@ fn xperf_args(args: &RunArgs) -> Result<Vec<String>> {
             )));
         }
     }
-    Ok(linux::builtin::xperf_args(
-        args.samples,
-        args.warmup,
-        args.raw,
-    ))
+    let mut xperf = linux::builtin::xperf_args(args.samples, args.warmup, args.raw);
+    if let Some(n) = args.rounds {
+        if !(1..=XPERF_MAX_ROUNDS).contains(&n) {
+            return Err(Error::Usage(format!(
+                "--rounds {n} is out of range: xperf takes 1 to {XPERF_MAX_ROUNDS}"
+            )));
+        }
+        xperf.extend(["--rounds".to_string(), n.to_string()]);
+    }
+    Ok(xperf)
 }
 
 /// Where `--json` and the `--baseline` comparison go, opened before booting.
@@ -102,10 +110,27 @@ fn outputs(args: &RunArgs) -> Result<Outputs> {
     })
 }
 
-/// The guest console on stdout, escaped, line by line (byte by byte when a
-/// person is typing to the guest).
+/// Where the guest console goes: stdout, or stderr when stdout carries the
+/// JSON report (`--json -`), so that stdout is the report alone.
+#[derive(Clone)]
+enum ConsoleTo {
+    Stdout(Stdout),
+    Stderr,
+}
+
+impl ConsoleTo {
+    fn print(&self, text: &str) {
+        match self {
+            ConsoleTo::Stdout(s) => s.print(text),
+            ConsoleTo::Stderr => output::eprint(text),
+        }
+    }
+}
+
+/// The guest console, escaped, line by line (byte by byte when a person is
+/// typing to the guest).
 struct ConsoleSink {
-    stdout: Stdout,
+    to: ConsoleTo,
     escaper: ConsoleEscaper,
     line: String,
     interactive: bool,
@@ -115,7 +140,7 @@ impl Write for ConsoleSink {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.line += &self.escaper.escape(buf);
         if self.interactive || self.line.ends_with('\n') {
-            self.stdout.print(&self.line);
+            self.to.print(&self.line);
             self.line.clear();
         }
         Ok(buf.len())
@@ -137,12 +162,12 @@ impl Drop for ConsoleSink {
             if !self.line.ends_with('\n') {
                 self.line.push('\n');
             }
-            self.stdout.print(&self.line);
+            self.to.print(&self.line);
         }
     }
 }
 
-fn console(quiet: bool, stdout: &Stdout) -> Console {
+fn console(quiet: bool, to: ConsoleTo) -> Console {
     if quiet {
         return Console {
             out: Box::new(std::io::sink()),
@@ -154,7 +179,7 @@ fn console(quiet: bool, stdout: &Stdout) -> Console {
     let interactive = std::io::stdin().is_terminal();
     Console {
         out: Box::new(ConsoleSink {
-            stdout: stdout.clone(),
+            to,
             escaper: ConsoleEscaper::new(),
             line: String::new(),
             interactive,
@@ -172,6 +197,10 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let prepared = linux::prepare(config(args, kernel)?)?;
     let built_in = prepared.built_in();
     let outputs = outputs(args)?;
+    let console_to = match &outputs.json {
+        Some(json) if json.is_stdout() => ConsoleTo::Stderr,
+        _ => ConsoleTo::Stdout(stdout.clone()),
+    };
     let _signals = StopSignals::install()?;
     let LinuxRun {
         end,
@@ -179,7 +208,7 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
         bad_results,
         trace,
         notes,
-    } = linux::run(prepared, console(args.quiet, stdout))?;
+    } = linux::run(prepared, console(args.quiet, console_to))?;
     if !args.quiet {
         for note in &notes {
             output::eprint(&format!("xvmm: {note}\n"));
@@ -298,7 +327,7 @@ mod tests {
     #[test]
     fn the_console_is_escaped_and_line_buffered() {
         let mut sink = ConsoleSink {
-            stdout: Stdout::new(),
+            to: ConsoleTo::Stdout(Stdout::new()),
             escaper: ConsoleEscaper::new(),
             line: String::new(),
             interactive: false,

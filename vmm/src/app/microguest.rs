@@ -25,15 +25,44 @@ fn options(args: &RunArgs) -> Result<Options> {
             "{flag} applies to Linux guests (--kernel); the built-in microguest does not use it"
         )));
     }
-    let mut opts = Options::new(
+    let opts = Options::new(
         args.samples.unwrap_or(DEFAULT_SAMPLES),
         args.warmup.unwrap_or(DEFAULT_WARMUP),
     )?;
+    let mut opts = opts.with_rounds(args.rounds.unwrap_or(microguest::measure::DEFAULT_ROUNDS))?;
     opts.raw = args.raw;
     opts.pinned_cpu = args.pin.and_then(|cpu| u32::try_from(cpu).ok());
     opts.machine.tsc_khz = args.tsc_khz;
     opts.machine.tsc_offset = args.tsc_offset;
     Ok(opts)
+}
+
+/// Pins the vCPU thread: to `--pin`, else to the CPU it runs on now (a
+/// moving vCPU thread would mix CPUs into one row). Returns the note a
+/// report carries when the default pinning failed; a failing `--pin` is an
+/// error.
+fn pin(requested: Option<usize>, opts: &mut Options) -> Result<Option<String>> {
+    if let Some(cpu) = requested {
+        crate::affinity::pin_current_thread(cpu)?;
+        return Ok(None);
+    }
+    // SAFETY: no arguments.
+    let current = unsafe { libc::sched_getcpu() };
+    let Ok(cpu) = usize::try_from(current) else {
+        return Ok(Some(format!(
+            "the vCPU thread is NOT pinned: sched_getcpu failed ({}); samples may mix CPUs",
+            std::io::Error::last_os_error()
+        )));
+    };
+    match crate::affinity::pin_current_thread(cpu) {
+        Ok(()) => {
+            opts.pinned_cpu = u32::try_from(cpu).ok();
+            Ok(None)
+        }
+        Err(e) => Ok(Some(format!(
+            "the vCPU thread is NOT pinned ({e}); samples may mix CPUs"
+        ))),
+    }
 }
 
 /// Measures, then writes the JSON and prints the tables. A run stopped by
@@ -42,13 +71,15 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let opts = options(args)?;
     let json = args.json.as_deref().map(JsonOutput::prepare).transpose()?;
     let _signals = StopSignals::install()?;
-    if let Some(cpu) = args.pin {
-        crate::affinity::pin_current_thread(cpu)?;
-    }
+    let mut opts = opts;
+    let pin_note = pin(args.pin, &mut opts)?;
     // A bar only for long runs, and only for a person watching.
     let quiet = args.quiet || opts.samples < DEFAULT_SAMPLES;
     let progress = super::progress::Terminal::new(quiet);
-    let measured = microguest::measure(&opts, Duration::from_secs(args.timeout), &progress)?;
+    let mut measured = microguest::measure(&opts, Duration::from_secs(args.timeout), &progress)?;
+    if let Some(note) = pin_note {
+        measured.report.notes.insert(0, note);
+    }
     super::deliver::report(&measured.report, "", json, args.quiet, stdout)?;
     match measured.stopped {
         Some(err) => Err(err),

@@ -12,6 +12,7 @@ mod linux;
 mod microguest;
 pub mod output;
 mod progress;
+mod report;
 mod reports;
 
 use crate::Error;
@@ -83,6 +84,7 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
         Some(cli::Command::Compare(args)) => reports::compare(&args, stdout),
         Some(cli::Command::Machine(args)) => reports::machine(args.json.as_deref(), stdout),
         Some(cli::Command::Show(args)) => reports::show(&args.report, stdout),
+        Some(cli::Command::Report(args)) => report::report(&args, stdout),
         None if cli.run.kernel.is_some() => linux::run(&cli.run, stdout),
         None => microguest::run(&cli.run, stdout),
     }

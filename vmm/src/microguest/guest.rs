@@ -39,29 +39,55 @@ pub enum Kind {
     Sysenter = 4,
     IntN = 5,
     Imul = 6,
-    KernelNull = 7,
-    Cpuid = 8,
-    PioOut = 9,
-    PioIn = 10,
-    MmioWrite = 11,
-    Vmcall = 12,
-    Vmmcall = 13,
-    Rdmsr = 14,
-    Wrmsr = 15,
-    Hlt = 16,
+    /// Two plain RDTSC back to back (the TSC quantum).
+    TscStep = 7,
+    /// PARAM int3 between one pair of stamps (the batched figure).
+    Int3Batch = 8,
+    /// PARAM SYSCALLs between one pair of stamps.
+    SyscallBatch = 9,
+    /// The kernel stamps as exit loops take them: opening, then closing.
+    KernelNull = 10,
+    Cpuid = 11,
+    PioOut = 12,
+    PioIn = 13,
+    MmioWrite = 14,
+    Vmcall = 15,
+    Vmmcall = 16,
+    Rdmsr = 17,
+    Wrmsr = 18,
+    Hlt = 19,
+    /// The kernel stamps as a handler takes them: closing, then opening.
+    KernelNullInner = 20,
+    /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
+    KernelImul = 21,
 }
 
 impl Kind {
     pub const FIRST_KERNEL: u64 = Kind::KernelNull as u64;
-    pub const COUNT: u64 = 17;
+    pub const COUNT: u64 = 22;
 
     /// Whether each sample has four stamps (a user<->kernel crossing) rather
     /// than two (an interval measured on one side).
     pub fn four_stamps(self) -> bool {
         matches!(
             self,
-            Kind::PageFault | Kind::Breakpoint | Kind::Syscall | Kind::Sysenter | Kind::IntN
+            Kind::PageFault
+                | Kind::Breakpoint
+                | Kind::Syscall
+                | Kind::Sysenter
+                | Kind::IntN
+                | Kind::Int3Batch
+                | Kind::SyscallBatch
         )
+    }
+
+    /// The batched kind of a crossing, where there is one.
+    pub fn batched(self) -> Option<Kind> {
+        match self {
+            Kind::Breakpoint => Some(Kind::Int3Batch),
+            Kind::Syscall => Some(Kind::SyscallBatch),
+            _ => None,
+        }
     }
 
     /// Bytes per sample in the sample buffer.
@@ -85,6 +111,33 @@ pub const KERNEL_STAMP_CLOSE: [u8; 6] = [0x0f, 0x01, 0xf9, 0x0f, 0xae, 0xe8];
 /// Same lengths, plain rdtsc padded with NOPs.
 pub const PLAIN_STAMP_OPEN: [u8; 8] = [0x90, 0x90, 0x90, 0x0f, 0x31, 0x90, 0x90, 0x90];
 pub const PLAIN_STAMP_CLOSE: [u8; 6] = [0x0f, 0x31, 0x90, 0x90, 0x90, 0x90];
+/// Same lengths, no stamp at all (one multi-byte NOP each): the "hooks off"
+/// runs, whose kernel slots then hold whatever edx:eax held.
+pub const OFF_STAMP_OPEN: [u8; 8] = [0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00];
+pub const OFF_STAMP_CLOSE: [u8; 6] = [0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+
+/// What the kernel blob's stamps are made of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelStamps {
+    /// As assembled: `lfence; rdtsc; lfence` and `rdtscp; lfence`.
+    #[default]
+    Fenced,
+    /// Plain `rdtsc` (hypervisors that cannot run LFENCE/RDTSCP at CPL0).
+    Plain,
+    /// None: NOPs of the same length.
+    Off,
+}
+
+impl KernelStamps {
+    /// The instructions of the opening and the closing kernel stamp.
+    pub fn text(self) -> (&'static str, &'static str) {
+        match self {
+            KernelStamps::Fenced => (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT),
+            KernelStamps::Plain => ("rdtsc", "rdtsc"),
+            KernelStamps::Off => ("none", "none"),
+        }
+    }
+}
 
 const FAULT_VECTOR: u64 = control::FAULT;
 const FAULT_ERROR: u64 = control::FAULT + 8;
@@ -237,8 +290,20 @@ pub fn kernel_stamp_counts() -> (usize, usize) {
 /// many were replaced, or `None` if the count differs from what the assembler
 /// emitted (which would mean a pattern also matched something else).
 pub fn patch_kernel_stamps(code: &mut [u8]) -> Option<usize> {
-    let opens = replace_all(code, &KERNEL_STAMP_OPEN, &PLAIN_STAMP_OPEN);
-    let closes = replace_all(code, &KERNEL_STAMP_CLOSE, &PLAIN_STAMP_CLOSE);
+    set_kernel_stamps(code, KernelStamps::Plain)
+}
+
+/// Makes every kernel stamp in `code` (a copy of the kernel blob as
+/// assembled) `variant`; `None` if the count differs from what the assembler
+/// emitted.
+pub fn set_kernel_stamps(code: &mut [u8], variant: KernelStamps) -> Option<usize> {
+    let (open, close): (&[u8], &[u8]) = match variant {
+        KernelStamps::Fenced => return Some(0),
+        KernelStamps::Plain => (&PLAIN_STAMP_OPEN, &PLAIN_STAMP_CLOSE),
+        KernelStamps::Off => (&OFF_STAMP_OPEN, &OFF_STAMP_CLOSE),
+    };
+    let opens = replace_all(code, &KERNEL_STAMP_OPEN, open);
+    let closes = replace_all(code, &KERNEL_STAMP_CLOSE, close);
     ((opens, closes) == kernel_stamp_counts()).then_some(opens + closes)
 }
 
@@ -314,6 +379,15 @@ mod tests {
         assert_eq!(code.len(), kernel_code().len());
         // A second pass finds nothing left and reports the mismatch.
         assert_eq!(patch_kernel_stamps(&mut code), None);
+        let mut off = kernel_code().to_vec();
+        assert_eq!(
+            set_kernel_stamps(&mut off, KernelStamps::Off),
+            Some(opens + closes)
+        );
+        let rdtsc = [0x0f, 0x31];
+        let rdtscp = [0x0f, 0x01, 0xf9];
+        assert!(!off.windows(2).any(|w| w == rdtsc), "no RDTSC left");
+        assert!(!off.windows(3).any(|w| w == rdtscp), "no RDTSCP left");
     }
 
     /// The body of `.macro name` in macros.S, one instruction a line.
@@ -352,7 +426,7 @@ mod tests {
         assert_eq!(Kind::Hlt.stride(), 16);
         assert!(Kind::Rdmsr.runs_in_kernel() && Kind::KernelNull.runs_in_kernel());
         assert!(!Kind::Imul.runs_in_kernel());
-        assert_eq!(Kind::Hlt as u64 + 1, Kind::COUNT);
+        assert_eq!(Kind::KernelImul as u64 + 1, Kind::COUNT);
         assert!(Kind::Cpuid.runs_in_kernel() && Kind::PioOut.runs_in_kernel());
     }
 }

@@ -34,9 +34,9 @@ pub struct MachineConfig {
     /// Guest TSC offset; `None` uses 0 where KVM lets us set it, so guest and
     /// host stamps share one clock.
     pub tsc_offset: Option<i64>,
-    /// Replace the kernel's LFENCE/RDTSCP stamps with plain RDTSC (for
-    /// hypervisors that cannot execute them at CPL0).
-    pub plain_kernel_stamps: bool,
+    /// What the kernel's stamps are: as assembled, plain RDTSC (for
+    /// hypervisors that cannot execute LFENCE/RDTSCP at CPL0), or none.
+    pub kernel_stamps: guest::KernelStamps,
 }
 
 /// What the VMM learnt about the VM it created.
@@ -154,11 +154,16 @@ pub fn run_phase(
                 layout::SAMPLES_SIZE >> 20
             ))
         })?;
-    if phase.kind == Kind::Imul && (phase.param == 0 || !phase.param.is_multiple_of(8)) {
+    let chain = matches!(phase.kind, Kind::Imul | Kind::KernelImul);
+    if chain && (phase.param == 0 || !phase.param.is_multiple_of(8)) {
         return Err(Error::Usage(format!(
             "the imul chain length must be a positive multiple of 8, not {}",
             phase.param
         )));
+    }
+    let batch = matches!(phase.kind, Kind::Int3Batch | Kind::SyscallBatch);
+    if batch && phase.param == 0 {
+        return Err(Error::Usage("a batch needs at least one crossing".into()));
     }
     let vm = Vm::new(&VmConfig {
         mem_bytes: layout::MEM_BYTES,
@@ -291,10 +296,11 @@ fn write_guest(
         write_bytes(memory, gpa, &bytes, "page tables")?;
     }
     let mut kernel = guest::kernel_code().to_vec();
-    if cfg.plain_kernel_stamps && guest::patch_kernel_stamps(&mut kernel).is_none() {
-        return Err(Error::Guest(
-            "could not locate every kernel stamp to replace with plain RDTSC".into(),
-        ));
+    if guest::set_kernel_stamps(&mut kernel, cfg.kernel_stamps).is_none() {
+        return Err(Error::Guest(format!(
+            "could not locate every kernel stamp to make it {:?}",
+            cfg.kernel_stamps
+        )));
     }
     write_bytes(memory, layout::KERNEL_CODE_GPA, &kernel, "kernel code")?;
     write_bytes(

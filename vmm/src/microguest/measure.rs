@@ -1,23 +1,28 @@
-//! The measurement plan: which phases run, in what order, and how their stamps
-//! become statistics.
+//! The measurement plan and how its stamps become statistics.
 //!
 //! 1. Probe whether the hypervisor can execute LFENCE/RDTSCP at CPL0 (one
 //!    sample of the kernel null loop); if not, kernel stamps become plain RDTSC.
-//! 2. Null measurements: the user stamp pair (subtracted from every user-side
-//!    interval) and the kernel stamp pair (subtracted from CPL0 exit loops).
-//! 3. Crossings (#PF, int3, SYSCALL, SYSENTER, int 0x80), four stamps each.
-//! 4. VM-exit round trips timed in the guest, split by host stamps where the
-//!    exit reaches xvmm.
+//! 2. The TSC quantum, from back-to-back reads in the guest.
+//! 3. `rounds` rounds ([`super::session`]), each: the stamp pairs (user pair,
+//!    kernel pair and inner kernel pair in the guest, the VMM's pairs
+//!    natively), every crossing (#PF, int3, SYSCALL, SYSENTER, int 0x80; four
+//!    stamps each) with the kernel stamps on and then off, and every VM exit
+//!    timed in the guest, split by host stamps where it reaches xvmm.
+//! 4. Each interval corrected by what its stamps cost
+//!    ([`xvmm_results::correction`]), all rounds together.
 
 use super::guest::Kind;
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
+use super::session::{Collected, CrossingRounds, ExitRounds, Session};
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
+use xvmm_results::correction::{ExitCorrections, HooksCost, PairCost};
 use xvmm_results::machine::Machine;
 use xvmm_results::{
-    Crossing, Environment, ExitTiming, HostFacts, Interval, Method, Report, Sample, Stats, Status,
+    Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
+    KernelStamps as KernelStampText, Method, Report, Sample, StampCosts, StampPoint, Stats, Status,
     UNFILLED,
 };
 
@@ -31,7 +36,14 @@ pub struct Options {
     pub machine: MachineConfig,
     /// The host CPU the caller pinned the vCPU thread to, for the report.
     pub pinned_cpu: Option<u32>,
+    /// Times the whole measurement is repeated.
+    pub rounds: u32,
 }
+
+/// Rounds by default (`--rounds`).
+pub const DEFAULT_ROUNDS: u32 = 3;
+/// Most rounds a run may ask for.
+pub const MAX_ROUNDS: u32 = 100;
 
 /// Most samples a phase can hold: the sample buffer over the largest sample.
 pub const MAX_SAMPLES: u64 = super::layout::SAMPLES_SIZE / 32;
@@ -57,12 +69,27 @@ impl Options {
             raw: false,
             machine: MachineConfig::default(),
             pinned_cpu: None,
+            rounds: DEFAULT_ROUNDS,
         })
+    }
+
+    /// The same with `rounds` rounds (1 to [`MAX_ROUNDS`]).
+    pub fn with_rounds(mut self, rounds: u32) -> Result<Options> {
+        if !(1..=MAX_ROUNDS).contains(&rounds) {
+            return Err(Error::Usage(format!(
+                "--rounds must be between 1 and {MAX_ROUNDS}, not {rounds}"
+            )));
+        }
+        self.rounds = rounds;
+        Ok(self)
     }
 }
 
-/// Steps [`measure`] reports: two null measurements, five crossings, eight exits.
-pub const PHASES: u64 = 15;
+/// Steps [`measure`] reports: the TSC quantum, then per round the stamp
+/// pairs, five crossings and eight exits.
+pub fn phases(rounds: u32) -> u64 {
+    1 + u64::from(rounds) * (1 + CROSSINGS.len() as u64 + 8)
+}
 
 /// How long a one-sample probe may take before its kind counts as unsupported
 /// (a hypervisor that never returns from an instruction).
@@ -78,40 +105,18 @@ pub struct Measured {
     pub stopped: Option<Error>,
 }
 
-/// Whether `err` only means "stop now" (timeout, Ctrl-C) rather than a failure.
-fn is_stop(err: &Error) -> bool {
-    matches!(err, Error::Timeout(_) | Error::Interrupted(_))
-}
-
-fn not_measured(err: &Error) -> String {
-    format!("not measured: the run stopped before this row ({err})")
-}
-
-/// One row of the report, unless the run has stopped: then, and when a timeout
-/// or Ctrl-C stops it during `measure_row`, the row is `not_measured_row` with
-/// the reason, and `stopped` remembers why. Other errors end the run.
-fn row_unless_stopped<T>(
-    stopped: &mut Option<Error>,
-    measure_row: impl FnOnce() -> Result<T>,
-    not_measured_row: impl FnOnce(String) -> T,
-) -> Result<T> {
-    if let Some(err) = stopped {
-        return Ok(not_measured_row(not_measured(err)));
-    }
-    match measure_row() {
-        Err(err) if is_stop(&err) => {
-            let row = not_measured_row(not_measured(&err));
-            *stopped = Some(err);
-            Ok(row)
-        }
-        other => other,
+fn not_measured(err: Option<&Error>) -> String {
+    match err {
+        Some(err) => format!("not measured: the run stopped before this row ({err})"),
+        None => "not measured".into(),
     }
 }
 
 /// Measures everything and returns the report; the whole run, probes included,
-/// cannot outlive `timeout`. A timeout or Ctrl-C after the null measurements
-/// keeps every row already measured (see [`Measured::stopped`]). `progress`
-/// hears one step per null measurement, crossing and exit ([`PHASES`]).
+/// cannot outlive `timeout`. A timeout or Ctrl-C after the first round's
+/// stamp pairs keeps every row already measured (see [`Measured::stopped`]).
+/// `progress` hears one step per stamp-pair set, crossing and exit per round
+/// ([`phases`]).
 pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Result<Measured> {
     if timeout.is_zero() {
         return Err(Error::Usage("--timeout must be at least 1 second".into()));
@@ -122,27 +127,18 @@ pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Re
         deadline: Instant::now() + timeout,
         timeout,
         cfg: opts.machine.clone(),
-        facts: GuestFacts::default(),
-        unsplit: Default::default(),
         warmup: opts.warmup,
         samples: opts.samples,
-        raw: opts.raw,
+        rounds: opts.rounds.max(1),
     };
-    progress.begin("microguest", PHASES);
-    let measured = session.measure_all(opts, progress);
+    progress.begin("microguest", phases(session.rounds));
+    let collected = session.run(progress);
     progress.finish();
-    measured
-}
-
-/// The two null measurements: the user stamp pair (subtracted from crossings)
-/// and the kernel stamp pair (subtracted from exits).
-struct Nulls {
-    user: Stats,
-    kernel: Stats,
+    Ok(assemble(opts, collected?))
 }
 
 /// The crossings in report order.
-const CROSSINGS: [(&str, Kind); 5] = [
+pub const CROSSINGS: [(&str, Kind); 5] = [
     ("pf", Kind::PageFault),
     ("int3", Kind::Breakpoint),
     ("syscall", Kind::Syscall),
@@ -151,7 +147,7 @@ const CROSSINGS: [(&str, Kind); 5] = [
 ];
 
 /// The exits in report order; the hypercall is chosen by CPU vendor.
-fn exit_kinds(facts: &GuestFacts) -> [(&'static str, Kind); 8] {
+pub fn exit_kinds(facts: &GuestFacts) -> [(&'static str, Kind); 8] {
     let hypercall = if facts.is_amd() {
         ("vmmcall", Kind::Vmmcall)
     } else {
@@ -169,35 +165,246 @@ fn exit_kinds(facts: &GuestFacts) -> [(&'static str, Kind); 8] {
     ]
 }
 
-/// The report of a run: host facts, method, rows and notes.
-fn assemble_report(
-    opts: &Options,
-    facts: &GuestFacts,
-    null: Stats,
-    crossings: Vec<Crossing>,
-    exits: Vec<ExitTiming>,
-    notes: Vec<String>,
-) -> Report {
+/// The report of a run: host facts, method, stamp costs, rows and notes.
+fn assemble(opts: &Options, c: Collected) -> Measured {
+    let costs = stamp_costs(&c);
+    let stopped = c.stopped.as_ref();
+    let corr = costs.corrections;
+    let exit_corr = costs.exit_corrections.unwrap_or_default();
+    let crossings: Vec<Crossing> = c
+        .crossings
+        .iter()
+        .map(|row| crossing_row(row, opts, &corr, stopped))
+        .collect();
+    let mut unsplit = Vec::new();
+    let exits = c
+        .exits
+        .iter()
+        .map(|row| exit_row(row, opts, &exit_corr, stopped, &mut unsplit))
+        .collect();
+    let mut costs = costs;
+    costs.hooks = c
+        .crossings
+        .iter()
+        .filter(|row| row.unsupported.is_none() && !row.on.is_empty())
+        .map(|row| {
+            let on: Vec<u64> = row
+                .on
+                .iter()
+                .flatten()
+                .filter(|s| s.validate().is_ok())
+                .map(Sample::round_trip)
+                .collect();
+            HooksCost::new(row.name, &on, &row.off.concat(), "")
+        })
+        .collect();
+    let notes = run_notes(&c, &unsplit);
     let host = Machine::probe();
+    let mut method = Method::standard(opts.warmup, opts.samples);
+    method.pinned_cpu = opts.pinned_cpu;
+    method.rounds = c.user_pair.len().max(1) as u32;
+    let (exit_text, entry_text) = c.kernel_stamps.text();
+    method.kernel_stamps = Some(KernelStampText {
+        entry: entry_text.into(),
+        exit: exit_text.into(),
+        source: "the microguest's asm/macros.S: KSTAMP_CLOSE first thing in a handler, \
+                 KSTAMP_OPEN right before its IRETQ/SYSRETQ"
+            .into(),
+    });
+    method.stamp_points = stamp_points();
     let mut report = Report::new(
         format!("xvmm-microguest {}", env!("CARGO_PKG_VERSION")),
         Environment::Microguest,
-        host_facts(facts, &host),
-        Method::standard(opts.warmup, opts.samples),
+        host_facts(&c.facts, &host),
+        method,
     );
-    report.machine = Some(host);
-    report.method.pinned_cpu = opts.pinned_cpu;
-    report.null_overhead = null;
+    report.machine = Some(Machine {
+        tsc_quantum_ticks: c.quantum,
+        ..host
+    });
+    report.null_overhead = costs.user_pair.stats.clone();
+    report.stamp_costs = Some(costs);
     report.crossings = crossings;
     report.exits = exits;
     report.notes = notes;
-    report
+    Measured {
+        report,
+        stopped: c.stopped,
+    }
 }
 
-/// Runs one user-mode two-stamp phase (`Kind::Null`, or `Kind::Imul` with its
-/// chain length N: even samples time N imuls, odd samples 2N) in its own VM
-/// and returns every sample's interval (0 where a sample was not valid), for
-/// the benchmarks.
+/// The stamp pairs measured in every round, and the corrections from them.
+fn stamp_costs(c: &Collected) -> StampCosts {
+    let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
+    let (k_open, k_close) = c.kernel_stamps.text();
+    let user = PairCost::from_rounds(open, close, &c.user_pair);
+    let kernel = PairCost::from_rounds(k_open, k_close, &c.kernel_pair);
+    let inner = PairCost::from_rounds(k_close, k_open, &c.kernel_pair_inner);
+    let vmm = PairCost::from_rounds(open, close, &c.vmm_pair);
+    let reverse = PairCost::from_rounds(close, open, &c.vmm_pair_reverse);
+    StampCosts::new(user, Some((kernel, inner)), Some((vmm, reverse)))
+}
+
+/// Where the microguest's kernel stamps sit: the same place for every
+/// crossing, so their u2k figures are comparable with each other.
+fn stamp_points() -> Vec<StampPoint> {
+    CROSSINGS
+        .iter()
+        .map(|(name, _)| StampPoint {
+            crossing: (*name).into(),
+            entry: "first instruction of the handler".into(),
+            entry_depth: "nothing (the CPU's own delivery only)".into(),
+            exit: "right before IRETQ/SYSRETQ/SYSEXITQ".into(),
+        })
+        .collect()
+}
+
+fn crossing_row(
+    row: &CrossingRounds,
+    opts: &Options,
+    corr: &Corrections,
+    stopped: Option<&Error>,
+) -> Crossing {
+    if let Some(reason) = &row.unsupported {
+        return Crossing::unsupported(row.name, opts.samples, reason.clone());
+    }
+    if row.on.is_empty() {
+        return Crossing::unsupported(row.name, opts.samples, not_measured(stopped));
+    }
+    let mut c = Crossing::from_rounds(row.name, opts.samples, &row.on, corr, opts.raw);
+    if let Some(batches) = &row.batches {
+        // Each crossing in a batch still takes the kernel's two stamps.
+        let k = super::session::BATCH;
+        let kernel = corr.round_trip - corr.user_round_trip;
+        c.batched = Some(Batched::new(k, corr.user_round_trip + k * kernel, batches));
+    }
+    c
+}
+
+/// The three parts of one round's exits, or `None` when they cannot be cut.
+fn round_split(m: &TwoStamp, warmup: u64) -> Option<[Vec<u64>; 3]> {
+    m.tsc_offset
+        .and_then(|offset| split_exits(&m.opens, &m.closes, &m.host, warmup, offset))
+}
+
+fn exit_row(
+    row: &ExitRounds,
+    opts: &Options,
+    corr: &ExitCorrections,
+    stopped: Option<&Error>,
+    unsplit: &mut Vec<String>,
+) -> ExitTiming {
+    if let Some(reason) = &row.unsupported {
+        return unsupported_exit(row.name, opts.samples, reason.clone());
+    }
+    if row.rounds.is_empty() {
+        return unsupported_exit(row.name, opts.samples, not_measured(stopped));
+    }
+    let via_vmm = row.rounds.iter().any(|m| !m.host.is_empty());
+    let correction = if via_vmm {
+        corr.round_trip_via_vmm
+    } else {
+        corr.round_trip
+    };
+    let intervals: Vec<&[u64]> = row.rounds.iter().map(|m| m.intervals.as_slice()).collect();
+    let mut timing = ExitTiming {
+        name: row.name.into(),
+        status: Status::Measured,
+        samples_requested: opts.samples * row.rounds.len() as u64,
+        samples_valid: intervals.iter().map(|r| r.len() as u64).sum(),
+        round_trip: Some(Interval::from_rounds(&intervals, correction)),
+        guest_to_vmm: None,
+        in_vmm: None,
+        vmm_to_guest: None,
+        split: None,
+    };
+    if via_vmm {
+        split_timing(&mut timing, row, opts.warmup, corr, unsplit);
+    }
+    timing
+}
+
+/// Fills an exit's host-side parts: corrected and raw when every round's
+/// guest and host stamps line up, else only the raw in-VMM time.
+fn split_timing(
+    timing: &mut ExitTiming,
+    row: &ExitRounds,
+    warmup: u64,
+    corr: &ExitCorrections,
+    unsplit: &mut Vec<String>,
+) {
+    let splits: Option<Vec<[Vec<u64>; 3]>> =
+        row.rounds.iter().map(|m| round_split(m, warmup)).collect();
+    let Some(splits) = splits else {
+        let why = if row.rounds.iter().any(|m| m.tsc_offset.is_none()) {
+            "the guest TSC offset was unknown or moved during the phase"
+        } else {
+            "guest and host stamps did not line up"
+        };
+        unsplit.push(format!("{} ({why})", row.name));
+        let in_vmm: Vec<u64> = row
+            .rounds
+            .iter()
+            .flat_map(|m| m.host.iter().skip(warmup as usize))
+            .map(|h| h.reentered.saturating_sub(h.exited))
+            .collect();
+        timing.in_vmm = Some(Stats::from_samples(&in_vmm));
+        return;
+    };
+    let part = |k: usize, correction: u64| {
+        let rounds: Vec<&[u64]> = splits.iter().map(|s| s[k].as_slice()).collect();
+        Interval::from_rounds(&rounds, correction)
+    };
+    let split = ExitSplit {
+        guest_to_vmm: part(0, corr.guest_to_vmm),
+        in_vmm: part(1, corr.in_vmm),
+        vmm_to_guest: part(2, corr.vmm_to_guest),
+    };
+    timing.guest_to_vmm = Some(split.guest_to_vmm.raw.clone());
+    timing.in_vmm = Some(split.in_vmm.raw.clone());
+    timing.vmm_to_guest = Some(split.vmm_to_guest.raw.clone());
+    timing.split = Some(split);
+}
+
+/// The notes of a run: kernel stamps, exits, splits and an early stop.
+fn run_notes(c: &Collected, unsplit: &[String]) -> Vec<String> {
+    let mut notes = c.notes.clone();
+    notes.push(
+        "VM exits are timed at CPL0 between the kernel stamps; cpuid and the hypercall (number 0, \
+         unknown to KVM) stay in KVM, the others reach xvmm and also hold its two stamps around KVM_RUN"
+            .into(),
+    );
+    notes.push(
+        "the microguest runs with interrupts off and has no interrupt controller: no interrupt can \
+         hit a sample in the guest (the host's are not visible to it), so every valid sample counts"
+            .into(),
+    );
+    if !unsplit.is_empty() {
+        notes.push(format!(
+            "only the in-VMM time is given for {}: guest and host stamps need a fixed guest TSC offset \
+             (KVM re-bases it on hosts with an unstable TSC)",
+            unsplit.join(", ")
+        ));
+    }
+    if let Some(err) = &c.stopped {
+        notes.insert(
+            0,
+            format!(
+                "the run stopped early ({err}) in round {} of its rounds: rows marked \"not measured\" \
+                 were not reached, the others hold the rounds done",
+                c.user_pair.len()
+            ),
+        );
+    }
+    notes
+}
+
+/// Runs one two-stamp phase (`Kind::Null`/`Kind::KernelNull`, or
+/// `Kind::Imul`/`Kind::KernelImul` with its chain length N: even samples time
+/// N imuls, odd samples 2N) in its own VM and returns every sample's interval
+/// (0 where a sample was not valid), for the benchmarks and the linearity
+/// checks. Kernel kinds run with plain-RDTSC kernel stamps where the
+/// hypervisor cannot run the fenced ones at CPL0 (`plain`).
 pub fn user_intervals(
     kind: Kind,
     param: u64,
@@ -205,9 +412,26 @@ pub fn user_intervals(
     samples: u64,
     timeout: Duration,
 ) -> Result<Vec<u64>> {
-    if kind.four_stamps() || kind.runs_in_kernel() {
+    user_or_kernel_intervals(kind, param, warmup, samples, timeout, false)
+}
+
+/// [`user_intervals`] for kernel kinds too; `plain` selects plain-RDTSC
+/// kernel stamps.
+pub fn user_or_kernel_intervals(
+    kind: Kind,
+    param: u64,
+    warmup: u64,
+    samples: u64,
+    timeout: Duration,
+    plain: bool,
+) -> Result<Vec<u64>> {
+    let two_stamp = matches!(
+        kind,
+        Kind::Null | Kind::Imul | Kind::KernelNull | Kind::KernelNullInner | Kind::KernelImul
+    );
+    if !two_stamp {
         return Err(Error::Usage(format!(
-            "{kind:?} is not a user-mode two-stamp kind"
+            "{kind:?} is not a two-stamp stamp-timing kind"
         )));
     }
     let rc = RunControl::new(timeout)?;
@@ -217,7 +441,15 @@ pub fn user_intervals(
         samples,
         param,
     };
-    match machine::run_phase(&rc, &MachineConfig::default(), &phase)?.0 {
+    let cfg = MachineConfig {
+        kernel_stamps: if plain {
+            super::guest::KernelStamps::Plain
+        } else {
+            super::guest::KernelStamps::Fenced
+        },
+        ..MachineConfig::default()
+    };
+    match machine::run_phase(&rc, &cfg, &phase)?.0 {
         PhaseEnd::Done { stamps, .. } => Ok(stamps
             .chunks_exact(2)
             .map(|p| match (p[0], p[1]) {
@@ -242,6 +474,7 @@ fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {
         guest_to_vmm: None,
         in_vmm: None,
         vmm_to_guest: None,
+        split: None,
     }
 }
 
@@ -292,6 +525,7 @@ pub fn four_stamp_samples(stamps: &[u64]) -> Vec<Sample> {
             u2k_k: s[1],
             k2u_k: s[2],
             k2u_u: s[3],
+            ..Default::default()
         })
         .collect()
 }
@@ -335,15 +569,18 @@ pub fn split_exits(
 /// `int 0x80` with #UD).
 pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
     // The stamp loops cross nothing: any fault there is a real failure.
-    if matches!(kind, Kind::Null | Kind::Imul | Kind::KernelNull) {
+    if matches!(
+        kind,
+        Kind::Null | Kind::Imul | Kind::KernelNull | Kind::KernelNullInner | Kind::KernelImul
+    ) {
         return None;
     }
     let entries = super::guest::kernel_entries();
     let entry = match kind {
-        Kind::Syscall => Some(entries.syscall),
+        Kind::Syscall | Kind::SyscallBatch => Some(entries.syscall),
         Kind::Sysenter => Some(entries.sysenter),
         Kind::PageFault => Some(entries.page_fault),
-        Kind::Breakpoint => Some(entries.breakpoint),
+        Kind::Breakpoint | Kind::Int3Batch => Some(entries.breakpoint),
         Kind::IntN => Some(entries.int_n),
         _ => None,
     };
@@ -366,306 +603,6 @@ pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
         ))
     } else {
         None
-    }
-}
-
-/// A phase's guest and host stamps, or why the hypervisor refused it.
-type PhaseStamps = std::result::Result<(Vec<u64>, Vec<HostStamps>, Option<i64>), String>;
-
-struct Session<'a> {
-    rc: &'a RunControl,
-    /// When the whole run must end, and the --timeout it came from.
-    deadline: Instant,
-    timeout: Duration,
-    cfg: MachineConfig,
-    facts: GuestFacts,
-    /// Exits that reached xvmm but could not be split, with the reason.
-    unsplit: std::cell::RefCell<Vec<String>>,
-    warmup: u64,
-    samples: u64,
-    raw: bool,
-}
-
-impl Session<'_> {
-    /// Every phase in order (see the module comment), then the report.
-    fn measure_all(&mut self, opts: &Options, progress: &dyn Progress) -> Result<Measured> {
-        let mut notes: Vec<String> = self.probe_kernel_stamps()?.into_iter().collect();
-        let nulls = self.null_measurements(progress)?;
-        notes.push(format!(
-            "VM exits are timed at CPL0 and corrected by the kernel stamp pair's median ({} ticks, min {}); \
-             cpuid and the hypercall (number 0, unknown to KVM) stay in KVM, the others reach xvmm",
-            nulls.kernel.median, nulls.kernel.min
-        ));
-        let mut stopped: Option<Error> = None;
-        let crossings = self.crossings(nulls.user.median, progress, &mut stopped)?;
-        let exits = self.exits(nulls.kernel.median, progress, &mut stopped)?;
-        let unsplit = self.unsplit.take();
-        if !unsplit.is_empty() {
-            notes.push(format!(
-                "only the in-VMM time is given for {}: guest and host stamps need a fixed guest TSC offset \
-                 (KVM re-bases it on hosts with an unstable TSC)",
-                unsplit.join(", ")
-            ));
-        }
-        if let Some(err) = &stopped {
-            notes.insert(
-                0,
-                format!(
-                    "the run stopped early ({err}): rows marked \"not measured\" were not reached"
-                ),
-            );
-        }
-        let report = assemble_report(opts, &self.facts, nulls.user, crossings, exits, notes);
-        Ok(Measured { report, stopped })
-    }
-
-    /// Runs one sample of the kernel null loop: if the hypervisor cannot
-    /// execute LFENCE/RDTSCP at CPL0, kernel stamps become plain RDTSC from
-    /// now on and the returned note says why. Also learns the guest's facts.
-    fn probe_kernel_stamps(&mut self) -> Result<Option<String>> {
-        let probe = Phase {
-            kind: Kind::KernelNull,
-            warmup: 0,
-            samples: 1,
-            param: 0,
-        };
-        let (end, facts) = machine::run_phase(self.rc, &self.cfg, &probe)?;
-        self.facts = facts;
-        let refused = match end {
-            PhaseEnd::Refused { reason } => Some(reason),
-            // A KVM without RDTSCP in the guest CPUID injects #UD.
-            PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
-            _ => None,
-        };
-        let Some(reason) = refused else {
-            return Ok(None);
-        };
-        self.cfg.plain_kernel_stamps = true;
-        Ok(Some(format!(
-            "kernel-side stamps are plain RDTSC: the hypervisor cannot execute LFENCE/RDTSCP at CPL0 ({reason})"
-        )))
-    }
-
-    /// The user and kernel stamp pairs with nothing between. Every later
-    /// figure depends on them, so a refusal here ends the run.
-    fn null_measurements(&self, progress: &dyn Progress) -> Result<Nulls> {
-        progress.step("null");
-        let user = self
-            .two_stamp_intervals(Kind::Null, 0)?
-            .map_err(|r| Error::Guest(format!("the null measurement did not run: {r}")))?;
-        progress.step("kernel null");
-        let kernel = self
-            .two_stamp_intervals(Kind::KernelNull, 0)?
-            .map_err(|r| Error::Guest(format!("the kernel null measurement did not run: {r}")))?;
-        Ok(Nulls {
-            user: Stats::from_samples(&user.intervals),
-            kernel: Stats::from_samples(&kernel.intervals),
-        })
-    }
-
-    /// Every crossing, each probed with one sample in its own VM first.
-    fn crossings(
-        &self,
-        null_ticks: u64,
-        progress: &dyn Progress,
-        stopped: &mut Option<Error>,
-    ) -> Result<Vec<Crossing>> {
-        let mut rows = Vec::with_capacity(CROSSINGS.len());
-        for (name, kind) in CROSSINGS {
-            let measure_row = || -> Result<Crossing> {
-                progress.step(name);
-                let unsupported = if kind == Kind::Sysenter && self.facts.is_amd() {
-                    Some(format!(
-                        "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
-                        self.facts.vendor
-                    ))
-                } else {
-                    self.probe(kind)?
-                };
-                match unsupported {
-                    Some(reason) => Ok(Crossing::unsupported(name, self.samples, reason)),
-                    None => self.crossing(name, kind, null_ticks),
-                }
-            };
-            rows.push(row_unless_stopped(stopped, measure_row, |reason| {
-                Crossing::unsupported(name, self.samples, reason)
-            })?);
-        }
-        Ok(rows)
-    }
-
-    /// Every VM exit, each probed with one sample in its own VM first.
-    fn exits(
-        &self,
-        null_ticks: u64,
-        progress: &dyn Progress,
-        stopped: &mut Option<Error>,
-    ) -> Result<Vec<ExitTiming>> {
-        let kinds = exit_kinds(&self.facts);
-        let mut rows = Vec::with_capacity(kinds.len());
-        for (name, kind) in kinds {
-            let measure_row = || -> Result<ExitTiming> {
-                progress.step(name);
-                let msr = matches!(kind, Kind::Rdmsr | Kind::Wrmsr);
-                let unsupported = if msr && !self.facts.user_space_msr {
-                    Some(
-                        "KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm"
-                            .into(),
-                    )
-                } else {
-                    self.probe(kind)?
-                };
-                match unsupported {
-                    Some(reason) => Ok(unsupported_exit(name, self.samples, reason)),
-                    None => self.exit(name, kind, null_ticks),
-                }
-            };
-            rows.push(row_unless_stopped(stopped, measure_row, |reason| {
-                unsupported_exit(name, self.samples, reason)
-            })?);
-        }
-        Ok(rows)
-    }
-
-    fn phase(&self, kind: Kind, param: u64) -> Phase {
-        Phase {
-            kind,
-            warmup: self.warmup,
-            samples: self.samples,
-            param,
-        }
-    }
-
-    /// Runs one sample of `kind` in its own VM under a short watchdog: the
-    /// reason it cannot be measured here, or `None` when it works.
-    fn probe(&self, kind: Kind) -> Result<Option<String>> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        let probe_rc = RunControl::new(left.min(PROBE_TIMEOUT).max(Duration::from_millis(1)))?;
-        let phase = Phase {
-            kind,
-            warmup: 0,
-            samples: 1,
-            param: 0,
-        };
-        match machine::run_phase(&probe_rc, &self.cfg, &phase) {
-            Ok((PhaseEnd::Done { .. }, _)) => Ok(None),
-            Ok((PhaseEnd::Refused { reason }, _)) => Ok(Some(format!("hypervisor refused it: {reason}"))),
-            Ok((PhaseEnd::Fault(f), _)) => match misdelivered(kind, &f) {
-                Some(reason) => Ok(Some(reason)),
-                None => Err(Error::Guest(format!("{kind:?} probe: {f}"))),
-            },
-            Err(Error::Timeout(_)) if Instant::now() < self.deadline => Ok(Some(format!(
-                "the guest did not finish one sample within {} s: the hypervisor does not return from it",
-                PROBE_TIMEOUT.as_secs()
-            ))),
-            // The run's own deadline passed during the probe: report it as such.
-            Err(Error::Timeout(_)) => Err(Error::Timeout(format!(
-                "guest did not finish within {} s",
-                self.timeout.as_secs_f64()
-            ))),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Runs a phase; `Ok(Err(reason))` when the hypervisor refused it.
-    fn stamps(&self, kind: Kind, param: u64) -> Result<PhaseStamps> {
-        match machine::run_phase(self.rc, &self.cfg, &self.phase(kind, param))?.0 {
-            PhaseEnd::Done {
-                stamps,
-                host,
-                tsc_offset,
-            } => Ok(Ok((stamps, host, tsc_offset))),
-            PhaseEnd::Refused { reason } => Ok(Err(reason)),
-            PhaseEnd::Fault(f) => Err(Error::Guest(format!("{kind:?} measurement: {f}"))),
-        }
-    }
-
-    fn two_stamp_intervals(
-        &self,
-        kind: Kind,
-        param: u64,
-    ) -> Result<std::result::Result<TwoStamp, String>> {
-        Ok(self.stamps(kind, param)?.map(|(stamps, host, tsc_offset)| {
-            let mut m = two_stamp_samples(&stamps);
-            m.host = host;
-            m.tsc_offset = tsc_offset;
-            m
-        }))
-    }
-
-    fn crossing(&self, name: &str, kind: Kind, null_ticks: u64) -> Result<Crossing> {
-        let end = machine::run_phase(self.rc, &self.cfg, &self.phase(kind, 0))?.0;
-        Ok(match end {
-            PhaseEnd::Done { stamps, .. } => Crossing::from_samples(
-                name,
-                self.samples,
-                &four_stamp_samples(&stamps),
-                null_ticks,
-                self.raw,
-            ),
-            PhaseEnd::Refused { reason } => Crossing::unsupported(
-                name,
-                self.samples,
-                format!("hypervisor refused it: {reason}"),
-            ),
-            PhaseEnd::Fault(f) => match misdelivered(kind, &f) {
-                Some(reason) => Crossing::unsupported(name, self.samples, reason),
-                None => return Err(Error::Guest(format!("{name} measurement: {f}"))),
-            },
-        })
-    }
-
-    fn exit(&self, name: &str, kind: Kind, null_ticks: u64) -> Result<ExitTiming> {
-        let m = match self.two_stamp_intervals(kind, 0)? {
-            Ok(m) => m,
-            Err(reason) => {
-                return Ok(unsupported_exit(
-                    name,
-                    self.samples,
-                    format!("hypervisor refused it: {reason}"),
-                ))
-            }
-        };
-        let mut timing = ExitTiming {
-            name: name.into(),
-            status: Status::Measured,
-            samples_requested: self.samples,
-            samples_valid: m.intervals.len() as u64,
-            round_trip: Some(Interval::from_raw(&m.intervals, null_ticks)),
-            guest_to_vmm: None,
-            in_vmm: None,
-            vmm_to_guest: None,
-        };
-        if !m.host.is_empty() {
-            let split = m
-                .tsc_offset
-                .and_then(|offset| split_exits(&m.opens, &m.closes, &m.host, self.warmup, offset));
-            if split.is_none() {
-                let why = if m.tsc_offset.is_none() {
-                    "the guest TSC offset was unknown or moved during the phase"
-                } else {
-                    "guest and host stamps did not line up"
-                };
-                self.unsplit.borrow_mut().push(format!("{name} ({why})"));
-            }
-            match split {
-                Some([to_vmm, in_vmm, to_guest]) => {
-                    timing.guest_to_vmm = Some(Stats::from_samples(&to_vmm));
-                    timing.in_vmm = Some(Stats::from_samples(&in_vmm));
-                    timing.vmm_to_guest = Some(Stats::from_samples(&to_guest));
-                }
-                None => {
-                    let in_vmm: Vec<u64> = m
-                        .host
-                        .iter()
-                        .skip(self.warmup as usize)
-                        .map(|h| h.reentered.saturating_sub(h.exited))
-                        .collect();
-                    timing.in_vmm = Some(Stats::from_samples(&in_vmm));
-                }
-            }
-        }
-        Ok(timing)
     }
 }
 
@@ -704,7 +641,8 @@ mod tests {
                 u2k_u: 5,
                 u2k_k: 6,
                 k2u_k: 7,
-                k2u_u: 8
+                k2u_u: 8,
+                ..Default::default()
             }
         );
     }
@@ -768,9 +706,9 @@ mod tests {
         let facts = GuestFacts::default();
         let rows = CROSSINGS.len() + exit_kinds(&facts).len();
         assert_eq!(
-            PHASES,
-            2 + rows as u64,
-            "two null measurements, then one step per row"
+            phases(3),
+            1 + 3 * (1 + rows as u64),
+            "the quantum, then per round the stamp pairs and one step per row"
         );
     }
 

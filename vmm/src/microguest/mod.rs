@@ -9,13 +9,15 @@
 //! - [`tables`]: GDT/TSS/IDT/page-table encoding (pure).
 //! - [`guest`]: the guest code (assembly) and its entry points.
 //! - [`machine`]: one VM per phase, the exit loop, host stamps around KVM_RUN.
-//! - [`measure`]: phases -> crossings, exits, null overhead; host facts.
+//! - [`session`]: one run, phase by phase and round by round.
+//! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).
 
 pub mod guest;
 pub mod layout;
 pub mod machine;
 pub mod measure;
+pub mod session;
 pub mod tables;
 pub mod verify;
 

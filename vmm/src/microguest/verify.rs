@@ -3,9 +3,16 @@
 //! - every crossing and exit is measured, or unsupported with a reason;
 //! - #PF and int3 (which every KVM delivers) are measured;
 //! - in every kept sample `u2k_u < u2k_k < k2u_k < k2u_u`, none unfilled;
-//! - the null overhead is above 0 and below every round trip.
+//! - the stamp costs are measured and the corrections derived from them add
+//!   up: a crossing's corrected u2k, in_kernel and k2u to its round trip, an
+//!   exit's three host-side parts to its round trip (in the means);
+//! - every row has as many per-round medians as the run had rounds, and its
+//!   median's confidence interval holds the median;
+//! - an exit's raw round trip is never below the kernel stamp pair that
+//!   brackets it.
 
-use xvmm_results::{Crossing, Environment, ExitTiming, Report, Status};
+use xvmm_results::correction::parts_mismatch;
+use xvmm_results::{Crossing, Environment, ExitTiming, Interval, Report, Status};
 
 /// Crossings a microguest report lists, in order.
 pub const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
@@ -30,8 +37,23 @@ pub fn problems(report: &Report) -> Vec<String> {
             report.null_overhead.count
         ));
     }
+    let Some(costs) = &report.stamp_costs else {
+        p.push("no stamp costs".into());
+        return p;
+    };
+    let kernel_pair = costs.kernel_pair.as_ref().map_or(0, |k| k.stats.median);
+    if costs.kernel_pair.is_none() || costs.kernel_pair_inner.is_none() {
+        p.push("the kernel stamp pairs were not measured".into());
+    }
+    if !costs.corrections.add_up() {
+        p.push(format!(
+            "crossing corrections do not add up: {:?}",
+            costs.corrections
+        ));
+    }
+    let rounds = report.method.rounds as usize;
     for c in &report.crossings {
-        crossing_problems(c, null, &mut p);
+        crossing_problems(c, rounds, &mut p);
     }
     for name in ["pf", "int3"] {
         if report
@@ -45,13 +67,31 @@ pub fn problems(report: &Report) -> Vec<String> {
         p.push("no VM exits listed".into());
     }
     for e in &report.exits {
-        exit_problems(e, null, &mut p);
+        exit_problems(e, kernel_pair, rounds, &mut p);
     }
     p
 }
 
-/// What is wrong with one crossing row; `null` is the null overhead's median.
-fn crossing_problems(c: &Crossing, null: u64, p: &mut Vec<String>) {
+/// What is wrong with an interval's rounds and confidence interval.
+fn interval_problems(what: &str, i: &Interval, rounds: usize, p: &mut Vec<String>) {
+    if rounds > 1 && i.rounds.len() != rounds {
+        p.push(format!(
+            "{what}: {} per-round medians for {rounds} rounds",
+            i.rounds.len()
+        ));
+    }
+    match i.median_ci {
+        Some(ci) if ci.low <= i.corrected.median && i.corrected.median <= ci.high => {}
+        ci if i.corrected.count > 1 => p.push(format!(
+            "{what}: median {} outside its confidence interval {ci:?}",
+            i.corrected.median
+        )),
+        _ => {}
+    }
+}
+
+/// What is wrong with one crossing row of a run of `rounds` rounds.
+fn crossing_problems(c: &Crossing, rounds: usize, p: &mut Vec<String>) {
     match &c.status {
         Status::Measured => {
             if c.samples_valid == 0 {
@@ -64,12 +104,13 @@ fn crossing_problems(c: &Crossing, null: u64, p: &mut Vec<String>) {
                 ));
             }
             match &c.round_trip {
-                Some(rt) if rt.raw.count > 0 && null >= rt.raw.min => p.push(format!(
-                    "{}: null overhead {null} is not below the round trip (min {})",
-                    c.name, rt.raw.min
-                )),
-                Some(_) => {}
+                Some(rt) => interval_problems(&format!("{} round trip", c.name), rt, rounds, p),
                 None => p.push(format!("{}: measured without a round trip", c.name)),
+            }
+            // Clamping (a part whose true value is near 0) is reported in
+            // the table, not a failure; a sum that is off is.
+            if let Some(problem) = parts_mismatch(c) {
+                p.push(problem);
             }
             for (i, s) in c.samples.iter().flatten().enumerate() {
                 if !(s.u2k_u < s.u2k_k && s.u2k_k < s.k2u_k && s.k2u_k < s.k2u_u) {
@@ -86,13 +127,17 @@ fn crossing_problems(c: &Crossing, null: u64, p: &mut Vec<String>) {
     }
 }
 
-/// What is wrong with one exit row.
-fn exit_problems(e: &ExitTiming, null: u64, p: &mut Vec<String>) {
+/// What is wrong with one exit row; `kernel_pair` is the median of the
+/// kernel stamp pair that brackets every exit.
+fn exit_problems(e: &ExitTiming, kernel_pair: u64, rounds: usize, p: &mut Vec<String>) {
     match &e.status {
         Status::Measured => match &e.round_trip {
-            Some(rt) if rt.raw.count > 0 && null < rt.raw.min => {}
+            Some(rt) if rt.raw.count > 0 && kernel_pair < rt.raw.min => {
+                interval_problems(&format!("{} round trip", e.name), rt, rounds, p);
+                split_problems(e, rt, p);
+            }
             Some(rt) => p.push(format!(
-                "{}: null overhead {null} is not below the round trip (min {}, {} samples)",
+                "{}: the kernel stamp pair ({kernel_pair}) is not below the round trip (min {}, {} samples)",
                 e.name, rt.raw.min, rt.raw.count
             )),
             None => p.push(format!("{}: measured without a round trip", e.name)),
@@ -105,43 +150,138 @@ fn exit_problems(e: &ExitTiming, null: u64, p: &mut Vec<String>) {
     }
 }
 
+/// Whether an exit's corrected host-side parts add up to its corrected
+/// round trip: exactly per sample, so in the means, unless a value was
+/// clamped.
+fn split_problems(e: &ExitTiming, rt: &Interval, p: &mut Vec<String>) {
+    let Some(s) = &e.split else {
+        return;
+    };
+    let parts = [&s.guest_to_vmm, &s.in_vmm, &s.vmm_to_guest];
+    let corrections: u64 = parts.iter().map(|i| i.correction.unwrap_or(0)).sum();
+    if Some(corrections) != rt.correction {
+        p.push(format!(
+            "{}: the parts' corrections sum to {corrections}, the round trip's is {:?}",
+            e.name, rt.correction
+        ));
+    }
+    if parts.iter().chain([&rt]).any(|i| i.clamped > 0) || rt.raw.count != s.in_vmm.raw.count {
+        return;
+    }
+    let sum: f64 = parts.iter().map(|i| i.corrected.mean).sum();
+    if (sum - rt.corrected.mean).abs() > 1e-6 * rt.corrected.mean.max(1.0) {
+        p.push(format!(
+            "{}: the corrected parts' means sum to {sum:.1}, the round trip's mean is {:.1}",
+            e.name, rt.corrected.mean
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvmm_results::{Crossing, ExitTiming, HostFacts, Interval, Method, Sample, Stats};
+    use xvmm_results::correction::{ExitCorrections, PairCost};
+    use xvmm_results::{
+        Crossing, ExitSplit, ExitTiming, HostFacts, Interval, Method, Sample, StampCosts, Stats,
+    };
 
+    fn pair(values: &[u64]) -> PairCost {
+        PairCost::from_rounds("a", "b", &[values.to_vec(), values.to_vec()])
+    }
+
+    /// A two-round report: pf and int3 measured, cpuid in KVM, pio-out
+    /// through the VMM with its parts.
     fn good() -> Report {
+        let mut method = Method::standard(0, 2);
+        method.rounds = 2;
         let mut r = Report::new(
             "t".into(),
             Environment::Microguest,
             HostFacts::default(),
-            Method::standard(0, 2),
+            method,
         );
         r.null_overhead = Stats::from_samples(&[50, 60]);
+        let costs = StampCosts::new(
+            pair(&[50, 60]),
+            Some((pair(&[40]), pair(&[30]))),
+            Some((pair(&[50]), pair(&[50]))),
+        );
+        let corr = costs.corrections;
         let s = |base| Sample {
             u2k_u: base,
             u2k_k: base + 100,
             k2u_k: base + 200,
             k2u_u: base + 300,
+            ..Default::default()
         };
         for name in CROSSINGS {
             r.crossings.push(if name == "pf" || name == "int3" {
-                Crossing::from_samples(name, 2, &[s(0), s(1000)], 50, true)
+                let rounds = vec![vec![s(0), s(1000)], vec![s(2000), s(3000)]];
+                Crossing::from_rounds(name, 2, &rounds, &corr, true)
             } else {
                 Crossing::unsupported(name, 2, "refused".into())
             });
         }
-        r.exits.push(ExitTiming {
-            name: "cpuid".into(),
+        let e = costs.exit_corrections.unwrap();
+        r.exits.push(exit(
+            "cpuid",
+            &[&[900, 1000], &[950, 990]],
+            e.round_trip,
+            None,
+        ));
+        r.exits.push(exit(
+            "pio-out",
+            &[&[1000, 1200], &[1100, 1300]],
+            e.round_trip_via_vmm,
+            Some(&e),
+        ));
+        r.stamp_costs = Some(costs);
+        r
+    }
+
+    /// An exit; with corrections, split 30 % / 40 % / 30 % of each round trip.
+    fn exit(
+        name: &str,
+        rounds: &[&[u64]],
+        correction: u64,
+        split: Option<&ExitCorrections>,
+    ) -> ExitTiming {
+        let split = split.map(|c| {
+            let part = |k: u64, corr: u64| {
+                let parts: Vec<Vec<u64>> = rounds
+                    .iter()
+                    .map(|r| {
+                        r.iter()
+                            .map(|v| {
+                                if k == 1 {
+                                    v - 2 * (v * 3 / 10)
+                                } else {
+                                    v * 3 / 10
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let views: Vec<&[u64]> = parts.iter().map(Vec::as_slice).collect();
+                Interval::from_rounds(&views, corr)
+            };
+            ExitSplit {
+                guest_to_vmm: part(0, c.guest_to_vmm),
+                in_vmm: part(1, c.in_vmm),
+                vmm_to_guest: part(2, c.vmm_to_guest),
+            }
+        });
+        ExitTiming {
+            name: name.into(),
             status: Status::Measured,
-            samples_requested: 2,
-            samples_valid: 2,
-            round_trip: Some(Interval::from_raw(&[900, 1000], 50)),
+            samples_requested: 4,
+            samples_valid: 4,
+            round_trip: Some(Interval::from_rounds(rounds, correction)),
             guest_to_vmm: None,
             in_vmm: None,
             vmm_to_guest: None,
-        });
-        r
+            split,
+        }
     }
 
     #[test]
@@ -149,24 +289,66 @@ mod tests {
         assert_eq!(problems(&good()), Vec::<String>::new());
     }
 
+    fn has(p: &[String], needle: &str) -> bool {
+        p.iter().any(|m| m.contains(needle))
+    }
+
     #[test]
-    fn each_violation_is_named() {
+    fn broken_samples_corrections_and_rounds_are_named() {
         let mut r = good();
         r.crossings[0].samples.as_mut().unwrap()[1].k2u_k = 10;
-        assert!(problems(&r)[0].contains("pf sample 1 is not ordered"));
+        assert!(has(&problems(&r), "pf sample 1 is not ordered"));
 
         let mut r = good();
-        r.null_overhead = Stats::from_samples(&[5000]);
-        let p = problems(&r);
+        r.crossings[1].u2k.as_mut().unwrap().correction = Some(1);
         assert!(
-            p.iter().any(|m| m.starts_with("pf: null overhead 5000")),
-            "{p:?}"
-        );
-        assert!(
-            p.iter().any(|m| m.starts_with("cpuid: null overhead")),
-            "{p:?}"
+            has(&problems(&r), "int3: the corrections of u2k"),
+            "{:?}",
+            problems(&r)
         );
 
+        let mut r = good();
+        r.crossings[0].k2u.as_mut().unwrap().corrected.mean += 3.0;
+        assert!(has(&problems(&r), "pf: the corrected parts' means"));
+
+        let mut r = good();
+        r.crossings[0].round_trip.as_mut().unwrap().rounds.pop();
+        assert!(has(
+            &problems(&r),
+            "pf round trip: 1 per-round medians for 2 rounds"
+        ));
+
+        let mut r = good();
+        r.crossings[0].round_trip.as_mut().unwrap().corrected.median = 1;
+        assert!(has(&problems(&r), "outside its confidence interval"));
+
+        let mut r = good();
+        r.stamp_costs = None;
+        assert_eq!(problems(&r), ["no stamp costs"]);
+    }
+
+    #[test]
+    fn exits_are_checked_against_the_kernel_pair_and_their_parts() {
+        let mut r = good();
+        let costs = r.stamp_costs.as_mut().unwrap();
+        costs.kernel_pair = Some(pair(&[5000]));
+        assert!(has(
+            &problems(&r),
+            "cpuid: the kernel stamp pair (5000) is not below"
+        ));
+
+        let mut r = good();
+        let split = r.exits[1].split.as_mut().unwrap();
+        split.in_vmm.corrected.mean += 10.0;
+        assert!(has(&problems(&r), "pio-out: the corrected parts' means"));
+
+        let mut r = good();
+        r.exits[1].split.as_mut().unwrap().in_vmm.correction = Some(0);
+        assert!(has(&problems(&r), "pio-out: the parts' corrections sum"));
+    }
+
+    #[test]
+    fn missing_rows_and_reasons_are_named() {
         let mut r = good();
         r.crossings[2] = Crossing::unsupported("syscall", 2, " ".into());
         r.crossings[1] = Crossing::unsupported("int3", 2, "no".into());

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use xvmm_guest::sys;
 use xvmm_init::memory;
-use xvmm_init::plan::{self, Outcome, Step, StepResult, OUT_PREFIX};
+use xvmm_init::plan::{self, Outcome, Step, StepResult, ERR_PREFIX, OUT_PREFIX};
 
 const PLAN: &str = "/plan";
 
@@ -48,8 +48,15 @@ fn main() {
     sys::park();
 }
 
-/// Echoes each output line of a step and reports when the marker shows up.
-fn forward(name: String, marker: Option<String>, out: impl Read, seen: mpsc::Sender<Instant>) {
+/// Echoes each output line of a step behind `prefix` and reports when the
+/// marker shows up.
+fn forward(
+    prefix: &'static str,
+    name: String,
+    marker: Option<String>,
+    out: impl Read,
+    seen: mpsc::Sender<Instant>,
+) {
     let mut reader = BufReader::new(out);
     let mut buf = Vec::new();
     loop {
@@ -64,7 +71,7 @@ fn forward(name: String, marker: Option<String>, out: impl Read, seen: mpsc::Sen
         if marker.as_deref().is_some_and(|m| line.contains(m)) {
             let _ = seen.send(now);
         }
-        println!("{OUT_PREFIX}{name}| {line}");
+        println!("{prefix}{name}| {line}");
     }
 }
 
@@ -93,23 +100,21 @@ fn run_step(step: &Step) -> StepResult {
         }
     };
     let (tx, rx) = mpsc::channel();
-    let outputs = [
-        child
-            .stdout
-            .take()
-            .map(|o| Box::new(o) as Box<dyn Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|e| Box::new(e) as Box<dyn Read + Send>),
-    ];
-    let readers: Vec<_> = outputs
+    let stdout = child
+        .stdout
+        .take()
+        .map(|o| Box::new(o) as Box<dyn Read + Send>);
+    let stderr = child
+        .stderr
+        .take()
+        .map(|e| Box::new(e) as Box<dyn Read + Send>);
+    let readers: Vec<_> = [(OUT_PREFIX, stdout), (ERR_PREFIX, stderr)]
         .into_iter()
-        .flatten()
-        .map(|out| {
+        .filter_map(|(prefix, out)| Some((prefix, out?)))
+        .map(|(prefix, out)| {
             let marker = step.marker_text().map(str::to_string);
             let (name, tx) = (step.name.clone(), tx.clone());
-            thread::spawn(move || forward(name, marker, out, tx))
+            thread::spawn(move || forward(prefix, name, marker, out, tx))
         })
         .collect();
     drop(tx);

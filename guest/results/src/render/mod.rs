@@ -12,9 +12,12 @@ use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, St
 use std::fmt::Write as _;
 use table::Table;
 
+mod characterize;
+mod method;
 mod probes;
 mod table;
 
+pub use characterize::{by_group, characterize_table};
 pub use probes::{probe_comparison_table, probes_table};
 
 /// "-" for a missing figure.
@@ -97,9 +100,14 @@ fn header(report: &Report) -> String {
         on_off(h.kpti),
     );
     let m = &report.method;
+    let rounds = if m.rounds > 1 {
+        format!(" in each of {} rounds", m.rounds)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "{} samples per row after {} warm-up; stamps `{}` .. `{}`; TSC ticks minus the null overhead",
+        "{} samples per row{rounds} after {} warm-up; stamps `{}` .. `{}`; TSC ticks minus the stamps' cost",
         m.samples_requested,
         m.warmup,
         visible(&m.stamp_begin),
@@ -111,7 +119,7 @@ fn header(report: &Report) -> String {
         "null overhead (stamp pair, nothing between): median {} min {} p99 {} ({} samples)",
         n.median, n.min, n.p99, n.count
     );
-    out
+    out + &method::stamp_lines(report)
 }
 
 /// Counts of samples a crossing dropped, when there are any.
@@ -121,11 +129,13 @@ fn discarded_note(c: &Crossing) -> Option<String> {
         .samples_unfilled
         .saturating_add(c.samples_out_of_order)
         .saturating_add(c.samples_other_rejected);
+    let rejected = rejected.saturating_add(c.samples_migrated);
     (rejected > 0).then(|| {
         format!(
-            "discarded: {} unfilled, {} out of order, {} other{}",
+            "discarded: {} unfilled, {} out of order, {} migrated, {} other{}",
             c.samples_unfilled,
             c.samples_out_of_order,
+            c.samples_migrated,
             c.samples_other_rejected,
             c.other_rejected_reason
                 .as_deref()
@@ -135,8 +145,9 @@ fn discarded_note(c: &Crossing) -> Option<String> {
     })
 }
 
-/// The crossing table: one row per crossing, u2k / k2u / round trip, median and p99.
-pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64) -> String {
+/// The crossing table: one row per crossing, u2k / k2u / round trip, median
+/// and p99; medians under 20 TSC quanta (`quantum`) marked `*`.
+pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64, quantum: Option<f64>) -> String {
     let mut t = Table::new(&[
         "crossing",
         "valid",
@@ -156,14 +167,15 @@ pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64) -> String {
             continue;
         }
         let rt = corrected(&c.round_trip);
+        let flag = |v| method::flagged(v, quantum);
         t.row(vec![
             name,
             format!("{}/{}", c.samples_valid, c.samples_requested),
-            cell(median(corrected(&c.u2k))),
+            flag(median(corrected(&c.u2k))),
             cell(p99(corrected(&c.u2k))),
-            cell(median(corrected(&c.k2u))),
+            flag(median(corrected(&c.k2u))),
             cell(p99(corrected(&c.k2u))),
-            cell(median(rt)),
+            flag(median(rt)),
             cell(p99(rt)),
             nanoseconds(median(rt), tsc_khz),
         ]);
@@ -172,6 +184,9 @@ pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64) -> String {
         }
         if let Some(text) = status_text(&c.status) {
             t.note(text);
+        }
+        for note in method::crossing_notes(c, quantum) {
+            t.note(note);
         }
     }
     t.render()
@@ -197,15 +212,29 @@ pub fn exit_table(exits: &[ExitTiming], tsc_khz: u64) -> String {
             continue;
         }
         let rt = corrected(&e.round_trip);
+        // Corrected parts when the report has them, else (older reports)
+        // the raw ones.
+        let parts = match &e.split {
+            Some(s) => [
+                Some(&s.guest_to_vmm.corrected),
+                Some(&s.in_vmm.corrected),
+                Some(&s.vmm_to_guest.corrected),
+            ],
+            None => [
+                e.guest_to_vmm.as_ref(),
+                e.in_vmm.as_ref(),
+                e.vmm_to_guest.as_ref(),
+            ],
+        };
         t.row(vec![
             name,
             format!("{}/{}", e.samples_valid, e.samples_requested),
             cell(median(rt)),
             cell(p99(rt)),
             nanoseconds(median(rt), tsc_khz),
-            cell(median(e.guest_to_vmm.as_ref())),
-            cell(median(e.in_vmm.as_ref())),
-            cell(median(e.vmm_to_guest.as_ref())),
+            cell(median(parts[0])),
+            cell(median(parts[1])),
+            cell(median(parts[2])),
         ]);
     }
     t.render()
@@ -236,12 +265,23 @@ pub fn host_exit_table(exits: &[HostExit]) -> String {
 pub fn report(report: &Report) -> String {
     let mut out = header(report);
     out.push('\n');
-    out += &crossing_table(&report.crossings, report.host.tsc_khz);
+    let quantum = method::quantum_of(report);
+    out += &crossing_table(&report.crossings, report.host.tsc_khz, quantum);
+    if quantum.is_some_and(|q| q > 1.0) {
+        out += "(* under 20 TSC quanta: one step of the counter is more than 5 % of the figure)\n";
+    }
+    out += &method::stamp_point_lines(report);
     if !report.exits.is_empty() {
         out.push('\n');
         out += &exit_table(&report.exits, report.host.tsc_khz);
-        out += "(guest->VMM, in VMM, VMM->guest: medians of host stamps taken around KVM_RUN; \
-                only exits that reach xvmm have them)\n";
+        if report.exits.iter().any(|e| e.split.is_some()) {
+            out += "(guest->VMM, in VMM, VMM->guest: cut by the VMM's stamps around KVM_RUN and \
+                    corrected like the round trip, so the three add up to it in the mean; \
+                    only exits that reach xvmm have them)\n";
+        } else {
+            out += "(guest->VMM, in VMM, VMM->guest: medians of host stamps taken around KVM_RUN; \
+                    only exits that reach xvmm have them)\n";
+        }
     }
     if !report.host_exits.is_empty() {
         out.push('\n');
@@ -261,44 +301,47 @@ pub fn report(report: &Report) -> String {
         out += "\nmeasured on:\n";
         out += &machine_table(m);
     }
+    if let Some(c) = &report.characterize {
+        out.push('\n');
+        out += &characterize_table(c);
+    }
     out
 }
 
-/// The characterisation of a machine, one fact a line: what decides whether
-/// two reports can be compared.
-pub fn machine_table(m: &Machine) -> String {
-    let mut out = String::new();
-    let mut line = |key: &str, value: String| {
-        let _ = writeln!(out, "  {key:<16} {value}");
-    };
-    line(
-        "cpu",
-        format!(
-            "{} {} (family/model/stepping {}), {} logical CPUs",
-            or_unknown(&m.cpu_vendor),
-            or_unknown(&m.cpu_model),
-            or_unknown(&m.cpu_signature),
-            m.logical_cpus
+/// The characterisation of a machine as (key, value) pairs, values made
+/// visible: what decides whether two reports can be compared. The one list
+/// every renderer of the machine block (text, HTML) shows.
+pub fn machine_facts(m: &Machine) -> Vec<(&'static str, String)> {
+    let mut facts = vec![
+        (
+            "cpu",
+            format!(
+                "{} {} (family/model/stepping {}), {} logical CPUs",
+                or_unknown(&m.cpu_vendor),
+                or_unknown(&m.cpu_model),
+                or_unknown(&m.cpu_signature),
+                m.logical_cpus
+            ),
         ),
-    );
-    line(
-        "tsc",
-        format!("{} kHz ({})", m.tsc_khz, or_unknown(&m.tsc_khz_source)),
-    );
-    line(
-        "hypervisor",
-        if m.hypervisor_signature.is_empty() {
-            "none seen (bare metal, or a hypervisor that hides itself)".into()
-        } else {
-            format!("\"{}\"", visible(&m.hypervisor_signature))
-        },
-    );
-    line("kernel", or_unknown(&m.kernel_release));
-    line("kvm module", kvm_module_text(m));
-    line("cpu flags", visible(&m.flags.join(" ")).into_owned());
-    line("kpti", on_off(m.kpti()).into());
-    line("thp", or_unknown(&m.thp));
-    line("clocksource", or_unknown(&m.clocksource));
+        (
+            "tsc",
+            format!("{} kHz ({})", m.tsc_khz, or_unknown(&m.tsc_khz_source)),
+        ),
+        (
+            "hypervisor",
+            if m.hypervisor_signature.is_empty() {
+                "none seen (bare metal, or a hypervisor that hides itself)".into()
+            } else {
+                format!("\"{}\"", visible(&m.hypervisor_signature))
+            },
+        ),
+        ("kernel", or_unknown(&m.kernel_release)),
+        ("kvm module", kvm_module_text(m)),
+        ("cpu flags", visible(&m.flags.join(" ")).into_owned()),
+        ("kpti", on_off(m.kpti()).into()),
+        ("thp", or_unknown(&m.thp)),
+        ("clocksource", or_unknown(&m.clocksource)),
+    ];
     // Only what is not "Not affected": the mitigations that cost crossings.
     let affected: Vec<String> = m
         .vulnerabilities
@@ -312,10 +355,19 @@ pub fn machine_table(m: &Machine) -> String {
         } else {
             "none affected"
         };
-        line("vulnerabilities", none.into());
+        facts.push(("vulnerabilities", none.into()));
     }
     for (i, v) in affected.into_iter().enumerate() {
-        line(if i == 0 { "vulnerabilities" } else { "" }, v);
+        facts.push((if i == 0 { "vulnerabilities" } else { "" }, v));
+    }
+    facts
+}
+
+/// [`machine_facts`], one fact a line.
+pub fn machine_table(m: &Machine) -> String {
+    let mut out = String::new();
+    for (key, value) in machine_facts(m) {
+        let _ = writeln!(out, "  {key:<16} {value}");
     }
     out
 }
@@ -404,12 +456,13 @@ mod tests {
         let r = fixtures::report(Environment::Microguest, 1);
         let text = report(&r);
         let cols = row_of(&text, "pf");
-        // Raw u2k 100..102, k2u 200, round trip 500, minus the null median 50.
+        // Raw u2k 100..102, k2u 200, round trip 500; u2k and k2u minus 50,
+        // the round trip minus 150 (every stamp pair's median is 50).
         assert_eq!(cols[1], "3/3");
         assert_eq!((cols[2], cols[3]), ("51", "52"));
         assert_eq!((cols[4], cols[5]), ("150", "150"));
-        assert_eq!((cols[6], cols[7]), ("450", "450"));
-        assert_eq!(cols[8], "225", "450 ticks at 2 GHz");
+        assert_eq!((cols[6], cols[7]), ("350", "350"));
+        assert_eq!(cols[8], "175", "350 ticks at 2 GHz");
         assert!(
             text.contains("unsupported: hypervisor refused int 0x80"),
             "{text}"
@@ -449,6 +502,7 @@ mod tests {
             guest_to_vmm: Some(Stats::from_samples(&[400, 500])),
             in_vmm: Some(Stats::from_samples(&[100, 100])),
             vmm_to_guest: None,
+            split: None,
         };
         let text = exit_table(&[e], 0);
         assert_eq!(
@@ -474,7 +528,7 @@ mod tests {
     fn rows_stay_aligned_with_long_names() {
         let mut r = fixtures::report(Environment::BareMetal, 1);
         r.crossings[0].name = "a-very-long-crossing-name".into();
-        let text = crossing_table(&r.crossings, 0);
+        let text = crossing_table(&r.crossings, 0, None);
         let lines: Vec<&str> = text.lines().collect();
         let header_end = lines[0].find("rtrip ns").unwrap() + "rtrip ns".len();
         assert_eq!(lines[1].len(), header_end, "{text}");

@@ -12,6 +12,7 @@ pub struct Table {
 pub enum Row {
     Cells(Vec<String>),
     Note(String),
+    Labelled(String, String),
 }
 
 impl Table {
@@ -29,16 +30,23 @@ impl Table {
         self.rows.push(Row::Note(text));
     }
 
+    pub fn labelled(&mut self, label: String, text: String) {
+        self.rows.push(Row::Labelled(label, text));
+    }
+
     pub fn render(&self) -> String {
         let mut widths: Vec<usize> = Vec::new();
         for row in &self.rows {
-            if let Row::Cells(cells) = row {
-                for (i, cell) in cells.iter().enumerate() {
-                    let w = cell.chars().count();
-                    match widths.get_mut(i) {
-                        Some(max) => *max = (*max).max(w),
-                        None => widths.push(w),
-                    }
+            let cells: Vec<&str> = match row {
+                Row::Cells(cells) => cells.iter().map(String::as_str).collect(),
+                Row::Labelled(label, _) => vec![label.as_str()],
+                Row::Note(_) => Vec::new(),
+            };
+            for (i, cell) in cells.iter().enumerate() {
+                let w = cell.chars().count();
+                match widths.get_mut(i) {
+                    Some(max) => *max = (*max).max(w),
+                    None => widths.push(w),
                 }
             }
         }
@@ -62,6 +70,10 @@ impl Table {
                 }
                 Row::Note(text) => {
                     let _ = writeln!(out, "{:indent$}  {text}", "");
+                }
+                Row::Labelled(label, text) => {
+                    let pad = indent.saturating_sub(label.chars().count());
+                    let _ = writeln!(out, "{label}{:pad$}  {text}", "");
                 }
             }
         }

@@ -29,9 +29,10 @@ use sampling::{Crosser, Kind};
 use session::{read_text, Session, GROUP};
 use std::collections::BTreeMap;
 use std::path::Path;
+use xvmm_results::correction::PairCost;
 use xvmm_results::probes::{mode, Probe, Round};
 use xvmm_results::signals::{self, StopSignals};
-use xvmm_results::{Crossing, Method, Report};
+use xvmm_results::{Crossing, Method, Report, StampCosts};
 
 /// How the reason of a row whose probe misbehaved begins.
 pub const FAILED: &str = "verification failed: ";
@@ -263,7 +264,8 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
 struct Measured {
     probes: Vec<Probe>,
     /// Every no-probe round trip per crossing (raw ticks).
-    baselines: BTreeMap<&'static str, Vec<u64>>,
+    /// The no-probe round trips of each crossing, round by round.
+    baselines: BTreeMap<&'static str, Vec<Vec<u64>>>,
     notes: Vec<String>,
 }
 
@@ -310,7 +312,7 @@ fn measure_all(
     let mut notes = Vec::new();
     let mut runner = new_runner(session, kernel, cpu, o.rounds, &mut notes);
     let mut probes = Vec::new();
-    let mut baselines: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
+    let mut baselines: BTreeMap<&'static str, Vec<Vec<u64>>> = BTreeMap::new();
     for (index, t) in targets.iter().enumerate() {
         let mut crosser = Crosser::new(t.kind, warmup, per_round)?;
         for &m in &o.modes {
@@ -342,11 +344,7 @@ fn measure_all(
                 runner.session.remove_event(&name)?;
             }
             let base = baselines.entry(t.kind.name()).or_default();
-            base.extend(
-                rounds
-                    .iter()
-                    .flat_map(|r: &Round| r.baseline.iter().copied()),
-            );
+            base.extend(rounds.into_iter().map(|r: Round| r.baseline));
             probes.push(probe);
         }
         let base = baselines.entry(t.kind.name()).or_default();
@@ -356,8 +354,16 @@ fn measure_all(
                 if signals::stop_requested().is_some() {
                     break;
                 }
-                base.extend(sampling::round_trips(crosser.chunk()?));
+                base.push(sampling::round_trips(crosser.chunk()?));
             }
+        }
+        if crosser.migrated() > 0 {
+            notes.push(format!(
+                "{}: {} samples' two stamps came from different CPUs (TSC_AUX) although xperf \
+                 is pinned",
+                t.kind.name(),
+                crosser.migrated()
+            ));
         }
     }
     Ok(Measured {
@@ -367,39 +373,58 @@ fn measure_all(
     })
 }
 
+/// The user stamp pair with nothing between, in `rounds` rounds, and the
+/// corrections main's stamp-cost machinery derives from it (no kernel
+/// stamps here: round trips only).
+fn user_stamp_costs(o: &args::Options) -> Result<StampCosts> {
+    let warmup = measure::usize_of(o.warmup)?;
+    let per_round = measure::usize_of(o.null_samples.div_ceil(o.rounds).max(1))?;
+    let rounds: Vec<Vec<u64>> = (0..o.rounds)
+        .map(|_| measure::user_pair(warmup, per_round))
+        .collect();
+    let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
+    Ok(StampCosts::new(
+        PairCost::from_rounds(open, close, &rounds),
+        None,
+        None,
+    ))
+}
+
 fn build_report(
     config: &Config,
     cpu: u32,
     probes: Vec<Probe>,
-    baselines: &BTreeMap<&'static str, Vec<u64>>,
+    baselines: &BTreeMap<&'static str, Vec<Vec<u64>>>,
     notes: Vec<String>,
 ) -> Result<Report> {
     let o = &config.options;
     let machine = xvmm_results::Machine::probe();
-    let null = measure::null_overhead(
-        measure::usize_of(o.warmup)?,
-        measure::usize_of(o.null_samples)?,
-    );
+    let costs = user_stamp_costs(o)?;
     let mut method = Method::standard(o.warmup, o.samples);
     method.pinned_cpu = Some(cpu);
+    method.rounds = u32::try_from(o.rounds).unwrap_or(u32::MAX);
     let mut report = Report::new(
         format!("xperf {} probes", env!("CARGO_PKG_VERSION")),
         host::environment(&machine, config.vmm_channel),
         host::host_facts(&machine),
         method,
     );
+    let per_round = o.samples.div_ceil(o.rounds);
     for &kind in &o.crossings {
-        let trips = baselines.get(kind.name()).cloned().unwrap_or_default();
-        report.crossings.push(Crossing::from_round_trips(
+        let rounds = baselines.get(kind.name()).cloned().unwrap_or_default();
+        let views: Vec<&[u64]> = rounds.iter().map(Vec::as_slice).collect();
+        report.crossings.push(Crossing::from_round_trip_rounds(
             kind.name(),
-            trips.len() as u64,
-            &trips,
-            null.median,
-            "xperf probes times round trips: the crossing without any probe, over every round"
+            per_round,
+            &views,
+            costs.corrections.user_round_trip,
+            "xperf probes times round trips: the crossing without any probe, every round of \
+             every mode"
                 .into(),
         ));
     }
-    report.null_overhead = null;
+    report.null_overhead = costs.user_pair.stats.clone();
+    report.stamp_costs = Some(costs);
     report.notes = host::notes(&machine);
     report.notes.extend(notes);
     report.machine = Some(machine);

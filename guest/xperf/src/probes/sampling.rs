@@ -7,7 +7,7 @@
 //! inside a sample's window was made by that sample's crossing.
 
 use crate::error::Result;
-use crate::measure::Region;
+use crate::sampling::Region;
 use crate::stamp;
 use xvmm_results::probes::Round;
 
@@ -51,6 +51,9 @@ pub struct Crosser {
     windows: Vec<(u64, u64)>,
     /// The #PF pages: warm-up pages first, then one per recorded sample.
     region: Option<Region>,
+    /// Recorded samples whose two stamps came from different CPUs (TSC_AUX),
+    /// over every chunk: xperf is pinned, so this should stay 0.
+    migrated: u64,
 }
 
 impl Crosser {
@@ -73,6 +76,7 @@ impl Crosser {
             warmup,
             windows: vec![(1, 1); samples],
             region,
+            migrated: 0,
         })
     }
 
@@ -90,15 +94,25 @@ impl Crosser {
         ))
     }
 
+    /// Samples so far whose stamps came from two CPUs.
+    pub fn migrated(&self) -> u64 {
+        self.migrated
+    }
+
     /// Runs one chunk; returns the recorded samples' windows.
     pub fn chunk(&mut self) -> Result<&[(u64, u64)]> {
+        let mut migrated = 0;
+        let mut window = |s: stamp::Stamps| {
+            migrated += u64::from(s.cpu().is_none());
+            (s.open, s.close)
+        };
         match &self.region {
             None => {
                 for _ in 0..self.warmup {
                     std::hint::black_box(stamp::getppid_pair());
                 }
                 for w in self.windows.iter_mut() {
-                    *w = stamp::getppid_pair();
+                    *w = window(stamp::getppid_pair());
                 }
             }
             Some(region) => {
@@ -110,10 +124,11 @@ impl Crosser {
                 let warmup = self.warmup;
                 for (i, w) in self.windows.iter_mut().enumerate() {
                     // SAFETY: as above.
-                    *w = unsafe { stamp::store_pair(region.page(warmup + i)) };
+                    *w = window(unsafe { stamp::store_pair(region.page(warmup + i)) });
                 }
             }
         }
+        self.migrated += migrated;
         Ok(&self.windows)
     }
 }

@@ -61,6 +61,8 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
     .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
     .long xvmm_mg_k_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_null_inner - xvmm_mg_ktable
+    .long xvmm_mg_k_imul - xvmm_mg_ktable
 
 /*
  * #UD: the user loop's way to say "done" (a UD2 at the address the VMM put
@@ -243,6 +245,41 @@ xvmm_mg_k_null:
 1:
     KSTAMP_OPEN 0
     KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+/*
+ * The kernel stamps in the order a crossing's handler takes them (entry
+ * stamp KSTAMP_CLOSE, then return stamp KSTAMP_OPEN) with nothing between:
+ * what the two add to in_kernel.
+ */
+.p2align 4
+xvmm_mg_k_null_inner:
+1:
+    KSTAMP_CLOSE 0
+    KSTAMP_OPEN 8
+    NEXT_SAMPLE
+
+/*
+ * The user imul loop's twin at CPL0, between the kernel stamps (opening,
+ * then closing, as the exit loops take them): PARAM and 2 * PARAM dependent
+ * imuls alternately, for the kernel stamps' linearity check.
+ */
+.p2align 4
+xvmm_mg_k_imul:
+    mov r10, qword ptr [{ctl} + {c_param}]
+    lea r11, [r10 + r10]
+    xor r11, r10
+1:
+    KSTAMP_OPEN 0
+    mov rcx, r10
+76:
+    .rept 8
+    imul rax, rax
+    .endr
+    sub rcx, 8
+    jnz 76b
+    KSTAMP_CLOSE 8
+    xor r10, r11
     NEXT_SAMPLE
 
 // Every unexpected exception ends here (stack: see REPORT_FAULT).

@@ -34,6 +34,9 @@ xvmm_mg_utable:
     .long xvmm_mg_u_sysenter - xvmm_mg_utable
     .long xvmm_mg_u_intn - xvmm_mg_utable
     .long xvmm_mg_u_imul - xvmm_mg_utable
+    .long xvmm_mg_u_tsc_step - xvmm_mg_utable
+    .long xvmm_mg_u_int3_batch - xvmm_mg_utable
+    .long xvmm_mg_u_syscall_batch - xvmm_mg_utable
 
 /*
  * Every routine's label 1 is where NEXT_SAMPLE starts the next sample.
@@ -123,6 +126,57 @@ xvmm_mg_u_imul:
     jnz 75b
     USTAMP_CLOSE 8
     xor r10, r11
+    NEXT_SAMPLE
+
+/*
+ * Two plain RDTSC back to back, nothing between: the difference is one
+ * read's worth of counter movement, from which the VMM estimates the TSC
+ * quantum (how far the counter moves in one step).
+ */
+.p2align 4
+xvmm_mg_u_tsc_step:
+1:
+    rdtsc
+    mov r10d, eax
+    mov r11d, edx
+    rdtsc
+    mov dword ptr [r15], r10d
+    mov dword ptr [r15 + 4], r11d
+    STORE_STAMP 8
+    NEXT_SAMPLE
+
+/*
+ * Batches: PARAM crossings between one pair of stamps (the round trip
+ * only; the handler's stamps at +8/+16 are the last crossing's). int3
+ * keeps the count in r11 (a handler clobbers only rax, rcx, rdx); SYSCALL
+ * clobbers rcx and r11, so it counts in r13, and SYSRET returns to 78 (r14).
+ */
+.p2align 4
+xvmm_mg_u_int3_batch:
+    mov r10, qword ptr [{ctl} + {c_param}]
+1:
+    USTAMP_OPEN 0
+    mov r11, r10
+77:
+    int3
+    dec r11
+    jnz 77b
+    USTAMP_CLOSE 24
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_u_syscall_batch:
+    mov r10, qword ptr [{ctl} + {c_param}]
+    lea r14, [rip + 78f]
+1:
+    USTAMP_OPEN 0
+    mov r13, r10
+79:
+    syscall
+78:
+    dec r13
+    jnz 79b
+    USTAMP_CLOSE 24
     NEXT_SAMPLE
 
 .globl xvmm_mg_user_end

@@ -1,0 +1,413 @@
+//! What the stamps themselves cost, and how each interval is corrected for
+//! them.
+//!
+//! A stamp reads the TSC somewhere inside its instruction sequence: some of
+//! its time lies before the read (`pre`), the rest after it (`post`). An
+//! interval from stamp X to stamp Y therefore holds `post(X) + work +
+//! pre(Y)`. A pair of stamps with nothing between measures exactly such a
+//! sum, so the pairs are measured with the real sequences, in the order they
+//! meet in a sample:
+//!
+//! - `A` user pair: user opening stamp, then user closing stamp;
+//! - `C` kernel pair: the kernel's return stamp, then its entry stamp;
+//! - `B` inner kernel pair: the kernel's entry stamp, then its return stamp.
+//!
+//! A crossing sample `u2k_u -> u2k_k -> k2u_k -> k2u_u` then holds
+//!
+//! ```text
+//! round trip = u2k + in_kernel + k2u           (per sample, exactly)
+//! stamps in it: A + B + C                      (every pre and post once)
+//! in_kernel:    post(entry) + pre(return) = B
+//! u2k + k2u:    post(open) + pre(entry) + post(return) + pre(close) = A + C
+//! ```
+//!
+//! which fixes the round trip's, in_kernel's and the sum u2k + k2u's
+//! corrections exactly. How `A + C` divides between u2k and k2u cannot be
+//! measured (the two halves of a mixed user/kernel pair never meet without a
+//! crossing between them); the one assumption is that every stamp's cost
+//! splits evenly around its read, so u2k takes `floor((A + C) / 2)` and k2u
+//! the rest. The corrections then add up: u2k + in_kernel + k2u = round
+//! trip, per sample and in the means (the medians of the parts need not add
+//! up: a median is not additive). A corrected value is clamped at 0, which
+//! breaks that sum; clamped values are counted per interval.
+//!
+//! VM exits timed at CPL0 sit between the kernel's opening (return-kind) and
+//! closing (entry-kind) stamps: their round trip holds `C`. An exit that
+//! reaches the VMM also holds the VMM's two stamps around `KVM_RUN` (closing
+//! stamp when it returns, opening stamp before it is called again), so its
+//! round trip holds `C + H + H'` with `H` the VMM's pair (open, close) and
+//! `H'` its reverse (close, open): guest->VMM takes `floor((C + H) / 2)`,
+//! in VMM `H'`, VMM->guest the rest, and the three parts add up to the
+//! round trip.
+
+use crate::{Crossing, Stats};
+use serde::{Deserialize, Serialize};
+
+/// `Method::correction` of reports with per-kind stamp costs.
+pub const DERIVATION: &str =
+    "per-kind stamp pairs (README \"Method\"): u2k and k2u each minus half of \
+user pair + kernel pair, in_kernel minus the inner kernel pair, round trip minus all three; \
+round trips without kernel stamps minus the user pair; exits at CPL0 minus the kernel pair; \
+clamped at 0 (counted)";
+
+/// One back-to-back stamp pair, measured the way the samples are taken.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PairCost {
+    /// The first stamp's instructions.
+    pub first: String,
+    /// The second stamp's instructions.
+    pub second: String,
+    /// All rounds' samples together.
+    pub stats: Stats,
+    /// Each round's median.
+    #[serde(default)]
+    pub round_medians: Vec<u64>,
+}
+
+impl PairCost {
+    /// Summarises per-round samples of the pair (`rounds[r]` in the order taken).
+    pub fn from_rounds(first: &str, second: &str, rounds: &[Vec<u64>]) -> PairCost {
+        let all: Vec<u64> = rounds.iter().flatten().copied().collect();
+        PairCost {
+            first: first.into(),
+            second: second.into(),
+            stats: Stats::from_samples(&all),
+            round_medians: rounds
+                .iter()
+                .map(|r| Stats::from_samples(r).median)
+                .collect(),
+        }
+    }
+
+    pub fn median(&self) -> u64 {
+        self.stats.median
+    }
+}
+
+/// What the kernel stamps add to one crossing, measured directly: its round
+/// trip with the hooks on and off, alternated round by round.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HooksCost {
+    pub crossing: String,
+    /// Raw round-trip medians (ticks), all rounds together.
+    pub on_median: u64,
+    pub off_median: u64,
+    /// `on_median - off_median`.
+    pub delta: i64,
+    /// What still runs with the hooks "off" (boot-time entry stamps...).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub off_keeps: String,
+}
+
+impl HooksCost {
+    pub fn new(crossing: &str, on: &[u64], off: &[u64], off_keeps: &str) -> HooksCost {
+        let (on_median, off_median) = (
+            Stats::from_samples(on).median,
+            Stats::from_samples(off).median,
+        );
+        HooksCost {
+            crossing: crossing.into(),
+            on_median,
+            off_median,
+            delta: on_median as i64 - off_median as i64,
+            off_keeps: off_keeps.into(),
+        }
+    }
+}
+
+/// Ticks subtracted from each interval, derived from the pairs' medians
+/// (see the module text).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Corrections {
+    pub u2k: u64,
+    pub k2u: u64,
+    pub in_kernel: u64,
+    /// A crossing's round trip with kernel stamps: `A + B + C`.
+    pub round_trip: u64,
+    /// A round trip without kernel stamps (round-trip-only crossings,
+    /// batched crossings, the stamps-off runs): `A`.
+    pub user_round_trip: u64,
+}
+
+impl Corrections {
+    /// From the user pair `a` and, when the kernel stamps, its pair `c` and
+    /// inner pair `b` (medians, ticks).
+    pub fn derive(a: u64, kernel: Option<(u64, u64)>) -> Corrections {
+        let Some((c, b)) = kernel else {
+            return Corrections {
+                user_round_trip: a,
+                round_trip: a,
+                ..Default::default()
+            };
+        };
+        let halves = a + c;
+        Corrections {
+            u2k: halves / 2,
+            k2u: halves - halves / 2,
+            in_kernel: b,
+            round_trip: a + b + c,
+            user_round_trip: a,
+        }
+    }
+
+    /// Whether the parts' corrections sum to the round trip's.
+    pub fn add_up(&self) -> bool {
+        self.u2k + self.k2u + self.in_kernel == self.round_trip
+    }
+}
+
+/// Corrections of VM exits timed at CPL0 (see the module text).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitCorrections {
+    /// An exit handled inside the hypervisor: `C`.
+    pub round_trip: u64,
+    /// An exit that reaches the VMM (its stamps included): `C + H + H'`.
+    pub round_trip_via_vmm: u64,
+    pub guest_to_vmm: u64,
+    pub in_vmm: u64,
+    pub vmm_to_guest: u64,
+}
+
+impl ExitCorrections {
+    /// From the kernel pair `c`, and the VMM's pair `h` and reverse pair
+    /// `h_rev` (medians, ticks).
+    pub fn derive(c: u64, h: u64, h_rev: u64) -> ExitCorrections {
+        let halves = c + h;
+        ExitCorrections {
+            round_trip: c,
+            round_trip_via_vmm: c + h + h_rev,
+            guest_to_vmm: halves / 2,
+            in_vmm: h_rev,
+            vmm_to_guest: halves - halves / 2,
+        }
+    }
+
+    pub fn add_up(&self) -> bool {
+        self.guest_to_vmm + self.in_vmm + self.vmm_to_guest == self.round_trip_via_vmm
+    }
+}
+
+/// Everything a report knows about its stamps' own cost.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StampCosts {
+    /// `A`: user opening stamp, user closing stamp (also `null_overhead`).
+    pub user_pair: PairCost,
+    /// `C`: the kernel's return stamp, then its entry stamp, back to back
+    /// at CPL0. `None` without kernel stamps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_pair: Option<PairCost>,
+    /// `B`: the kernel's entry stamp, then its return stamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_pair_inner: Option<PairCost>,
+    /// `H`, `H'`: the VMM's stamps around `KVM_RUN` (microguest only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_pair: Option<PairCost>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_pair_reverse: Option<PairCost>,
+    /// The corrections applied to crossings.
+    pub corrections: Corrections,
+    /// The corrections applied to VM exits (microguest only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_corrections: Option<ExitCorrections>,
+    /// Round trips with the kernel stamps on and off, per crossing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<HooksCost>,
+}
+
+impl StampCosts {
+    /// Derives the corrections from the measured pairs.
+    pub fn new(
+        user_pair: PairCost,
+        kernel: Option<(PairCost, PairCost)>,
+        vmm: Option<(PairCost, PairCost)>,
+    ) -> StampCosts {
+        let medians = kernel.as_ref().map(|(c, b)| (c.median(), b.median()));
+        let corrections = Corrections::derive(user_pair.median(), medians);
+        let exit_corrections = match (&kernel, &vmm) {
+            (Some((c, _)), Some((h, h_rev))) => Some(ExitCorrections::derive(
+                c.median(),
+                h.median(),
+                h_rev.median(),
+            )),
+            _ => None,
+        };
+        let (kernel_pair, kernel_pair_inner) = kernel.unzip();
+        let (vmm_pair, vmm_pair_reverse) = vmm.unzip();
+        StampCosts {
+            user_pair,
+            kernel_pair,
+            kernel_pair_inner,
+            vmm_pair,
+            vmm_pair_reverse,
+            corrections,
+            exit_corrections,
+            hooks: Vec::new(),
+        }
+    }
+}
+
+/// Why a measured crossing's corrected parts do not add up to its corrected
+/// round trip, or `None` when they do: the corrections must sum, no part may
+/// have been clamped at 0, and the parts' means must sum to the round trip's
+/// (means are additive; medians are not, so they are not checked).
+pub fn parts_problem(c: &Crossing) -> Option<String> {
+    parts_mismatch(c).or_else(|| clamped_parts(c))
+}
+
+/// Clamping of a part at 0, which keeps its corrected parts from adding up
+/// (natural where a part's true value is close to 0).
+pub fn clamped_parts(c: &Crossing) -> Option<String> {
+    let (Some(u2k), Some(k2u), Some(ink)) = (&c.u2k, &c.k2u, &c.in_kernel) else {
+        return None;
+    };
+    let clamped: Vec<String> = [("u2k", u2k), ("in_kernel", ink), ("k2u", k2u)]
+        .iter()
+        .filter(|(_, i)| i.clamped > 0)
+        .map(|(name, i)| format!("{} {name}", i.clamped))
+        .collect();
+    (!clamped.is_empty()).then(|| {
+        format!(
+            "{}: corrected parts do not add up to the round trip: {} value(s) clamped at 0 \
+             (the stamps' cost exceeds what was measured)",
+            c.name,
+            clamped.join(", ")
+        )
+    })
+}
+
+/// A derivation or arithmetic error: the corrections do not sum to the
+/// round trip's, or (nothing clamped) the corrected means do not. Either
+/// means the correction is wrong, whatever the data.
+pub fn parts_mismatch(c: &Crossing) -> Option<String> {
+    let (Some(u2k), Some(k2u), Some(ink), Some(rt)) = (&c.u2k, &c.k2u, &c.in_kernel, &c.round_trip)
+    else {
+        return None;
+    };
+    // Reports written before per-kind corrections did not record them.
+    let (Some(cu), Some(ck), Some(ci), Some(cr)) = (
+        u2k.correction,
+        k2u.correction,
+        ink.correction,
+        rt.correction,
+    ) else {
+        return None;
+    };
+    let sum = cu + ck + ci;
+    if sum != cr {
+        return Some(format!(
+            "{}: the corrections of u2k, in_kernel and k2u sum to {sum}, the round trip's is {cr}",
+            c.name
+        ));
+    }
+    if [u2k, k2u, ink, rt].iter().any(|i| i.clamped > 0) {
+        return None;
+    }
+    let means = u2k.corrected.mean + ink.corrected.mean + k2u.corrected.mean;
+    // Summing means of up to a few million values: allow float rounding.
+    let tolerance = 1e-6 * rt.corrected.mean.max(1.0);
+    if (means - rt.corrected.mean).abs() > tolerance {
+        return Some(format!(
+            "{}: the corrected parts' means sum to {means:.1}, the round trip's mean is {:.1}",
+            c.name, rt.corrected.mean
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Crossing, Interval, Sample};
+
+    #[test]
+    fn crossing_corrections_add_up_and_follow_the_derivation() {
+        // A = 73, C = 40 (odd sum), B = 30.
+        let c = Corrections::derive(73, Some((40, 30)));
+        assert_eq!((c.u2k, c.k2u), (56, 57));
+        assert_eq!(c.in_kernel, 30);
+        assert_eq!(c.round_trip, 143);
+        assert_eq!(c.user_round_trip, 73);
+        assert!(c.add_up());
+        let none = Corrections::derive(73, None);
+        assert_eq!(
+            (none.round_trip, none.user_round_trip, none.u2k),
+            (73, 73, 0)
+        );
+    }
+
+    #[test]
+    fn exit_corrections_add_up() {
+        let e = ExitCorrections::derive(41, 73, 30);
+        assert_eq!(e.round_trip, 41);
+        assert_eq!(e.round_trip_via_vmm, 144);
+        assert_eq!((e.guest_to_vmm, e.in_vmm, e.vmm_to_guest), (57, 30, 57));
+        assert!(e.add_up());
+    }
+
+    /// Samples whose true parts are known: each stamp costs `pre` before
+    /// its read and `post` after it; the work between them is fixed.
+    #[test]
+    fn the_derivation_recovers_the_true_round_trip_and_sum_of_halves() {
+        // (pre, post) of: user open, kernel entry, kernel return, user close.
+        let (open, entry, ret, close) = ((10, 25), (6, 9), (14, 4), (20, 3));
+        let (t_u2k, t_kernel, t_k2u) = (500u64, 300u64, 200u64);
+        let a = open.1 + close.0;
+        let c = ret.1 + entry.0;
+        let b = entry.1 + ret.0;
+        let corr = Corrections::derive(a, Some((c, b)));
+        let s = Sample {
+            u2k_u: 1000,
+            u2k_k: 1000 + open.1 + t_u2k + entry.0,
+            k2u_k: 1000 + open.1 + t_u2k + entry.0 + entry.1 + t_kernel + ret.0,
+            k2u_u: 1000
+                + open.1
+                + t_u2k
+                + entry.0
+                + entry.1
+                + t_kernel
+                + ret.0
+                + ret.1
+                + t_k2u
+                + close.0,
+            ..Default::default()
+        };
+        let x = Crossing::from_samples("t", 1, &[s], &corr, false);
+        let v = |i: &Option<Interval>| i.as_ref().unwrap().corrected.median;
+        assert_eq!(v(&x.round_trip), t_u2k + t_kernel + t_k2u, "exact");
+        assert_eq!(v(&x.in_kernel), t_kernel, "exact");
+        assert_eq!(v(&x.u2k) + v(&x.k2u), t_u2k + t_k2u, "exact");
+        assert!(parts_problem(&x).is_none());
+    }
+
+    #[test]
+    fn clamping_and_a_wrong_correction_are_named() {
+        let s = |u2k: u64| Sample {
+            u2k_u: 0,
+            u2k_k: u2k,
+            k2u_k: u2k + 100,
+            k2u_u: u2k + 200,
+            ..Default::default()
+        };
+        let corr = Corrections::derive(60, Some((60, 10)));
+        // u2k of 30 is below its correction (60): clamped.
+        let x = Crossing::from_samples("pf", 2, &[s(30), s(400)], &corr, false);
+        assert_eq!(x.u2k.as_ref().unwrap().clamped, 1);
+        let p = parts_problem(&x).unwrap();
+        assert!(p.contains("1 u2k") && p.contains("clamped"), "{p}");
+
+        let mut wrong = corr;
+        wrong.round_trip += 1;
+        let x = Crossing::from_samples("pf", 1, &[s(400)], &wrong, false);
+        assert!(parts_problem(&x).unwrap().contains("sum to"));
+    }
+
+    #[test]
+    fn pair_costs_keep_round_medians() {
+        let p = PairCost::from_rounds("a", "b", &[vec![49, 49, 73], vec![73, 73, 98]]);
+        assert_eq!(p.round_medians, vec![49, 73]);
+        assert_eq!(p.stats.count, 6);
+        let costs = StampCosts::new(p.clone(), Some((p.clone(), p.clone())), None);
+        assert!(costs.exit_corrections.is_none());
+        assert_eq!(costs.corrections.round_trip, 3 * p.median());
+    }
+}

@@ -1,0 +1,199 @@
+//! The TSC quantum: how far the counter moves in one step. Many CPUs (AMD
+//! Zen, and the TSC some hypervisors give) advance it by ~24 ticks every
+//! 10 ns instead of by 1 every cycle, so an interval of 98 ticks is four
+//! steps, +-25 %, and medians of such stepped data are biased. Every figure
+//! under [`FLAG_QUANTA`] quanta is flagged in the tables.
+//!
+//! The estimate comes from the differences of back-to-back counter reads
+//! ([`crate::tsc::back_to_back`], or the microguest's own loop): they fall in
+//! clusters at multiples of the step (24/25, 49, 73/74... on this build
+//! machine, whose step is 2445 MHz / 100 MHz = 24.45 ticks), or in one wide
+//! cluster when the counter moves every tick (the reads themselves take
+//! longer than a step). A step that is not a whole number of ticks shows as
+//! two neighbouring values (24 and 25), hence clusters of values at most one
+//! tick apart.
+
+/// Figures below this many quanta are flagged: one step is then more than
+/// 5 % of the figure.
+pub const FLAG_QUANTA: f64 = 20.0;
+
+/// Clusters with fewer samples than this share of the total are noise (an
+/// interrupt between two reads), not a multiple of the step.
+const MIN_SHARE: f64 = 0.001;
+
+/// Values that may belong to one cluster: a non-integral step rounds to
+/// two neighbours.
+const CLUSTER_WIDTH: u64 = 1;
+
+/// A run of distinct differences at most [`CLUSTER_WIDTH`] apart.
+#[derive(Debug, Clone, PartialEq)]
+struct Cluster {
+    /// Count-weighted mean of the values.
+    center: f64,
+    /// Distinct values in the cluster.
+    values: Vec<u64>,
+    count: u64,
+}
+
+fn clusters(diffs: &[u64]) -> Vec<Cluster> {
+    let mut sorted: Vec<u64> = diffs.iter().copied().filter(|&d| d > 0).collect();
+    sorted.sort_unstable();
+    let mut out: Vec<Cluster> = Vec::new();
+    let mut sum = 0f64;
+    for v in sorted {
+        let extends = out
+            .last()
+            .and_then(|c| c.values.last())
+            .is_some_and(|&last| v - last <= CLUSTER_WIDTH);
+        if !extends {
+            if let Some(c) = out.last_mut() {
+                c.center = sum / c.count as f64;
+            }
+            out.push(Cluster {
+                center: 0.0,
+                values: Vec::new(),
+                count: 0,
+            });
+            sum = 0.0;
+        }
+        // `out` is never empty here.
+        if let Some(c) = out.last_mut() {
+            if c.values.last() != Some(&v) {
+                c.values.push(v);
+            }
+            c.count += 1;
+            sum += v as f64;
+        }
+    }
+    if let Some(c) = out.last_mut() {
+        c.center = sum / c.count.max(1) as f64;
+    }
+    out
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The counter's step in ticks, from differences of back-to-back reads;
+/// `None` without a positive difference. Zero differences (reads faster
+/// than a step) are ignored; clusters holding under 0.1 % of the samples are
+/// noise.
+pub fn estimate(diffs: &[u64]) -> Option<f64> {
+    let positive = diffs.iter().filter(|&&d| d > 0).count() as f64;
+    let significant: Vec<Cluster> = clusters(diffs)
+        .into_iter()
+        .filter(|c| c.count as f64 >= MIN_SHARE * positive)
+        .collect();
+    let first = significant.first()?;
+    if first.values.len() > 2 {
+        // A wide cluster: the counter resolves single ticks (or a common
+        // divisor of the values it shows).
+        return Some(first.values.iter().fold(0, |g, &v| gcd(g, v)) as f64);
+    }
+    // The step is the smallest distance between cluster centres, or the first
+    // centre itself (reads one step apart); then each centre is a whole
+    // number of steps, which refines it.
+    let rough = significant
+        .windows(2)
+        .map(|w| w[1].center - w[0].center)
+        .fold(first.center, f64::min);
+    let (mut weighted, mut weight) = (0.0, 0.0);
+    for c in &significant {
+        let steps = (c.center / rough).round().max(1.0);
+        weighted += c.center / steps * c.count as f64;
+        weight += c.count as f64;
+    }
+    Some(weighted / weight)
+}
+
+/// Whether `ticks` is too few quanta to be read to better than 5 %.
+pub fn is_coarse(ticks: u64, quantum: Option<f64>) -> bool {
+    quantum.is_some_and(|q| q > 1.0 && (ticks as f64) < FLAG_QUANTA * q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Back-to-back reads of a counter stepping by `step` ticks, read every
+    /// `latency` ticks, starting at offsets spread over a step.
+    fn stepped(step: f64, latency: f64, n: usize) -> Vec<u64> {
+        let read = |t: f64| ((t / step).floor() * step).round() as u64;
+        (0..n)
+            .map(|i| {
+                let t0 = 1000.0 + i as f64 * 7.31;
+                read(t0 + latency) - read(t0)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_non_integral_step_is_found_from_its_two_neighbours() {
+        // The build machine: 24.45-tick steps, reads ~30 ticks apart: 24/25
+        // and 49 with a few 73/74.
+        let diffs = stepped(24.45, 30.0, 20_000);
+        let q = estimate(&diffs).unwrap();
+        assert!((q - 24.45).abs() < 0.1, "{q}");
+        // Fenced reads are slower (49, 73/74): the same step.
+        let q = estimate(&stepped(24.45, 60.0, 20_000)).unwrap();
+        assert!((q - 24.45).abs() < 0.1, "{q}");
+    }
+
+    #[test]
+    fn measured_distribution_of_the_build_machine() {
+        // Plain back-to-back RDTSC on the build machine (EPYC, 2445 MHz),
+        // 200k reads: value, count.
+        let measured = [
+            (24, 66_190),
+            (25, 66_616),
+            (49, 66_209),
+            (73, 495),
+            (74, 468),
+            (98, 8),
+            (122, 3),
+            (3405, 1),
+            (36_603, 1),
+        ];
+        let diffs: Vec<u64> = measured
+            .iter()
+            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
+            .collect();
+        let q = estimate(&diffs).unwrap();
+        assert!((q - 24.45).abs() < 0.1, "{q}");
+    }
+
+    #[test]
+    fn a_counter_that_moves_every_tick_has_a_quantum_of_one() {
+        let diffs: Vec<u64> = (0..5000).map(|i| 18 + i % 9).collect();
+        assert_eq!(estimate(&diffs), Some(1.0));
+        // Only even values: a counter moving by two.
+        let diffs: Vec<u64> = (0..5000).map(|i| 30 + 2 * (i % 5)).collect();
+        assert_eq!(estimate(&diffs), Some(2.0));
+    }
+
+    #[test]
+    fn reads_faster_than_a_step_and_rare_outliers() {
+        // Mostly zero (same step), one step when the counter moved, and an
+        // interrupt's gap that must not count as a cluster.
+        let mut diffs = vec![0u64; 9000];
+        diffs.extend(std::iter::repeat_n(40, 1000));
+        diffs.push(123_457);
+        assert_eq!(estimate(&diffs), Some(40.0));
+        assert_eq!(estimate(&[0, 0, 0]), None);
+        assert_eq!(estimate(&[]), None);
+    }
+
+    #[test]
+    fn coarse_figures_are_under_twenty_quanta() {
+        assert!(is_coarse(98, Some(24.45)));
+        assert!(is_coarse(488, Some(24.45)));
+        assert!(!is_coarse(490, Some(24.45)));
+        assert!(!is_coarse(5, Some(1.0)), "a fine counter flags nothing");
+        assert!(!is_coarse(5, None));
+    }
+}

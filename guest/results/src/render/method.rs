@@ -1,0 +1,196 @@
+//! How the numbers were taken, as text: the stamps and their cost, the
+//! corrections, the TSC quantum, and under each crossing row what a reader
+//! needs to judge it (clean samples, the median's confidence interval, the
+//! rounds, the batched figure, whether its parts add up).
+
+use crate::correction::{parts_problem, PairCost};
+use crate::escape::visible;
+use crate::quantum::{self, FLAG_QUANTA};
+use crate::{Crossing, Interval, Report};
+use std::fmt::Write as _;
+
+/// A figure as a table cell, marked `*` when it is under 20 TSC quanta.
+pub fn flagged(value: Option<u64>, quantum: Option<f64>) -> String {
+    match value {
+        Some(v) if quantum::is_coarse(v, quantum) => format!("{v}*"),
+        Some(v) => v.to_string(),
+        None => "-".into(),
+    }
+}
+
+/// The quantum a report's figures are judged against.
+pub fn quantum_of(report: &Report) -> Option<f64> {
+    report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks)
+}
+
+fn pair(name: &str, p: &PairCost) -> String {
+    let rounds = if p.round_medians.len() > 1 {
+        let list: Vec<String> = p.round_medians.iter().map(u64::to_string).collect();
+        format!(", rounds {}", list.join(" "))
+    } else {
+        String::new()
+    };
+    format!(
+        "{name} {} (min {}, p99 {}{rounds})",
+        p.stats.median, p.stats.min, p.stats.p99
+    )
+}
+
+/// Header lines about the stamps: their instructions, their cost, the
+/// corrections, the quantum, LFENCE and the PMU.
+pub fn stamp_lines(report: &Report) -> String {
+    let mut out = String::new();
+    let m = &report.method;
+    if let Some(k) = &m.kernel_stamps {
+        let _ = writeln!(
+            out,
+            "kernel stamps `{}` (entry) .. `{}` (return), from {}",
+            visible(&k.entry),
+            visible(&k.exit),
+            visible(&k.source)
+        );
+    }
+    if let Some(costs) = &report.stamp_costs {
+        let mut pairs = vec![pair("user pair", &costs.user_pair)];
+        for (name, p) in [
+            ("kernel pair", &costs.kernel_pair),
+            ("inner kernel pair", &costs.kernel_pair_inner),
+            ("VMM pair", &costs.vmm_pair),
+            ("VMM reverse pair", &costs.vmm_pair_reverse),
+        ] {
+            if let Some(p) = p {
+                pairs.push(pair(name, p));
+            }
+        }
+        let _ = writeln!(out, "stamp costs (ticks): {}", pairs.join("; "));
+        let c = &costs.corrections;
+        if costs.kernel_pair.is_some() {
+            let _ = writeln!(
+                out,
+                "corrections (ticks): u2k {}, k2u {}, in_kernel {}, round trip {}; without kernel stamps {}",
+                c.u2k, c.k2u, c.in_kernel, c.round_trip, c.user_round_trip
+            );
+        } else {
+            let _ = writeln!(out, "corrections (ticks): round trip {}", c.user_round_trip);
+        }
+        if let Some(e) = &costs.exit_corrections {
+            let _ = writeln!(
+                out,
+                "exit corrections (ticks): round trip {} (in the hypervisor) or {} (via the VMM) = guest->VMM {} + in VMM {} + VMM->guest {}",
+                e.round_trip, e.round_trip_via_vmm, e.guest_to_vmm, e.in_vmm, e.vmm_to_guest
+            );
+        }
+        for h in &costs.hooks {
+            let keeps = if h.off_keeps.is_empty() {
+                String::new()
+            } else {
+                format!(" (off still {})", visible(&h.off_keeps))
+            };
+            let _ = writeln!(
+                out,
+                "kernel stamps on vs off, {} round trip: {} vs {} ticks, {:+}{keeps}",
+                visible(&h.crossing),
+                h.on_median,
+                h.off_median,
+                h.delta
+            );
+        }
+    }
+    if let Some(machine) = &report.machine {
+        if let Some(q) = machine.tsc_quantum_ticks {
+            let _ = writeln!(
+                out,
+                "TSC quantum {q:.2} ticks: figures under {FLAG_QUANTA:.0} quanta ({:.0} ticks) are marked *",
+                FLAG_QUANTA * q
+            );
+        }
+        if let Some(w) = machine.lfence.warning() {
+            let _ = writeln!(out, "warning: {}", visible(&w));
+        }
+        if !machine.pmu.is_empty() {
+            let _ = writeln!(out, "{}", visible(&machine.pmu));
+        }
+    }
+    out
+}
+
+fn median(i: &Option<Interval>) -> String {
+    i.as_ref()
+        .filter(|i| i.corrected.count > 0)
+        .map_or_else(|| "-".into(), |i| i.corrected.median.to_string())
+}
+
+/// What a reader needs under a crossing's row, one line each.
+pub fn crossing_notes(c: &Crossing, quantum: Option<f64>) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(clean) = &c.clean {
+        notes.push(format!(
+            "clean samples (no interrupt in the window): {} of {} valid; u2k med {}, k2u med {}, rtrip med {}",
+            clean.samples,
+            c.samples_valid,
+            median(&clean.u2k),
+            median(&clean.k2u),
+            median(&clean.round_trip)
+        ));
+    }
+    if let Some(rt) = c.round_trip.as_ref().filter(|i| i.corrected.count > 0) {
+        let mut text = String::new();
+        if let Some(ci) = rt.median_ci {
+            let _ = write!(text, "rtrip median 95% CI {}..{}", ci.low, ci.high);
+        }
+        if rt.rounds.len() > 1 {
+            let list: Vec<String> = rt.rounds.iter().map(u64::to_string).collect();
+            let spread =
+                rt.rounds.iter().max().unwrap_or(&0) - rt.rounds.iter().min().unwrap_or(&0);
+            let sep = if text.is_empty() { "" } else { "; " };
+            let _ = write!(
+                text,
+                "{sep}per-round medians {} (spread {spread})",
+                list.join(" ")
+            );
+        }
+        if !text.is_empty() {
+            notes.push(text);
+        }
+    }
+    if let Some(b) = &c.batched {
+        notes.push(format!(
+            "batched: {} crossings per stamp pair, {} ticks per crossing (median, {} batches)",
+            b.per_batch, b.per_crossing.median, b.per_crossing.count
+        ));
+    } else if c.round_trip.as_ref().is_some_and(|rt| {
+        rt.corrected.count > 0 && quantum::is_coarse(rt.corrected.median, quantum)
+    }) {
+        notes.push("round trip under 20 TSC quanta and no batched figure for this crossing".into());
+    }
+    if let Some(cycles) = c.cycles.as_ref().filter(|s| s.count > 0) {
+        notes.push(format!(
+            "core cycles (PMU): rtrip median {} (raw, min {}, {} samples)",
+            cycles.median, cycles.min, cycles.count
+        ));
+    }
+    if let Some(problem) = parts_problem(c) {
+        notes.push(visible(&problem).into_owned());
+    }
+    notes
+}
+
+/// Where each crossing's kernel stamps sit, one line each.
+pub fn stamp_point_lines(report: &Report) -> String {
+    let mut out = String::new();
+    if report.method.stamp_points.is_empty() {
+        return out;
+    }
+    out += "kernel stamp points:\n";
+    for p in &report.method.stamp_points {
+        let _ = writeln!(
+            out,
+            "- {}: entry {} (after: {}); return {}",
+            visible(&p.crossing),
+            visible(&p.entry),
+            visible(&p.entry_depth),
+            visible(&p.exit)
+        );
+    }
+    out
+}

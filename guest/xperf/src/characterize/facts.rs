@@ -1,0 +1,464 @@
+//! What a machine tells about itself in /proc, /sys, DMI and the kernel log,
+//! and what that means: a `systemd-detect-virt`-like verdict, nested
+//! virtualisation, TSC flags, steal time.
+//!
+//! The parsers are pure functions of the text they are given (fuzz targets
+//! can call them); the readers around them only fetch the text.
+
+use std::path::Path;
+
+/// Longest CPU list accepted from sysfs (a hostile "0-4294967295" stays small).
+pub const MAX_CPUS: usize = 4096;
+
+/// CPU flags that say how far the TSC can be trusted, as /proc/cpuinfo names them.
+pub const TSC_FLAGS: [&str; 7] = [
+    "constant_tsc",
+    "nonstop_tsc",
+    "tsc_known_freq",
+    "tsc_reliable",
+    "tsc_adjust",
+    "rdtscp",
+    "tsc_deadline_timer",
+];
+
+/// A sysfs file, trimmed; empty when absent or unreadable.
+pub fn read_trimmed(path: impl AsRef<Path>) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// A CPU list as sysfs writes it ("0-3,8,10-11"), at most [`MAX_CPUS`] CPUs.
+pub fn parse_cpu_list(text: &str) -> Vec<u32> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<u32>(), b.trim().parse::<u32>()),
+            None => (part.trim().parse::<u32>(), part.trim().parse::<u32>()),
+        };
+        let (Ok(first), Ok(last)) = (first, last) else {
+            continue;
+        };
+        for cpu in first..=last {
+            if cpus.len() >= MAX_CPUS {
+                return cpus;
+            }
+            cpus.push(cpu);
+        }
+    }
+    cpus
+}
+
+/// A field of the first processor block of /proc/cpuinfo.
+pub fn cpuinfo_field(cpuinfo: &str, name: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim() == name)
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// The TSC flags of [`TSC_FLAGS`] the CPU has and those it lacks.
+pub fn tsc_flags(cpuinfo: &str) -> (Vec<&'static str>, Vec<&'static str>) {
+    let flags = cpuinfo_field(cpuinfo, "flags").unwrap_or_default();
+    let present: Vec<&str> = flags.split_whitespace().collect();
+    TSC_FLAGS.iter().partition(|f| present.contains(f))
+}
+
+/// CPU time counters of the `cpu` line of /proc/stat, in USER_HZ ticks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// user + nice + system + idle + iowait + irq + softirq + steal (guest
+    /// time is already inside user and nice).
+    pub total: u64,
+    pub steal: u64,
+}
+
+/// The aggregate `cpu` line of /proc/stat; `None` when absent or malformed.
+pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if fields.len() < 8 {
+        return None;
+    }
+    Some(CpuTimes {
+        total: fields.iter().fold(0u64, |a, &b| a.saturating_add(b)),
+        steal: fields[7],
+    })
+}
+
+/// Steal time between two readings, as one line.
+pub fn steal_text(before: CpuTimes, after: CpuTimes) -> Result<String, String> {
+    let total = after.total.checked_sub(before.total);
+    let steal = after.steal.checked_sub(before.steal);
+    match (total, steal) {
+        (Some(total), Some(steal)) if total > 0 => Ok(format!(
+            "{:.2} % of all CPUs' time stolen by the hypervisor during the run ({steal} of {total} ticks)",
+            steal as f64 * 100.0 / total as f64
+        )),
+        (Some(0), _) => Err("no CPU time passed between the two readings of /proc/stat".into()),
+        _ => Err("the /proc/stat counters went backwards during the run".into()),
+    }
+}
+
+/// The DMI identity strings under /sys/class/dmi/id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dmi {
+    pub sys_vendor: String,
+    pub product_name: String,
+    pub product_version: String,
+    pub board_vendor: String,
+    pub bios_vendor: String,
+}
+
+impl Dmi {
+    /// Reads `dir` (normally /sys/class/dmi/id); `None` when it does not exist.
+    pub fn read(dir: &Path) -> Option<Dmi> {
+        if !dir.is_dir() {
+            return None;
+        }
+        let f = |name: &str| read_trimmed(dir.join(name));
+        Some(Dmi {
+            sys_vendor: f("sys_vendor"),
+            product_name: f("product_name"),
+            product_version: f("product_version"),
+            board_vendor: f("board_vendor"),
+            bios_vendor: f("bios_vendor"),
+        })
+    }
+
+    /// The fields systemd looks at, in its order.
+    fn fields(&self) -> [&str; 5] {
+        [
+            &self.product_name,
+            &self.sys_vendor,
+            &self.board_vendor,
+            &self.bios_vendor,
+            &self.product_version,
+        ]
+    }
+
+    pub fn describe(&self) -> String {
+        let named = [
+            ("sys_vendor", &self.sys_vendor),
+            ("product_name", &self.product_name),
+            ("product_version", &self.product_version),
+            ("board_vendor", &self.board_vendor),
+            ("bios_vendor", &self.bios_vendor),
+        ];
+        let parts: Vec<String> = named
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect();
+        if parts.is_empty() {
+            "present but every identity field is empty".into()
+        } else {
+            parts.join(" ")
+        }
+    }
+}
+
+/// DMI vendor prefixes and what `systemd-detect-virt` calls them.
+const DMI_VENDORS: [(&str, &str); 17] = [
+    ("KVM", "kvm"),
+    ("OpenStack", "kvm"),
+    ("KubeVirt", "kvm"),
+    ("Amazon EC2", "amazon"),
+    ("QEMU", "qemu"),
+    ("VMware", "vmware"),
+    ("VMW", "vmware"),
+    ("innotek GmbH", "oracle"),
+    ("VirtualBox", "oracle"),
+    ("Oracle Corporation", "oracle"),
+    ("Xen", "xen"),
+    ("Bochs", "bochs"),
+    ("Parallels", "parallels"),
+    ("BHYVE", "bhyve"),
+    ("Hyper-V", "microsoft"),
+    ("Apple Virtualization", "apple"),
+    ("Google Compute Engine", "google"),
+];
+
+/// CPUID 0x40000000 signatures and what `systemd-detect-virt` calls them.
+const CPUID_VENDORS: [(&str, &str); 11] = [
+    ("XenVMMXenVMM", "xen"),
+    ("KVMKVMKVM", "kvm"),
+    ("Linux KVM Hv", "kvm"),
+    ("TCGTCGTCGTCG", "qemu"),
+    ("VMwareVMware", "vmware"),
+    ("Microsoft Hv", "microsoft"),
+    ("bhyve bhyve", "bhyve"),
+    ("QNXQVMBSQG", "qnx"),
+    ("ACRNACRNACRN", "acrn"),
+    ("SRESRESRESRE", "sre"),
+    ("Apple VZ", "apple"),
+];
+
+/// DMI's verdict: the first field that starts with a known vendor.
+fn dmi_verdict(dmi: &Dmi) -> Option<&'static str> {
+    dmi.fields().iter().find_map(|field| {
+        DMI_VENDORS
+            .iter()
+            .find(|(prefix, _)| field.starts_with(prefix))
+            .map(|(_, name)| *name)
+    })
+}
+
+/// CPUID's verdict: `None` without the hypervisor bit, "vm-other" for an
+/// unknown signature.
+fn cpuid_verdict(signature: Option<&str>) -> Option<&'static str> {
+    let sig = signature?.trim_end_matches(['\0', ' ']);
+    Some(
+        CPUID_VENDORS
+            .iter()
+            .find(|(s, _)| *s == sig)
+            .map_or("vm-other", |(_, name)| *name),
+    )
+}
+
+/// What `systemd-detect-virt --vm` would print, and from which source, in
+/// its order: DMI first for the vendors that run KVM or cloak as Hyper-V
+/// (Oracle, Xen, Amazon, Parallels, Google), then CPUID (which names the
+/// hypervisor even when DMI is rewritten), then DMI, then
+/// /sys/hypervisor/type. `signature` is `None` without the CPUID
+/// hypervisor bit.
+pub fn detect_virt(
+    signature: Option<&str>,
+    dmi: Option<&Dmi>,
+    sys_hypervisor: &str,
+) -> (&'static str, &'static str) {
+    let dmi_says = dmi.and_then(dmi_verdict);
+    if let Some(v @ ("oracle" | "xen" | "amazon" | "parallels" | "google")) = dmi_says {
+        return (v, "DMI");
+    }
+    let cpuid_says = cpuid_verdict(signature);
+    if let Some(v) = cpuid_says.filter(|v| !matches!(*v, "microsoft" | "vm-other")) {
+        return (v, "CPUID 0x40000000");
+    }
+    if let Some(v) = dmi_says {
+        return (v, "DMI");
+    }
+    if sys_hypervisor.trim() == "xen" {
+        return ("xen", "/sys/hypervisor/type");
+    }
+    match cpuid_says {
+        Some(v) => (v, "CPUID 0x40000000"),
+        None => ("none", "no CPUID hypervisor bit, no DMI vendor"),
+    }
+}
+
+/// Whether this machine is a guest that can run guests itself.
+pub fn nested_text(hypervisor: bool, flags: &[String], kvm_module: &str, dev_kvm: bool) -> String {
+    let ext = flags
+        .iter()
+        .find(|f| *f == "vmx" || *f == "svm")
+        .map(String::as_str);
+    let kvm = match (dev_kvm, kvm_module) {
+        (false, _) => "no /dev/kvm".to_string(),
+        (true, "") => "/dev/kvm present".to_string(),
+        (true, m) => format!("/dev/kvm served by {m}"),
+    };
+    match (hypervisor, ext) {
+        (false, Some(e)) => format!("not a guest; the CPU offers {e} ({kvm})"),
+        (false, None) => format!("not a guest; no vmx/svm ({kvm})"),
+        (true, Some(e)) => format!(
+            "a guest offered {e}: nested virtualisation available ({kvm}); \
+             whether this guest is itself nested cannot be seen from inside"
+        ),
+        (true, None) if kvm_module == "kvm_pvm" => {
+            format!("a guest without vmx/svm; {kvm}: software (PVM) virtualisation only")
+        }
+        (true, None) => format!("a guest without vmx/svm: no nested virtualisation ({kvm})"),
+    }
+}
+
+/// "2445.432" MHz as kHz, exactly.
+fn mhz_to_khz(text: &str) -> Option<u64> {
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    let int: u64 = int.parse().ok()?;
+    let frac3: String = frac.chars().chain("000".chars()).take(3).collect();
+    let frac: u64 = frac3.parse().ok()?;
+    int.checked_mul(1000)?.checked_add(frac)
+}
+
+/// The TSC rate the kernel settled on, from its log: the refined
+/// calibration when there is one, else the detected rate; with its line.
+pub fn kernel_log_tsc_khz(log: &str) -> Option<(u64, String)> {
+    let rate = |needle: &str| {
+        log.lines().filter(|l| l.contains(needle)).find_map(|l| {
+            let before = l.split(" MHz").next()?;
+            let number = before.rsplit(' ').next()?;
+            let text = l.split("] ").nth(1).unwrap_or(l).trim().to_string();
+            Some((mhz_to_khz(number)?, text))
+        })
+    };
+    rate("tsc: Refined TSC clocksource calibration:").or_else(|| rate("tsc: Detected "))
+}
+
+/// The kernel's "Hypervisor detected: X" line, X only.
+pub fn kernel_log_hypervisor(log: &str) -> Option<String> {
+    log.lines().find_map(|l| {
+        let rest = l.split("Hypervisor detected: ").nth(1)?;
+        Some(rest.trim().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_expand_and_stay_bounded() {
+        assert_eq!(parse_cpu_list("0-3,8,10-11\n"), [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_cpu_list("0"), [0]);
+        assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
+        assert_eq!(parse_cpu_list("x,2,3-y"), [2]);
+        assert_eq!(parse_cpu_list("0-4294967295").len(), MAX_CPUS);
+    }
+
+    const CPUINFO: &str = "processor\t: 0\nmicrocode\t: 0x1000065\n\
+flags\t\t: fpu tsc rdtscp constant_tsc nonstop_tsc tsc_known_freq hypervisor\n\n\
+processor\t: 1\nmicrocode\t: 0xdead\n";
+
+    #[test]
+    fn cpuinfo_fields_and_tsc_flags_of_the_first_cpu() {
+        assert_eq!(
+            cpuinfo_field(CPUINFO, "microcode").as_deref(),
+            Some("0x1000065")
+        );
+        assert_eq!(cpuinfo_field(CPUINFO, "model name"), None);
+        let (has, lacks) = tsc_flags(CPUINFO);
+        assert_eq!(
+            has,
+            ["constant_tsc", "nonstop_tsc", "tsc_known_freq", "rdtscp"]
+        );
+        assert_eq!(lacks, ["tsc_reliable", "tsc_adjust", "tsc_deadline_timer"]);
+    }
+
+    #[test]
+    fn steal_time_from_two_readings() {
+        let text =
+            |steal: u64| format!("cpu  100 0 50 1000 0 0 0 {steal} 7 0\ncpu0 1 2 3 4 5 6 7 8\n");
+        let a = parse_proc_stat(&text(10)).unwrap();
+        assert_eq!(
+            a,
+            CpuTimes {
+                total: 1160,
+                steal: 10
+            }
+        );
+        let mut b = a;
+        b.total += 200;
+        b.steal += 5;
+        let line = steal_text(a, b).unwrap();
+        assert!(line.starts_with("2.50 % of all CPUs' time"), "{line}");
+        assert!(steal_text(b, a).is_err());
+        assert!(steal_text(a, a).is_err());
+        assert_eq!(parse_proc_stat("cpu 1 2 3\n"), None);
+        assert_eq!(parse_proc_stat("intr 5\n"), None);
+        assert_eq!(parse_proc_stat("cpu  a b c d e f g h\n"), None);
+    }
+
+    fn dmi(vendor: &str, product: &str) -> Dmi {
+        Dmi {
+            sys_vendor: vendor.into(),
+            product_name: product.into(),
+            ..Dmi::default()
+        }
+    }
+
+    #[test]
+    fn virt_verdict_follows_systemds_order() {
+        // CPUID names KVM even when DMI says QEMU.
+        assert_eq!(
+            detect_virt(Some("KVMKVMKVM"), Some(&dmi("QEMU", "Standard PC")), ""),
+            ("kvm", "CPUID 0x40000000")
+        );
+        // Amazon runs KVM (Nitro) but DMI wins.
+        assert_eq!(
+            detect_virt(Some("KVMKVMKVM"), Some(&dmi("Amazon EC2", "m5.large")), ""),
+            ("amazon", "DMI")
+        );
+        // Xen cloaking as Hyper-V: DMI wins too.
+        assert_eq!(
+            detect_virt(Some("Microsoft Hv"), Some(&dmi("Xen", "HVM domU")), ""),
+            ("xen", "DMI")
+        );
+        assert_eq!(
+            detect_virt(Some("Microsoft Hv"), None, ""),
+            ("microsoft", "CPUID 0x40000000")
+        );
+        assert_eq!(detect_virt(Some("TCGTCGTCGTCG"), None, "").0, "qemu");
+        assert_eq!(detect_virt(Some("bhyve bhyve "), None, "").0, "bhyve");
+        assert_eq!(
+            detect_virt(Some("Nobody\0\0"), None, ""),
+            ("vm-other", "CPUID 0x40000000")
+        );
+        assert_eq!(
+            detect_virt(None, Some(&dmi("", "VMware7,1")), "").0,
+            "vmware"
+        );
+        assert_eq!(
+            detect_virt(None, None, "xen\n"),
+            ("xen", "/sys/hypervisor/type")
+        );
+        assert_eq!(
+            detect_virt(None, Some(&dmi("Dell Inc.", "R640")), "").0,
+            "none"
+        );
+    }
+
+    #[test]
+    fn nested_says_what_this_guest_can_run() {
+        let f = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let t = nested_text(true, &f(&["svm"]), "kvm_amd", true);
+        assert!(
+            t.starts_with("a guest offered svm: nested") && t.contains("kvm_amd"),
+            "{t}"
+        );
+        let t = nested_text(true, &f(&[]), "kvm_pvm", true);
+        assert!(t.contains("PVM"), "{t}");
+        let t = nested_text(true, &f(&[]), "", false);
+        assert!(t.contains("no nested virtualisation (no /dev/kvm)"), "{t}");
+        assert!(nested_text(false, &f(&["vmx"]), "", false).starts_with("not a guest"));
+    }
+
+    #[test]
+    fn kernel_log_rates_and_hypervisor() {
+        let log = "<6>[    0.000000] Hypervisor detected: KVM\n\
+<6>[    0.000010] tsc: Detected 2445.406 MHz processor\n\
+<6>[    1.100000] tsc: Refined TSC clocksource calibration: 2445.4 MHz\n";
+        let (khz, line) = kernel_log_tsc_khz(log).unwrap();
+        assert_eq!(khz, 2_445_400);
+        assert!(line.starts_with("tsc: Refined"), "{line}");
+        let only = "[0.0] tsc: Detected 3000.000 MHz TSC\n";
+        assert_eq!(kernel_log_tsc_khz(only).unwrap().0, 3_000_000);
+        assert_eq!(kernel_log_tsc_khz("tsc: Detected x MHz\n"), None);
+        assert_eq!(kernel_log_hypervisor(log).as_deref(), Some("KVM"));
+        assert_eq!(kernel_log_hypervisor("nothing"), None);
+        assert_eq!(mhz_to_khz("99999999999999999999"), None);
+    }
+
+    #[test]
+    fn dmi_reads_a_directory_and_describes_what_is_set() {
+        assert_eq!(Dmi::read(Path::new("/nonexistent/dmi")), None);
+        let dir = std::env::temp_dir().join(format!("xperf-dmi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("sys_vendor"), "QEMU\n").unwrap();
+        let d = Dmi::read(&dir).unwrap();
+        assert_eq!(d.describe(), "sys_vendor=\"QEMU\"");
+        assert_eq!(detect_virt(None, Some(&d), "").0, "qemu");
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(Dmi::default()
+            .describe()
+            .contains("every identity field is empty"));
+    }
+}

@@ -1,0 +1,508 @@
+//! The metrics of each group, taken and read here; what they mean is decided
+//! by the pure functions of [`super::facts`] and [`super::timing`].
+
+use super::facts::{self, CpuTimes, Dmi};
+use super::skew::{self, Skew};
+use super::timing;
+use crate::stamp;
+use std::path::Path;
+use std::time::Duration;
+use xvmm_results::{Crossing, Machine, Metric, Status};
+
+const HYPERVISOR: &str = "hypervisor";
+const TIME: &str = "time";
+const EXITS: &str = "exits";
+const CROSSINGS: &str = "crossings";
+const MACHINE: &str = "machine";
+
+/// Unit of timed metrics: TSC ticks with the null overhead subtracted.
+const TICKS: &str = "ticks";
+/// Calibration windows for the measured TSC rate.
+const RATE_WINDOWS: usize = 10;
+const RATE_WINDOW: Duration = Duration::from_millis(100);
+/// At most this many CPU pairs are ping-ponged (cpu0 against each other).
+const MAX_SKEW_PAIRS: usize = 8;
+const SKEW_ROUNDS: u64 = 2000;
+const SKEW_LIMIT: Duration = Duration::from_secs(20);
+/// Bursts of pauses (each [`timing::CHUNKS_PER_BURST`] chunks).
+const PAUSE_BURSTS: u64 = 100;
+
+/// Why a root-only figure is missing, or the kernel log.
+pub type KernelLog = Result<String, String>;
+
+fn root_reason(error: &str) -> String {
+    format!("the kernel log is needed and could not be read ({error}); run as root")
+}
+
+/// CPUID leaf `leaf`, read once outside any measured region.
+fn cpuid_leaf(leaf: u32) -> std::arch::x86_64::CpuidResult {
+    #[allow(unused_unsafe)] // a safe fn on newer toolchains
+    // SAFETY: cpuid exists on every x86-64 CPU; unknown leaves return data.
+    unsafe {
+        std::arch::x86_64::__cpuid(leaf)
+    }
+}
+
+fn hypervisor_bit() -> bool {
+    cpuid_leaf(1).ecx & (1 << 31) != 0
+}
+
+/// CPUID signature, DMI, the verdict, nested, the kernel's own word.
+pub fn hypervisor(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
+    let bit = hypervisor_bit();
+    let signature = bit.then(|| machine.hypervisor_signature.clone());
+    let signature_metric = match &signature {
+        None => Metric::fact(
+            HYPERVISOR,
+            "cpuid-signature",
+            "none: CPUID.1:ECX bit 31 (hypervisor present) is clear",
+        ),
+        Some(sig) => Metric::fact(
+            HYPERVISOR,
+            "cpuid-signature",
+            format!(
+                "{sig:?} (CPUID 0x40000000; highest hypervisor leaf {:#x})",
+                cpuid_leaf(0x4000_0000).eax
+            ),
+        ),
+    };
+    let dmi = Dmi::read(Path::new("/sys/class/dmi/id"));
+    let dmi_metric = match &dmi {
+        Some(d) => Metric::fact(HYPERVISOR, "dmi", d.describe()),
+        None => Metric::missing(
+            HYPERVISOR,
+            "dmi",
+            "no /sys/class/dmi/id: the firmware gave no SMBIOS table, or the kernel lacks CONFIG_DMIID",
+        ),
+    };
+    let sys_hypervisor = facts::read_trimmed("/sys/hypervisor/type");
+    let (verdict, source) = facts::detect_virt(signature.as_deref(), dmi.as_ref(), &sys_hypervisor);
+    let dev_kvm = Path::new("/dev/kvm").exists();
+    let kernel_says = match log {
+        Err(e) => Metric::missing(HYPERVISOR, "kernel-hypervisor", root_reason(e)),
+        Ok(text) => Metric::fact(
+            HYPERVISOR,
+            "kernel-hypervisor",
+            facts::kernel_log_hypervisor(text).unwrap_or_else(|| {
+                "no \"Hypervisor detected\" line in the kernel log (bare metal, or the line left the ring buffer)".into()
+            }),
+        ),
+    };
+    vec![
+        signature_metric,
+        dmi_metric,
+        Metric::fact(
+            HYPERVISOR,
+            "virt",
+            format!("{verdict} (from {source}; as systemd-detect-virt --vm)"),
+        ),
+        Metric::fact(
+            HYPERVISOR,
+            "nested",
+            facts::nested_text(bit, &machine.flags, &machine.kvm_module, dev_kvm),
+        ),
+        kernel_says,
+    ]
+}
+
+/// Clocksources and clock_gettime through the vDSO against the system call.
+pub fn clocks(machine: &Machine, n: usize, null: u64) -> Vec<Metric> {
+    let dir = "/sys/devices/system/clocksource/clocksource0";
+    let current = facts::read_trimmed(format!("{dir}/current_clocksource"));
+    let available = facts::read_trimmed(format!("{dir}/available_clocksource"));
+    let clocksource = if current.is_empty() {
+        Metric::missing(TIME, "clocksource", format!("{dir} is not readable"))
+    } else {
+        Metric::fact(
+            TIME,
+            "clocksource",
+            format!("{current} (available: {available})"),
+        )
+    };
+    let warmup = (n / 10).max(1);
+    let libc_samples = timing::sample(n, warmup, null, timing::clock_gettime_libc);
+    let sys_samples = timing::sample(n, warmup, null, timing::clock_gettime_syscall);
+    let mut vdso = Metric::from_samples(TIME, "clock_gettime-vdso", TICKS, &libc_samples);
+    let syscall = Metric::from_samples(TIME, "clock_gettime-syscall", TICKS, &sys_samples);
+    if let (Some(v), Some(s)) = (vdso.measured(), syscall.measured()) {
+        let verdict = timing::vdso_verdict(
+            v.median,
+            s.median,
+            timing::vdso_mapped(),
+            &machine.clocksource,
+        );
+        vdso = vdso.with_value(format!("CLOCK_MONOTONIC through libc: {verdict}"));
+    }
+    vec![clocksource, vdso, syscall]
+}
+
+/// The cpuid round trip (an exit under any hypervisor).
+pub fn cpuid(machine: &Machine, n: usize, null: u64) -> Metric {
+    let samples = timing::sample(n, (n / 10).max(1), null, || stamp::cpuid_pair(0));
+    let m = Metric::from_samples(EXITS, "cpuid", TICKS, &samples);
+    match m.measured().map(|s| s.median) {
+        Some(median) => {
+            let sig = if hypervisor_bit() {
+                machine.hypervisor_signature.as_str()
+            } else {
+                ""
+            };
+            let hypervisor = if hypervisor_bit() && sig.is_empty() {
+                "unnamed"
+            } else {
+                sig
+            };
+            m.with_value(timing::cpuid_verdict(median, hypervisor))
+        }
+        None => m,
+    }
+}
+
+/// rdtsc and rdtscp: their cost, and whether they trap.
+pub fn rdtsc(n: usize, null: u64, cpuid_exit: Option<u64>) -> Vec<Metric> {
+    let warmup = (n / 10).max(1);
+    let allowed = timing::tsc_allowed_text();
+    let mut out = Vec::new();
+    for (name, pair) in [
+        ("rdtsc", stamp::rdtsc_pair as fn() -> (u64, u64)),
+        ("rdtscp", stamp::rdtscp_pair),
+    ] {
+        let samples = timing::sample(n, warmup, null, pair);
+        let m = Metric::from_samples(TIME, name, TICKS, &samples);
+        let verdict = m
+            .measured()
+            .map(|s| format!("{}; {allowed}", timing::trap_verdict(s.median, cpuid_exit)));
+        out.push(match verdict {
+            Some(v) => m.with_value(v),
+            None => m,
+        });
+    }
+    out
+}
+
+/// Pause loops: ticks per chunk of pauses, and whether spinning exits
+/// (against control loops of the same length without pause). A spike is a
+/// chunk over its burst's median by half a cpuid exit (about what any exit
+/// costs), or 1500 ticks when that is unknown.
+pub fn pause(samples: u64, null: u64, hypervisor: bool, cpuid_exit: Option<u64>) -> Metric {
+    let bursts = PAUSE_BURSTS.min(samples.max(1));
+    let chunk = timing::PAUSES_PER_CHUNK;
+    // One unrecorded burst (faults in code and stack), which also gives the
+    // pause chunk's length for the control loop.
+    let pause_median = timing::median(&timing::burst(null, || stamp::pause_pair(chunk)));
+    let per_spin = timing::median(&timing::burst(null, || stamp::spin_pair(4096))) / 4096;
+    let spins = u32::try_from(pause_median / per_spin.max(1))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let extra = cpuid_exit.map_or(1500, |e| (e / 2).max(100));
+    let (mut chunks, mut pause_spikes, mut control_spikes) = (Vec::new(), 0, 0);
+    for _ in 0..bursts {
+        let burst = timing::burst(null, || stamp::pause_pair(chunk));
+        pause_spikes += timing::spikes(&burst, extra);
+        chunks.extend(burst);
+        let control = timing::burst(null, || stamp::spin_pair(spins));
+        control_spikes += timing::spikes(&control, extra);
+    }
+    let unit = format!("ticks/{chunk} pauses");
+    let m = Metric::from_samples(EXITS, "pause", &unit, &chunks);
+    let verdict = timing::pause_verdict(pause_spikes, control_spikes, bursts as usize, extra);
+    if hypervisor {
+        m.with_value(verdict)
+    } else {
+        m.with_value(format!("no hypervisor seen, nothing to exit to; {verdict}"))
+    }
+}
+
+/// TSC flags, the rate CPUID (and, as root, the kernel) reports, and the rate
+/// measured against CLOCK_MONOTONIC.
+pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags = if cpuinfo.is_empty() {
+        Metric::missing(TIME, "tsc-flags", "/proc/cpuinfo is not readable")
+    } else {
+        let (has, lacks) = facts::tsc_flags(&cpuinfo);
+        Metric::fact(
+            TIME,
+            "tsc-flags",
+            format!("has: {}; lacks: {}", words(&has), words(&lacks)),
+        )
+    };
+    let reported = if machine.tsc_khz_source.starts_with("cpuid") {
+        Some(machine.tsc_khz)
+    } else {
+        None
+    };
+    let reported_metric = match reported {
+        Some(khz) => Metric::fact(
+            TIME,
+            "tsc-khz-reported",
+            format!("{khz} kHz from {}", machine.tsc_khz_source),
+        ),
+        None => Metric::missing(
+            TIME,
+            "tsc-khz-reported",
+            "CPUID gives no TSC rate (neither leaf 0x15 nor 0x40000010)",
+        ),
+    };
+    let kernel = match log {
+        Err(e) => Err(root_reason(e)),
+        Ok(text) => facts::kernel_log_tsc_khz(text).ok_or_else(|| {
+            "no \"tsc: Detected\" or \"Refined TSC\" line in the kernel log".to_string()
+        }),
+    };
+    let kernel_metric = match &kernel {
+        Ok((khz, line)) => Metric::fact(TIME, "tsc-khz-kernel", format!("{khz} kHz ({line})")),
+        Err(reason) => Metric::missing(TIME, "tsc-khz-kernel", reason.clone()),
+    };
+    let rates: Vec<u64> = (0..RATE_WINDOWS)
+        .map(|_| xvmm_results::tsc::calibrate_khz(RATE_WINDOW))
+        .collect();
+    let measured = Metric::from_samples(TIME, "tsc-khz-measured", "kHz", &rates);
+    let against = reported
+        .map(|k| (k, "CPUID"))
+        .or_else(|| kernel.as_ref().ok().map(|(k, _)| (*k, "the kernel")));
+    let measured = match (measured.measured().map(|s| s.median), against) {
+        (Some(m), Some((r, from))) if r > 0 => measured.with_value(format!(
+            "{:+.0} ppm against {from}'s {r} kHz ({RATE_WINDOWS} windows of {} ms against CLOCK_MONOTONIC)",
+            (m as f64 - r as f64) * 1e6 / r as f64,
+            RATE_WINDOW.as_millis()
+        )),
+        (Some(_), _) => measured.with_value(format!(
+            "no reported rate to compare with ({RATE_WINDOWS} windows of {} ms against CLOCK_MONOTONIC)",
+            RATE_WINDOW.as_millis()
+        )),
+        (None, _) => measured,
+    };
+    vec![flags, reported_metric, kernel_metric, measured]
+}
+
+fn words(list: &[&str]) -> String {
+    if list.is_empty() {
+        "none".into()
+    } else {
+        list.join(" ")
+    }
+}
+
+/// TSC skew of the first online CPU against each other one (up to
+/// [`MAX_SKEW_PAIRS`]).
+pub fn tsc_skew(samples: u64) -> Vec<Metric> {
+    let cpus = facts::parse_cpu_list(&facts::read_trimmed("/sys/devices/system/cpu/online"));
+    let Some((&first, others)) = cpus.split_first() else {
+        return vec![Metric::missing(
+            TIME,
+            "tsc-skew",
+            "/sys/devices/system/cpu/online is not readable",
+        )];
+    };
+    if others.is_empty() {
+        return vec![Metric::missing(
+            TIME,
+            "tsc-skew",
+            format!("only cpu{first} is online: no pair to compare"),
+        )];
+    }
+    let rounds = SKEW_ROUNDS.min(samples.max(1));
+    others
+        .iter()
+        .take(MAX_SKEW_PAIRS)
+        .map(|&other| {
+            let name = format!("tsc-skew cpu{first}-cpu{other}");
+            match skew::ping_pong(first, other, rounds, SKEW_LIMIT) {
+                Err(reason) => Metric::missing(TIME, &name, reason),
+                Ok(rounds) => match Skew::from_rounds(&rounds) {
+                    None => Metric::missing(TIME, &name, "no rounds"),
+                    Some(s) => Metric::from_samples(TIME, &name, TICKS, &s.estimates)
+                        .with_value(s.describe(first, other)),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Each crossing's round trip, u2k and k2u (null-corrected), or why not.
+pub fn crossings(crossings: &[Crossing]) -> Vec<Metric> {
+    let mut out = Vec::new();
+    for c in crossings {
+        let parts = [("", &c.round_trip), ("-u2k", &c.u2k), ("-k2u", &c.k2u)];
+        for (suffix, interval) in parts {
+            let name = format!("{}{suffix}", c.name);
+            let stats = interval
+                .as_ref()
+                .map(|i| i.corrected.clone())
+                .filter(|s| s.count > 0);
+            out.push(match (stats, &c.status) {
+                (Some(s), _) => Metric::from_stats(CROSSINGS, &name, TICKS, s),
+                (None, Status::Measured) => Metric::missing(CROSSINGS, &name, "no valid samples"),
+                (None, status) => {
+                    Metric::missing(CROSSINGS, &name, status.why_not().unwrap_or_default())
+                }
+            });
+        }
+    }
+    out
+}
+
+/// /proc/stat's aggregate line now, or why not.
+pub fn proc_stat() -> Result<CpuTimes, String> {
+    let text = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    facts::parse_proc_stat(&text).ok_or_else(|| "/proc/stat has no readable cpu line".into())
+}
+
+/// CPU, microcode, CPUs, memory, kernel, mitigations, KPTI, steal time.
+pub fn machine(m: &Machine, stat_before: Result<CpuTimes, String>) -> Vec<Metric> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let fact_or =
+        |name: &str, value: Option<String>, reason: &str| match value.filter(|v| !v.is_empty()) {
+            Some(v) => Metric::fact(MACHINE, name, v),
+            None => Metric::missing(MACHINE, name, reason),
+        };
+    let cpu = (!m.cpu_model.is_empty()).then(|| {
+        format!(
+            "{} {} (family/model/stepping {})",
+            m.cpu_vendor, m.cpu_model, m.cpu_signature
+        )
+    });
+    let online = facts::read_trimmed("/sys/devices/system/cpu/online");
+    let possible = facts::read_trimmed("/sys/devices/system/cpu/possible");
+    let cpus = format!(
+        "{} online ({online}), {} possible; {} in /proc/cpuinfo",
+        facts::parse_cpu_list(&online).len(),
+        facts::parse_cpu_list(&possible).len(),
+        m.logical_cpus
+    );
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory = xvmm_results::machine::meminfo_bytes(&meminfo, "MemTotal")
+        .map(|b| format!("{:.2} GiB (MemTotal)", b as f64 / (1u64 << 30) as f64));
+    let version = facts::read_trimmed("/proc/sys/kernel/version");
+    let kernel = (!m.kernel_release.is_empty()).then(|| format!("{} {version}", m.kernel_release));
+    let steal = match (stat_before, proc_stat()) {
+        (Ok(a), Ok(b)) => facts::steal_text(a, b),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    };
+    vec![
+        fact_or("cpu", cpu, "/proc/cpuinfo names no CPU model"),
+        fact_or(
+            "microcode",
+            facts::cpuinfo_field(&cpuinfo, "microcode"),
+            "/proc/cpuinfo has no microcode field",
+        ),
+        Metric::fact(MACHINE, "cpus", cpus),
+        fact_or("memory", memory, "/proc/meminfo has no MemTotal"),
+        fact_or(
+            "kernel",
+            kernel,
+            "/proc/sys/kernel/osrelease is not readable",
+        ),
+        mitigations(m),
+        fact_or(
+            "kpti",
+            m.kpti().map(|on| {
+                if on {
+                    "on".to_string()
+                } else {
+                    "off".to_string()
+                }
+            }),
+            "neither the meltdown vulnerability file nor the CPU flags say",
+        ),
+        match steal {
+            Ok(v) => Metric::fact(MACHINE, "steal", v),
+            Err(e) => Metric::missing(MACHINE, "steal", e),
+        },
+    ]
+}
+
+/// The mitigations in effect (every vulnerability that is not "Not affected")
+/// and a `mitigations=` switch on the kernel command line.
+fn mitigations(m: &Machine) -> Metric {
+    if m.vulnerabilities.is_empty() {
+        return Metric::missing(
+            MACHINE,
+            "mitigations",
+            "/sys/devices/system/cpu/vulnerabilities is empty or absent",
+        );
+    }
+    let affected: Vec<String> = m
+        .vulnerabilities
+        .iter()
+        .filter(|(_, v)| *v != "Not affected")
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    let cmdline = facts::read_trimmed("/proc/cmdline");
+    let switch = cmdline
+        .split_whitespace()
+        .find(|w| w.starts_with("mitigations="))
+        .map(|w| format!(" (kernel command line: {w})"))
+        .unwrap_or_default();
+    let value = if affected.is_empty() {
+        format!(
+            "none needed: all {} vulnerabilities \"Not affected\"{switch}",
+            m.vulnerabilities.len()
+        )
+    } else {
+        format!("{}{switch}", affected.join("; "))
+    };
+    Metric::fact(MACHINE, "mitigations", value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvmm_results::Interval;
+
+    #[test]
+    fn crossings_give_three_metrics_each_with_stats_or_the_reason() {
+        let mut split = Crossing::unsupported("getppid", 3, String::new());
+        split.status = Status::Measured;
+        split.round_trip = Some(Interval::from_raw(&[500, 600, 700], 100));
+        split.u2k = Some(Interval::from_raw(&[200, 210, 220], 100));
+        split.k2u = Some(Interval::default());
+        let rt_only =
+            Crossing::from_round_trips("pf-refault", 2, &[900, 1000], 50, "no hooks".into());
+        let gone = Crossing::unsupported("pf-first-touch", 2, "madvise missing".into());
+        let m = crossings(&[split, rt_only, gone]);
+        let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names.len(), 9);
+        assert_eq!(&names[..3], ["getppid", "getppid-u2k", "getppid-k2u"]);
+        assert_eq!(m[0].measured().unwrap().median, 500);
+        assert_eq!(m[1].measured().unwrap().median, 110);
+        assert_eq!(m[2].reason.as_deref(), Some("no valid samples"));
+        assert_eq!(m[3].measured().unwrap().median, 850);
+        assert_eq!(m[4].reason.as_deref(), Some("round trip only: no hooks"));
+        assert_eq!(m[6].reason.as_deref(), Some("unsupported: madvise missing"));
+        assert!(m.iter().all(|m| m.is_filled() && m.group == CROSSINGS));
+    }
+
+    #[test]
+    fn mitigations_list_only_what_is_affected() {
+        let mut m = Machine::default();
+        assert!(mitigations(&m).reason.is_some());
+        m.vulnerabilities
+            .insert("meltdown".into(), "Not affected".into());
+        assert!(mitigations(&m)
+            .value
+            .unwrap()
+            .starts_with("none needed: all 1"));
+        m.vulnerabilities
+            .insert("spectre_v2".into(), "Mitigation: Retpolines".into());
+        assert!(mitigations(&m)
+            .value
+            .unwrap()
+            .starts_with("spectre_v2: Mitigation: Retpolines"));
+    }
+
+    #[test]
+    fn a_missing_kernel_log_is_a_reason_naming_root() {
+        let log: KernelLog = Err("syslog(READ_ALL): Operation not permitted".into());
+        let m = tsc_rate(&Machine::default(), &log);
+        let kernel = m.iter().find(|m| m.name == "tsc-khz-kernel").unwrap();
+        assert!(kernel.reason.as_deref().unwrap().contains("run as root"));
+        let h = hypervisor(
+            &Machine::default(),
+            &Ok("[0] Hypervisor detected: KVM\n".into()),
+        );
+        let k = h.iter().find(|m| m.name == "kernel-hypervisor").unwrap();
+        assert_eq!(k.value.as_deref(), Some("KVM"));
+    }
+}

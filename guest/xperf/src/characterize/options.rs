@@ -1,0 +1,130 @@
+//! `xperf characterize` options, parsed by hand as xperf's own (every error
+//! one line; the arguments may come from a kernel command line).
+
+use crate::args::count;
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+
+/// Samples per timed metric and per crossing by default.
+pub const DEFAULT_SAMPLES: u64 = 10_000;
+/// Where the report goes when there is no VMM channel and no `--json`.
+pub const DEFAULT_JSON: &str = "xperf-characterize.json";
+
+pub const USAGE: &str = "\
+usage: xperf characterize [--samples N] [--cpu N] [--json FILE]
+
+Characterises this machine in about a minute or less, without root: the
+hypervisor (CPUID 0x40000000, DMI, a systemd-detect-virt-like verdict,
+nested virtualisation), clocks (clocksources, clock_gettime through the vDSO
+and as a system call, rdtsc/rdtscp cost and trapping, TSC flags, reported
+and measured TSC rate, TSC skew between CPUs), exits user space can see
+(cpuid, pause loops), crossings (getppid, #PF first touch and refault; u2k
+and k2u on a kernel with the xperf hooks), steal time and the machine.
+As root the kernel log adds the kernel's TSC rate and hypervisor line.
+
+  --samples N   samples per metric and per crossing (default 10000)
+  --cpu N       CPU to measure on (default: the CPU xperf starts on)
+  --json FILE   write the JSON report to FILE atomically, or to stdout after
+                the table when FILE is - (default: xperf-characterize.json
+                when there is no VMM results channel)
+  -h, --help    this text";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub samples: u64,
+    pub cpu: Option<u32>,
+    pub json: Option<PathBuf>,
+    /// `--help` was asked for.
+    pub help: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            samples: DEFAULT_SAMPLES,
+            cpu: None,
+            json: None,
+            help: false,
+        }
+    }
+}
+
+/// Parses the arguments after `characterize`.
+pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
+    let mut opts = Options::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let (name, inline) = match arg.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| Error::Usage(format!("characterize {name} needs a value")))
+        };
+        match name.as_str() {
+            "--samples" => opts.samples = count("--samples", &value()?, 1)?,
+            "--cpu" => {
+                let v = value()?;
+                opts.cpu =
+                    Some(v.parse().map_err(|_| {
+                        Error::Usage(format!("--cpu needs a CPU number, got {v:?}"))
+                    })?);
+            }
+            "--json" => {
+                let v = value()?;
+                if v.is_empty() {
+                    return Err(Error::Usage("--json needs a file name".into()));
+                }
+                opts.json = Some(PathBuf::from(v));
+            }
+            "-h" | "--help" if inline.is_none() => opts.help = true,
+            other => {
+                return Err(Error::Usage(format!(
+                    "characterize: unknown argument {other:?} (try xperf characterize --help)"
+                )))
+            }
+        }
+    }
+    Ok(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_in_both_styles_and_defaults() {
+        assert_eq!(parse(strings(&[])).unwrap(), Options::default());
+        let o = parse(strings(&["--samples=500", "--cpu", "1", "--json", "-"])).unwrap();
+        assert_eq!(
+            (o.samples, o.cpu, o.json.as_deref()),
+            (500, Some(1), Some(std::path::Path::new("-")))
+        );
+        assert!(parse(strings(&["-h"])).unwrap().help);
+    }
+
+    #[test]
+    fn bad_options_are_one_line_usage_errors() {
+        for bad in [
+            &["--samples"][..],
+            &["--samples", "0"],
+            &["--samples", "x"],
+            &["--cpu", "-1"],
+            &["--json="],
+            &["--raw"],
+            &["--help=1"],
+            &["extra"],
+        ] {
+            let err = parse(strings(bad)).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+            assert!(!err.to_string().contains('\n'), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! Instructions and calls timed from user space: `cpuid`, `rdtsc`, `rdtscp`,
+//! `pause`, `clock_gettime` through libc (the vDSO when the clocksource
+//! allows it) and as a raw system call; and what their costs mean.
+//!
+//! Each sample is the stamp pair of [`crate::stamp`] around the work, minus
+//! the null measurement's median (saturating at 0), as for the crossings.
+
+use xvmm_results::tsc;
+
+/// Above this many ticks (null subtracted) an instruction that costs tens of
+/// cycles natively is taken as trapped or emulated.
+pub const TRAP_TICKS: u64 = 300;
+/// Pauses per chunk of a pause-loop burst, and chunks per burst: 64 x 128 =
+/// 8192 pauses, past Intel's PLE window (4096 cycles) and AMD's pause filter
+/// count (3000 pauses), so a hypervisor that intercepts spinning does so.
+pub const PAUSES_PER_CHUNK: u32 = 128;
+pub const CHUNKS_PER_BURST: usize = 64;
+
+/// `n` samples of `pair` after `warmup` unrecorded ones, `null` subtracted.
+pub fn sample(
+    n: usize,
+    warmup: usize,
+    null: u64,
+    mut pair: impl FnMut() -> (u64, u64),
+) -> Vec<u64> {
+    for _ in 0..warmup {
+        std::hint::black_box(pair());
+    }
+    let mut out = vec![u64::MAX; n];
+    for slot in out.iter_mut() {
+        let (open, close) = pair();
+        *slot = close.saturating_sub(open).saturating_sub(null);
+    }
+    out
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC)` through libc: glibc takes the vDSO when
+/// the clocksource supports it, a system call otherwise.
+pub fn clock_gettime_libc() -> (u64, u64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let open = tsc::open();
+    // SAFETY: a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let (close, _) = tsc::close();
+    std::hint::black_box(ts);
+    (open, close)
+}
+
+/// `clock_gettime(CLOCK_MONOTONIC)` as a system call, always.
+pub fn clock_gettime_syscall() -> (u64, u64) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let open = tsc::open();
+    // SAFETY: clock_gettime with a valid timespec to write.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clock_gettime,
+            libc::CLOCK_MONOTONIC,
+            &mut ts as *mut libc::timespec,
+        )
+    };
+    let (close, _) = tsc::close();
+    std::hint::black_box(ts);
+    (open, close)
+}
+
+/// Whether the kernel mapped a vDSO into this process.
+pub fn vdso_mapped() -> bool {
+    // SAFETY: getauxval only reads the auxiliary vector.
+    unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) != 0 }
+}
+
+/// What the two clock_gettime medians say about the vDSO.
+pub fn vdso_verdict(
+    libc_median: u64,
+    syscall_median: u64,
+    mapped: bool,
+    clocksource: &str,
+) -> String {
+    let source = if clocksource.is_empty() {
+        "the clocksource".to_string()
+    } else {
+        format!("clocksource {clocksource}")
+    };
+    if !mapped {
+        return "no vDSO is mapped (AT_SYSINFO_EHDR is 0): every clock_gettime is a system call"
+            .into();
+    }
+    if libc_median.saturating_mul(2) < syscall_median {
+        format!(
+            "served by the vDSO without a system call ({libc_median} vs {syscall_median} ticks)"
+        )
+    } else {
+        format!(
+            "falls back to a system call: {source} has no vDSO support ({libc_median} vs {syscall_median} ticks)"
+        )
+    }
+}
+
+/// `prctl(PR_GET_TSC)`: whether user-mode RDTSC is allowed at all.
+pub fn tsc_allowed_text() -> String {
+    let mut mode: libc::c_int = 0;
+    // SAFETY: PR_GET_TSC writes one int through the pointer.
+    let ret = unsafe { libc::prctl(libc::PR_GET_TSC, &mut mode as *mut libc::c_int) };
+    match (ret, mode) {
+        (0, libc::PR_TSC_ENABLE) => "allowed at CPL3 (PR_GET_TSC: enabled)".into(),
+        (0, libc::PR_TSC_SIGSEGV) => "faults at CPL3 (PR_GET_TSC: SIGSEGV, CR4.TSD set)".into(),
+        (0, other) => format!("PR_GET_TSC gave mode {other}"),
+        _ => format!("PR_GET_TSC failed: {}", std::io::Error::last_os_error()),
+    }
+}
+
+/// Whether an instruction that costs tens of cycles natively trapped, from
+/// its median and (under a hypervisor) the cpuid exit's median.
+pub fn trap_verdict(median: u64, cpuid_exit: Option<u64>) -> String {
+    match cpuid_exit {
+        Some(exit) if exit > TRAP_TICKS && median.saturating_mul(2) >= exit => {
+            format!("traps: {median} ticks, as much as half a cpuid exit ({exit}) or more")
+        }
+        _ if median > TRAP_TICKS => {
+            format!("slow: {median} ticks (over {TRAP_TICKS}): trapped or emulated")
+        }
+        _ => format!("does not trap: {median} ticks (native cost, at most {TRAP_TICKS})"),
+    }
+}
+
+/// What the cpuid round trip means. A VM exit costs far more than
+/// [`TRAP_TICKS`] on any hardware; a hypervisor under which cpuid is that
+/// cheap does not exit on it (an emulator such as QEMU TCG runs it inline).
+pub fn cpuid_verdict(median: u64, hypervisor: &str) -> String {
+    if hypervisor.is_empty() {
+        format!("no hypervisor seen: cpuid runs natively ({median} ticks)")
+    } else if median <= TRAP_TICKS {
+        format!(
+            "only {median} ticks under {hypervisor:?}: too cheap for a VM exit; this hypervisor \
+             emulates cpuid inline (as QEMU TCG does), so no exit cost can be read here"
+        )
+    } else {
+        format!(
+            "exits to the hypervisor ({hypervisor:?}) every time: {median} ticks per round trip, \
+             the cheapest VM exit user space can time"
+        )
+    }
+}
+
+/// Per-chunk costs of one burst: [`CHUNKS_PER_BURST`] chunks of `pair`.
+pub fn burst(null: u64, mut pair: impl FnMut() -> (u64, u64)) -> Vec<u64> {
+    (0..CHUNKS_PER_BURST)
+        .map(|_| {
+            let (open, close) = pair();
+            close.saturating_sub(open).saturating_sub(null)
+        })
+        .collect()
+}
+
+/// Median of `values` (0 for none).
+pub fn median(values: &[u64]) -> u64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).copied().unwrap_or(0)
+}
+
+/// Chunks of a burst that took `extra` ticks or more over its median: an
+/// exit (when `extra` is about an exit's cost), or an interrupt.
+pub fn spikes(chunks: &[u64], extra: u64) -> usize {
+    let threshold = median(chunks).saturating_add(extra);
+    chunks.iter().filter(|&&c| c > threshold).count()
+}
+
+/// Whether pause exits: a hypervisor with pause-loop exiting intercepts a
+/// spinning loop of pauses, so the pause bursts show far more exit-sized
+/// spikes than control bursts of the same length without pauses (which only
+/// interrupts hit).
+pub fn pause_verdict(
+    pause_spikes: usize,
+    control_spikes: usize,
+    bursts: usize,
+    extra: u64,
+) -> String {
+    let total = CHUNKS_PER_BURST as u32 * PAUSES_PER_CHUNK;
+    let counts = format!(
+        "{pause_spikes} chunks over the median by {extra}+ ticks in {bursts} bursts of {total} pauses, \
+         {control_spikes} in as many control loops without pause"
+    );
+    if pause_spikes > control_spikes.saturating_mul(2) + bursts / 10 + 2 {
+        format!("exits (pause-loop exiting): {counts}")
+    } else {
+        format!("does not exit: {counts}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_subtract_the_null_and_saturate() {
+        let mut t = 0u64;
+        let s = sample(3, 2, 15, || {
+            t += 100;
+            (t, t + 10 + t / 100)
+        });
+        // Two warm-up pairs, then 300, 400, 500: 13, 14, 15 ticks minus 15.
+        assert_eq!(s, [0, 0, 0]);
+        let s = sample(2, 0, 5, || (0, 40));
+        assert_eq!(s, [35, 35]);
+    }
+
+    #[test]
+    fn verdicts_name_the_cause() {
+        assert!(trap_verdict(30, Some(3000)).starts_with("does not trap"));
+        assert!(trap_verdict(2000, Some(3000)).starts_with("traps"));
+        assert!(trap_verdict(900, None).starts_with("slow"));
+        assert!(trap_verdict(900, Some(100)).starts_with("slow"));
+        assert!(vdso_verdict(40, 500, true, "tsc").starts_with("served by the vDSO"));
+        let v = vdso_verdict(480, 500, true, "xen");
+        assert!(v.contains("clocksource xen has no vDSO support"), "{v}");
+        assert!(vdso_verdict(40, 500, false, "tsc").starts_with("no vDSO is mapped"));
+        assert!(cpuid_verdict(1200, "KVMKVMKVM").starts_with("exits"));
+        assert!(cpuid_verdict(24, "TCGTCGTCGTCG").contains("too cheap for a VM exit"));
+        assert!(cpuid_verdict(100, "").contains("natively"));
+        assert!(pause_verdict(250, 20, 100, 1500).starts_with("exits"));
+        assert!(pause_verdict(30, 20, 100, 1500).starts_with("does not exit"));
+        assert!(pause_verdict(0, 0, 0, 1500).starts_with("does not exit"));
+    }
+
+    #[test]
+    fn spikes_count_chunks_far_above_the_median() {
+        let mut chunks = vec![1000u64; 64];
+        assert_eq!(spikes(&chunks, 1500), 0);
+        chunks[5] = 2400; // +1400: below the threshold
+        chunks[9] = 4100;
+        chunks[20] = 9000;
+        assert_eq!(spikes(&chunks, 1500), 2);
+        assert_eq!(spikes(&[], 1500), 0);
+        assert_eq!(spikes(&[u64::MAX, u64::MAX], 1), 0);
+        assert_eq!(median(&[5, 1, 3]), 3);
+        assert_eq!(burst(10, || (0, 50)), vec![40; CHUNKS_PER_BURST]);
+    }
+
+    #[test]
+    fn clock_gettime_paths_return_ordered_stamps() {
+        for (a, b) in [clock_gettime_libc(), clock_gettime_syscall()] {
+            assert!(a < b);
+        }
+        assert!(vdso_mapped(), "Linux maps a vDSO into every process");
+        assert!(tsc_allowed_text().starts_with("allowed"));
+    }
+}

@@ -1,0 +1,376 @@
+//! `xperf characterize` on the two machines of the nested harness, and
+//! `xvmm report` over what they measured, in ONE L1 boot:
+//! - step `l1`: `xperf characterize` in L1, a QEMU TCG machine;
+//! - step `l2`: `xvmm --kernel` boots the patched L2 kernel whose built-in
+//!   `/init` is `xperf characterize` (arguments after ` -- `): a KVM guest;
+//! - steps `bm` and `vm`: xperf's crossings in L1 and in L2 (with `--trace`),
+//!   so the report also has VM against bare metal and exits by reason.
+//!
+//! Every metric of both characterizations must be filled or say why not;
+//! L2 must see KVM, L1 must not see KVM. The four reports are saved as
+//! `target/harness/characterize-{l1,l2,bm,vm}.json` and rendered with the
+//! host's `xvmm report` into `target/harness/characterize-report.html`.
+//! Figures are TCG-emulated: only shapes and relations are asserted.
+//!
+//! Needs qemu-system-x86 and the kernel build tools (`./test.sh` installs
+//! them); XVMM_SKIP_HARNESS=1 skips.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+use xvmm::initramfs::Archive;
+use xvmm::kernel::{self, BuildRequest, Flavour};
+use xvmm::progress::Silent;
+use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
+use xvmm_results::{Characterization, Environment, Report, Status};
+
+/// Samples per metric: TCG makes everything slow.
+const L1_SAMPLES: u64 = 1000;
+const L2_SAMPLES: u64 = 500;
+const VM_TIMEOUT: u64 = 300;
+const L1_XPERF: &str = "/bin/xperf";
+
+fn argv(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+fn step(name: &str, timeout_secs: u64, a: &[&str]) -> Step {
+    Step {
+        name: name.into(),
+        timeout_secs,
+        marker: None,
+        stop_at_marker: false,
+        argv: argv(a),
+    }
+}
+
+/// xvmm booting the patched L2 kernel with the built-in xperf, whose
+/// arguments are `xperf_args` (after ` -- ` on L2's command line).
+fn l2_step(name: &str, xperf_args: &str, extra: &[&str]) -> Step {
+    let cmdline = format!(
+        "{} xperf_stamps=1 quiet no_timer_check -- {xperf_args}",
+        xvmm::boot::cmdline::default_cmdline()
+    );
+    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
+    let mut a = vec![l1::XVMM, "--kernel", l1::L2_BZIMAGE, "--cmdline", &cmdline];
+    a.extend(["--mem", &mem, "--timeout", &timeout]);
+    a.extend(extra);
+    // --quiet: stdout holds the JSON alone (tables and the guest console
+    // would interleave with it from another pipe).
+    a.extend(["--quiet", "--json", "-"]);
+    step(name, VM_TIMEOUT + 30, &a)
+}
+
+fn plan() -> Vec<Step> {
+    let (l1n, l2n) = (L1_SAMPLES.to_string(), L2_SAMPLES.to_string());
+    vec![
+        step(
+            "l1",
+            300,
+            &[L1_XPERF, "characterize", "--samples", &l1n, "--json", "-"],
+        ),
+        l2_step("l2", &format!("characterize --samples {l2n}"), &[]),
+        step(
+            "bm",
+            240,
+            &[
+                L1_XPERF,
+                "--samples",
+                "1000",
+                "--warmup",
+                "100",
+                "--null-samples",
+                "10000",
+                "--json",
+                "-",
+            ],
+        ),
+        l2_step(
+            "vm",
+            "--samples 1000 --warmup 100 --null-samples 10000",
+            &["--trace"],
+        ),
+    ]
+}
+
+/// The patched kernels and the static binaries, xperf among them.
+fn prepare() -> Result<(Artifacts, PathBuf), String> {
+    let build = |flavour| {
+        let request = BuildRequest {
+            patched: true,
+            ..BuildRequest::new(flavour)
+        };
+        kernel::build(&request, &Silent).map_err(|e| e.to_string())
+    };
+    let l1_kernel = build(Flavour::Host)?;
+    let l2_kernel = build(Flavour::Guest)?;
+    let artifacts = harness::with_static_binaries(l1_kernel, l2_kernel, &["xperf"])
+        .map_err(|e| e.to_string())?;
+    let xperf = artifacts.xvmm.with_file_name("xperf");
+    Ok((artifacts, xperf))
+}
+
+/// The L1 initramfs with xperf added as a second newc archive.
+fn l1_initramfs(a: &Artifacts, xperf: &Path) -> Result<Vec<u8>, String> {
+    let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(xperf).map_err(|e| format!("{}: {e}", xperf.display()))?;
+    let mut extra = Archive::new();
+    extra
+        .file(L1_XPERF, bytes, 0o755)
+        .map_err(|e| e.to_string())?;
+    cpio.extend(extra.to_bytes());
+    Ok(cpio)
+}
+
+struct Run {
+    xvmm: PathBuf,
+    reports: Vec<(&'static str, Report, PathBuf)>,
+    dir: PathBuf,
+}
+
+impl Run {
+    fn report(&self, name: &str) -> &Report {
+        &self.reports.iter().find(|r| r.0 == name).unwrap().1
+    }
+}
+
+fn skipped() -> bool {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!("XVMM_SKIP_HARNESS=1: nested characterize harness test skipped");
+        return true;
+    }
+    false
+}
+
+fn boot() -> Result<Run, String> {
+    let (artifacts, xperf) = prepare()?;
+    let initramfs = l1_initramfs(&artifacts, &xperf)?;
+    let run = harness::run_l1_with_cmdline(
+        &artifacts,
+        &initramfs,
+        "characterize",
+        Duration::from_secs(20 * 60),
+        "xperf_stamps",
+    )
+    .map_err(|e| e.to_string())?;
+    eprintln!(
+        "nested characterize harness: L1 run took {:.1} s, log {}",
+        run.seconds,
+        run.log.display()
+    );
+    let dir = run.log.parent().map(PathBuf::from).unwrap_or_default();
+    let mut reports = Vec::new();
+    for name in ["l1", "l2", "bm", "vm"] {
+        let step = run
+            .step(name)
+            .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
+        eprintln!("{}", step.to_line());
+        let all = run.output(name).join("\n");
+        if step.outcome != Outcome::Exited(0) {
+            return Err(format!(
+                "step {name} ended with {}; its output:\n{all}",
+                step.outcome
+            ));
+        }
+        let report = run
+            .report(name)
+            .map_err(|e| format!("step {name}: {e}; output:\n{all}"))?;
+        let path = dir.join(format!("characterize-{name}.json"));
+        std::fs::write(&path, report.to_json_pretty() + "\n").map_err(|e| e.to_string())?;
+        reports.push((name, report, path));
+    }
+    Ok(Run {
+        xvmm: artifacts.xvmm,
+        reports,
+        dir,
+    })
+}
+
+fn run() -> &'static Run {
+    static RUN: OnceLock<Result<Run, String>> = OnceLock::new();
+    match RUN.get_or_init(boot) {
+        Ok(r) => r,
+        Err(e) => panic!("nested characterize harness failed: {e}"),
+    }
+}
+
+fn characterization<'a>(r: &'a Report, side: &str) -> &'a Characterization {
+    println!("=== {side}\n{}", xvmm_results::render::report(r));
+    r.characterize
+        .as_ref()
+        .unwrap_or_else(|| panic!("{side}: no characterize block"))
+}
+
+fn value<'a>(c: &'a Characterization, name: &str) -> &'a str {
+    c.metric(name)
+        .and_then(|m| m.value.as_deref())
+        .unwrap_or_else(|| panic!("no value for {name}"))
+}
+
+/// What both machines must show: every metric filled, the basic timings
+/// measured with the requested sample count, the split crossings (patched
+/// kernels), steal time read.
+fn assert_complete(c: &Characterization, samples: u64, side: &str) {
+    assert!(
+        c.unfilled().is_empty(),
+        "{side}: unfilled {:?}",
+        c.unfilled()
+    );
+    for name in [
+        "cpuid",
+        "rdtsc",
+        "rdtscp",
+        "clock_gettime-vdso",
+        "clock_gettime-syscall",
+    ] {
+        let m = c
+            .metric(name)
+            .unwrap_or_else(|| panic!("{side}: no {name}"));
+        assert_eq!(
+            m.measured().map(|s| s.count),
+            Some(samples),
+            "{side} {name}: {m:?}"
+        );
+    }
+    for name in [
+        "getppid-u2k",
+        "getppid-k2u",
+        "pf-first-touch-u2k",
+        "pf-refault-k2u",
+    ] {
+        let m = c
+            .metric(name)
+            .unwrap_or_else(|| panic!("{side}: no {name}"));
+        assert!(
+            m.measured().is_some(),
+            "{side} {name}: not split on a patched kernel: {m:?}"
+        );
+    }
+    let measured = c
+        .metric("tsc-khz-measured")
+        .and_then(|m| m.measured())
+        .expect("TSC rate");
+    assert!(measured.median > 100_000, "{side}: {} kHz", measured.median);
+    assert!(value(c, "steal").contains("% of all CPUs' time"), "{side}");
+    assert!(!value(c, "pause").is_empty());
+}
+
+#[test]
+fn l1_a_tcg_machine_is_characterized_completely() {
+    if skipped() {
+        return;
+    }
+    let r = run().report("l1");
+    let c = characterization(r, "L1 (QEMU TCG)");
+    assert_eq!(r.environment, Environment::BareMetal);
+    assert_complete(c, L1_SAMPLES, "L1");
+    // QEMU TCG names itself in CPUID: systemd-detect-virt says "qemu".
+    assert!(
+        value(c, "virt").starts_with("qemu (from CPUID"),
+        "{}",
+        value(c, "virt")
+    );
+    assert!(
+        value(c, "cpuid").contains("too cheap for a VM exit"),
+        "TCG emulates cpuid inline"
+    );
+    // L1 offers SVM (QEMU's EPYC model) and serves /dev/kvm with kvm_amd.
+    assert!(
+        value(c, "nested").contains("kvm_amd"),
+        "{}",
+        value(c, "nested")
+    );
+    // TSC skew needs two online CPUs (L1's tinyconfig kernel without ACPI
+    // or MP tables brings up one): a measured pair, or the reason.
+    let cpus = value(c, "cpus");
+    let skews: Vec<_> = c
+        .metrics
+        .iter()
+        .filter(|m| m.name.starts_with("tsc-skew"))
+        .collect();
+    if cpus.starts_with("1 online") {
+        assert!(
+            skews[0]
+                .reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("only cpu0"),
+            "{skews:?}"
+        );
+    } else {
+        assert!(skews.iter().all(|m| m.measured().is_some()), "{skews:?}");
+    }
+}
+
+#[test]
+fn l2_a_kvm_guest_sees_kvm_and_its_exits() {
+    if skipped() {
+        return;
+    }
+    let r = run().report("l2");
+    let c = characterization(r, "L2 (KVM guest of L1)");
+    assert_eq!(r.environment, Environment::LinuxVm);
+    assert_complete(c, L2_SAMPLES, "L2");
+    assert!(
+        value(c, "virt").starts_with("kvm (from CPUID"),
+        "{}",
+        value(c, "virt")
+    );
+    assert!(value(c, "cpuid-signature").contains("KVMKVMKVM"));
+    assert!(value(c, "cpuid").starts_with("exits to the hypervisor"));
+    let skew = c
+        .metric("tsc-skew")
+        .expect("one CPU: one skew metric with a reason");
+    assert!(
+        skew.reason.as_deref().unwrap_or("").contains("only cpu0"),
+        "{skew:?}"
+    );
+    // cpuid exits to L1's KVM; rdtsc does not: it must be far cheaper.
+    let median = |n: &str| {
+        c.metric(n)
+            .and_then(|m| m.measured())
+            .map(|s| s.median)
+            .unwrap()
+    };
+    assert!(
+        median("cpuid") > 2 * median("rdtsc"),
+        "cpuid {} rdtsc {}",
+        median("cpuid"),
+        median("rdtsc")
+    );
+    assert!(r.crossings.iter().all(|x| x.status == Status::Measured));
+}
+
+#[test]
+fn xvmm_report_renders_all_four_files() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let page = r.dir.join("characterize-report.html");
+    let mut cmd = std::process::Command::new(&r.xvmm);
+    cmd.arg("report");
+    for name in ["bm", "vm", "l1", "l2"] {
+        cmd.arg(&r.reports.iter().find(|x| x.0 == name).unwrap().2);
+    }
+    let out = cmd.arg("-o").arg(&page).output().expect("xvmm report runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    for section in [
+        "id=\"compare-2\"",
+        "id=\"matrix\"",
+        "Exits by reason",
+        "data-kind=\"histogram\"",
+    ] {
+        assert!(
+            html.contains(section),
+            "{section} missing in {}",
+            page.display()
+        );
+    }
+    println!("report: {}", page.display());
+}

@@ -1,0 +1,459 @@
+//! One microguest run, phase by phase, each phase in its own VM: the probe
+//! of the kernel stamps, the TSC quantum, then `rounds` rounds of the stamp
+//! pairs, every crossing (with the kernel stamps on, then off) and every VM
+//! exit. What the rounds measured is kept per row for the report
+//! ([`super::measure`]); a timeout or Ctrl-C ends the rounds early and keeps
+//! what was measured.
+
+use super::guest::{KernelStamps, Kind};
+use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
+use super::measure::{self, exit_kinds, four_stamp_samples, misdelivered, TwoStamp, CROSSINGS};
+use crate::progress::Progress;
+use crate::vcpu::RunControl;
+use crate::{Error, Result};
+use std::time::{Duration, Instant};
+use xvmm_results::{tsc, Sample, UNFILLED};
+
+/// Back-to-back TSC reads of the quantum phase.
+const QUANTUM_READS: u64 = 20_000;
+/// Crossings per batch of the batched figure.
+pub const BATCH: u64 = 100;
+
+/// A crossing's rounds: its samples with the kernel stamps, and its round
+/// trips without them.
+pub struct CrossingRounds {
+    pub name: &'static str,
+    pub kind: Kind,
+    /// Why it is not measured (probe, refusal, or the run's stop).
+    pub unsupported: Option<String>,
+    pub on: Vec<Vec<Sample>>,
+    pub off: Vec<Vec<u64>>,
+    /// Round trips of [`BATCH`] crossings between one stamp pair, taken
+    /// when the single round trip is under 20 TSC quanta.
+    pub batches: Option<Vec<u64>>,
+}
+
+/// A VM exit's rounds.
+pub struct ExitRounds {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unsupported: Option<String>,
+    pub rounds: Vec<TwoStamp>,
+}
+
+/// Everything the run measured.
+pub struct Collected {
+    pub facts: GuestFacts,
+    pub kernel_stamps: KernelStamps,
+    pub quantum: Option<f64>,
+    pub user_pair: Vec<Vec<u64>>,
+    pub kernel_pair: Vec<Vec<u64>>,
+    pub kernel_pair_inner: Vec<Vec<u64>>,
+    pub vmm_pair: Vec<Vec<u64>>,
+    pub vmm_pair_reverse: Vec<Vec<u64>>,
+    pub crossings: Vec<CrossingRounds>,
+    pub exits: Vec<ExitRounds>,
+    pub notes: Vec<String>,
+    /// Why the run stopped before its last round ended, if it did.
+    pub stopped: Option<Error>,
+}
+
+pub struct Session<'a> {
+    pub rc: &'a RunControl,
+    /// When the whole run must end, and the --timeout it came from.
+    pub deadline: Instant,
+    pub timeout: Duration,
+    pub cfg: MachineConfig,
+    pub warmup: u64,
+    pub samples: u64,
+    pub rounds: u32,
+}
+
+/// A crossing's samples with the kernel stamps and its round trips without
+/// them, or why the hypervisor refused it.
+type OnOff = std::result::Result<(Vec<Sample>, Vec<u64>), String>;
+
+/// A phase's guest and host stamps, or why the hypervisor refused it.
+type PhaseStamps = std::result::Result<(Vec<u64>, Vec<HostStamps>, Option<i64>), String>;
+
+fn is_stop(err: &Error) -> bool {
+    matches!(err, Error::Timeout(_) | Error::Interrupted(_))
+}
+
+impl Session<'_> {
+    /// Runs everything; only a failure that is not a stop, or a stop before
+    /// the first round's stamp pairs, is an error.
+    pub fn run(&mut self, progress: &dyn Progress) -> Result<Collected> {
+        let mut c = self.start(progress)?;
+        for round in 0..self.rounds {
+            progress.step(&format!("round {}/{}: stamp pairs", round + 1, self.rounds));
+            match self.pairs(&mut c) {
+                Ok(()) => {}
+                Err(e) if is_stop(&e) && round > 0 => {
+                    c.stopped = Some(e);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = self.round(&mut c, progress) {
+                if !is_stop(&e) {
+                    return Err(e);
+                }
+                c.stopped = Some(e);
+                break;
+            }
+        }
+        if c.stopped.is_none() {
+            match self.batches(&mut c) {
+                Err(e) if is_stop(&e) => c.stopped = Some(e),
+                other => other?,
+            }
+        }
+        Ok(c)
+    }
+
+    /// The batched figure of every crossing that has a batch kind and whose
+    /// round trip, roughly corrected, is under 20 TSC quanta.
+    fn batches(&self, c: &mut Collected) -> Result<()> {
+        let median =
+            |rounds: &[Vec<u64>]| xvmm_results::Stats::from_samples(&rounds.concat()).median;
+        let stamps = median(&c.user_pair) + median(&c.kernel_pair) + median(&c.kernel_pair_inner);
+        for row in c.crossings.iter_mut().filter(|r| r.unsupported.is_none()) {
+            let Some(kind) = row.kind.batched() else {
+                continue;
+            };
+            let trips: Vec<u64> = row
+                .on
+                .iter()
+                .flatten()
+                .filter(|s| s.validate().is_ok())
+                .map(Sample::round_trip)
+                .collect();
+            let rough = xvmm_results::Stats::from_samples(&trips)
+                .median
+                .saturating_sub(stamps);
+            if trips.is_empty() || !xvmm_results::quantum::is_coarse(rough, c.quantum) {
+                continue;
+            }
+            let phase = Phase {
+                kind,
+                warmup: self.warmup.min(100),
+                samples: (self.samples / 10).max(10),
+                param: BATCH,
+            };
+            if let PhaseEnd::Done { stamps, .. } = machine::run_phase(self.rc, &self.cfg, &phase)?.0
+            {
+                row.batches = Some(
+                    four_stamp_samples(&stamps)
+                        .iter()
+                        .filter(|s| s.u2k_u != UNFILLED && s.k2u_u != UNFILLED && s.k2u_u > s.u2k_u)
+                        .map(|s| s.k2u_u - s.u2k_u)
+                        .collect(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The probe of the kernel stamps and the TSC quantum.
+    fn start(&mut self, progress: &dyn Progress) -> Result<Collected> {
+        let mut notes: Vec<String> = self.probe_kernel_stamps()?.into_iter().collect();
+        progress.step("tsc quantum");
+        let quantum = self.quantum()?;
+        if quantum.is_none() {
+            notes.push("the TSC quantum could not be estimated (no two reads differed)".into());
+        }
+        let facts = self.facts()?;
+        let crossings = CROSSINGS
+            .iter()
+            .map(|&(name, kind)| CrossingRounds {
+                name,
+                kind,
+                unsupported: None,
+                on: Vec::new(),
+                off: Vec::new(),
+                batches: None,
+            })
+            .collect();
+        let exits = exit_kinds(&facts)
+            .iter()
+            .map(|&(name, kind)| ExitRounds {
+                name,
+                kind,
+                unsupported: None,
+                rounds: Vec::new(),
+            })
+            .collect();
+        Ok(Collected {
+            facts,
+            kernel_stamps: self.cfg.kernel_stamps,
+            quantum,
+            user_pair: Vec::new(),
+            kernel_pair: Vec::new(),
+            kernel_pair_inner: Vec::new(),
+            vmm_pair: Vec::new(),
+            vmm_pair_reverse: Vec::new(),
+            crossings,
+            exits,
+            notes,
+            stopped: None,
+        })
+    }
+
+    /// The guest's facts (vendor, TSC rate...), from a one-sample null phase.
+    fn facts(&self) -> Result<GuestFacts> {
+        let one = Phase {
+            kind: Kind::Null,
+            warmup: 0,
+            samples: 1,
+            param: 0,
+        };
+        Ok(machine::run_phase(self.rc, &self.cfg, &one)?.1)
+    }
+
+    /// Runs one sample of the kernel null loop: if the hypervisor cannot
+    /// execute LFENCE/RDTSCP at CPL0, kernel stamps become plain RDTSC from
+    /// now on and the returned note says why.
+    fn probe_kernel_stamps(&mut self) -> Result<Option<String>> {
+        let probe = Phase {
+            kind: Kind::KernelNull,
+            warmup: 0,
+            samples: 1,
+            param: 0,
+        };
+        let refused = match machine::run_phase(self.rc, &self.cfg, &probe)?.0 {
+            PhaseEnd::Refused { reason } => Some(reason),
+            // A KVM without RDTSCP in the guest CPUID injects #UD.
+            PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
+            _ => None,
+        };
+        let Some(reason) = refused else {
+            return Ok(None);
+        };
+        self.cfg.kernel_stamps = KernelStamps::Plain;
+        Ok(Some(format!(
+            "kernel-side stamps are plain RDTSC: the hypervisor cannot execute LFENCE/RDTSCP at CPL0 ({reason})"
+        )))
+    }
+
+    /// The counter's step, from back-to-back reads at CPL3 in the guest.
+    fn quantum(&self) -> Result<Option<f64>> {
+        let phase = Phase {
+            kind: Kind::TscStep,
+            warmup: 100,
+            samples: QUANTUM_READS,
+            param: 0,
+        };
+        Ok(match machine::run_phase(self.rc, &self.cfg, &phase)?.0 {
+            PhaseEnd::Done { stamps, .. } => xvmm_results::quantum::estimate(
+                &stamps
+                    .chunks_exact(2)
+                    .filter(|p| p[0] != UNFILLED && p[1] != UNFILLED)
+                    .map(|p| p[1].wrapping_sub(p[0]))
+                    .collect::<Vec<u64>>(),
+            ),
+            _ => None,
+        })
+    }
+
+    /// One round's stamp pairs: in the guest the user pair and both kernel
+    /// pairs, natively the VMM's pair and reverse pair.
+    fn pairs(&self, c: &mut Collected) -> Result<()> {
+        let intervals = |kind: Kind, what: &str| -> Result<Vec<u64>> {
+            match self.stamps(kind, 0)? {
+                Ok((stamps, _, _)) => Ok(measure::two_stamp_samples(&stamps).intervals),
+                Err(r) => Err(Error::Guest(format!("the {what} did not run: {r}"))),
+            }
+        };
+        let user = intervals(Kind::Null, "user stamp pair")?;
+        let kernel = intervals(Kind::KernelNull, "kernel stamp pair")?;
+        let inner = intervals(Kind::KernelNullInner, "inner kernel stamp pair")?;
+        let (vmm, reverse) = vmm_pairs(self.warmup, self.samples);
+        c.user_pair.push(user);
+        c.kernel_pair.push(kernel);
+        c.kernel_pair_inner.push(inner);
+        c.vmm_pair.push(vmm);
+        c.vmm_pair_reverse.push(reverse);
+        Ok(())
+    }
+
+    /// One round of every crossing and exit still measurable.
+    fn round(&self, c: &mut Collected, progress: &dyn Progress) -> Result<()> {
+        let first = c.user_pair.len() == 1;
+        for row in c.crossings.iter_mut() {
+            progress.step(row.name);
+            if first {
+                row.unsupported = self.crossing_unsupported(row.kind, &c.facts)?;
+            }
+            if row.unsupported.is_some() {
+                continue;
+            }
+            match self.crossing_round(row.kind)? {
+                Ok((on, off)) => {
+                    row.on.push(on);
+                    row.off.push(off);
+                }
+                Err(reason) => row.unsupported = Some(reason),
+            }
+        }
+        for row in c.exits.iter_mut() {
+            progress.step(row.name);
+            if first {
+                row.unsupported = self.exit_unsupported(row.kind, &c.facts)?;
+            }
+            if row.unsupported.is_some() {
+                continue;
+            }
+            match self.two_stamp(row.kind)? {
+                Ok(m) => row.rounds.push(m),
+                Err(reason) => row.unsupported = Some(format!("hypervisor refused it: {reason}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn crossing_unsupported(&self, kind: Kind, facts: &GuestFacts) -> Result<Option<String>> {
+        if kind == Kind::Sysenter && facts.is_amd() {
+            return Ok(Some(format!(
+                "{} CPUs raise #UD for SYSENTER in 64-bit mode (only SYSCALL exists there)",
+                facts.vendor
+            )));
+        }
+        self.probe(kind)
+    }
+
+    fn exit_unsupported(&self, kind: Kind, facts: &GuestFacts) -> Result<Option<String>> {
+        if matches!(kind, Kind::Rdmsr | Kind::Wrmsr) && !facts.user_space_msr {
+            return Ok(Some(
+                "KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into(),
+            ));
+        }
+        self.probe(kind)
+    }
+
+    /// A crossing's samples with the kernel stamps, then its round trips
+    /// without them; `Ok(Err(reason))` when the hypervisor refused it.
+    fn crossing_round(&self, kind: Kind) -> Result<OnOff> {
+        let on = match self.crossing_samples(kind, &self.cfg)? {
+            Ok(samples) => samples,
+            Err(reason) => return Ok(Err(reason)),
+        };
+        let off_cfg = MachineConfig {
+            kernel_stamps: KernelStamps::Off,
+            ..self.cfg.clone()
+        };
+        let off = match self.crossing_samples(kind, &off_cfg)? {
+            Ok(samples) => samples
+                .iter()
+                .filter(|s| s.k2u_u != UNFILLED && s.u2k_u != UNFILLED && s.k2u_u > s.u2k_u)
+                .map(|s| s.k2u_u - s.u2k_u)
+                .collect(),
+            Err(reason) => return Ok(Err(reason)),
+        };
+        Ok(Ok((on, off)))
+    }
+
+    fn crossing_samples(
+        &self,
+        kind: Kind,
+        cfg: &MachineConfig,
+    ) -> Result<std::result::Result<Vec<Sample>, String>> {
+        match machine::run_phase(self.rc, cfg, &self.phase(kind))?.0 {
+            PhaseEnd::Done { stamps, .. } => Ok(Ok(four_stamp_samples(&stamps))),
+            PhaseEnd::Refused { reason } => Ok(Err(format!("hypervisor refused it: {reason}"))),
+            PhaseEnd::Fault(f) => match misdelivered(kind, &f) {
+                Some(reason) => Ok(Err(reason)),
+                None => Err(Error::Guest(format!("{kind:?} measurement: {f}"))),
+            },
+        }
+    }
+
+    fn phase(&self, kind: Kind) -> Phase {
+        Phase {
+            kind,
+            warmup: self.warmup,
+            samples: self.samples,
+            param: 0,
+        }
+    }
+
+    /// Runs one sample of `kind` in its own VM under a short watchdog: the
+    /// reason it cannot be measured here, or `None` when it works.
+    fn probe(&self, kind: Kind) -> Result<Option<String>> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let probe_rc = RunControl::new(
+            left.min(measure::PROBE_TIMEOUT)
+                .max(Duration::from_millis(1)),
+        )?;
+        let phase = Phase {
+            kind,
+            warmup: 0,
+            samples: 1,
+            param: 0,
+        };
+        match machine::run_phase(&probe_rc, &self.cfg, &phase) {
+            Ok((PhaseEnd::Done { .. }, _)) => Ok(None),
+            Ok((PhaseEnd::Refused { reason }, _)) => {
+                Ok(Some(format!("hypervisor refused it: {reason}")))
+            }
+            Ok((PhaseEnd::Fault(f), _)) => match misdelivered(kind, &f) {
+                Some(reason) => Ok(Some(reason)),
+                None => Err(Error::Guest(format!("{kind:?} probe: {f}"))),
+            },
+            Err(Error::Timeout(_)) if Instant::now() < self.deadline => Ok(Some(format!(
+                "the guest did not finish one sample within {} s: the hypervisor does not return from it",
+                measure::PROBE_TIMEOUT.as_secs()
+            ))),
+            // The run's own deadline passed during the probe: report it as such.
+            Err(Error::Timeout(_)) => Err(Error::Timeout(format!(
+                "guest did not finish within {} s",
+                self.timeout.as_secs_f64()
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs a phase; `Ok(Err(reason))` when the hypervisor refused it.
+    fn stamps(&self, kind: Kind, param: u64) -> Result<PhaseStamps> {
+        let phase = Phase {
+            param,
+            ..self.phase(kind)
+        };
+        match machine::run_phase(self.rc, &self.cfg, &phase)?.0 {
+            PhaseEnd::Done {
+                stamps,
+                host,
+                tsc_offset,
+            } => Ok(Ok((stamps, host, tsc_offset))),
+            PhaseEnd::Refused { reason } => Ok(Err(reason)),
+            PhaseEnd::Fault(f) => Err(Error::Guest(format!("{kind:?} measurement: {f}"))),
+        }
+    }
+
+    fn two_stamp(&self, kind: Kind) -> Result<std::result::Result<TwoStamp, String>> {
+        Ok(self.stamps(kind, 0)?.map(|(stamps, host, tsc_offset)| {
+            let mut m = measure::two_stamp_samples(&stamps);
+            m.host = host;
+            m.tsc_offset = tsc_offset;
+            m
+        }))
+    }
+}
+
+/// The VMM's stamps as `run_to_doorbell` takes them around `KVM_RUN`,
+/// natively: opening then closing (`H`), closing then opening (`H'`).
+pub fn vmm_pairs(warmup: u64, samples: u64) -> (Vec<u64>, Vec<u64>) {
+    for _ in 0..warmup {
+        std::hint::black_box((tsc::open(), tsc::close()));
+    }
+    let n = samples as usize;
+    let (mut pair, mut reverse) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let open = tsc::open();
+        let (close, _) = tsc::close();
+        let again = tsc::open();
+        pair.push(close.saturating_sub(open));
+        reverse.push(again.saturating_sub(close));
+    }
+    (pair, reverse)
+}

@@ -1,0 +1,382 @@
+//! A real browser renders `xvmm report`'s page: headless Chromium (Debian's
+//! `chromium`, installed by `harness/setup.sh`) takes a screenshot and dumps
+//! the DOM. The page must show every chart as an SVG of non-zero size, make
+//! no network request and log nothing on the console; a hostile name must
+//! stay text. A control page that does request and log must be caught by
+//! the same checks, so that they can fail.
+//!
+//! Inputs: real reports measured in the nested harness (TCG-emulated,
+//! `tests/data/report/`, written by `harness/tests/characterize.rs`) and two
+//! `xperf characterize` runs on this machine a second apart (a trend).
+//!
+//! Fails loudly when Chromium is missing. The screenshot is
+//! `target/report-browser/report.png`; with `XVMM_REPORT_PNG=PATH` (relative
+//! to the workspace root) it is also copied there (README's
+//! `docs/report.png` is made that way).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const WINDOW: (u32, u32) = (1280, 1800);
+const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn chromium() -> PathBuf {
+    let name = std::env::var("XVMM_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(&name))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "{name} is not installed: the browser test needs Debian's chromium package \
+             (harness/setup.sh installs it; or set XVMM_CHROMIUM)"
+        )
+    })
+}
+
+fn out_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("report-browser");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Chromium refuses a --log-net-log path with a `..` component.
+    std::fs::canonicalize(&dir).unwrap()
+}
+
+/// What one headless Chromium run left: stdout (the DOM with --dump-dom),
+/// stderr (the console, with --enable-logging) and the net log.
+struct Browsed {
+    dom: String,
+    console: Vec<String>,
+    page_requests: Vec<String>,
+}
+
+/// Runs Chromium on `page` with the flags a closed, headless machine needs,
+/// plus `extra`; killed after [`CHROMIUM_TIMEOUT`].
+fn browse(page: &Path, extra: &[String]) -> Browsed {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
+    let dir = out_dir();
+    let profile = dir.join(format!("profile-{}-{run}", std::process::id()));
+    let netlog = dir.join(format!("netlog-{run}.json"));
+    let _ = std::fs::remove_file(&netlog);
+    let mut child = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--window-size={},{}", WINDOW.0, WINDOW.1))
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--log-net-log={}", netlog.display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chromium starts");
+    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let (out, err) = (read(Box::new(stdout)), read(Box::new(stderr)));
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > CHROMIUM_TIMEOUT {
+            let _ = child.kill();
+            panic!("chromium did not finish within {CHROMIUM_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(&profile);
+    let (dom, err) = (out.join().unwrap(), err.join().unwrap());
+    Browsed {
+        dom,
+        console: err
+            .lines()
+            .filter(|l| l.contains(":CONSOLE"))
+            .map(String::from)
+            .collect(),
+        page_requests: page_requests(&netlog),
+    }
+}
+
+/// URLs the page itself asked the network for: net-log requests whose
+/// network isolation key is the page's (`file://`); Chromium's own
+/// background requests carry another key.
+fn page_requests(netlog: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(netlog).unwrap_or_default();
+    // A net log killed mid-write lacks its closing brackets.
+    let log: Value = serde_json::from_str(&text)
+        .or_else(|_| serde_json::from_str(&format!("{}]}}", text.trim_end().trim_end_matches(','))))
+        .unwrap_or_else(|e| panic!("net log {} unreadable: {e}", netlog.display()));
+    let mut urls: Vec<String> = log["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter(|e| {
+                    e["params"]["network_isolation_key"]
+                        .as_str()
+                        .is_some_and(|k| k.contains("file://"))
+                })
+                .filter_map(|e| e["params"]["url"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    urls.dedup();
+    urls
+}
+
+/// Measures every chart once the DOM is there and writes the result into
+/// the page, where --dump-dom shows it. Inserted before the page's
+/// Content-Security-Policy (which forbids scripts) into a copy of the page.
+const PROBE: &str = r#"<script>
+document.addEventListener('DOMContentLoaded', function () {
+  var charts = [];
+  document.querySelectorAll('figure.chart').forEach(function (f) {
+    var s = f.querySelector('svg');
+    var r = s ? s.getBoundingClientRect() : { width: 0, height: 0 };
+    charts.push({ kind: f.getAttribute('data-kind'), width: r.width, height: r.height,
+                  marks: s ? s.querySelectorAll('rect, circle, polyline, path, line').length : 0 });
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'xvmm-probe';
+  pre.textContent = JSON.stringify({ charts: charts,
+    resources: performance.getEntriesByType('resource').map(function (e) { return e.name; }) });
+  document.body.appendChild(pre);
+});
+</script>"#;
+
+fn probed_copy(page: &Path) -> PathBuf {
+    let html = std::fs::read_to_string(page).unwrap();
+    let copy = page.with_file_name("probed.html");
+    std::fs::write(
+        &copy,
+        html.replacen("<head>\n", &format!("<head>\n{PROBE}\n"), 1),
+    )
+    .unwrap();
+    copy
+}
+
+fn probe_result(dom: &str) -> Value {
+    let start = dom
+        .find("<pre id=\"xvmm-probe\">")
+        .expect("probe output in the DOM")
+        + 21;
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let json = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap()
+}
+
+/// Width and height of a PNG, from its IHDR chunk.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n") && &bytes[12..16] == b"IHDR",
+        "not a PNG"
+    );
+    let be = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+/// Reports to render: the harness's, and two characterizations of this
+/// machine a second apart.
+fn inputs(dir: &Path) -> Vec<PathBuf> {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report");
+    let mut files: Vec<PathBuf> = [
+        "characterize-bm.json",
+        "characterize-vm.json",
+        "characterize-l1.json",
+        "characterize-l2.json",
+    ]
+    .iter()
+    .map(|n| data.join(n))
+    .collect();
+    for f in &files {
+        assert!(f.is_file(), "test data {} missing", f.display());
+    }
+    for n in 1..=2 {
+        let config = xperf::characterize::Config {
+            samples: 1000,
+            cpu: None,
+            vmm_channel: false,
+        };
+        let report = xperf::characterize::run(&config, &xperf::characterize::Unwatched)
+            .expect("characterize runs");
+        let path = dir.join(format!("this-machine-{n}.json"));
+        std::fs::write(&path, report.to_json_pretty()).unwrap();
+        files.push(path);
+        std::thread::sleep(Duration::from_millis(1100));
+    }
+    files
+}
+
+/// A copy of a real report whose crossing, note and file name are markup.
+fn hostile(dir: &Path, real: &Path) -> PathBuf {
+    let mut r = xvmm_results::Report::from_json(&std::fs::read_to_string(real).unwrap()).unwrap();
+    r.crossings[0].name = "<script>alert(1)</script>".into();
+    r.notes.push("<img src=x onerror=alert(2)>".into());
+    let path = dir.join("<b>hostile<i>.json");
+    std::fs::write(&path, r.to_json_pretty()).unwrap();
+    path
+}
+
+fn xvmm_report(files: &[PathBuf], page: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .arg("report")
+        .args(files)
+        .arg("-o")
+        .arg(page)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn chromium_renders_every_chart_offline_without_console_errors() {
+    let chromium = chromium(); // fail first, and loudly, without a browser
+    let dir = out_dir();
+    let page = dir.join("report.html");
+    let files = inputs(&dir);
+    xvmm_report(&files, &page);
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Nothing in the page could fetch or run anything (the SVG namespace is a name, not a fetch).
+    let stripped = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
+    for needle in [
+        "<script", "http://", "https://", "src=\"", "url(", "@import", "<link", "<iframe",
+    ] {
+        assert!(!stripped.contains(needle), "{needle} in the page");
+    }
+    let figures = html.matches("<figure class=\"chart\"").count();
+
+    let screenshot = dir.join("report.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let shot = browse(&page, &[format!("--screenshot={}", screenshot.display())]);
+    assert!(shot.console.is_empty(), "console: {:?}", shot.console);
+    assert!(
+        shot.page_requests.is_empty(),
+        "the page requested {:?}",
+        shot.page_requests
+    );
+    let png = std::fs::read(&screenshot).expect("a screenshot");
+    assert_eq!(png_size(&png), WINDOW);
+
+    let dom = browse(&page, &["--dump-dom".into()]);
+    assert!(dom.console.is_empty(), "console: {:?}", dom.console);
+    assert!(dom.dom.contains("<svg"), "no SVG in the rendered DOM");
+
+    let probe = browse(&probed_copy(&page), &["--dump-dom".into()]);
+    let result = probe_result(&probe.dom);
+    let charts = result["charts"].as_array().unwrap();
+    assert_eq!(charts.len(), figures, "every figure is in the DOM");
+    for kind in ["histogram", "bars", "trend"] {
+        assert!(
+            charts.iter().any(|c| c["kind"] == kind),
+            "no {kind} chart rendered"
+        );
+    }
+    for c in charts {
+        let (w, h) = (c["width"].as_f64().unwrap(), c["height"].as_f64().unwrap());
+        assert!(w > 200.0 && h > 60.0, "a chart rendered at {w}x{h}: {c}");
+        assert!(c["marks"].as_u64().unwrap() > 3, "an empty chart: {c}");
+    }
+    assert_eq!(
+        result["resources"],
+        Value::Array(vec![]),
+        "resources loaded"
+    );
+
+    // A blank page of the same size compresses to far less than the report.
+    let blank = dir.join("blank.html");
+    std::fs::write(&blank, "<!DOCTYPE html><html><body></body></html>").unwrap();
+    let blank_png = dir.join("blank.png");
+    browse(&blank, &[format!("--screenshot={}", blank_png.display())]);
+    let blank_len = std::fs::metadata(&blank_png).unwrap().len() as usize;
+    assert!(
+        png.len() > 10 * blank_len,
+        "report {} bytes, blank {blank_len}",
+        png.len()
+    );
+    if let Some(to) = std::env::var_os("XVMM_REPORT_PNG") {
+        // Relative to the workspace root (cargo runs tests in the crate's directory).
+        let to = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(to);
+        std::fs::copy(&screenshot, &to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+    }
+    println!(
+        "rendered {figures} charts with {}; screenshot {}",
+        chromium.display(),
+        screenshot.display()
+    );
+}
+
+#[test]
+fn markup_in_a_file_stays_text_in_the_browser() {
+    chromium();
+    let dir = out_dir().join("hostile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report/characterize-vm.json");
+    let page = dir.join("report.html");
+    xvmm_report(&[hostile(&dir, &real)], &page);
+    let b = browse(&page, &["--dump-dom".into()]);
+    assert!(b.console.is_empty(), "console: {:?}", b.console);
+    assert!(
+        b.page_requests.is_empty(),
+        "the page requested {:?}",
+        b.page_requests
+    );
+    for text in [
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        "&lt;img src=x onerror=alert(2)&gt;",
+        "&lt;b&gt;hostile&lt;i&gt;.json",
+    ] {
+        assert!(b.dom.contains(text), "{text} is not text in the DOM");
+    }
+    for element in ["<script", "<img", "<b>", "<i>"] {
+        assert!(!b.dom.contains(element), "{element} became an element");
+    }
+}
+
+#[test]
+fn the_checks_catch_a_page_that_requests_and_logs() {
+    chromium();
+    let dir = out_dir();
+    let bad = dir.join("control.html");
+    std::fs::write(
+        &bad,
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body>\
+         <img src=\"http://192.0.2.1/x.png\"><script>console.error('control')</script></body></html>",
+    )
+    .unwrap();
+    let b = browse(&bad, &["--dump-dom".into()]);
+    assert!(
+        b.console.iter().any(|l| l.contains("control")),
+        "console: {:?}",
+        b.console
+    );
+    assert_eq!(b.page_requests, ["http://192.0.2.1/x.png"]);
+}
