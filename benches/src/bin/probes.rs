@@ -354,7 +354,7 @@ fn report(reports: &[(String, Report)]) {
         if let Some(r) = r {
             println!(
                 "\n=== {side}, TCG-emulated\n{}",
-                xvmm_results::render::probes_table(&r.probes, r.host.tsc_khz)
+                xvmm_results::render::probes_table(r)
             );
         }
     }

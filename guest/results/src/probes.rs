@@ -3,7 +3,7 @@
 //! crossing with the probe in place against the same crossing without it,
 //! measured in alternating rounds so that drift cancels.
 
-use crate::{Stats, Status};
+use crate::{MedianCi, Stats, Status};
 use serde::{Deserialize, Serialize};
 
 /// The instrumentation modes, as reports name them.
@@ -68,6 +68,9 @@ pub struct Probe {
     /// Ticks each probed sample took beyond the median of the no-probe
     /// samples of its round (saturating at 0).
     pub added_ticks: Option<Stats>,
+    /// 95 % bootstrap interval of the added median (`xvmm_results::bootstrap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_median_ci: Option<MedianCi>,
     /// Median of the probed samples minus the median of the no-probe ones,
     /// signed (the figure that can show "no cost" honestly).
     #[serde(default)]
@@ -97,6 +100,7 @@ impl Probe {
             hits: 0,
             hits_expected: 0,
             added_ticks: None,
+            added_median_ci: None,
             median_difference: None,
             baseline: None,
             probed: None,
@@ -125,6 +129,8 @@ pub struct Round {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddedCost {
     pub added: Stats,
+    /// 95 % interval of the added median.
+    pub added_median_ci: Option<MedianCi>,
     pub median_difference: i64,
     pub baseline: Stats,
     pub probed: Stats,
@@ -164,6 +170,7 @@ pub fn added_cost(rounds: &[Round]) -> Option<AddedCost> {
     let baseline = Stats::from_samples(&all(|r| &r.baseline));
     let probed = Stats::from_samples(&all(|r| &r.probed));
     Some(AddedCost {
+        added_median_ci: crate::bootstrap::median_ci(&added),
         added: Stats::from_samples(&added),
         median_difference: signed(probed.median) - signed(baseline.median),
         baseline,
@@ -343,6 +350,8 @@ mod tests {
         assert_eq!(c.below_baseline, 1);
         assert_eq!((c.baseline.count, c.probed.count), (6, 6));
         assert_eq!(c.median_difference, 160 - 110, "medians of all six");
+        let ci = c.added_median_ci.expect("an interval of the added median");
+        assert!(ci.low <= 50 && 50 <= ci.high, "{ci:?}");
         assert!(added_cost(&[]).is_none());
         assert!(added_cost(&[Round {
             baseline: vec![1],

@@ -140,6 +140,8 @@ fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
     // see where a long run is).
     let outcome = crate::probes::run(&config, &mut |line| eprintln!("xperf probes: {line}"))?;
     let written = deliver(&outcome.report, region, json_to);
+    // The handlers stay until here: later signals are recorded, not fatal.
+    drop(outcome.signals);
     if !outcome.not_restored.is_empty() {
         return Err(Error::Tracing(format!(
             "host tracing state not restored: {}",

@@ -289,7 +289,7 @@ pub fn report(report: &Report) -> String {
     }
     if !report.probes.is_empty() {
         out.push('\n');
-        out += &probes_table(&report.probes, report.host.tsc_khz);
+        out += &probes_table(report);
     }
     if !report.notes.is_empty() {
         out += "\nnotes:\n";

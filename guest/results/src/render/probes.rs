@@ -1,10 +1,11 @@
 //! The instrumentation tables: `xperf probes` rows of a report, and the
 //! VM/bare-metal ratio per mode of a comparison.
 
+use super::method::{flagged, quantum_of};
 use super::{cell, nanoseconds, status_text, table::Table};
 use crate::escape::visible;
 use crate::probes::{mode, vm_explanation, Probe, ProbeComparisonRow};
-use crate::Status;
+use crate::{Report, Status};
 use std::fmt::Write as _;
 
 fn ratio(v: Option<f64>) -> String {
@@ -49,15 +50,25 @@ fn row_notes(p: &Probe, probes: &[Probe]) -> Vec<String> {
     notes
 }
 
-/// One row per (mode, crossing): hits found against hits expected, ticks
-/// added per hit (median, p99, ns), the ratio to the int3 kprobe on the same
+/// The added median's 95 % interval, "low-high".
+fn ci_cell(p: &Probe) -> String {
+    p.added_median_ci
+        .as_ref()
+        .map_or_else(|| "-".into(), |ci| format!("{}-{}", ci.low, ci.high))
+}
+
+/// One row per (mode, crossing) of a report's `probes`: hits found against
+/// hits expected, ticks added per hit (median with its 95 % interval, p99,
+/// ns; `*` under 20 TSC quanta), the ratio to the int3 kprobe on the same
 /// crossing, and the no-probe median of the same rounds.
-pub fn probes_table(probes: &[Probe], tsc_khz: u64) -> String {
+pub fn probes_table(report: &Report) -> String {
+    let (probes, tsc_khz, quantum) = (&report.probes, report.host.tsc_khz, quantum_of(report));
     let mut t = Table::new(&[
         "mode",
         "crossing",
         "hits",
         "added med",
+        "med 95% CI",
         "added p99",
         "added ns",
         "x int3",
@@ -82,8 +93,9 @@ pub fn probes_table(probes: &[Probe], tsc_khz: u64) -> String {
             name.into_owned(),
             crossing.into_owned(),
             hits_cell(p),
-            cell(added.map(|s| s.median)),
-            cell(added.map(|s| s.p99)),
+            flagged(added.map(|s| s.median), quantum),
+            ci_cell(p),
+            flagged(added.map(|s| s.p99), quantum),
             nanoseconds(added.map(|s| s.median), tsc_khz),
             ratio(x_int3),
             cell(p.baseline.as_ref().map(|s| s.median)),
@@ -94,7 +106,7 @@ pub fn probes_table(probes: &[Probe], tsc_khz: u64) -> String {
     }
     let mut out = String::from(
         "instrumentation (TSC ticks added per hit: each probed round trip minus the median \
-         of the no-probe round trips of its round)\n",
+         of the no-probe round trips of its round; * under 20 TSC quanta)\n",
     );
     out += &t.render();
     out
@@ -140,6 +152,10 @@ mod tests {
         let mut p = Probe::unsupported(mode_name, "getppid", String::new());
         p.status = Status::Measured;
         p.added_ticks = Some(Stats::from_samples(added));
+        let (low, high) = (added.iter().min(), added.iter().max());
+        p.added_median_ci = low
+            .zip(high)
+            .map(|(&low, &high)| crate::MedianCi { low, high });
         p.baseline = Some(Stats::from_samples(&[500]));
         p.hits = hits;
         p.hits_expected = expected;
@@ -164,7 +180,14 @@ mod tests {
             measured(mode::KPROBE_OPTIMIZED, &[200, 200, 210], 2, 3),
             Probe::unsupported(mode::FPROBE, "getppid", "no \x1b[31mFPROBE_EVENTS".into()),
         ];
-        let text = probes_table(&probes, 2_000_000);
+        let mut report = crate::fixtures::report(crate::Environment::BareMetal, 1);
+        report.host.tsc_khz = 2_000_000;
+        report.machine = Some(crate::Machine {
+            tsc_quantum_ticks: Some(10.0),
+            ..crate::Machine::default()
+        });
+        report.probes = probes;
+        let text = probes_table(&report);
         assert_eq!(
             row(&text, "kprobe-optimized"),
             [
@@ -173,6 +196,7 @@ mod tests {
                 "2/3",
                 "BAD",
                 "200",
+                "200-210",
                 "210",
                 "100",
                 "0.10x",
@@ -180,6 +204,8 @@ mod tests {
             ]
         );
         assert_eq!(row(&text, "kprobe-int3")[2..4], ["3/3", "ok"]);
+        // Under 20 quanta of 10 ticks: flagged.
+        assert_eq!(row(&text, "syscall-slow-path")[4], "100*");
         assert_eq!(row(&text, "syscall-slow-path")[2..4], ["0", "(control)"]);
         assert!(text.contains("slow-path shift is 100 and the tracepoint itself +200 ticks"));
         assert!(

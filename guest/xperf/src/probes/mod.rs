@@ -57,6 +57,10 @@ pub struct Outcome {
     pub stopped_by: Option<i32>,
     /// Host state that could not be restored (the run fails).
     pub not_restored: Vec<String>,
+    /// The stop-signal handlers, still installed: the caller holds them
+    /// until the report is delivered, so a second or third signal cannot
+    /// kill xperf half-way through writing it.
+    pub signals: StopSignals,
 }
 
 fn check_root() -> Result<()> {
@@ -214,8 +218,11 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let warmup = measure::usize_of(o.warmup)?;
     measure::check_memory((per_round + warmup) as u64)?;
     let kallsyms = check_symbols(o)?;
-    let mut session = Session::open(o.tracefs.as_deref())?;
+    // Before the session: locals drop in reverse order, so on every early
+    // return the session restores the host's state while the handlers are
+    // still in place.
     let signals = StopSignals::install().map_err(|e| Error::Tracing(e.to_string()))?;
+    let mut session = Session::open(o.tracefs.as_deref())?;
     configure_instance(&session, o)?;
     let mut targets: Vec<Target> = o
         .crossings
@@ -237,7 +244,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let cpu = measure::pin(o.cpu)?;
     let measured = measure_all(&mut session, &mut kernel, &targets, o, cpu, progress)?;
     let not_restored = session.restore();
-    drop(signals);
+    drop(session);
     let mut all_notes = kernel_notes(&kernel, optimization_before);
     all_notes.extend(notes);
     all_notes.extend(measured.notes);
@@ -257,6 +264,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
         failed,
         stopped_by: signals::stop_requested(),
         not_restored,
+        signals,
     })
 }
 

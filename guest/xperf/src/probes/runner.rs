@@ -379,6 +379,7 @@ fn finish(probe: &mut Probe, rounds: &[Round], plan: &Plan) {
     };
     probe.status = Status::Measured;
     probe.added_ticks = Some(cost.added);
+    probe.added_median_ci = cost.added_median_ci;
     probe.median_difference = Some(cost.median_difference);
     probe.baseline = Some(cost.baseline);
     probe.probed = Some(cost.probed);
