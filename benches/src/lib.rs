@@ -2,5 +2,6 @@
 //! behind README's claims about them, shared by the benches (which print)
 //! and `tests/claims.rs` (which fails when a claim does not hold).
 
+pub mod attribution;
 pub mod linearity;
 pub mod perf;

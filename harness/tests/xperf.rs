@@ -357,6 +357,66 @@ fn vm_side_splits_every_crossing_and_traces_exits() {
     assert_eq!(r.vm.host.cpu_model, r.bm.host.cpu_model);
 }
 
+/// Issue 12 in the nested harness: the traced VM run's timeline is verified
+/// by every calibration exit, getppid runs mostly without exits (or the
+/// table says why not), and samples with exits are slower than the
+/// exit-free median by at least 0.8x their exits' host time (the exits
+/// landed in the right samples). TCG-emulated times: relations only.
+#[test]
+fn vm_timeline_is_verified_and_exits_land_in_their_samples() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let t = r.vm.timeline.as_ref().expect("a traced run has a timeline");
+    println!("{}", xvmm_results::render::timeline_lines(t));
+    println!(
+        "{}",
+        xvmm_results::render::attribution_table(&r.vm.crossings, t.verified)
+    );
+    assert!(t.verified, "{t:?}");
+    assert_eq!(t.violations, 0);
+    assert_eq!(t.checks, xvmm::linux::CALIBRATIONS, "{t:?}");
+    assert!(t.bound_ticks > 0);
+    let m = t
+        .measured_offset
+        .expect("the calibration bounds the offset");
+    assert!(m.low <= t.offset && t.offset <= m.high, "{t:?}");
+    for name in CROSSINGS {
+        let c = r.vm.crossing(name).unwrap();
+        for (segment, i) in [
+            ("u2k", &c.u2k),
+            ("k2u", &c.k2u),
+            ("round_trip", &c.round_trip),
+        ] {
+            let h = i.as_ref().and_then(|i| i.host.as_ref());
+            let h = h.unwrap_or_else(|| panic!("{name} {segment}: not attributed"));
+            assert!(h.reason.is_none(), "{name} {segment}: {:?}", h.reason);
+            // Raw samples include the ones xperf rejected for its own reasons.
+            assert!(h.samples >= c.samples_valid, "{name} {segment}");
+            assert_eq!(
+                h.samples_with_exits + h.exit_free.count + h.unattributable,
+                h.samples,
+                "{name} {segment}"
+            );
+            if h.samples_with_exits > 0 && h.exit_free.count > 0 {
+                assert!(
+                    h.excess_ticks as f64 >= 0.8 * h.excess_host_ticks as f64,
+                    "{name} {segment}: samples with exits exceed the exit-free median by {} \
+                     ticks, their exits took {} host ticks",
+                    h.excess_ticks,
+                    h.excess_host_ticks
+                );
+            }
+        }
+    }
+    let getppid = r.vm.crossing("getppid").unwrap();
+    let h = getppid.round_trip.as_ref().unwrap().host.as_ref().unwrap();
+    let free = h.exit_free.count as f64 / h.samples.max(1) as f64;
+    println!("getppid round trips without an exit: {:.1} %", 100.0 * free);
+    assert!(free >= 0.95, "{h:?}");
+}
+
 #[test]
 fn vm_side_with_kpti_splits_every_crossing() {
     if skipped() {
@@ -397,6 +457,7 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
     let cmp: xvmm_results::Comparison =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     // #PF and getppid are stamped at different depths: compare says so.
+    assert!(table.contains("what the VM adds, decomposed"), "{table}");
     assert!(
         cmp.notes.iter().any(|n| n.contains("different depths")),
         "{:?}",
@@ -413,6 +474,12 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
                 row.vm_median.is_some() && row.bare_median.is_some(),
                 "{name} {interval}: a side is missing:\n{table}"
             );
+            // The traced VM run's difference comes in its two parts.
+            assert!(
+                row.without_exits.is_some() && row.exits.is_some(),
+                "{name} {interval}: no decomposition:\n{table}"
+            );
+            assert_eq!(row.timeline_verified, Some(true));
         }
     }
 }

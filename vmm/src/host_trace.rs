@@ -11,7 +11,7 @@
 //! exit's host-side cost is `kvm_entry.ts - kvm_exit.ts` in TSC ticks.
 
 use crate::{Error, Result};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
@@ -20,10 +20,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+use xvmm_results::attribution::{HostExitEvent, HostTrace};
+use xvmm_results::channel::PORT_CALIBRATE;
+use xvmm_results::timeline::OffsetChange;
 use xvmm_results::{HostExit, Stats};
 
 const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 const INSTANCE_PREFIX: &str = "xvmm-";
+/// Exits and entries; the port behind an I/O exit (to find the calibration
+/// exits); offset rewrites (for the timeline).
+const TRACED_EVENTS: [&str; 4] = ["kvm_exit", "kvm_entry", "kvm_pio", "kvm_write_tsc_offset"];
 /// Per-CPU ring buffer size for the instance; a reader thread drains it
 /// continuously, so this only has to absorb scheduling hiccups.
 const BUFFER_KB: u32 = 8192;
@@ -31,55 +37,245 @@ const BUFFER_KB: u32 = 8192;
 /// One parsed trace line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TraceEvent {
-    Exit { tid: i32, ts: u64, reason: String },
-    Entry { tid: i32, ts: u64 },
+    Exit {
+        tid: i32,
+        vcpu: u32,
+        ts: u64,
+        reason: String,
+    },
+    Entry {
+        tid: i32,
+        vcpu: u32,
+        ts: u64,
+    },
+    /// `kvm_pio`: the port access behind the thread's pending I/O exit.
+    Pio {
+        tid: i32,
+        write: bool,
+        port: u16,
+        value: u32,
+    },
+    /// `kvm_write_tsc_offset`: KVM gave the vCPU a new TSC offset.
+    TscOffset {
+        ts: u64,
+        vcpu: u32,
+        offset: i64,
+    },
+    /// `CPU:N [LOST M EVENTS]`: the ring buffer dropped events here.
+    Lost {
+        count: u64,
+    },
+}
+
+/// The head of an event line: `comm-tid [cpu] flags ts: name: ` -> (tid,
+/// ts, name, rest), from the one tracefs record parser.
+fn split_event(line: &str) -> Option<(i32, u64, &str, &str)> {
+    let record = xvmm_results::tracefs::parse_record(line)?;
+    let (name, body) = record.body.split_once(": ").unwrap_or((record.body, ""));
+    Some((record.pid, record.ts, name, body))
+}
+
+/// The word after `key` in `text` (`key` a whole word), trailing commas cut.
+fn word_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let mut words = text.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == key {
+            return words.next().map(|v| v.trim_end_matches(','));
+        }
+    }
+    None
+}
+
+/// `key=value` in `text`.
+fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+fn hex_u32(text: &str) -> Option<u32> {
+    u32::from_str_radix(text.strip_prefix("0x")?, 16).ok()
 }
 
 /// Parses one line of the text trace format, e.g.
 /// `xvmm-1234 [001] d..1. 5398127362712: kvm_exit: vcpu 0 reason io rip 0x...`.
-/// Lines that are not kvm_exit/kvm_entry events (comments, lost-event notes) give `None`.
+/// Lines that are none of the traced events (comments, other events) give `None`.
 pub fn parse_line(line: &str) -> Option<TraceEvent> {
-    let record = xvmm_results::tracefs::parse_record(line)?;
-    let (tid, ts) = (record.pid, record.ts);
-    if record.body.starts_with("kvm_entry:") {
-        return Some(TraceEvent::Entry { tid, ts });
+    if let Some(rest) = line.trim_start().strip_prefix("CPU:") {
+        let count = rest.split_once("[LOST ")?.1.split_whitespace().next()?;
+        return Some(TraceEvent::Lost {
+            count: count.parse().ok()?,
+        });
     }
-    let rest = record.body.strip_prefix("kvm_exit: ")?;
-    let mut words = rest.split_whitespace();
-    let reason = loop {
-        match words.next() {
-            Some("reason") => break words.next()?.to_string(),
-            Some(_) => continue,
-            None => return None,
+    let (tid, ts, name, body) = split_event(line)?;
+    match name {
+        "kvm_exit" => Some(TraceEvent::Exit {
+            tid,
+            vcpu: word_after(body, "vcpu")?.parse().ok()?,
+            ts,
+            reason: word_after(body, "reason")?.to_string(),
+        }),
+        "kvm_entry" => Some(TraceEvent::Entry {
+            tid,
+            vcpu: word_after(body, "vcpu")?.parse().ok()?,
+            ts,
+        }),
+        "kvm_pio" => {
+            let write = body.starts_with("pio_write");
+            Some(TraceEvent::Pio {
+                tid,
+                write,
+                port: u16::try_from(hex_u32(word_after(body, "at")?)?).ok()?,
+                value: hex_u32(word_after(body, "val")?)?,
+            })
         }
-    };
-    Some(TraceEvent::Exit { tid, ts, reason })
+        "kvm_write_tsc_offset" => Some(TraceEvent::TscOffset {
+            ts,
+            vcpu: field(body, "vcpu")?.parse().ok()?,
+            // Printed as an unsigned 64-bit number: the bits of an i64.
+            offset: field(body, "next")?.parse::<u64>().ok()? as i64,
+        }),
+        _ => None,
+    }
 }
 
-/// Pairs each exit with the next entry of the same thread and groups the
-/// exit-to-entry times by exit reason.
+/// Exits kept per run for attribution; past it the rest of the run is
+/// marked lost (at 32 bytes an exit, 256 MiB).
+pub const MAX_KEPT_EXITS: usize = 8 << 20;
+
+/// A calibration exit as the host traced it: the index the guest wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCalibration {
+    pub index: u32,
+    pub exit: u64,
+    pub entry: u64,
+}
+
+/// An exit waiting for its entry.
+#[derive(Debug)]
+struct Pending {
+    ts: u64,
+    vcpu: u32,
+    reason: u16,
+    pio_write: Option<(u16, u32)>,
+}
+
+/// Pairs each exit with the next entry of the same thread, groups the
+/// exit-to-entry times by exit reason, and keeps every exit for attribution.
 #[derive(Default, Debug)]
 pub struct ExitAggregator {
-    pending: BTreeMap<i32, (u64, String)>,
-    by_reason: BTreeMap<String, Vec<u64>>,
+    pending: BTreeMap<i32, Pending>,
+    reason_ids: HashMap<String, u16>,
+    by_reason: BTreeMap<u16, Vec<u64>>,
+    trace: HostTrace,
+    calibrations: Vec<HostCalibration>,
+    offset_changes: Vec<OffsetChange>,
+    /// The last event's time, and a lost window waiting for its end.
+    last_ts: u64,
+    lost_since: Option<u64>,
+    lost: u64,
     /// Exits never followed by an entry, or entries without an exit.
     pub unpaired: u64,
 }
 
 impl ExitAggregator {
     pub fn push(&mut self, event: TraceEvent) {
+        let ts = match &event {
+            TraceEvent::Exit { ts, .. }
+            | TraceEvent::Entry { ts, .. }
+            | TraceEvent::TscOffset { ts, .. } => Some(*ts),
+            _ => None,
+        };
+        if let Some(ts) = ts {
+            if let Some(from) = self.lost_since.take() {
+                self.trace.lost.push((from, ts));
+            }
+            self.last_ts = ts;
+        }
         match event {
-            TraceEvent::Exit { tid, ts, reason } => {
-                if self.pending.insert(tid, (ts, reason)).is_some() {
-                    self.unpaired += 1;
+            TraceEvent::Exit {
+                tid,
+                vcpu,
+                ts,
+                reason,
+            } => self.exit(tid, vcpu, ts, &reason),
+            TraceEvent::Entry { tid, ts, .. } => self.entry(tid, ts),
+            TraceEvent::Pio {
+                tid,
+                write: true,
+                port,
+                value,
+            } => {
+                if let Some(p) = self.pending.get_mut(&tid) {
+                    p.pio_write = Some((port, value));
                 }
             }
-            TraceEvent::Entry { tid, ts } => match self.pending.remove(&tid) {
-                Some((exit_ts, reason)) if ts >= exit_ts => {
-                    self.by_reason.entry(reason).or_default().push(ts - exit_ts)
-                }
-                _ => self.unpaired += 1,
+            TraceEvent::Pio { .. } => {}
+            TraceEvent::TscOffset { ts, offset, .. } => self.offset_changes.push(OffsetChange {
+                host_tsc: ts,
+                offset,
+            }),
+            TraceEvent::Lost { count } => {
+                self.lost += count;
+                // The exits in flight may have lost their entries.
+                self.unpaired += self.pending.len() as u64;
+                self.pending.clear();
+                self.lost_since.get_or_insert(self.last_ts);
+            }
+        }
+    }
+
+    fn reason_id(&mut self, reason: &str) -> u16 {
+        if let Some(&id) = self.reason_ids.get(reason) {
+            return id;
+        }
+        // Reasons come from the kernel's tables: a few dozen at most.
+        let id = u16::try_from(self.trace.reasons.len()).unwrap_or(u16::MAX);
+        if id < u16::MAX {
+            self.trace.reasons.push(reason.to_string());
+            self.reason_ids.insert(reason.to_string(), id);
+        }
+        id
+    }
+
+    fn exit(&mut self, tid: i32, vcpu: u32, ts: u64, reason: &str) {
+        let reason = self.reason_id(reason);
+        let previous = self.pending.insert(
+            tid,
+            Pending {
+                ts,
+                vcpu,
+                reason,
+                pio_write: None,
             },
+        );
+        if previous.is_some() {
+            self.unpaired += 1;
+        }
+    }
+
+    fn entry(&mut self, tid: i32, ts: u64) {
+        let Some(p) = self.pending.remove(&tid).filter(|p| ts >= p.ts) else {
+            self.unpaired += 1;
+            return;
+        };
+        self.by_reason.entry(p.reason).or_default().push(ts - p.ts);
+        if let Some((PORT_CALIBRATE, index)) = p.pio_write {
+            self.calibrations.push(HostCalibration {
+                index,
+                exit: p.ts,
+                entry: ts,
+            });
+        }
+        if self.trace.exits.len() < MAX_KEPT_EXITS {
+            self.trace.exits.push(HostExitEvent {
+                vcpu: p.vcpu,
+                exit: p.ts,
+                entry: ts,
+                reason: p.reason,
+            });
+        } else if self.trace.lost.last().is_none_or(|w| w.1 != u64::MAX) {
+            // Too many to keep: from here on, nothing can be vouched for.
+            self.trace.lost.push((p.ts, u64::MAX));
         }
     }
 
@@ -88,13 +284,28 @@ impl ExitAggregator {
         let mut exits: Vec<HostExit> = self
             .by_reason
             .iter()
-            .map(|(reason, ticks)| HostExit {
-                reason: reason.clone(),
+            .map(|(&id, ticks)| HostExit {
+                reason: self.trace.reasons[usize::from(id)].clone(),
                 exit_to_entry: Stats::from_samples(ticks),
             })
             .collect();
         exits.sort_by_key(|e| std::cmp::Reverse(e.exit_to_entry.count));
         exits
+    }
+
+    /// Everything collected, once the trace has ended.
+    pub fn finish(mut self, lost: u64) -> TraceSummary {
+        if let Some(from) = self.lost_since.take() {
+            self.trace.lost.push((from, u64::MAX));
+        }
+        TraceSummary {
+            exits: self.summary(),
+            unpaired: self.unpaired,
+            lost: lost.max(self.lost),
+            trace: self.trace,
+            calibrations: self.calibrations,
+            offset_changes: self.offset_changes,
+        }
     }
 }
 
@@ -105,6 +316,12 @@ pub struct TraceSummary {
     pub unpaired: u64,
     /// Events the kernel dropped because the buffer overflowed.
     pub lost: u64,
+    /// Every exit, for attribution.
+    pub trace: HostTrace,
+    /// The guest's calibration exits (writes to [`PORT_CALIBRATE`]).
+    pub calibrations: Vec<HostCalibration>,
+    /// TSC offsets KVM wrote while tracing.
+    pub offset_changes: Vec<OffsetChange>,
 }
 
 /// A running kvm_exit/kvm_entry trace of some threads.
@@ -226,8 +443,13 @@ impl ExitTracer {
             .map(|t| format!("common_pid == {t}"))
             .collect::<Vec<_>>()
             .join(" || ");
-        for event in ["kvm_exit", "kvm_entry"] {
+        for event in TRACED_EVENTS {
             let dir = i.join("events/kvm").join(event);
+            if !dir.is_dir() {
+                return Err(Error::Tracing(format!(
+                    "the kvm:{event} tracepoint is not available on this host"
+                )));
+            }
             if !filter.is_empty() {
                 write_file(&dir.join("filter"), &filter)?;
             }
@@ -285,11 +507,7 @@ impl ExitTracer {
             _ => return Err(Error::Tracing("trace reader thread failed".into())),
         };
         let lost = self.lost_events();
-        Ok(TraceSummary {
-            exits: agg.summary(),
-            unpaired: agg.unpaired,
-            lost,
-        })
+        Ok(agg.finish(lost))
     }
 
     /// Sum of the per-CPU "overrun" counters of the instance.
@@ -323,7 +541,7 @@ impl Drop for ExitTracer {
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
-        for event in ["kvm_exit", "kvm_entry"] {
+        for event in TRACED_EVENTS {
             let _ = fs::write(
                 self.instance.join("events/kvm").join(event).join("enable"),
                 "0",
@@ -346,15 +564,17 @@ mod tests {
             parse_line(exit),
             Some(TraceEvent::Exit {
                 tid: 4242,
+                vcpu: 0,
                 ts: 5398127362712,
                 reason: "IO_INSTRUCTION".into()
             })
         );
-        let svm = "xvmm-7 [000] ..... 99: kvm_exit: vcpu 0 reason npf rip 0x1 info1 0x0";
+        let svm = "xvmm-7 [000] ..... 99: kvm_exit: vcpu 2 reason npf rip 0x1 info1 0x0";
         assert_eq!(
             parse_line(svm),
             Some(TraceEvent::Exit {
                 tid: 7,
+                vcpu: 2,
                 ts: 99,
                 reason: "npf".into()
             })
@@ -364,32 +584,74 @@ mod tests {
             parse_line(entry),
             Some(TraceEvent::Entry {
                 tid: 4242,
+                vcpu: 0,
                 ts: 5398127364000
             })
         );
         assert_eq!(parse_line("# tracer: nop"), None);
-        assert_eq!(parse_line("CPU:1 [LOST 12 EVENTS]"), None);
+        assert_eq!(
+            parse_line("CPU:1 [LOST 12 EVENTS]"),
+            Some(TraceEvent::Lost { count: 12 })
+        );
         assert_eq!(
             parse_line("x-1 [0] .... notanumber: kvm_entry: vcpu 0"),
             None
         );
+        assert_eq!(parse_line("x-1 [0] .... 5: kvm_entry: rip 0x0"), None);
+    }
+
+    #[test]
+    fn parses_port_and_offset_events() {
+        let pio = "xvmm-9 [001] d..1. 120: kvm_pio: pio_write at 0x508 size 4 count 1 val 0x2a ";
+        assert_eq!(
+            parse_line(pio),
+            Some(TraceEvent::Pio {
+                tid: 9,
+                write: true,
+                port: 0x508,
+                value: 42
+            })
+        );
+        let read = "xvmm-9 [001] d..1. 120: kvm_pio: pio_read at 0x3fd size 1 count 1 val 0x60 ";
+        assert!(matches!(
+            parse_line(read),
+            Some(TraceEvent::Pio { write: false, .. })
+        ));
+        let offset =
+            "xvmm-9 [000] ..... 77: kvm_write_tsc_offset: vcpu=0 prev=0 next=18446744073709551516";
+        assert_eq!(
+            parse_line(offset),
+            Some(TraceEvent::TscOffset {
+                ts: 77,
+                vcpu: 0,
+                offset: -100
+            })
+        );
+    }
+
+    fn exit(tid: i32, ts: u64, r: &str) -> TraceEvent {
+        TraceEvent::Exit {
+            tid,
+            vcpu: 0,
+            ts,
+            reason: r.into(),
+        }
+    }
+
+    fn entry(tid: i32, ts: u64) -> TraceEvent {
+        TraceEvent::Entry { tid, vcpu: 0, ts }
     }
 
     #[test]
     fn aggregator_pairs_exits_with_entries_per_thread() {
         let mut agg = ExitAggregator::default();
-        let exit = |tid, ts, r: &str| TraceEvent::Exit {
-            tid,
-            ts,
-            reason: r.into(),
-        };
         agg.push(exit(1, 100, "io"));
         agg.push(exit(2, 105, "hlt"));
-        agg.push(TraceEvent::Entry { tid: 1, ts: 160 });
-        agg.push(TraceEvent::Entry { tid: 2, ts: 1105 });
+        agg.push(entry(1, 160));
+        agg.push(entry(2, 1105));
         agg.push(exit(1, 200, "io"));
-        agg.push(TraceEvent::Entry { tid: 1, ts: 240 });
-        agg.push(TraceEvent::Entry { tid: 3, ts: 1 });
+        agg.push(entry(1, 240));
+        agg.push(entry(3, 1));
         let summary = agg.summary();
         assert_eq!(summary[0].reason, "io");
         assert_eq!(summary[0].exit_to_entry.count, 2);
@@ -399,6 +661,57 @@ mod tests {
         );
         assert_eq!(summary[1].exit_to_entry.min, 1000);
         assert_eq!(agg.unpaired, 1);
+        let done = agg.finish(0);
+        assert_eq!(done.trace.exits.len(), 3);
+        assert_eq!(done.trace.reasons, ["io", "hlt"]);
+    }
+
+    #[test]
+    fn calibration_exits_lost_windows_and_offsets_are_kept() {
+        let mut agg = ExitAggregator::default();
+        agg.push(exit(1, 100, "io"));
+        agg.push(TraceEvent::Pio {
+            tid: 1,
+            write: true,
+            port: PORT_CALIBRATE,
+            value: 7,
+        });
+        agg.push(entry(1, 150));
+        agg.push(exit(1, 200, "io"));
+        agg.push(TraceEvent::Pio {
+            tid: 1,
+            write: true,
+            port: 0x3f8,
+            value: 7,
+        });
+        agg.push(entry(1, 230));
+        agg.push(exit(1, 300, "npf"));
+        agg.push(TraceEvent::Lost { count: 5 });
+        agg.push(entry(1, 900)); // its exit may be one of the lost: unpaired
+        agg.push(TraceEvent::TscOffset {
+            ts: 950,
+            vcpu: 0,
+            offset: -3,
+        });
+        let done = agg.finish(0);
+        assert_eq!(
+            done.calibrations,
+            [HostCalibration {
+                index: 7,
+                exit: 100,
+                entry: 150
+            }]
+        );
+        assert_eq!(done.trace.lost, [(300, 900)]);
+        assert_eq!(done.lost, 5);
+        assert_eq!(done.unpaired, 2);
+        assert_eq!(
+            done.offset_changes,
+            [OffsetChange {
+                host_tsc: 950,
+                offset: -3
+            }]
+        );
     }
 
     /// Needs root and tracefs (both present on the build machines): the

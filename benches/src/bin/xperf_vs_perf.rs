@@ -42,6 +42,8 @@ fn main() {
         cpu: None,
         raw: false,
         vmm_channel: false,
+        calibrate: 0,
+        run_id: None,
         rounds: 1,
     };
     // measure::run pins this thread; perf inherits the affinity below.

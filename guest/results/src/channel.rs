@@ -9,6 +9,11 @@ pub const PORT_EXIT: u16 = 0x501;
 /// results (a JSON [`crate::Report`]) at [`RESULTS_GPA`].
 pub const PORT_RESULTS_DOORBELL: u16 = 0x504;
 
+/// Port a guest writes a 32-bit index to, between two TSC stamps of its own,
+/// so that the host's trace of the exit can be placed on the guest's
+/// timeline (`xvmm_results::timeline`). The VMM only counts these writes.
+pub const PORT_CALIBRATE: u16 = 0x508;
+
 /// Guest physical address of the shared results buffer: a dedicated memory
 /// slot in the 32-bit MMIO hole, marked reserved in the E820 map.
 pub const RESULTS_GPA: u64 = 0xd000_0000;

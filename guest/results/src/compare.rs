@@ -1,10 +1,11 @@
 //! A VM report against a bare-metal report of the same crossings: the
 //! `xvmm-comparison` schema and how it is computed.
 
+use crate::attribution::SegmentHost;
 use crate::probes::{compare_probes, ProbeComparisonRow};
 use crate::{Crossing, Environment, Interval, Report, Stats};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Name of the comparison schema written by `xvmm compare --json`.
 pub const COMPARISON_SCHEMA: &str = "xvmm-comparison";
@@ -29,6 +30,35 @@ pub struct ComparisonRow {
     /// Why a side has no figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// What the VM adds without exits: the VM's exit-free median minus the
+    /// bare-metal median (only when the VM run was traced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub without_exits: Option<WithoutExits>,
+    /// What exits add: the VM's mean over all samples minus its mean over
+    /// the exit-free ones, split by exit reason in proportion to host time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exits: Option<ExitsPart>,
+    /// Whether the VM run's timeline was verified (see `timeline`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline_verified: Option<bool>,
+}
+
+/// The part of a difference no exit explains, with a 95 % interval from
+/// the two medians' bootstrap intervals (conservative: ends against ends).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct WithoutExits {
+    pub ticks: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_low: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_high: Option<i64>,
+}
+
+/// The part of a difference exits explain, in guest ticks per sample.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct ExitsPart {
+    pub ticks: f64,
+    pub by_reason: BTreeMap<String, f64>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -79,6 +109,55 @@ fn why_missing(c: Option<&Crossing>, side: &str) -> Option<String> {
     }
 }
 
+/// The interval itself, measured.
+fn measured(c: Option<&Crossing>, field: IntervalField) -> Option<&Interval> {
+    c.and_then(|c| field(c).as_ref())
+        .filter(|i| i.corrected.count > 0)
+}
+
+/// The exit-free part: VM exit-free median minus bare-metal median.
+fn without_exits(host: &SegmentHost, bare: &Interval) -> Option<WithoutExits> {
+    if host.exit_free.count == 0 {
+        return None;
+    }
+    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let ticks = as_i64(host.exit_free.median).saturating_sub(as_i64(bare.corrected.median));
+    let (ci_low, ci_high) = match (&host.exit_free_median_ci, &bare.median_ci) {
+        (Some(v), Some(b)) => (
+            Some(as_i64(v.low).saturating_sub(as_i64(b.high))),
+            Some(as_i64(v.high).saturating_sub(as_i64(b.low))),
+        ),
+        _ => (None, None),
+    };
+    Some(WithoutExits {
+        ticks,
+        ci_low,
+        ci_high,
+    })
+}
+
+/// The exits' part: mean of all minus mean of the exit-free, by host time.
+fn exits_part(vm: &Interval, host: &SegmentHost) -> Option<ExitsPart> {
+    if host.exit_free.count == 0 {
+        return None;
+    }
+    let ticks = vm.corrected.mean - host.exit_free.mean;
+    let total = host.host_ticks_total as f64;
+    let by_reason = host
+        .exits
+        .iter()
+        .map(|(reason, cost)| {
+            let share = if total > 0.0 {
+                cost.host_ticks as f64 / total
+            } else {
+                0.0
+            };
+            (reason.clone(), ticks * share)
+        })
+        .collect();
+    Some(ExitsPart { ticks, by_reason })
+}
+
 /// The measured statistics of one interval, if there are any.
 fn pick(c: Option<&Crossing>, field: IntervalField) -> Option<&Stats> {
     c.and_then(|c| field(c).as_ref())
@@ -107,7 +186,12 @@ fn by_name(report: &Report) -> HashMap<&str, &Crossing> {
     map
 }
 
-fn rows_of(name: &str, v: Option<&Crossing>, b: Option<&Crossing>) -> Vec<ComparisonRow> {
+fn rows_of(
+    name: &str,
+    v: Option<&Crossing>,
+    b: Option<&Crossing>,
+    timeline_verified: Option<bool>,
+) -> Vec<ComparisonRow> {
     let note = why_missing(v, "VM").or_else(|| why_missing(b, "bare metal"));
     let mut rows = Vec::new();
     for (interval, field) in INTERVALS {
@@ -117,6 +201,12 @@ fn rows_of(name: &str, v: Option<&Crossing>, b: Option<&Crossing>) -> Vec<Compar
         }
         let (vm_median, vm_p99) = (vs.map(|s| s.median), vs.map(|s| s.p99));
         let (bare_median, bare_p99) = (bs.map(|s| s.median), bs.map(|s| s.p99));
+        let (vi, bi) = (measured(v, field), measured(b, field));
+        let host = vi.and_then(|i| i.host.as_ref());
+        let (without, exits) = match (vi, host, bi) {
+            (Some(vi), Some(h), Some(bi)) => (without_exits(h, bi), exits_part(vi, h)),
+            _ => (None, None),
+        };
         rows.push(ComparisonRow {
             crossing: name.to_string(),
             interval: interval.to_string(),
@@ -129,6 +219,9 @@ fn rows_of(name: &str, v: Option<&Crossing>, b: Option<&Crossing>) -> Vec<Compar
             ratio_median: ratio(vm_median, bare_median),
             ratio_p99: ratio(vm_p99, bare_p99),
             note: note.clone(),
+            without_exits: without,
+            exits,
+            timeline_verified,
         });
     }
     rows
@@ -218,6 +311,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
                 name,
                 vm_index.get(name).copied(),
                 bare_index.get(name).copied(),
+                vm.timeline.as_ref().map(|t| t.verified),
             )
         })
         .collect();
@@ -262,6 +356,58 @@ mod tests {
         // Swapped arguments are flagged.
         let swapped = compare(&bare, &vm);
         assert_eq!(swapped.notes.len(), 2, "{:?}", swapped.notes);
+    }
+
+    #[test]
+    fn a_traced_vm_run_splits_the_difference_into_exits_and_the_rest() {
+        use crate::attribution::ReasonCost;
+        let mut vm = fixtures::report(Environment::LinuxVm, 2);
+        let bare = fixtures::report(Environment::BareMetal, 1);
+        // VM u2k: corrected 150..152, mean 151; say the exit-free samples
+        // have median 120 and mean 121, and two reasons share the host time 3:1.
+        let u2k = vm.crossings[0].u2k.as_mut().unwrap();
+        let mut host = SegmentHost {
+            samples: 3,
+            samples_with_exits: 1,
+            exit_free: Stats::from_samples(&[120, 121, 122]),
+            host_ticks_total: 400,
+            ..Default::default()
+        };
+        host.exit_free.mean = 121.0;
+        host.exits.insert(
+            "npf".into(),
+            ReasonCost {
+                count: 1,
+                host_ticks: 300,
+            },
+        );
+        host.exits.insert(
+            "intr".into(),
+            ReasonCost {
+                count: 1,
+                host_ticks: 100,
+            },
+        );
+        u2k.host = Some(host);
+        let c = compare(&vm, &bare);
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.crossing == "pf" && r.interval == "u2k")
+            .unwrap();
+        // Bare-metal u2k median: 101 - 50 = 51.
+        assert_eq!(row.diff_median, Some(151 - 51));
+        assert_eq!(row.without_exits.as_ref().unwrap().ticks, 121 - 51);
+        let exits = row.exits.as_ref().unwrap();
+        let all_mean = vm.crossings[0].u2k.as_ref().unwrap().corrected.mean;
+        assert!((exits.ticks - (all_mean - 121.0)).abs() < 1e-9);
+        assert!((exits.by_reason["npf"] - 0.75 * exits.ticks).abs() < 1e-9);
+        // Untraced rows have no split; the table shows one only when traced.
+        let k2u = c.rows.iter().find(|r| r.interval == "k2u").unwrap();
+        assert!(k2u.without_exits.is_none() && k2u.exits.is_none());
+        let table = comparison_table(&c);
+        assert!(table.contains("what the VM adds, decomposed"), "{table}");
+        assert!(!comparison_table(&compare(&bare, &bare)).contains("decomposed"));
     }
 
     #[test]

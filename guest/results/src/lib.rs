@@ -5,6 +5,7 @@
 //! The JSON form is versioned by [`SCHEMA`] and [`SCHEMA_VERSION`]; bump the
 //! version on any incompatible change and document it in the README.
 
+pub mod attribution;
 pub mod bootstrap;
 pub mod channel;
 pub mod characterize;
@@ -12,6 +13,7 @@ pub mod compare;
 pub mod correction;
 pub mod cpu;
 pub mod escape;
+pub mod exit_trace;
 pub mod file;
 pub mod intervals;
 pub mod json;
@@ -22,6 +24,7 @@ pub mod render;
 mod sample_format;
 pub mod signals;
 pub mod stats;
+pub mod timeline;
 pub mod tracefs;
 pub mod tsc;
 
@@ -85,6 +88,16 @@ pub struct Report {
     /// (reports before it had only `null_overhead`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp_costs: Option<StampCosts>,
+    /// Calibration exits the guest took for the host's timeline (`[index,
+    /// before, after]`; only when the VMM asked for them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calibration: Vec<timeline::GuestCalibration>,
+    /// The run id the VMM gave the guest, echoed back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The host/guest TSC timeline of a traced run (`xvmm --trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<timeline::Timeline>,
 }
 
 impl Report {
@@ -105,6 +118,9 @@ impl Report {
             probes: Vec::new(),
             characterize: None,
             stamp_costs: None,
+            calibration: Vec::new(),
+            run_id: None,
+            timeline: None,
         }
     }
 
@@ -287,6 +303,9 @@ pub struct Interval {
     /// Each round's corrected median, in round order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<u64>,
+    /// The host's exits in this segment (`xvmm --trace`, see [`attribution`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<attribution::SegmentHost>,
 }
 
 impl Interval {
@@ -316,6 +335,7 @@ impl Interval {
             corrected: Stats::from_samples(&corrected),
             correction: Some(correction),
             rounds: round_medians,
+            host: None,
         }
     }
 }
@@ -578,6 +598,10 @@ pub struct ExitTiming {
     /// `vmm_to_guest` above stay raw, as in reports written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split: Option<ExitSplit>,
+    /// With `xvmm --trace`: the round trip cut by the host's tracepoints
+    /// ([`exit_trace`]), and what tracing costs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traced: Option<exit_trace::TracedExit>,
 }
 
 /// Host-side cost of one kind of VM exit: host TSC ticks from `kvm_exit` to

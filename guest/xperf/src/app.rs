@@ -105,6 +105,8 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             cpu: opts.cpu,
             raw: opts.raw,
             vmm_channel: region.is_some(),
+            calibrate: opts.calibrate,
+            run_id: opts.run_id.clone(),
         })?,
         Work::Characterize(opts) => {
             let config = characterize::Config {

@@ -11,6 +11,10 @@ pub const DEFAULT_ROUNDS: u32 = 3;
 pub const MAX_ROUNDS: u64 = 100;
 /// Upper bound for any count: the page-fault region is one page per sample.
 pub const MAX_SAMPLES: u64 = 1_000_000;
+/// Upper bound for `--calibrate`.
+pub const MAX_CALIBRATIONS: u64 = 4096;
+/// Upper bound for the length of `--run-id`.
+pub const MAX_RUN_ID: usize = 64;
 
 pub const USAGE: &str = "\
 usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw] [--json FILE]
@@ -29,6 +33,11 @@ only round trips are measured, and the output says so.
                     medians, their spread and a confidence interval of each median
   --cpu N           CPU to pin to (default: the CPU xperf starts on)
   --raw             keep every sample's stamps in the JSON report
+  --calibrate K     (under xvmm --trace) K stamped exits to the VMM's
+                    calibration port, spread over the run, for the host's
+                    timeline (needs root: ioperm)
+  --run-id ID       echo ID (hex digits) in the report, so that the VMM
+                    can tell its own run's results
   --json FILE       write the JSON report to FILE atomically, or to stdout
                     when FILE is - (the table then goes to stderr; default:
                     xperf.json when there is no VMM results channel)
@@ -44,6 +53,9 @@ pub struct Options {
     pub cpu: Option<u32>,
     pub raw: bool,
     pub json: Option<PathBuf>,
+    /// Calibration exits to take (0: none).
+    pub calibrate: u64,
+    pub run_id: Option<String>,
 }
 
 impl Default for Options {
@@ -56,6 +68,8 @@ impl Default for Options {
             cpu: None,
             raw: false,
             json: None,
+            calibrate: 0,
+            run_id: None,
         }
     }
 }
@@ -84,6 +98,16 @@ pub(crate) fn count(name: &str, value: &str, min: u64) -> Result<u64> {
     Ok(n)
 }
 
+fn run_id(value: &str) -> Result<String> {
+    let hex = value.bytes().all(|b| b.is_ascii_hexdigit());
+    if value.is_empty() || value.len() > MAX_RUN_ID || !hex {
+        return Err(Error::Usage(format!(
+            "--run-id takes 1 to {MAX_RUN_ID} hex digits"
+        )));
+    }
+    Ok(value.to_string())
+}
+
 /// Parses the arguments after the program name.
 pub fn parse<I, S>(args: I) -> Result<Command>
 where
@@ -109,7 +133,14 @@ where
         };
         let takes_value = matches!(
             name.as_str(),
-            "--samples" | "--warmup" | "--null-samples" | "--rounds" | "--cpu" | "--json"
+            "--samples"
+                | "--warmup"
+                | "--null-samples"
+                | "--rounds"
+                | "--cpu"
+                | "--json"
+                | "--calibrate"
+                | "--run-id"
         );
         if !takes_value && inline.is_some() {
             return Err(Error::Usage(format!("{name} takes no value")));
@@ -148,6 +179,16 @@ where
                 opts.json = Some(PathBuf::from(value));
             }
             "--raw" => opts.raw = true,
+            "--calibrate" => {
+                let n = count(&name, &value, 0)?;
+                if n > MAX_CALIBRATIONS {
+                    return Err(Error::Usage(format!(
+                        "--calibrate must be between 0 and {MAX_CALIBRATIONS}, got {n}"
+                    )));
+                }
+                opts.calibrate = n;
+            }
+            "--run-id" => opts.run_id = Some(run_id(&value)?),
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
             other => {
@@ -188,6 +229,8 @@ mod tests {
         assert_eq!(o.cpu, Some(1));
         assert!(o.raw);
         assert_eq!(o.json, Some(PathBuf::from("a.json")));
+        let o = run(&["--calibrate", "256", "--run-id", "00ff"]);
+        assert_eq!((o.calibrate, o.run_id.as_deref()), (256, Some("00ff")));
         assert_eq!(parse(["--help"]).unwrap(), Command::Help);
         assert_eq!(parse(["-V"]).unwrap(), Command::Version);
         assert!(
@@ -216,6 +259,9 @@ mod tests {
             &["--raw=1"],
             &["--json", ""],
             &["--frobnicate"],
+            &["--calibrate", "4097"],
+            &["--run-id", "not hex"],
+            &["--run-id", ""],
             &["stray"],
         ] {
             let err = parse(bad.iter().copied()).unwrap_err();

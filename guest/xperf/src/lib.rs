@@ -9,6 +9,7 @@
 pub mod abi;
 pub mod app;
 pub mod args;
+pub mod calibrate;
 pub mod characterize;
 pub mod error;
 pub mod host;

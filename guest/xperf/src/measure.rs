@@ -7,6 +7,7 @@
 //! stamps cost (`xvmm_results::correction`).
 
 use crate::abi::{self, Hooks, StampPage};
+use crate::calibrate::Calibrator;
 use crate::error::{Error, Result};
 use crate::host;
 use crate::sampling::{take, Mode, Region, Taken, Verdict};
@@ -38,6 +39,10 @@ pub struct Config {
     pub vmm_channel: bool,
     /// Times the whole measurement is repeated.
     pub rounds: u32,
+    /// Calibration exits for the VMM's timeline ([`crate::calibrate`]).
+    pub calibrate: u64,
+    /// Echoed in the report for the VMM.
+    pub run_id: Option<String>,
 }
 
 /// Samples a crossing kept, per round, and how many each verdict rejected.
@@ -362,7 +367,7 @@ fn hooks_off(page: &mut StampPage, warmup: usize, samples: usize) -> Result<Vec<
 }
 
 /// Every round (see the module text).
-fn measure_rounds(config: &Config, mode: &mut Mode) -> Result<Rounds> {
+fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Result<Rounds> {
     let samples = usize_of(config.samples)?;
     let warmup = usize_of(config.warmup)?;
     let null_samples = usize_of(config.null_samples)?;
@@ -378,6 +383,7 @@ fn measure_rounds(config: &Config, mode: &mut Mode) -> Result<Rounds> {
         thp_refused: false,
     };
     for _ in 0..config.rounds.max(1) {
+        cal.checkpoint();
         r.user_pair.push(user_pair(warmup, null_samples));
         if let Mode::Split(page) = mode {
             let (pair, inner) = kernel_pairs(page, null_samples.min(samples.max(1000)))?;
@@ -389,6 +395,7 @@ fn measure_rounds(config: &Config, mode: &mut Mode) -> Result<Rounds> {
             r.getppid_off.extend(hooks_off(page, warmup, samples)?);
         }
     }
+    cal.checkpoint();
     Ok(r)
 }
 
@@ -477,7 +484,8 @@ fn method(config: &Config, setup: &Setup) -> Method {
 /// Runs the whole measurement and returns the report.
 pub fn run(config: &Config) -> Result<Report> {
     let mut setup = set_up(config)?;
-    let r = measure_rounds(config, &mut setup.mode)?;
+    let mut cal = Calibrator::new(config.calibrate, config.rounds.max(1) + 1)?;
+    let r = measure_rounds(config, &mut setup.mode, &mut cal)?;
     if r.thp_refused && !setup.machine.thp.is_empty() {
         setup
             .notes
@@ -548,6 +556,8 @@ pub fn run(config: &Config) -> Result<Report> {
         setup.notes.push(w);
     }
     report.stamp_costs = Some(costs);
+    report.calibration = cal.finish();
+    report.run_id = config.run_id.clone();
     report.machine = Some(setup.machine);
     report.notes = setup.notes;
     Ok(report)
@@ -733,6 +743,8 @@ mod tests {
             cpu: None,
             raw: true,
             vmm_channel: false,
+            calibrate: 0,
+            run_id: None,
             rounds: 2,
         };
         let report = run(&config).unwrap();

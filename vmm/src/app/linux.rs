@@ -208,13 +208,20 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
         bad_results,
         trace,
         notes,
+        tsc,
+        run_id,
     } = linux::run(prepared, console(args.quiet, console_to))?;
     if !args.quiet {
         for note in &notes {
             output::eprint(&format!("xvmm: {note}\n"));
         }
     }
-    let delivered = deliver(results, trace.as_ref(), outputs, args, stdout);
+    let traced = trace.as_ref().map(|t| Traced {
+        summary: t,
+        tsc,
+        run_id: run_id.unwrap_or_default(),
+    });
+    let delivered = deliver(results, traced, outputs, args, stdout);
     // How the guest ended comes first; then what the results need.
     end?;
     match (delivered, bad_results) {
@@ -236,22 +243,38 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     }
 }
 
-/// Writes and prints the results, with the host's view, the exit table and
-/// the comparison; `Ok(false)` when the guest sent none.
+/// What a traced run brought back besides the guest's results.
+struct Traced<'a> {
+    summary: &'a TraceSummary,
+    tsc: linux::TscFacts,
+    run_id: String,
+}
+
+/// Writes and prints the results, with the host's view, the timeline and
+/// attribution, the exit table and the comparison; `Ok(false)` when the
+/// guest sent none.
 fn deliver(
     results: Option<Report>,
-    trace: Option<&TraceSummary>,
+    traced: Option<Traced>,
     outputs: Outputs,
     args: &RunArgs,
     stdout: &Stdout,
 ) -> Result<bool> {
+    let trace = traced.as_ref().map(|t| t.summary);
     let Some(mut report) = results else {
         if let Some(t) = trace {
             output::eprint(&render::host_exit_table(&t.exits));
         }
         return Ok(false);
     };
-    linux::add_host_view(&mut report, &Machine::probe(), trace);
+    let host = Machine::probe();
+    linux::add_host_view(&mut report, &host, trace);
+    if let Some(mut t) = traced {
+        if t.tsc.host_khz == 0 {
+            t.tsc.host_khz = host.tsc_khz;
+        }
+        linux::add_timeline(&mut report, t.summary, &t.tsc, &t.run_id);
+    }
     let mut extra = String::new();
     if trace.is_some() && report.host_exits.is_empty() {
         // The report's tables show exits only when there are some; say so.

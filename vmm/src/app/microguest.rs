@@ -16,7 +16,6 @@ pub const DEFAULT_WARMUP: u64 = 1_000;
 /// something for a Linux guest are usage errors.
 fn options(args: &RunArgs) -> Result<Options> {
     let linux_only = [
-        (args.trace, "--trace"),
         (args.async_pf == OnOff::On, "--async-pf on"),
         (args.mem.is_some(), "--mem"),
     ];
@@ -31,6 +30,7 @@ fn options(args: &RunArgs) -> Result<Options> {
     )?;
     let mut opts = opts.with_rounds(args.rounds.unwrap_or(microguest::measure::DEFAULT_ROUNDS))?;
     opts.raw = args.raw;
+    opts.trace = args.trace;
     opts.pinned_cpu = args.pin.and_then(|cpu| u32::try_from(cpu).ok());
     opts.machine.tsc_khz = args.tsc_khz;
     opts.machine.tsc_offset = args.tsc_offset;
@@ -101,8 +101,7 @@ mod tests {
     #[test]
     fn linux_only_options_are_usage_errors() {
         for (flag, extra) in [
-            ("--trace", &["--trace"][..]),
-            ("--async-pf on", &["--async-pf", "on"]),
+            ("--async-pf on", &["--async-pf", "on"][..]),
             ("--mem", &["--mem", "64"]),
         ] {
             let err = parse(extra).unwrap_err();

@@ -3,7 +3,8 @@
 //! [`PortBus`] routes the guest's `in`/`out` exits: the UART at 0x3f8
 //! ([`serial::Uart`]), the i8042 at 0x60/0x64 (no keyboard: see [`I8042_STATUS`];
 //! command 0xfe = reset),
-//! [`layout::PORT_EXIT`] and [`layout::PORT_RESULTS_DOORBELL`]. Unknown ports read
+//! [`layout::PORT_EXIT`], [`layout::PORT_RESULTS_DOORBELL`] and
+//! [`layout::PORT_CALIBRATE`] (counted: the exit itself is the point). Unknown ports read
 //! as 0xff and ignore writes; they are counted, never fatal. Whatever ends the VM
 //! comes back as an [`IoEvent`] for the run loop to act on.
 
@@ -46,6 +47,8 @@ pub struct PortBus {
     /// Shared with the stdin forwarder.
     pub uart: Option<Arc<Mutex<serial::Uart>>>,
     pub unknown: UnknownIo,
+    /// Writes to [`layout::PORT_CALIBRATE`].
+    pub calibrations: u64,
 }
 
 impl PortBus {
@@ -53,6 +56,7 @@ impl PortBus {
         PortBus {
             uart,
             unknown: UnknownIo::default(),
+            calibrations: 0,
         }
     }
 
@@ -99,6 +103,10 @@ impl PortBus {
                 let n = data.len().min(4);
                 bytes[..n].copy_from_slice(&data[..n]);
                 IoEvent::Results(u32::from_le_bytes(bytes))
+            }
+            layout::PORT_CALIBRATE => {
+                self.calibrations += 1;
+                IoEvent::Continue
             }
             layout::I8042_COMMAND_PORT if first == layout::I8042_CMD_RESET => IoEvent::Reset,
             layout::I8042_COMMAND_PORT | layout::I8042_DATA_PORT => IoEvent::Continue,
@@ -147,6 +155,11 @@ mod tests {
         );
         assert_eq!(bus.io_out(0x64, &[0xfe]), IoEvent::Reset);
         assert_eq!(bus.io_out(0x64, &[0xaa]), IoEvent::Continue);
+        assert_eq!(
+            bus.io_out(layout::PORT_CALIBRATE, &7u32.to_le_bytes()),
+            IoEvent::Continue
+        );
+        assert_eq!(bus.calibrations, 1);
         let mut status = [0x55u8];
         bus.io_in(0x64, &mut status);
         assert_eq!(status, [I8042_STATUS]);

@@ -65,6 +65,7 @@ mod tests {
             }],
             unpaired: 2,
             lost: 0,
+            ..Default::default()
         };
         add_host_view(&mut report, &host, Some(&trace));
         assert_eq!(report.host.kvm_module, "guest says");

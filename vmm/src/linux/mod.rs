@@ -19,9 +19,11 @@
 pub mod builtin;
 mod console;
 mod host_view;
+mod join;
 
 pub use console::{Console, ConsoleFeed};
 pub use host_view::add_host_view;
+pub use join::{add_timeline, TscFacts, CALIBRATIONS};
 
 use crate::arch::x86_64::{msr, regs};
 use crate::boot::{self, image};
@@ -75,6 +77,8 @@ pub struct Prepared {
     kernel: std::fs::File,
     plan: boot::BootPlan,
     init: Init,
+    /// Given to a traced built-in xperf, which echoes it in its results.
+    run_id: Option<String>,
 }
 
 enum Init {
@@ -98,6 +102,7 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
         ))
     })?;
     let kernel = open_input(&config.kernel, Error::Kernel)?;
+    let mut run_id = None;
     let image = image::inspect(&kernel).map_err(|e| match e {
         Error::Kernel(m) => Error::Kernel(format!("{}: {m}", config.kernel.display())),
         other => other,
@@ -113,10 +118,15 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
         Userspace::BuiltIn { xperf_args } => {
             let xperf = builtin::locate_xperf()?;
             let cpio = builtin::xperf_initramfs(&xperf.bytes)?;
+            let mut xperf_args = xperf_args.clone();
+            if config.trace {
+                run_id = Some(new_run_id());
+                xperf_args.extend(traced_xperf_args(&xperf_args, run_id.as_deref()));
+            }
             let cmdline = builtin::xperf_cmdline(
                 config.cmdline.as_deref(),
                 &boot::cmdline::default_cmdline(),
-                xperf_args,
+                &xperf_args,
             );
             (Init::BuiltIn(Cursor::new(cpio)), cmdline)
         }
@@ -132,7 +142,37 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
         kernel,
         plan,
         init,
+        run_id,
     })
+}
+
+/// What a traced run adds to xperf's arguments: every sample's stamps, the
+/// calibration exits and the run id.
+fn traced_xperf_args(given: &[String], run_id: Option<&str>) -> Vec<String> {
+    let mut args = Vec::new();
+    if !given.iter().any(|a| a == "--raw") {
+        args.push("--raw".to_string());
+    }
+    args.extend(["--calibrate".to_string(), CALIBRATIONS.to_string()]);
+    if let Some(id) = run_id {
+        args.extend(["--run-id".to_string(), id.to_string()]);
+    }
+    args
+}
+
+/// 64 random bits as hex: tells this run's results from any other's.
+fn new_run_id() -> String {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
+    let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    if n != bytes.len() as isize {
+        // No entropy source: time and pid still differ from run to run.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (t ^ u64::from(std::process::id()) << 40).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// How a Linux run ended and what it brought back.
@@ -149,6 +189,10 @@ pub struct LinuxRun {
     /// What the caller should tell the user about the end (a halt taken as a
     /// power-off).
     pub notes: Vec<String>,
+    /// The guest's TSC as KVM set it up (for [`add_timeline`]).
+    pub tsc: TscFacts,
+    /// The id a traced xperf was given.
+    pub run_id: Option<String>,
 }
 
 /// The VM and its vCPU, built and loaded, not yet running.
@@ -224,10 +268,24 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
     // A Linux without ACPI powers off by halting with interrupts off, which the
     // in-kernel LAPIC keeps from us: look at a vCPU that sleeps for a second.
     control.set_idle_probe(Some(Duration::from_secs(1)));
+    let offset_before = vcpu.tsc_offset().ok();
     let mut running = control.attach(&mut vcpu);
     let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory);
     drop(running);
     let trace = tracer.map(ExitTracer::finish).transpose()?;
+    let tsc = TscFacts {
+        offset_before,
+        offset_after: vcpu.tsc_offset().ok(),
+        guest_khz: vcpu.tsc_khz,
+        requested_offset: cfg.tsc_offset,
+        requested_khz: cfg.tsc_khz,
+        // The caller knows the host (`Machine::probe`); unscaled, they agree.
+        host_khz: if cfg.tsc_khz.is_none() {
+            u64::from(vcpu.tsc_khz)
+        } else {
+            0
+        },
+    };
     let mut notes = Vec::new();
     let end = outcome
         .end
@@ -238,6 +296,8 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
         bad_results: outcome.bad_results,
         trace,
         notes,
+        tsc,
+        run_id: prepared.run_id.clone(),
     })
 }
 

@@ -13,6 +13,7 @@ use super::tables;
 use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
 use crate::arch::x86_64::msr::{self, EFER_LMA, EFER_LME, EFER_SCE};
 use crate::arch::x86_64::regs::{X86_CR0_ET, X86_CR0_NE, X86_CR0_PE, X86_CR0_PG, X86_CR4_PAE};
+use crate::host_trace::{ExitTracer, TraceSummary};
 use crate::vcpu::{RunControl, Vcpu, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
 use crate::{Error, Result};
@@ -37,6 +38,8 @@ pub struct MachineConfig {
     /// What the kernel's stamps are: as assembled, plain RDTSC (for
     /// hypervisors that cannot execute LFENCE/RDTSCP at CPL0), or none.
     pub kernel_stamps: guest::KernelStamps,
+    /// Trace the phase's exits on the host (`kvm_exit`/`kvm_entry`).
+    pub trace: bool,
 }
 
 /// What the VMM learnt about the VM it created.
@@ -130,11 +133,27 @@ pub enum PhaseEnd {
         /// unknown or when it moved (KVM re-bases it on hosts whose TSC is
         /// unstable), so host and guest stamps cannot be related.
         tsc_offset: Option<i64>,
+        /// With [`MachineConfig::trace`]: every traced exit as (`kvm_exit`,
+        /// `kvm_entry`) host TSC, in order.
+        traced: Option<Vec<(u64, u64)>>,
     },
     /// The hypervisor stopped the VM (triple fault, emulation failure...).
     Refused { reason: String },
     /// The guest reported an exception it did not expect.
     Fault(GuestFault),
+}
+
+/// Traces this (the vCPU) thread's exits.
+fn start_tracer() -> Result<ExitTracer> {
+    // SAFETY: gettid has no arguments and cannot fail.
+    ExitTracer::start(&[unsafe { libc::gettid() }])
+}
+
+/// The traced exits as (exit, entry) host times, sorted by exit.
+fn exit_pairs(t: &TraceSummary) -> Vec<(u64, u64)> {
+    let mut pairs: Vec<(u64, u64)> = t.trace.exits.iter().map(|e| (e.exit, e.entry)).collect();
+    pairs.sort_unstable();
+    pairs
 }
 
 /// Creates a VM for `phase`, runs it and returns how it ended.
@@ -188,7 +207,11 @@ pub fn run_phase(
     setup_cpu(&vcpu)?;
 
     let offset_before = vcpu.tsc_offset().ok();
-    let end = run_to_doorbell(rc, &mut vcpu, phase)?;
+    let tracer = cfg.trace.then(start_tracer).transpose()?;
+    let end = run_to_doorbell(rc, &mut vcpu, phase);
+    // Finished (and the instance removed) whatever the run's end.
+    let traced = tracer.map(ExitTracer::finish).transpose();
+    let (end, traced) = (end?, traced?.map(|t| exit_pairs(&t)));
     let offset_after = vcpu.tsc_offset().ok();
     let tsc_offset = offset_before.filter(|_| offset_before == offset_after);
     let end = match end {
@@ -212,6 +235,7 @@ pub fn run_phase(
                 stamps,
                 host,
                 tsc_offset,
+                traced,
             }
         }
         RunEnd::Refused(reason) => PhaseEnd::Refused { reason },

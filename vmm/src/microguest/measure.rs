@@ -19,7 +19,9 @@ use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
 use xvmm_results::correction::{ExitCorrections, HooksCost, PairCost};
+use xvmm_results::exit_trace::{self, TracedExit};
 use xvmm_results::machine::Machine;
+use xvmm_results::timeline::Mapping;
 use xvmm_results::{
     Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
     KernelStamps as KernelStampText, Method, Report, Sample, StampCosts, StampPoint, Stats, Status,
@@ -38,6 +40,8 @@ pub struct Options {
     pub pinned_cpu: Option<u32>,
     /// Times the whole measurement is repeated.
     pub rounds: u32,
+    /// Also time every exit with the host's tracepoints (`--trace`).
+    pub trace: bool,
 }
 
 /// Rounds by default (`--rounds`).
@@ -70,6 +74,7 @@ impl Options {
             machine: MachineConfig::default(),
             pinned_cpu: None,
             rounds: DEFAULT_ROUNDS,
+            trace: false,
         })
     }
 
@@ -130,6 +135,7 @@ pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Re
         warmup: opts.warmup,
         samples: opts.samples,
         rounds: opts.rounds.max(1),
+        trace: opts.trace,
     };
     progress.begin("microguest", phases(session.rounds));
     let collected = session.run(progress);
@@ -317,11 +323,71 @@ fn exit_row(
         in_vmm: None,
         vmm_to_guest: None,
         split: None,
+        traced: None,
     };
     if via_vmm {
         split_timing(&mut timing, row, opts.warmup, corr, unsplit);
     }
+    if !row.traced.is_empty() {
+        match traced_exit(row, opts.warmup, opts.machine.tsc_khz.is_some()) {
+            Ok(t) => timing.traced = Some(t),
+            Err(why) => unsplit.push(format!("{} traced ({why})", row.name)),
+        }
+    }
     timing
+}
+
+/// The traced rounds of an exit row cut at the host's tracepoints, and the
+/// probe effect against the untraced rounds.
+fn traced_exit(
+    row: &ExitRounds,
+    warmup: u64,
+    scaled: bool,
+) -> std::result::Result<TracedExit, String> {
+    if scaled {
+        // The microguest's host stamps and guest stamps share one clock only
+        // unscaled (see MachineConfig::tsc_offset).
+        return Err("--tsc-khz scales the guest TSC away from the host's".into());
+    }
+    let mut parts = exit_trace::Parts::default();
+    let mut in_vmm = Vec::new();
+    for m in &row.traced {
+        let Some(offset) = m.tsc_offset else {
+            return Err("the guest TSC offset was unknown or moved during the phase".into());
+        };
+        let samples: Vec<Option<(u64, u64)>> = m
+            .opens
+            .iter()
+            .zip(&m.closes)
+            .map(|(&o, &c)| (o != UNFILLED).then_some((o, c)))
+            .collect();
+        let exits = m.traced.as_deref().unwrap_or_default();
+        let p = exit_trace::split(&samples, exits, &Mapping::unscaled(offset));
+        parts.guest_to_host.extend(p.guest_to_host);
+        parts.in_host.extend(p.in_host);
+        parts.host_to_guest.extend(p.host_to_guest);
+        parts.samples += p.samples;
+        parts.no_exit += p.no_exit;
+        parts.more_exits += p.more_exits;
+        parts.negative += p.negative;
+        in_vmm.extend(
+            m.host
+                .iter()
+                .skip(warmup as usize)
+                .map(|h| h.reentered.saturating_sub(h.exited)),
+        );
+    }
+    let traced: Vec<u64> = row
+        .traced
+        .iter()
+        .flat_map(|m| m.intervals.clone())
+        .collect();
+    let untraced: Vec<u64> = row
+        .rounds
+        .iter()
+        .flat_map(|m| m.intervals.clone())
+        .collect();
+    Ok(TracedExit::new(&parts, &in_vmm, &traced, &untraced))
 }
 
 /// Fills an exit's host-side parts: corrected and raw when every round's
@@ -475,6 +541,7 @@ fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {
         in_vmm: None,
         vmm_to_guest: None,
         split: None,
+        traced: None,
     }
 }
 
@@ -488,6 +555,8 @@ pub struct TwoStamp {
     pub host: Vec<HostStamps>,
     /// Guest TSC = host TSC + this, when known for the whole phase.
     pub tsc_offset: Option<i64>,
+    /// The host's traced exits (`kvm_exit`, `kvm_entry`), when traced.
+    pub traced: Option<Vec<(u64, u64)>>,
 }
 
 /// Splits two-stamp words into intervals, dropping unfilled or unordered pairs.
@@ -499,6 +568,7 @@ pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
         discarded: 0,
         host: Vec::new(),
         tsc_offset: None,
+        traced: None,
     };
     for pair in stamps.chunks_exact(2) {
         let (open, close) = (pair[0], pair[1]);

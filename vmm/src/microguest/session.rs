@@ -39,6 +39,9 @@ pub struct ExitRounds {
     pub kind: Kind,
     pub unsupported: Option<String>,
     pub rounds: Vec<TwoStamp>,
+    /// With `--trace`: the same phases with the host tracing, alternated
+    /// with the untraced ones (first in odd rounds, second in even ones).
+    pub traced: Vec<TwoStamp>,
 }
 
 /// Everything the run measured.
@@ -67,6 +70,8 @@ pub struct Session<'a> {
     pub warmup: u64,
     pub samples: u64,
     pub rounds: u32,
+    /// Also run every exit phase traced (`--trace`).
+    pub trace: bool,
 }
 
 /// A crossing's samples with the kernel stamps and its round trips without
@@ -74,7 +79,15 @@ pub struct Session<'a> {
 type OnOff = std::result::Result<(Vec<Sample>, Vec<u64>), String>;
 
 /// A phase's guest and host stamps, or why the hypervisor refused it.
-type PhaseStamps = std::result::Result<(Vec<u64>, Vec<HostStamps>, Option<i64>), String>;
+type PhaseStamps = std::result::Result<
+    (
+        Vec<u64>,
+        Vec<HostStamps>,
+        Option<i64>,
+        Option<Vec<(u64, u64)>>,
+    ),
+    String,
+>;
 
 fn is_stop(err: &Error) -> bool {
     matches!(err, Error::Timeout(_) | Error::Interrupted(_))
@@ -182,6 +195,7 @@ impl Session<'_> {
                 kind,
                 unsupported: None,
                 rounds: Vec::new(),
+                traced: Vec::new(),
             })
             .collect();
         Ok(Collected {
@@ -260,8 +274,8 @@ impl Session<'_> {
     /// pairs, natively the VMM's pair and reverse pair.
     fn pairs(&self, c: &mut Collected) -> Result<()> {
         let intervals = |kind: Kind, what: &str| -> Result<Vec<u64>> {
-            match self.stamps(kind, 0)? {
-                Ok((stamps, _, _)) => Ok(measure::two_stamp_samples(&stamps).intervals),
+            match self.stamps(kind, 0, &self.cfg)? {
+                Ok((stamps, ..)) => Ok(measure::two_stamp_samples(&stamps).intervals),
                 Err(r) => Err(Error::Guest(format!("the {what} did not run: {r}"))),
             }
         };
@@ -304,10 +318,30 @@ impl Session<'_> {
             if row.unsupported.is_some() {
                 continue;
             }
-            match self.two_stamp(row.kind)? {
+            let traced_first = self.trace && c.user_pair.len() % 2 == 1;
+            if traced_first {
+                self.traced_round(row)?;
+            }
+            match self.two_stamp(row.kind, &self.cfg)? {
                 Ok(m) => row.rounds.push(m),
                 Err(reason) => row.unsupported = Some(format!("hypervisor refused it: {reason}")),
             }
+            if self.trace && !traced_first && row.unsupported.is_none() {
+                self.traced_round(row)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One traced run of an exit row's phase (see [`ExitRounds::traced`]).
+    fn traced_round(&self, row: &mut ExitRounds) -> Result<()> {
+        let cfg = MachineConfig {
+            trace: true,
+            ..self.cfg.clone()
+        };
+        match self.two_stamp(row.kind, &cfg)? {
+            Ok(m) => row.traced.push(m),
+            Err(reason) => row.unsupported = Some(format!("hypervisor refused it: {reason}")),
         }
         Ok(())
     }
@@ -414,29 +448,37 @@ impl Session<'_> {
     }
 
     /// Runs a phase; `Ok(Err(reason))` when the hypervisor refused it.
-    fn stamps(&self, kind: Kind, param: u64) -> Result<PhaseStamps> {
+    fn stamps(&self, kind: Kind, param: u64, cfg: &MachineConfig) -> Result<PhaseStamps> {
         let phase = Phase {
             param,
             ..self.phase(kind)
         };
-        match machine::run_phase(self.rc, &self.cfg, &phase)?.0 {
+        match machine::run_phase(self.rc, cfg, &phase)?.0 {
             PhaseEnd::Done {
                 stamps,
                 host,
                 tsc_offset,
-            } => Ok(Ok((stamps, host, tsc_offset))),
+                traced,
+            } => Ok(Ok((stamps, host, tsc_offset, traced))),
             PhaseEnd::Refused { reason } => Ok(Err(reason)),
             PhaseEnd::Fault(f) => Err(Error::Guest(format!("{kind:?} measurement: {f}"))),
         }
     }
 
-    fn two_stamp(&self, kind: Kind) -> Result<std::result::Result<TwoStamp, String>> {
-        Ok(self.stamps(kind, 0)?.map(|(stamps, host, tsc_offset)| {
-            let mut m = measure::two_stamp_samples(&stamps);
-            m.host = host;
-            m.tsc_offset = tsc_offset;
-            m
-        }))
+    fn two_stamp(
+        &self,
+        kind: Kind,
+        cfg: &MachineConfig,
+    ) -> Result<std::result::Result<TwoStamp, String>> {
+        Ok(self
+            .stamps(kind, 0, cfg)?
+            .map(|(stamps, host, tsc_offset, traced)| {
+                let mut m = measure::two_stamp_samples(&stamps);
+                m.host = host;
+                m.tsc_offset = tsc_offset;
+                m.traced = traced;
+                m
+            }))
     }
 }
 

@@ -281,6 +281,7 @@ mod tests {
             in_vmm: None,
             vmm_to_guest: None,
             split,
+            traced: None,
         }
     }
 

@@ -63,7 +63,7 @@ fn or_dash(s: &str) -> String {
 /// A table of the first [`MAX_TABLE_ROWS`] of `total` rows (builders take
 /// no more, so a huge file costs no more than that); a note says when rows
 /// were left out.
-fn capped(mut t: Table, total: usize, blocks: &mut Vec<Block>) {
+pub(super) fn capped(mut t: Table, total: usize, blocks: &mut Vec<Block>) {
     t.rows.truncate(MAX_TABLE_ROWS);
     blocks.push(Block::Table(t));
     if total > MAX_TABLE_ROWS {
@@ -655,6 +655,7 @@ fn report_section(i: usize, input: &Input) -> Section {
         }
     }
     crossing_blocks(r, &mut blocks);
+    super::attribution::timeline_blocks(r, &mut blocks);
     host_exit_blocks(r, &mut blocks);
     if let Some(c) = &r.characterize {
         characterize_blocks(c, &mut blocks);

@@ -16,9 +16,11 @@ mod characterize;
 mod method;
 mod probes;
 mod table;
+mod timeline;
 
 pub use characterize::{by_group, characterize_table};
 pub use probes::{probe_comparison_table, probes_table};
+pub use timeline::{attribution_table, timeline_lines, traced_exit_table};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -282,6 +284,11 @@ pub fn report(report: &Report) -> String {
             out += "(guest->VMM, in VMM, VMM->guest: medians of host stamps taken around KVM_RUN; \
                     only exits that reach xvmm have them)\n";
         }
+        let traced = traced_exit_table(&report.exits);
+        if !traced.is_empty() {
+            out.push('\n');
+            out += &traced;
+        }
     }
     if !report.host_exits.is_empty() {
         out.push('\n');
@@ -290,6 +297,11 @@ pub fn report(report: &Report) -> String {
     if !report.probes.is_empty() {
         out.push('\n');
         out += &probes_table(report);
+    }
+    if let Some(t) = &report.timeline {
+        out.push('\n');
+        out += &timeline_lines(t);
+        out += &attribution_table(&report.crossings, t.verified);
     }
     if !report.notes.is_empty() {
         out += "\nnotes:\n";
@@ -432,10 +444,78 @@ pub fn comparison_table(c: &Comparison) -> String {
         out.push('\n');
         out += &probe_comparison_table(&c.probes);
     }
+    out += &decomposition_table(c);
     for n in &c.notes {
         let _ = writeln!(out, "note: {}", visible(n));
     }
     out
+}
+
+/// Reasons of an exits part, largest first: `npf +12.0, intr +1.5`.
+fn exit_shares(by_reason: &std::collections::BTreeMap<String, f64>) -> String {
+    let mut list: Vec<_> = by_reason.iter().collect();
+    list.sort_by(|a, b| b.1.total_cmp(a.1));
+    let shown: Vec<String> = list
+        .iter()
+        .take(4)
+        .map(|(r, v)| format!("{} {v:+.1}", visible(r)))
+        .collect();
+    if shown.is_empty() {
+        "-".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
+/// The VM's extra cost split into what no exit explains and what exits
+/// do; empty when the VM run was not traced.
+fn decomposition_table(c: &Comparison) -> String {
+    let rows: Vec<_> = c
+        .rows
+        .iter()
+        .filter(|r| r.without_exits.is_some() || r.exits.is_some())
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\nwhat the VM adds, decomposed: without exits = VM exit-free median - bare-metal median \
+         (95 % CI); exits = VM mean of all samples - VM mean of exit-free samples, split by \
+         host time\n",
+    );
+    if rows.iter().any(|r| r.timeline_verified == Some(false)) {
+        out += "UNVERIFIED TIMELINE: the exit placements behind this split may be wrong\n";
+    }
+    let mut t = Table::new(&[
+        "crossing",
+        "interval",
+        "diff med",
+        "w/o exits",
+        "95% CI",
+        "exits",
+        "by reason",
+    ]);
+    for r in rows {
+        let w = r.without_exits.as_ref();
+        let ci = match w.map(|w| (w.ci_low, w.ci_high)) {
+            Some((Some(lo), Some(hi))) => format!("[{lo:+}, {hi:+}]"),
+            _ => "-".into(),
+        };
+        t.row(vec![
+            visible(&r.crossing).into_owned(),
+            r.interval.clone(),
+            signed(r.diff_median),
+            signed(w.map(|w| w.ticks)),
+            ci,
+            r.exits
+                .as_ref()
+                .map_or("-".into(), |e| format!("{:+.1}", e.ticks)),
+            r.exits
+                .as_ref()
+                .map_or("-".into(), |e| exit_shares(&e.by_reason)),
+        ]);
+    }
+    out + &t.render()
 }
 
 #[cfg(test)]
@@ -503,6 +583,7 @@ mod tests {
             in_vmm: Some(Stats::from_samples(&[100, 100])),
             vmm_to_guest: None,
             split: None,
+            traced: None,
         };
         let text = exit_table(&[e], 0);
         assert_eq!(

@@ -121,6 +121,8 @@ fn crossing_config(config: &Config) -> measure::Config {
         cpu: config.cpu,
         raw: false,
         vmm_channel: config.vmm_channel,
+        calibrate: 0,
+        run_id: None,
     }
 }
 

@@ -1,0 +1,489 @@
+//! Which host exits fell into which sample: the join of a guest's per-sample
+//! stamps with the host's exit trace on one [`Mapping`].
+//!
+//! The rule: an exit belongs to a segment of a sample when its `kvm_exit`,
+//! mapped to guest time, lies in the segment's window, `[opening stamp,
+//! closing stamp)`: u2k from the user stamp before to the kernel's entry
+//! stamp, in_kernel between the kernel stamps, k2u from the kernel's exit
+//! stamp to the user stamp after, the round trip from user stamp to user
+//! stamp. A sample whose window the trace cannot vouch for (events lost
+//! there, an offset rewrite inside it, stamps out of order, on a vCPU the
+//! trace does not know) is unattributable: never counted exit-free.
+//!
+//! Exits are searched by binary search in per-vCPU arrays sorted by guest
+//! time, so a run is `O((samples + exits) log exits)`.
+
+use crate::stats::Stats;
+use crate::timeline::Mapping;
+use crate::{bootstrap, Crossing, Interval, MedianCi, Report, Sample, UNFILLED};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One traced exit: `kvm_exit` and the next `kvm_entry` of its vCPU, in
+/// host TSC ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostExitEvent {
+    pub vcpu: u32,
+    pub exit: u64,
+    pub entry: u64,
+    /// Index into [`HostTrace::reasons`].
+    pub reason: u16,
+}
+
+/// What the host traced during a run.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HostTrace {
+    /// Exit reason names, indexed by [`HostExitEvent::reason`].
+    pub reasons: Vec<String>,
+    pub exits: Vec<HostExitEvent>,
+    /// Host-time windows `[from, to]` in which the ring buffer lost events.
+    pub lost: Vec<(u64, u64)>,
+}
+
+/// Exits of one reason inside a segment.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct ReasonCost {
+    pub count: u64,
+    /// Host TSC ticks from `kvm_exit` to `kvm_entry`, summed.
+    pub host_ticks: u64,
+}
+
+/// The host's part of one segment of a crossing.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SegmentHost {
+    /// Samples looked at (valid stamps).
+    pub samples: u64,
+    /// Samples with at least one exit in the segment.
+    pub samples_with_exits: u64,
+    /// Samples the trace cannot vouch for (see the module text).
+    pub unattributable: u64,
+    /// Exits by reason.
+    pub exits: BTreeMap<String, ReasonCost>,
+    pub host_ticks_total: u64,
+    /// The corrected values of the exit-free samples.
+    pub exit_free: Stats,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_free_median_ci: Option<MedianCi>,
+    /// Over the samples with exits: their corrected values minus the
+    /// exit-free median, summed (what their exits appear to have cost the
+    /// guest), and their exits' host time in guest ticks, summed.
+    pub excess_ticks: i64,
+    pub excess_host_ticks: u64,
+    /// Why the segment could not be attributed at all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Exits of one vCPU, sorted by mapped guest time.
+struct VcpuExits {
+    guest_exit: Vec<i128>,
+    host_ticks: Vec<u64>,
+    reason: Vec<u16>,
+}
+
+/// The trace prepared for lookups.
+pub struct Index<'a> {
+    trace: &'a HostTrace,
+    mapping: &'a Mapping,
+    vcpus: BTreeMap<u32, VcpuExits>,
+    /// Lost windows in guest time, sorted by start.
+    lost: Vec<(i128, i128)>,
+}
+
+impl<'a> Index<'a> {
+    pub fn new(trace: &'a HostTrace, mapping: &'a Mapping) -> Index<'a> {
+        // Keys computed once: mapping a time costs a 128-bit multiply.
+        let mut order: Vec<(u32, i128, &HostExitEvent)> = trace
+            .exits
+            .iter()
+            .map(|e| (e.vcpu, mapping.to_guest(e.exit), e))
+            .collect();
+        order.sort_unstable_by_key(|&(vcpu, guest, _)| (vcpu, guest));
+        let mut vcpus: BTreeMap<u32, VcpuExits> = BTreeMap::new();
+        for (vcpu, guest, e) in order {
+            let v = vcpus.entry(vcpu).or_insert_with(|| VcpuExits {
+                guest_exit: Vec::new(),
+                host_ticks: Vec::new(),
+                reason: Vec::new(),
+            });
+            v.guest_exit.push(guest);
+            v.host_ticks.push(e.entry.saturating_sub(e.exit));
+            v.reason.push(e.reason);
+        }
+        let mut lost: Vec<(i128, i128)> = trace
+            .lost
+            .iter()
+            .map(|&(a, b)| (mapping.to_guest(a), mapping.to_guest(b)))
+            .collect();
+        lost.sort_unstable();
+        Index {
+            trace,
+            mapping,
+            vcpus,
+            lost,
+        }
+    }
+
+    /// Whether a lost-event window overlaps `[a, b]`.
+    fn lost_within(&self, a: i128, b: i128) -> bool {
+        // Windows are short and few; any window starting before b and ending after a.
+        let before_end = self.lost.partition_point(|w| w.0 <= b);
+        self.lost[..before_end].iter().any(|w| w.1 >= a)
+    }
+
+    /// Exits of `vcpu` mapped into `[a, b)`: index range.
+    fn exits_in(&self, vcpu: &VcpuExits, a: u64, b: u64) -> std::ops::Range<usize> {
+        let lo = vcpu.guest_exit.partition_point(|&g| g < i128::from(a));
+        let hi = vcpu.guest_exit.partition_point(|&g| g < i128::from(b));
+        lo..hi
+    }
+
+    /// The guest-to-host window check of a whole sample: `None` when the
+    /// trace can vouch for it.
+    fn unattributable(&self, s: &Sample, vcpu: Option<u32>) -> bool {
+        let Some(vcpu) = vcpu else { return true };
+        if !self.vcpus.contains_key(&vcpu) && !self.vcpus.is_empty() {
+            return true;
+        }
+        let (a, b) = (i128::from(s.u2k_u), i128::from(s.k2u_u));
+        if self.lost_within(a, b) {
+            return true;
+        }
+        // An offset rewrite inside the window: the window's two ends map
+        // through different offsets; take the host times the base offset gives.
+        if !self.mapping.changes.is_empty() {
+            let host = |g: i128| self.host_time_of(g);
+            return self.mapping.changes_within(host(a), host(b));
+        }
+        false
+    }
+
+    /// Approximate host time of guest time `g` (for offset-change checks).
+    fn host_time_of(&self, g: i128) -> u64 {
+        let unscaled = g - i128::from(self.mapping.offset);
+        let host = (unscaled << crate::timeline::RATIO_FRAC_BITS)
+            / i128::from(self.mapping.ratio_fixed.max(1));
+        u64::try_from(host.max(0)).unwrap_or(u64::MAX)
+    }
+}
+
+/// One segment of a sample: its window from the stamps.
+type Window = fn(&Sample) -> (u64, u64);
+
+/// The segments of a split crossing, with the interval each one fills.
+const SPLIT_SEGMENTS: [(&str, Window); 4] = [
+    ("u2k", |s| (s.u2k_u, s.u2k_k)),
+    ("in_kernel", |s| (s.u2k_k, s.k2u_k)),
+    ("k2u", |s| (s.k2u_k, s.k2u_u)),
+    ("round_trip", |s| (s.u2k_u, s.k2u_u)),
+];
+
+/// A sample's segment, measured: its corrected value and its exits.
+struct Placed {
+    value: u64,
+    exits: std::ops::Range<usize>,
+    vcpu: u32,
+}
+
+/// Fills `host` on every segment of every crossing with kept samples; the
+/// vCPU of a sample is its CPU, or `single_vcpu` when it has none.
+pub fn attribute(report: &mut Report, index: &Index, single_vcpu: Option<u32>) {
+    let rounds = report.method.rounds;
+    for c in &mut report.crossings {
+        attribute_crossing(c, index, single_vcpu, rounds);
+    }
+}
+
+fn interval_mut<'c>(c: &'c mut Crossing, name: &str) -> Option<&'c mut Interval> {
+    match name {
+        "u2k" => c.u2k.as_mut(),
+        "in_kernel" => c.in_kernel.as_mut(),
+        "k2u" => c.k2u.as_mut(),
+        _ => c.round_trip.as_mut(),
+    }
+}
+
+/// Why a crossing's samples cannot be attributed at all.
+fn refusal(c: &Crossing, samples: &[Sample], rounds: u32) -> Option<String> {
+    let allowed = c.samples_requested.saturating_mul(u64::from(rounds.max(1)));
+    (samples.len() as u64 > allowed).then(|| {
+        format!(
+            "{} samples where {} were requested: the guest's results are not trusted",
+            samples.len(),
+            allowed
+        )
+    })
+}
+
+fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>, rounds: u32) {
+    let Some(samples) = c.samples.take() else {
+        return;
+    };
+    let refused = refusal(c, &samples, rounds);
+    let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
+    for (name, window) in SPLIT_SEGMENTS {
+        if !split && name != "round_trip" {
+            continue;
+        }
+        let Some(interval) = interval_mut(c, name) else {
+            continue;
+        };
+        interval.host = Some(match &refused {
+            Some(why) => SegmentHost {
+                reason: Some(why.clone()),
+                ..Default::default()
+            },
+            None => segment_host(&samples, window, interval, index, single_vcpu, split),
+        });
+    }
+    c.samples = Some(samples);
+}
+
+/// Whether a sample's stamps are usable for the segments looked at.
+fn ordered(s: &Sample, split: bool) -> bool {
+    if split {
+        s.validate().is_ok()
+    } else {
+        s.u2k_u < s.k2u_u
+    }
+}
+
+fn segment_host(
+    samples: &[Sample],
+    window: Window,
+    interval: &Interval,
+    index: &Index,
+    single_vcpu: Option<u32>,
+    split: bool,
+) -> SegmentHost {
+    let correction = interval.correction.unwrap_or(0);
+    let mut host = SegmentHost::default();
+    let mut placed = Vec::with_capacity(samples.len());
+    for s in samples {
+        if !ordered(s, split) {
+            continue;
+        }
+        host.samples += 1;
+        let vcpu = s.cpu.or(single_vcpu);
+        if index.unattributable(s, vcpu) {
+            host.unattributable += 1;
+            continue;
+        }
+        let vcpu = vcpu.unwrap_or(0);
+        let (a, b) = window(s);
+        let exits = index
+            .vcpus
+            .get(&vcpu)
+            .map_or(0..0, |v| index.exits_in(v, a, b));
+        placed.push(Placed {
+            value: (b - a).saturating_sub(correction),
+            exits,
+            vcpu,
+        });
+    }
+    summarise(&mut host, &placed, index);
+    host
+}
+
+/// Values a confidence interval is computed from at most: the bootstrap's
+/// cost is 200 times its input, and 1 M exit-free samples would take
+/// seconds per segment.
+pub const CI_MAX_VALUES: usize = 100_000;
+
+/// The median's CI over evenly spaced values, at most [`CI_MAX_VALUES`]:
+/// fewer values give a wider interval, never a narrower one.
+fn thinned_median_ci(values: &[u64]) -> Option<MedianCi> {
+    let step = values.len().div_ceil(CI_MAX_VALUES).max(1);
+    if step == 1 {
+        return bootstrap::median_ci(values);
+    }
+    let thinned: Vec<u64> = values.iter().step_by(step).copied().collect();
+    bootstrap::median_ci(&thinned)
+}
+
+/// Exit-free statistics, exits by reason and the excess of samples with exits.
+fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
+    let free: Vec<u64> = placed
+        .iter()
+        .filter(|p| p.exits.is_empty())
+        .map(|p| p.value)
+        .collect();
+    host.exit_free = Stats::from_samples(&free);
+    host.exit_free_median_ci = thinned_median_ci(&free);
+    let free_median = host.exit_free.median as i64;
+    for p in placed.iter().filter(|p| !p.exits.is_empty()) {
+        host.samples_with_exits += 1;
+        let v = &index.vcpus[&p.vcpu];
+        let mut ticks = 0u64;
+        for i in p.exits.clone() {
+            let name = index
+                .trace
+                .reasons
+                .get(usize::from(v.reason[i]))
+                .map_or("unknown", String::as_str);
+            let cost = host.exits.entry(name.to_string()).or_default();
+            cost.count += 1;
+            cost.host_ticks = cost.host_ticks.saturating_add(v.host_ticks[i]);
+            ticks = ticks.saturating_add(v.host_ticks[i]);
+        }
+        host.host_ticks_total = host.host_ticks_total.saturating_add(ticks);
+        host.excess_host_ticks = host
+            .excess_host_ticks
+            .saturating_add(index.mapping.scale_duration(ticks));
+        if !free.is_empty() {
+            host.excess_ticks = host
+                .excess_ticks
+                .saturating_add(i64::try_from(p.value).unwrap_or(i64::MAX) - free_median);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::timeline::OffsetChange;
+    use crate::{Corrections, Crossing, Environment, Method};
+
+    fn sample(base: u64, cpu: Option<u32>) -> Sample {
+        Sample {
+            u2k_u: base,
+            u2k_k: base + 100,
+            k2u_k: base + 300,
+            k2u_u: base + 400,
+            cpu,
+            interrupts: None,
+        }
+    }
+
+    fn report(samples: Vec<Sample>) -> Report {
+        let mut r = Report::new(
+            "test".into(),
+            Environment::LinuxVm,
+            Default::default(),
+            Method::standard(0, samples.len() as u64),
+        );
+        let n = samples.len() as u64;
+        let mut c = Crossing::from_samples("c", n, &samples, &Corrections::default(), true);
+        c.samples = Some(samples);
+        r.crossings.push(c);
+        r
+    }
+
+    fn exit(host: u64, ticks: u64, reason: u16) -> HostExitEvent {
+        HostExitEvent {
+            vcpu: 0,
+            exit: host,
+            entry: host + ticks,
+            reason,
+        }
+    }
+
+    fn trace(exits: Vec<HostExitEvent>) -> HostTrace {
+        HostTrace {
+            reasons: vec!["npf".into(), "intr".into()],
+            exits,
+            lost: Vec::new(),
+        }
+    }
+
+    fn host<'r>(r: &'r Report, segment: &str) -> &'r SegmentHost {
+        let c = &r.crossings[0];
+        let i = match segment {
+            "u2k" => &c.u2k,
+            "in_kernel" => &c.in_kernel,
+            "k2u" => &c.k2u,
+            _ => &c.round_trip,
+        };
+        i.as_ref().unwrap().host.as_ref().unwrap()
+    }
+
+    #[test]
+    fn exits_land_in_the_segment_that_contains_them_boundaries_included() {
+        // Samples at guest 1000, 2000, 3000, 4000; guest = host - 500.
+        let samples: Vec<Sample> = (1..=4).map(|k| sample(k * 1000, Some(0))).collect();
+        let mut r = report(samples);
+        // One exit at the opening stamp of sample 1's u2k (counts), one at
+        // sample 2's kernel entry stamp (in_kernel, not u2k), one at sample
+        // 3's closing user stamp (belongs to nothing: the window is open
+        // there).
+        let t = trace(vec![
+            exit(1000 + 500, 60, 0),
+            exit(2100 + 500, 30, 1),
+            exit(3400 + 500, 30, 1),
+        ]);
+        let m = Mapping::unscaled(-500);
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let u2k = host(&r, "u2k");
+        assert_eq!((u2k.samples, u2k.samples_with_exits), (4, 1));
+        assert_eq!(u2k.exits["npf"].count, 1);
+        assert_eq!(u2k.exits["npf"].host_ticks, 60);
+        assert_eq!(u2k.exit_free.count, 3);
+        let ik = host(&r, "in_kernel");
+        assert_eq!((ik.samples_with_exits, ik.exits["intr"].count), (1, 1));
+        assert_eq!(host(&r, "k2u").samples_with_exits, 0);
+        let rt = host(&r, "round_trip");
+        assert_eq!((rt.samples_with_exits, rt.host_ticks_total), (2, 90));
+    }
+
+    #[test]
+    fn lost_windows_offset_changes_and_bad_stamps_make_samples_unattributable() {
+        let mut samples: Vec<Sample> = (1..=5).map(|k| sample(k * 1000, Some(0))).collect();
+        samples[4].k2u_k = samples[4].u2k_k - 1; // out of order: not looked at
+        let mut r = report(samples);
+        let mut t = trace(vec![]);
+        t.lost = vec![(1050, 1060)]; // inside sample 1 (offset 0)
+        let mut m = Mapping::unscaled(0);
+        m.changes = vec![OffsetChange {
+            host_tsc: 3200,
+            offset: 0,
+        }];
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!(rt.samples, 4);
+        assert_eq!(rt.unattributable, 2);
+        assert_eq!(rt.exit_free.count, 2, "unattributable is never exit-free");
+    }
+
+    #[test]
+    fn samples_on_an_unknown_vcpu_or_without_one_are_unattributable() {
+        let samples = vec![sample(1000, Some(3)), sample(2000, None)];
+        let mut r = report(samples.clone());
+        let t = trace(vec![exit(10, 5, 0)]);
+        let m = Mapping::unscaled(0);
+        attribute(&mut r, &Index::new(&t, &m), None);
+        assert_eq!(host(&r, "u2k").unattributable, 2);
+        // With one vCPU named for samples without a CPU, the second counts.
+        let mut r = report(samples);
+        attribute(&mut r, &Index::new(&t, &m), Some(0));
+        assert_eq!(host(&r, "u2k").unattributable, 1);
+    }
+
+    #[test]
+    fn more_samples_than_requested_refuse_the_crossing() {
+        let samples: Vec<Sample> = (1..=4).map(|k| sample(k * 1000, Some(0))).collect();
+        let mut r = report(samples);
+        r.crossings[0].samples_requested = 1;
+        let t = trace(vec![]);
+        let m = Mapping::unscaled(0);
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let u2k = host(&r, "u2k");
+        assert!(u2k.reason.as_deref().unwrap().contains("4 samples"));
+        assert_eq!(u2k.samples, 0);
+    }
+
+    #[test]
+    fn excess_of_samples_with_exits_is_measured_against_the_exit_free_median() {
+        let mut samples: Vec<Sample> = (1..=5).map(|k| sample(k * 10_000, Some(0))).collect();
+        // Sample 5's u2k took 1000 more ticks, spent in one exit of 900.
+        samples[4].u2k_k += 1000;
+        samples[4].k2u_k += 1000;
+        samples[4].k2u_u += 1000;
+        let mut r = report(samples);
+        let t = trace(vec![exit(50_010, 900, 0)]);
+        let m = Mapping::unscaled(0);
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let u2k = host(&r, "u2k");
+        assert_eq!(u2k.exit_free.median, 100);
+        assert_eq!((u2k.excess_ticks, u2k.excess_host_ticks), (1000, 900));
+    }
+}

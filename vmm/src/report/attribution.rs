@@ -1,0 +1,203 @@
+//! The traced run's timeline and exit attribution in the HTML/Markdown
+//! report: the verdict first (an unverified timeline says so before any
+//! figure built on it), then one row per crossing segment and a chart of
+//! all-sample against exit-free medians.
+
+use super::charts::{Bar, BarChart};
+use super::document::{Block, Cell, Chart, Table};
+use super::sections::{capped, MAX_TABLE_ROWS};
+use xvmm_results::render::timeline_lines;
+use xvmm_results::{Crossing, Interval, Report};
+
+type Pick = fn(&Crossing) -> &Option<Interval>;
+
+const SEGMENTS: [(&str, Pick); 4] = [
+    ("u2k", |c| &c.u2k),
+    ("in_kernel", |c| &c.in_kernel),
+    ("k2u", |c| &c.k2u),
+    ("round_trip", |c| &c.round_trip),
+];
+
+/// Exits by reason, most host time first.
+fn reasons(i: &Interval) -> String {
+    let Some(h) = &i.host else {
+        return String::new();
+    };
+    let mut list: Vec<_> = h.exits.iter().collect();
+    list.sort_by_key(|(_, c)| std::cmp::Reverse(c.host_ticks));
+    let shown: Vec<String> = list
+        .iter()
+        .map(|(r, c)| format!("{r} {}x, {} host ticks", c.count, c.host_ticks))
+        .collect();
+    shown.join("; ")
+}
+
+/// Every attributed segment of the report, in order.
+fn attributed(r: &Report) -> Vec<(&Crossing, &'static str, &Interval)> {
+    let mut out = Vec::new();
+    for c in &r.crossings {
+        for (name, pick) in SEGMENTS {
+            if let Some(i) = pick(c).as_ref().filter(|i| i.host.is_some()) {
+                out.push((c, name, i));
+            }
+        }
+    }
+    out
+}
+
+fn row(c: &Crossing, segment: &str, i: &Interval) -> Vec<Cell> {
+    let h = i
+        .host
+        .as_ref()
+        .expect("attributed() keeps hosted intervals");
+    let free = if h.exit_free.count > 0 {
+        h.exit_free.median.to_string()
+    } else {
+        "-".into()
+    };
+    vec![
+        Cell::from(c.name.as_str()),
+        segment.into(),
+        h.samples.to_string().into(),
+        h.samples_with_exits.to_string().into(),
+        h.unattributable.to_string().into(),
+        i.corrected.median.to_string().into(),
+        free.into(),
+        h.reason
+            .as_ref()
+            .map_or_else(|| reasons(i), |why| format!("not attributed: {why}"))
+            .into(),
+    ]
+}
+
+/// Adds the timeline and attribution blocks when the report has them.
+pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
+    let Some(t) = &r.timeline else {
+        return;
+    };
+    blocks.push(Block::Subheading(
+        "Timeline and host exits by sample segment".into(),
+    ));
+    blocks.push(Block::Paragraph(timeline_lines(t)));
+    let segments = attributed(r);
+    if segments.is_empty() {
+        return;
+    }
+    let bars = segments
+        .iter()
+        .filter_map(|(c, name, i)| {
+            let h = i.host.as_ref()?;
+            (h.exit_free.count > 0).then(|| Bar {
+                label: format!("{} {name}", c.name),
+                series: 0,
+                from: None,
+                to: i.corrected.median as f64,
+                mark: Some(h.exit_free.median as f64),
+                whisker: None,
+            })
+        })
+        .take(MAX_TABLE_ROWS)
+        .collect();
+    blocks.push(Block::Chart(Chart::Bars(BarChart {
+        caption: if t.verified {
+            "Median of all samples (bar) and of the exit-free ones (dot)".into()
+        } else {
+            "UNVERIFIED TIMELINE: median of all samples (bar) and of the exit-free ones (dot)"
+                .into()
+        },
+        unit: "ticks".into(),
+        series: vec![],
+        bars,
+        reference: None,
+        omitted: 0,
+    })));
+    let header = [
+        "crossing",
+        "segment",
+        "samples",
+        "with exits",
+        "unattributable",
+        "median",
+        "exit-free median",
+        "exits by reason",
+    ];
+    let table = Table {
+        header: header.iter().map(|h| h.to_string()).collect(),
+        rows: segments
+            .iter()
+            .take(MAX_TABLE_ROWS)
+            .map(|(c, name, i)| row(c, name, i))
+            .collect(),
+        numeric: true,
+    };
+    capped(table, segments.len(), blocks);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvmm_results::attribution::{ReasonCost, SegmentHost};
+    use xvmm_results::timeline::Timeline;
+    use xvmm_results::{Environment, Method, Stats};
+
+    #[test]
+    fn a_traced_report_gets_its_verdict_a_chart_and_a_row_per_segment() {
+        let mut r = Report::new(
+            "xperf".into(),
+            Environment::LinuxVm,
+            Default::default(),
+            Method::standard(0, 2),
+        );
+        let mut blocks = Vec::new();
+        timeline_blocks(&r, &mut blocks);
+        assert!(blocks.is_empty(), "untraced: nothing");
+        let mut c = Crossing::from_round_trips("getppid", 2, &[100, 300], 0, "x".into());
+        let mut host = SegmentHost {
+            samples: 2,
+            samples_with_exits: 1,
+            exit_free: Stats::from_samples(&[100]),
+            ..Default::default()
+        };
+        host.exits.insert(
+            "npf".into(),
+            ReasonCost {
+                count: 1,
+                host_ticks: 150,
+            },
+        );
+        c.round_trip.as_mut().unwrap().host = Some(host);
+        r.crossings.push(c);
+        r.timeline = Some(Timeline {
+            offset: 0,
+            offset_source: "KVM_VCPU_TSC_OFFSET".into(),
+            ratio: 1.0,
+            checks: 4,
+            violations: 1,
+            bound_ticks: 10,
+            verified: false,
+            reason: Some("1 of 4".into()),
+            offset_changes: vec![],
+            measured_offset: None,
+            requested_offset: None,
+            measured_khz: None,
+            requested_khz: None,
+            unmatched: 0,
+            lost_events: 0,
+        });
+        timeline_blocks(&r, &mut blocks);
+        let Block::Paragraph(p) = &blocks[1] else {
+            panic!("{blocks:?}")
+        };
+        assert!(p.contains("NOT VERIFIED: 1 of 4"), "{p}");
+        let Block::Chart(Chart::Bars(chart)) = &blocks[2] else {
+            panic!("{blocks:?}")
+        };
+        assert!(chart.caption.starts_with("UNVERIFIED"));
+        assert_eq!(chart.bars[0].mark, Some(100.0));
+        let Block::Table(t) = &blocks[3] else {
+            panic!("{blocks:?}")
+        };
+        assert_eq!(t.rows.len(), 1);
+        assert_eq!(t.rows[0][7].text, "npf 1x, 150 host ticks");
+    }
+}
