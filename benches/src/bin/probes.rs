@@ -291,11 +291,13 @@ fn print_vm_ratios(vm: &Report, bm: &Report, quiet_vm: Option<&Report>) {
     if suspicious.is_empty() {
         println!(
             "  no exception (#BP, #DB) or nested-page-fault exit at all, the exits a probe hit \
-             could cause: the hits stay in the guest (per-sample attribution of exits: issue 12)"
+             could cause: the hits stay in the guest (whole-run counts: xperf probes runs are not \
+             joined sample by sample with the host trace as the crossing run is)"
         );
     } else {
         println!(
-            "  exits a probe hit could cause were traced: {} (per-sample attribution: issue 12)",
+            "  exits a probe hit could cause were traced: {} (whole-run counts against the run without \
+             probes: xperf probes runs are not joined sample by sample with the host trace)",
             suspicious.join(", ")
         );
     }
