@@ -2,7 +2,8 @@
 # The whole test suite on a fresh machine: install what is needed, check
 # formatting and lints, build the guest and harness kernels (cached in
 # $XVMM_CACHE or ~/.cache/xvmm), then run every test: unit tests, the
-# /dev/kvm tests and the nested KVM harness (QEMU TCG -> L1 -> xvmm -> L2).
+# /dev/kvm tests, the bad-input corpus and the nested KVM harness (QEMU TCG
+# -> L1 -> xvmm -> L2); last, every fuzz target for a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")"
 source harness/setup.sh
@@ -22,4 +23,15 @@ done
 step "cargo test (unit, /dev/kvm, nested harness)"
 cargo test --workspace
 grep -h "XVMM-STEP" target/harness/*.log 2>/dev/null || true
+step "fuzz targets, a few seconds each (README \"Fuzzing\")"
+if [ "${XVMM_SKIP_FUZZ:-0}" = 1 ]; then
+    echo "SKIPPED: XVMM_SKIP_FUZZ=1"
+elif cargo +nightly --version >/dev/null 2>&1 && command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo run -q -p xvmm-benches --bin fuzz -- --seconds "${XVMM_FUZZ_SECONDS:-5}"
+else
+    # Like the harness: skipped only when asked, never because a tool is missing.
+    echo "FAILED: no nightly toolchain or no cargo-fuzz (harness/setup.sh installs them;" \
+        "XVMM_SKIP_FUZZ=1 skips this step)" >&2
+    exit 1
+fi
 step "done"

@@ -4,7 +4,8 @@
 # Debian's linux-source-6.12, QEMU (the nested harness), perf (the xperf
 # cross-check bench) and Chromium with a font (the `xvmm report` browser
 # test). Idempotent: asks apt only for what is missing. Sourced
-# by ../run.sh and ../test.sh; run it directly to set up a machine. The only
+# by ../run.sh and ../test.sh; run it directly to set up a machine. Also the
+# nightly toolchain and cargo-fuzz for the fuzz targets (xvmm_setup_fuzz). The only
 # place that installs packages: xvmm itself (`xvmm kernel build`) only checks
 # and names what is missing.
 set -euo pipefail
@@ -44,6 +45,24 @@ xvmm_setup() {
             rustup component list --installed 2>/dev/null | grep -q "^$comp" \
                 || rustup component add "$comp"
         done
+    fi
+    xvmm_setup_fuzz
+}
+
+# The fuzzers (fuzz/, README "Fuzzing"): a nightly toolchain and cargo-fuzz.
+# Not fatal here (the main job does not need them); ./test.sh's fuzz step
+# then fails and says why, unless XVMM_SKIP_FUZZ=1.
+xvmm_setup_fuzz() {
+    command -v rustup >/dev/null 2>&1 || return 0
+    if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+        echo "setup: installing the nightly toolchain for cargo fuzz" >&2
+        rustup toolchain install nightly --profile minimal \
+            || echo "setup: no nightly toolchain: the fuzz targets will not run" >&2
+    fi
+    if ! command -v cargo-fuzz >/dev/null 2>&1; then
+        echo "setup: installing cargo-fuzz" >&2
+        cargo install --locked cargo-fuzz \
+            || echo "setup: cargo-fuzz did not install: the fuzz targets will not run" >&2
     fi
 }
 

@@ -3,5 +3,6 @@
 //! and `tests/claims.rs` (which fails when a claim does not hold).
 
 pub mod attribution;
+pub mod fuzz;
 pub mod linearity;
 pub mod perf;

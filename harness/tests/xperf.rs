@@ -34,6 +34,9 @@ const VM_TIMEOUT: u64 = 240;
 const L1_XPERF: &str = "/bin/xperf";
 /// The crossings xperf measures; all must be split on a patched kernel.
 const CROSSINGS: [&str; 3] = ["pf-first-touch", "pf-refault", "getppid"];
+/// The traced VM step's `--tsc-offset`: its report must show the guest ran
+/// with it.
+const VM_TSC_OFFSET: &str = "1000000000000";
 /// xperf's default rounds (neither side passes --rounds).
 const ROUNDS: u64 = 3;
 
@@ -95,7 +98,12 @@ fn plan() -> Vec<Step> {
                 "-",
             ]),
         },
-        vm_step("vm", &l2_cmdline(""), &["--trace"]),
+        // Traced, with a guest TSC offset the timeline must confirm.
+        vm_step(
+            "vm",
+            &l2_cmdline(""),
+            &["--trace", "--tsc-offset", VM_TSC_OFFSET],
+        ),
         // The same with page table isolation forced on in L2 (TCG's EPYC is
         // not Meltdown-affected, so it is off by default).
         vm_step("vm-kpti", &l2_cmdline(" pti=on"), &[]),

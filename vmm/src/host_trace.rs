@@ -138,6 +138,55 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
     }
 }
 
+/// Longest trace line kept (a kvm_exit line is about 150 bytes); longer
+/// ones are dropped whole, so a reader's memory stays bounded.
+pub const MAX_TRACE_LINE: usize = 4096;
+
+/// Cuts the `trace_pipe` byte stream into lines across reads of any size: a
+/// line (or a UTF-8 sequence) split between two reads is joined before it is
+/// parsed. Lines longer than [`MAX_TRACE_LINE`] are skipped.
+#[derive(Debug, Default)]
+pub struct TraceLines {
+    partial: Vec<u8>,
+    /// The current line has already passed the limit: skip to its end.
+    overlong: bool,
+}
+
+impl TraceLines {
+    /// Calls `each` with every line that `bytes` completes, without its `\n`
+    /// (invalid UTF-8 shown as U+FFFD).
+    pub fn feed(&mut self, bytes: &[u8], mut each: impl FnMut(&str)) {
+        let mut rest = bytes;
+        while let Some(nl) = rest.iter().position(|&b| b == b'\n') {
+            let line = &rest[..nl];
+            rest = &rest[nl + 1..];
+            if std::mem::take(&mut self.overlong) {
+                continue;
+            }
+            if self.partial.is_empty() {
+                if line.len() <= MAX_TRACE_LINE {
+                    each(&String::from_utf8_lossy(line));
+                }
+            } else {
+                self.partial.extend_from_slice(line);
+                if self.partial.len() <= MAX_TRACE_LINE {
+                    each(&String::from_utf8_lossy(&self.partial));
+                }
+                self.partial.clear();
+            }
+        }
+        if self.overlong {
+            return;
+        }
+        if self.partial.len() + rest.len() > MAX_TRACE_LINE {
+            self.partial.clear();
+            self.overlong = true;
+        } else {
+            self.partial.extend_from_slice(rest);
+        }
+    }
+}
+
 /// Exits kept per run for attribution; past it the rest of the run is
 /// marked lost (at 32 bytes an exit, 256 MiB).
 pub const MAX_KEPT_EXITS: usize = 8 << 20;
@@ -470,18 +519,16 @@ impl ExitTracer {
             crate::affinity::unpin_helper_thread();
             let mut agg = ExitAggregator::default();
             let mut buf = vec![0u8; 1 << 16];
-            let mut partial = String::new();
+            let mut lines = TraceLines::default();
             loop {
                 match pipe.read(&mut buf) {
                     Ok(0) => {}
                     Ok(n) => {
-                        partial.push_str(&String::from_utf8_lossy(&buf[..n]));
-                        while let Some(nl) = partial.find('\n') {
-                            if let Some(ev) = parse_line(&partial[..nl]) {
+                        lines.feed(&buf[..n], |line| {
+                            if let Some(ev) = parse_line(line) {
                                 agg.push(ev);
                             }
-                            partial.drain(..=nl);
-                        }
+                        });
                         continue;
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {}
@@ -640,6 +687,29 @@ mod tests {
 
     fn entry(tid: i32, ts: u64) -> TraceEvent {
         TraceEvent::Entry { tid, vcpu: 0, ts }
+    }
+
+    #[test]
+    fn lines_split_across_reads_are_joined_and_overlong_ones_skipped() {
+        let text = "a-1 [0] . 5: kvm_entry: vcpu 0\nx\u{e9}y\n".as_bytes();
+        let mut whole = Vec::new();
+        TraceLines::default().feed(text, |l| whole.push(l.to_string()));
+        assert_eq!(whole, ["a-1 [0] . 5: kvm_entry: vcpu 0", "x\u{e9}y"]);
+        // One byte per read, splitting the two-byte e-acute too.
+        let mut bytewise = Vec::new();
+        let mut lines = TraceLines::default();
+        for b in text {
+            lines.feed(std::slice::from_ref(b), |l| bytewise.push(l.to_string()));
+        }
+        assert_eq!(bytewise, whole);
+        let mut long = vec![b'x'; MAX_TRACE_LINE + 1];
+        long.extend_from_slice(b"\nshort\n");
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        for chunk in long.chunks(1000) {
+            lines.feed(chunk, |l| kept.push(l.to_string()));
+        }
+        assert_eq!(kept, ["short"]);
     }
 
     #[test]

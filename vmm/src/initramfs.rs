@@ -53,7 +53,31 @@ pub fn normalise(path: &str) -> Result<String> {
             "initramfs path {path:?} has an empty, '.' or '..' component"
         )));
     }
+    if trimmed.split('/').next() == Some(TRAILER) {
+        // The kernel stops unpacking at the first entry of that name: the
+        // file itself, or the directory implied above a deeper path.
+        return Err(Error::Usage(format!(
+            "initramfs path {path:?} starts with the cpio end marker {TRAILER}: the kernel would ignore every entry after it"
+        )));
+    }
     Ok(trimmed.to_string())
+}
+
+/// Two entries where one would have to be a file and a directory. Paths are
+/// anyone's bytes: shown escaped, like `normalise`'s.
+fn clash_error(path: &str, other: &str) -> Error {
+    let shown = |p: &str| xvmm_results::escape::visible(p).into_owned();
+    let both = if other.len() < path.len() {
+        other
+    } else {
+        path
+    };
+    Error::Usage(format!(
+        "initramfs entries /{} and /{} clash: /{} would have to be a file and a directory",
+        shown(path),
+        shown(other),
+        shown(both)
+    ))
 }
 
 impl Archive {
@@ -82,12 +106,7 @@ impl Archive {
     /// Refuses `path` when one of its ancestors is a non-directory, or when
     /// `node` is not a directory and other entries lie below `path`.
     fn check_fits(&self, path: &str, node: &Node) -> Result<()> {
-        let clash = |other: &str| {
-            Err(Error::Usage(format!(
-                "initramfs entries /{path} and /{other} clash: /{} would have to be a file and a directory",
-                if other.len() < path.len() { other } else { path }
-            )))
-        };
+        let clash = |other: &str| Err(clash_error(path, other));
         let mut end = 0;
         while let Some(i) = path[end..].find('/') {
             end += i;
@@ -326,6 +345,36 @@ mod tests {
             assert!(normalise(bad).is_err(), "{bad:?} accepted");
         }
         assert_eq!(normalise("/a/b/").unwrap(), "a/b");
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/initramfs.rs): the paths in a
+    /// clash error were shown raw, control characters included.
+    #[test]
+    fn clashing_paths_are_shown_escaped() {
+        let mut a = Archive::new();
+        a.file("/a\u{4}", vec![1], 0o644).unwrap();
+        let err = a.file("/a\u{4}/b", vec![2], 0o644).unwrap_err().to_string();
+        assert!(err.contains("entries /a\\x04/b and /a\\x04 clash"), "{err}");
+        assert!(!err.chars().any(char::is_control), "{err}");
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/initramfs.rs): a file called
+    /// `/TRAILER!!!`, or the directory implied by `/TRAILER!!!/x`, was
+    /// written as an ordinary entry, and the kernel (and any cpio reader)
+    /// stopped there, silently dropping every later entry.
+    #[test]
+    fn the_end_marker_is_not_a_file_name() {
+        let mut a = Archive::new();
+        for bad in ["/TRAILER!!!", "/TRAILER!!!/TRAILER!!!", "TRAILER!!!/x/"] {
+            let err = a.file(bad, vec![1], 0o644).unwrap_err().to_string();
+            assert!(err.contains("cpio end marker"), "{err}");
+        }
+        assert!(a.dir("/TRAILER!!!", 0o755).is_err());
+        a.file("/init", vec![2], 0o755).unwrap();
+        // Below the root the name is harmless: the entry is "d/TRAILER!!!".
+        a.file("/d/TRAILER!!!", vec![3], 0o644).unwrap();
+        let names: Vec<String> = parse(&a.to_bytes()).into_iter().map(|e| e.0).collect();
+        assert_eq!(names, ["d", "d/TRAILER!!!", "init", TRAILER]);
     }
 
     #[test]

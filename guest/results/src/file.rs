@@ -363,6 +363,41 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    const KILLED_CHILD: &str = "XVMM_FILE_KILLED_CHILD";
+
+    /// Issue 16, defect 3: a `kill -9` while the output was open (the whole
+    /// measurement, between prepare and commit) left the old writer's
+    /// `.NAME.tmp.PID` behind. Run in a fresh copy of this test binary that
+    /// prepares the output over an existing file and kills itself.
+    #[test]
+    fn a_kill_9_between_prepare_and_commit_leaves_nothing() {
+        if let Some(dir) = std::env::var_os(KILLED_CHILD) {
+            let out = Output::prepare(&Path::new(&dir).join("out.json")).unwrap();
+            // SAFETY: raise sends a signal to this process only.
+            unsafe { libc::raise(libc::SIGKILL) };
+            drop(out);
+            unreachable!("SIGKILL returned");
+        }
+        let dir = scratch("killed");
+        std::fs::write(dir.join("out.json"), b"old").unwrap();
+        let name = module_path!().split_once("::").unwrap().1;
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                &format!("{name}::a_kill_9_between_prepare_and_commit_leaves_nothing"),
+            ])
+            .args(["--nocapture", "--test-threads=1"])
+            .env(KILLED_CHILD, &dir)
+            .output()
+            .unwrap()
+            .status;
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+        assert_eq!(entries(&dir), ["out.json"]);
+        assert_eq!(std::fs::read(dir.join("out.json")).unwrap(), b"old");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn the_named_fallback_replaces_and_cleans_up_too() {
         let dir = scratch("named");

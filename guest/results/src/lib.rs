@@ -162,7 +162,12 @@ pub enum FormatError {
 impl std::fmt::Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FormatError::Json(e) => write!(f, "results are not valid JSON: {e}"),
+            // serde_json quotes the offending text (an unknown variant, a
+            // field name), which may hold control characters: escaped here,
+            // the message is safe for every caller to print.
+            FormatError::Json(e) => {
+                write!(f, "results are not valid JSON: {}", escape::visible(e))
+            }
             FormatError::Schema(s) => write!(f, "results have schema {s:?}, expected {SCHEMA:?}"),
             FormatError::Version(v) => {
                 write!(
@@ -627,6 +632,39 @@ mod tests {
         }
     }
 
+    /// A report with nothing measured yet.
+    fn empty_report(env: Environment, method: Method) -> Report {
+        Report::new("test".into(), env, HostFacts::default(), method)
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/report.rs): serde_json's default
+    /// float parser is not exact, so a standard deviation xvmm wrote as
+    /// 1007904.9460502765 read back as 1007904.9460502764.
+    #[test]
+    fn a_saved_report_reads_back_exactly() {
+        let mut r = empty_report(Environment::BareMetal, Method::standard(0, 1));
+        r.null_overhead.stddev = 1007904.9460502765;
+        r.null_overhead.mean = 339421.86363636365;
+        assert_eq!(Report::from_json(&r.to_json_pretty()).unwrap(), r);
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/report.rs, results_channel.rs):
+    /// serde_json's message quotes the unknown variant, so a `\t` or DEL
+    /// written in a result file or by a guest reached the error line raw.
+    #[test]
+    fn json_errors_quote_the_input_escaped() {
+        let text = empty_report(Environment::BareMetal, Method::standard(0, 1))
+            .to_json_pretty()
+            // JSON escapes for a tab and ESC, a raw DEL (JSON allows it).
+            .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"");
+        let err = Report::from_json(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("unknown variant `bare-m\\tal\\x7f\\x1b[2J`"),
+            "{err}"
+        );
+        assert!(!err.chars().any(char::is_control), "{err}");
+    }
+
     #[test]
     fn validation_rejects_unfilled_and_unordered() {
         assert_eq!(sample(1, 2, 3, 4).validate(), Ok(()));
@@ -695,12 +733,7 @@ mod tests {
 
     #[test]
     fn json_round_trip_and_schema_check() {
-        let mut report = Report::new(
-            "test".into(),
-            Environment::Microguest,
-            HostFacts::default(),
-            Method::standard(10, 100),
-        );
+        let mut report = empty_report(Environment::Microguest, Method::standard(10, 100));
         report.null_overhead = Stats::from_samples(&[40, 41, 42]);
         report
             .crossings

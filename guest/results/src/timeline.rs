@@ -83,10 +83,10 @@ impl Mapping {
             .map_or(self.offset, |i| self.changes[i].offset)
     }
 
-    /// The guest TSC at host time `host` (may be negative or past u64 for
-    /// a wild offset: callers compare, they do not store).
+    /// The guest TSC at host time `host`: modulo 2^64, as the guest reads
+    /// it (a negative offset larger than the host TSC wraps it to the top).
     pub fn to_guest(&self, host: u64) -> i128 {
-        self.scale(host) + i128::from(self.offset_at(host))
+        (self.scale(host) + i128::from(self.offset_at(host))).rem_euclid(1i128 << 64)
     }
 
     /// Whether an offset change falls in the host-time window `[from, to]`.
@@ -253,6 +253,8 @@ mod tests {
         assert_eq!(m.to_guest(9001), 9011);
         assert!(m.changes_within(4000, 5000));
         assert!(!m.changes_within(5001, 8999));
+        // Below zero the guest's counter wraps, as the hardware's does.
+        assert_eq!(Mapping::unscaled(-10).to_guest(3), (1i128 << 64) - 7);
     }
 
     #[test]

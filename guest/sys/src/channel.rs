@@ -174,6 +174,30 @@ mod tests {
         }
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/results_param.rs): a control
+    /// character in the parameter reached the terminal raw in the error.
+    #[test]
+    fn bad_values_are_shown_escaped() {
+        let err = parse_results_param("xvmm.results=0xd00000\u{10}0,0x1000").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "xvmm.results=0xd00000\\x100,0x1000: address is not hexadecimal"
+        );
+    }
+
+    /// From a fuzz run (fuzz/seeds/results_param/crash-parameter-inside-a-word;
+    /// the target's check was the one at fault): only a whole word starting
+    /// with `xvmm.results=` is the parameter, not one that holds it.
+    #[test]
+    fn the_parameter_inside_another_word_is_not_the_parameter() {
+        assert_eq!(
+            parse_results_param("exvmm.results=d0000000,1000 x=xvmm.results=0,0"),
+            Ok(None)
+        );
+        let last = parse_results_param("xvmm.results=d0000000,1000 exvmm.results=zz").unwrap();
+        assert_eq!(last.map(|r| r.gpa), Some(0xd000_0000));
+    }
+
     #[test]
     fn oversized_report_is_refused_before_touching_dev_mem() {
         let region = ResultsRegion {

@@ -25,7 +25,9 @@ impl Error {
 impl std::fmt::Display for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Error::Sys(m) | Error::Channel(m) => f.write_str(m),
+            // The message may quote the kernel command line or a path: shown
+            // escaped, it stays one line that cannot drive a terminal.
+            Error::Sys(m) | Error::Channel(m) => f.write_str(&xvmm_results::escape::visible(m)),
         }
     }
 }

@@ -42,7 +42,8 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Messages are built from single-line parts; flatten anything that is not,
-        // so an error always stays one line.
+        // so an error always stays one line, and escape what would reach a
+        // terminal as a control (arguments and paths are anyone's bytes).
         let (kind, msg) = match self {
             Error::Usage(m) => ("usage", m),
             Error::Sys(m) => ("system", m),
@@ -57,7 +58,8 @@ impl fmt::Display for Error {
                 )
             }
         };
-        write!(f, "{kind}: {}", msg.replace('\n', " "))
+        let flat = msg.replace('\n', " ");
+        write!(f, "{kind}: {}", xvmm_results::escape::visible(&flat))
     }
 }
 
@@ -86,5 +88,17 @@ mod tests {
         assert_eq!(Error::Output("x".into()).exit_code(), 1);
         assert_eq!(Error::Stopped(libc::SIGINT).exit_code(), 130);
         assert_eq!(Error::Tracing("a\nb".into()).to_string(), "tracing: a b");
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/xperf_args.rs): an option name
+    /// with a control character reached the terminal raw in the error.
+    #[test]
+    fn control_characters_in_arguments_are_escaped() {
+        let err = crate::args::parse(["--wa\u{1}rmup=0"]).unwrap_err();
+        assert_eq!(err.to_string(), "usage: --wa\\x01rmup takes no value");
+        let err = crate::args::parse(["--json", "\u{1b}[2J\u{202e}", "--samples"]).unwrap_err();
+        assert_eq!(err.to_string(), "usage: --samples needs a value");
+        let e = Error::Output("cannot write \u{1b}]0;x\u{7}: denied".into());
+        assert_eq!(e.to_string(), "output: cannot write \\x1b]0;x\\x07: denied");
     }
 }

@@ -159,10 +159,12 @@ pub fn table(sites: &[HookSite]) -> String {
             HookKind::JumpLabel => "jump label",
             HookKind::Alternative => "alternative",
         };
+        // Symbol names are the file's bytes: escaped, a crafted vmlinux
+        // cannot drive the terminal.
         out.push_str(&format!(
             "{:#018x}  {kind:<11}  {:<52} {bytes:<15} {}\n",
             s.address,
-            s.location,
+            xvmm_results::escape::visible(&s.location),
             if s.is_nop() { "NOP" } else { "NOT A NOP" }
         ));
     }
@@ -170,12 +172,15 @@ pub fn table(sites: &[HookSite]) -> String {
 }
 
 #[cfg(test)]
+#[path = "../../tests/vm_support/elf_fixture.rs"]
+mod elf_fixture;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
-    const SHT_PROGBITS: u32 = 1;
-    const SHT_SYMTAB: u32 = 2;
-    const SHT_STRTAB: u32 = 3;
+    use super::elf_fixture::*;
+
     /// SHF_ALLOC | SHF_EXECINSTR.
     const TEXT_FLAGS: u64 = 6;
 
@@ -194,44 +199,33 @@ mod tests {
             strtab.push(0);
         }
         let mut data = vec![0u8; 64];
-        let text_off = data.len() as u64;
-        data.extend_from_slice(text);
-        let symtab_off = data.len() as u64;
-        data.extend_from_slice(&symtab);
-        let strtab_off = data.len() as u64;
-        data.extend_from_slice(&strtab);
-        let shstr_off = data.len() as u64;
-        data.extend_from_slice(shstr);
-        let shoff = data.len() as u64;
-        // (name, type, addr, offset, size, link)
-        let headers = [
-            (0u32, 0u32, 0u64, 0u64, 0u64, 0u32),
-            (1, SHT_PROGBITS, base, text_off, text.len() as u64, 0),
-            (7, SHT_SYMTAB, 0, symtab_off, symtab.len() as u64, 3),
-            (15, SHT_STRTAB, 0, strtab_off, strtab.len() as u64, 0),
-            (23, SHT_STRTAB, 0, shstr_off, shstr.len() as u64, 0),
-        ];
-        for (name, kind, addr, off, size, link) in headers {
-            let mut h = [0u8; 64];
-            h[0..4].copy_from_slice(&name.to_le_bytes());
-            h[4..8].copy_from_slice(&kind.to_le_bytes());
-            if kind == SHT_PROGBITS {
-                h[8..16].copy_from_slice(&TEXT_FLAGS.to_le_bytes());
+        let mut section = |name: u32, kind: u32, bytes: &[u8]| {
+            let offset = data.len() as u64;
+            data.extend_from_slice(bytes);
+            Section {
+                name,
+                kind,
+                offset,
+                size: bytes.len() as u64,
+                ..Default::default()
             }
-            h[16..24].copy_from_slice(&addr.to_le_bytes());
-            h[24..32].copy_from_slice(&off.to_le_bytes());
-            h[32..40].copy_from_slice(&size.to_le_bytes());
-            h[40..44].copy_from_slice(&link.to_le_bytes());
-            data.extend_from_slice(&h);
-        }
-        // ELF64, little-endian, version 1, x86-64.
-        data[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
-        data[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
-        data[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
-        data[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-        data[0x3c..0x3e].copy_from_slice(&5u16.to_le_bytes());
-        data[0x3e..0x40].copy_from_slice(&4u16.to_le_bytes());
-        data
+        };
+        let text = Section {
+            flags: TEXT_FLAGS,
+            addr: base,
+            ..section(1, SHT_PROGBITS, text)
+        };
+        let symtab = Section {
+            link: 3,
+            ..section(7, SHT_SYMTAB, &symtab)
+        };
+        let strtab = section(15, SHT_STRTAB, &strtab);
+        let shstrtab = section(23, SHT_STRTAB, shstr);
+        with_sections(
+            data,
+            &[Section::default(), text, symtab, strtab, shstrtab],
+            4,
+        )
     }
 
     #[test]
@@ -305,6 +299,21 @@ mod tests {
         assert!(table(&sites).contains("NOT A NOP"));
     }
 
+    /// Found by fuzzing (fuzz/fuzz_targets/kernel_hooks.rs): a symbol name
+    /// with a control character reached the terminal raw in the table.
+    #[test]
+    fn symbol_names_in_the_table_are_escaped() {
+        let site = HookSite {
+            kind: HookKind::JumpLabel,
+            address: 0x1000,
+            location: "evil\u{1}\u{1b}[2J\u{202e}+0x0".into(),
+            bytes: NOP2.to_vec(),
+        };
+        let text = table(&[site]);
+        assert!(text.contains("evil\\x01\\x1b[2J\\u{202e}+0x0"), "{text}");
+        assert!(!text.trim_end_matches('\n').chars().any(char::is_control));
+    }
+
     #[test]
     fn unpatched_and_broken_images_are_clear_errors() {
         let data = elf(0x1000, &[0u8; 16], &[("func", 0x1000)]);
@@ -328,49 +337,6 @@ mod tests {
         many[0x3c..0x3e].copy_from_slice(&u16::MAX.to_le_bytes());
         let err = find(&many).unwrap_err().to_string();
         assert!(err.contains("section headers"), "{err}");
-    }
-
-    /// A 1 MiB ELF whose 24,000 symbols all name the same 400,000-byte
-    /// string; with `claim_huge`, .symtab and .strtab also claim 1 TiB each.
-    fn crafted(claim_huge: bool) -> Vec<u8> {
-        const SYMBOLS: u64 = 24_000;
-        let mut data = vec![0u8; 64];
-        let symtab_off = data.len() as u64;
-        for i in 0..SYMBOLS {
-            let mut e = [0u8; 24];
-            e[0..4].copy_from_slice(&1u32.to_le_bytes());
-            e[8..16].copy_from_slice(&(0x1000 + i).to_le_bytes());
-            data.extend_from_slice(&e);
-        }
-        let strtab_off = data.len() as u64;
-        data.push(0);
-        data.extend(std::iter::repeat_n(b'A', 400_000));
-        data.push(0);
-        let strtab_size = data.len() as u64 - strtab_off;
-        let shoff = data.len() as u64;
-        let (symtab_size, strtab_size) = if claim_huge {
-            (1 << 40, 1 << 40)
-        } else {
-            (SYMBOLS * 24, strtab_size)
-        };
-        for (kind, offset, size, link) in [
-            (0u32, 0u64, 0u64, 0u32),
-            (SHT_SYMTAB, symtab_off, symtab_size, 2),
-            (SHT_STRTAB, strtab_off, strtab_size, 0),
-        ] {
-            let mut h = [0u8; 64];
-            h[4..8].copy_from_slice(&kind.to_le_bytes());
-            h[24..32].copy_from_slice(&offset.to_le_bytes());
-            h[32..40].copy_from_slice(&size.to_le_bytes());
-            h[40..44].copy_from_slice(&link.to_le_bytes());
-            data.extend_from_slice(&h);
-        }
-        data[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
-        data[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
-        data[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
-        data[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-        data[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
-        data
     }
 
     /// Peak resident set size of this process, in KiB.
@@ -399,7 +365,7 @@ mod tests {
             };
             // SAFETY: setrlimit reads a valid struct; only this process is affected.
             assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
-            let files = [crafted(true), crafted(false)];
+            let files = [crafted_symbol_tables(true), crafted_symbol_tables(false)];
             let before = peak_rss_kib();
             let started = std::time::Instant::now();
             let errors: Vec<String> = files

@@ -70,7 +70,8 @@ pub fn internal_error_name(suberror: u32) -> &'static str {
 }
 
 /// Exits that end the run; described once the exit's borrow of kvm_run ends.
-enum Fatal {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fatal {
     Shutdown,
     Internal,
     FailEntry(u64),
@@ -80,7 +81,8 @@ enum Fatal {
 }
 
 /// What one exit asks the loop to do.
-enum Step {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
     Io(crate::devices::IoEvent),
     Mmio,
     Kicked,
@@ -88,7 +90,11 @@ enum Step {
     Fatal(Fatal),
 }
 
-fn classify(exit: VcpuExit<'_>, bus: &mut crate::devices::PortBus) -> Step {
+/// Decides what one exit asks for, handing port I/O to `bus` and answering
+/// MMIO reads of unclaimed addresses with all ones. Everything in `exit` is
+/// guest-chosen (ports, addresses, data lengths): never panics on any of it
+/// (fuzzed by `fuzz/fuzz_targets/vm_exit.rs`).
+pub fn classify(exit: VcpuExit<'_>, bus: &mut crate::devices::PortBus) -> Step {
     use crate::devices::IoEvent;
     match exit {
         VcpuExit::IoIn(port, data) => {

@@ -283,6 +283,11 @@ pub fn nested_text(hypervisor: bool, flags: &[String], kvm_module: &str, dev_kvm
 /// "2445.432" MHz as kHz, exactly.
 fn mhz_to_khz(text: &str) -> Option<u64> {
     let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    // Digits only: `parse` would also take a sign ("+5").
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !digits(int) || !digits(frac) {
+        return None;
+    }
     let int: u64 = int.parse().ok()?;
     let frac3: String = frac.chars().chain("000".chars()).take(3).collect();
     let frac: u64 = frac3.parse().ok()?;
@@ -294,10 +299,13 @@ fn mhz_to_khz(text: &str) -> Option<u64> {
 pub fn kernel_log_tsc_khz(log: &str) -> Option<(u64, String)> {
     let rate = |needle: &str| {
         log.lines().filter(|l| l.contains(needle)).find_map(|l| {
-            let before = l.split(" MHz").next()?;
+            // The number right before " MHz"; a line without one, or a
+            // rate of 0, says nothing (found by fuzzing: the last word of
+            // a cut line was read as the rate).
+            let (before, _) = l.split_once(" MHz")?;
             let number = before.rsplit(' ').next()?;
             let text = l.split("] ").nth(1).unwrap_or(l).trim().to_string();
-            Some((mhz_to_khz(number)?, text))
+            Some((mhz_to_khz(number).filter(|&khz| khz > 0)?, text))
         })
     };
     rate("tsc: Refined TSC clocksource calibration:").or_else(|| rate("tsc: Detected "))
@@ -445,6 +453,18 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         assert_eq!(kernel_log_hypervisor(log).as_deref(), Some("KVM"));
         assert_eq!(kernel_log_hypervisor("nothing"), None);
         assert_eq!(mhz_to_khz("99999999999999999999"), None);
+    }
+
+    /// Found by fuzzing (fuzz/fuzz_targets/machine_facts.rs): a line cut
+    /// before " MHz" gave its last word as the rate, 0 kHz included.
+    #[test]
+    fn a_kernel_log_line_without_a_rate_gives_none() {
+        assert_eq!(kernel_log_tsc_khz("[0.0] tsc: Detected 0 0 0\n"), None);
+        assert_eq!(kernel_log_tsc_khz("tsc: Detected 2445\n"), None);
+        assert_eq!(kernel_log_tsc_khz("tsc: Detected 0.000 MHz\n"), None);
+        assert_eq!(kernel_log_tsc_khz("tsc: Detected +2445 MHz\n"), None);
+        assert_eq!(kernel_log_tsc_khz("tsc: Detected 1.-5 MHz\n"), None);
+        assert_eq!(mhz_to_khz("2445.5"), Some(2_445_500));
     }
 
     #[test]

@@ -1,0 +1,730 @@
+//! The bad-input corpus (issue 16): ONE table, [`CASES`], of bad files,
+//! options, output destinations and signals, run against the built `xvmm`
+//! and `xperf`. New bad inputs are added to the table.
+//!
+//! Every case must end with its exit status (README "Exit status"), a stderr
+//! of one line naming the problem (clap's usage errors: clap's whole message),
+//! no panic, a peak RSS under 512 MiB (the child's own, from `wait4`), within
+//! its time limit, and no host state left behind: the fixture directory (where
+//! every output path points) holds exactly what it held before, files
+//! outside it that a case aims at are unchanged, and no tracefs instance of
+//! the child remains.
+//!
+//! Single cases with more to check stay where they are: errors.rs
+//! (`--kernel`/KVM device), cli_policy.rs (failing stdout, fallback files,
+//! escaping), report_cli.rs, kernel_cli.rs, linux_xperf.rs, vm_boot.rs
+//! (guest results, signals with `--trace` and the global trace clock).
+
+mod vm_support;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+use vm_support::*;
+
+/// Which binary a case runs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Prog {
+    Xvmm,
+    Xperf,
+}
+
+/// What stderr must say.
+#[derive(Clone, Copy, Debug)]
+enum Says {
+    /// One line, `<prog>: ...` containing this.
+    Line(&'static str),
+    /// clap's whole usage message containing this (and its `--help` hint).
+    Clap(&'static str),
+    /// Tables of what was done first (a stopped `--trace` run prints its
+    /// host-exit table; `--json -` puts the tables on stderr), then one
+    /// error line containing this.
+    LastLine(&'static str),
+    /// Anything: the process was killed (SIGKILL leaves no last word).
+    Nothing,
+}
+
+/// Where stdout goes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Out {
+    Pipe,
+    DevFull,
+}
+
+/// How the process must end.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum End {
+    Status(i32),
+    Signal(i32),
+}
+
+struct Case {
+    name: &'static str,
+    prog: Prog,
+    /// `{F}` is the fixture directory.
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    stdout: Out,
+    /// Sent 1.5 s after the start, 100 ms apart.
+    signals: &'static [i32],
+    /// Runs a guest (skipped without /dev/kvm).
+    needs_kvm: bool,
+    end: End,
+    says: Says,
+    /// Must save its results to a fallback file in the working directory
+    /// and name it (README: a measurement is never lost).
+    saves: bool,
+}
+
+const fn case(name: &'static str, args: &'static [&'static str], code: i32, says: Says) -> Case {
+    Case {
+        name,
+        prog: Prog::Xvmm,
+        args,
+        env: &[],
+        stdout: Out::Pipe,
+        signals: &[],
+        needs_kvm: false,
+        end: End::Status(code),
+        says,
+        saves: false,
+    }
+}
+
+const fn xperf(name: &'static str, args: &'static [&'static str], code: i32, says: Says) -> Case {
+    Case {
+        prog: Prog::Xperf,
+        ..case(name, args, code, says)
+    }
+}
+
+const fn with_env(c: Case, env: &'static [(&'static str, &'static str)]) -> Case {
+    Case { env, ..c }
+}
+
+const fn to_full(c: Case) -> Case {
+    Case {
+        stdout: Out::DevFull,
+        ..c
+    }
+}
+
+const fn saving(c: Case) -> Case {
+    Case { saves: true, ..c }
+}
+
+const fn guest(c: Case) -> Case {
+    Case {
+        needs_kvm: true,
+        ..c
+    }
+}
+
+const fn signalled(c: Case, signals: &'static [i32], end: End) -> Case {
+    Case {
+        signals,
+        end,
+        needs_kvm: true,
+        ..c
+    }
+}
+
+use Says::{Clap, LastLine, Line, Nothing};
+
+/// The corpus: one case a line.
+#[rustfmt::skip]
+const CASES: &[Case] = &[
+    // --- result files: show, compare ---
+    case("show: missing", &["show", "{F}/missing.json"], 1, Line("report {F}/missing.json: no such file")),
+    case("show: empty", &["show", "{F}/empty"], 1, Line("results are not valid JSON: EOF while parsing")),
+    case("show: truncated", &["show", "{F}/truncated.json"], 1, Line("results are not valid JSON: EOF while parsing")),
+    case("show: /dev/zero", &["show", "/dev/zero"], 1, Line("report /dev/zero: not a regular file")),
+    case("show: FIFO", &["show", "{F}/fifo"], 1, Line("fifo: not a regular file")),
+    case("show: directory", &["show", "{F}/dir"], 1, Line("dir: not a regular file")),
+    case("show: symlink loop", &["show", "{F}/loop-a"], 1, Line("Too many levels of symbolic links")),
+    case("show: 10 GiB sparse", &["show", "{F}/sparse-10g"], 1, Line("10240.0 MiB is more than the 256.0 MiB accepted here")),
+    case("show: 200 MiB of NULs", &["show", "{F}/nul-200m"], 1, Line("results are not valid JSON: expected value at line 1 column 1")),
+    case("show: not UTF-8", &["show", "{F}/latin1.json"], 1, Line("not UTF-8 text")),
+    case("show: nested 100k deep", &["show", "{F}/nested.json"], 1, Line("missing field `schema` at line 1 column 600001")),
+    case("show: JSON null", &["show", "{F}/null.json"], 1, Line("invalid type: null, expected struct Report")),
+    case("show: wrong schema", &["show", "{F}/schema.json"], 1, Line("results have schema \"not-xvmm\", expected \"xvmm-results\"")),
+    case("show: wrong version", &["show", "{F}/version.json"], 1, Line("results have schema version 2, expected 1")),
+    case("show: number out of range", &["show", "{F}/overflow.json"], 1, Line("invalid value: integer `-1`, expected u64")),
+    case("show: an ELF file", &["show", "{F}/bzImage"], 1, Line("not UTF-8 text")),
+    case("show: unknown option", &["show", "{F}/report.json", "--bogus"], 2, Clap("unexpected argument '--bogus'")),
+    case("show: control characters in a bad value", &["show", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("compare: control characters in a bad value", &["compare", "{F}/report.json", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("baseline: control characters in a bad value", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    to_full(case("show: stdout /dev/full", &["show", "{F}/report.json"], 1, Line("cannot write to stdout: No space left on device"))),
+    case("show: no file", &["show"], 2, Clap("the following required arguments were not provided")),
+    case("compare: missing bare", &["compare", "{F}/report.json", "{F}/missing.json"], 1, Line("bare-metal report {F}/missing.json: no such file")),
+    case("compare: /dev/zero", &["compare", "/dev/zero", "{F}/report.json"], 1, Line("VM report /dev/zero: not a regular file")),
+    case("compare: wrong schema", &["compare", "{F}/report.json", "{F}/schema.json"], 1, Line("results have schema \"not-xvmm\"")),
+    case("compare: one report", &["compare", "{F}/report.json"], 2, Clap("<BARE_METAL>")),
+    case("compare: --samples", &["--samples", "5", "compare", "{F}/report.json", "{F}/report.json"], 2, Clap("cannot be used with")),
+    saving(case("compare: --json /dev/full", &["compare", "{F}/report.json", "{F}/report.json", "--json", "/dev/full"], 1, Line("No space left on device"))),
+    case("compare: --json in a missing directory", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/nodir/out.json"], 1, Line("cannot write {F}/nodir/out.json: No such file or directory")),
+    case("compare: --json an existing directory", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/dir"], 1, Line("cannot write {F}/dir: is a directory")),
+    case("compare: --json a dangling symlink", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
+    case("compare: --json a symlink out of its directory", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
+    case("compare: --json under /proc", &["compare", "{F}/report.json", "{F}/report.json", "--json", "/proc/xvmm.json"], 1, Line("cannot write /proc/xvmm.json")),
+    // --- xvmm report ---
+    case("report: /dev/zero", &["report", "/dev/zero", "-o", "{F}/out.html"], 1, Line("result file /dev/zero: not a regular file")),
+    case("report: FIFO", &["report", "{F}/fifo", "-o", "{F}/out.html"], 1, Line("fifo: not a regular file")),
+    case("report: not JSON", &["report", "{F}/text", "-o", "{F}/out.html"], 1, Line("results are not valid JSON: expected value")),
+    case("report: one good file, one missing", &["report", "{F}/report.json", "{F}/missing.json", "-o", "{F}/out.html"], 1, Line("result file {F}/missing.json: no such file")),
+    case("report: control characters in a bad value", &["report", "{F}/evil.json", "-o", "{F}/out.html"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("report: 10 GiB sparse", &["report", "{F}/sparse-10g", "-o", "{F}/out.html"], 1, Line("is more than the")),
+    case("report: no file", &["report", "-o", "{F}/out.html"], 2, Clap("<FILES>...")),
+    case("report: -o a dangling symlink", &["report", "{F}/report.json", "-o", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
+    case("report: -o a symlink out of its directory", &["report", "{F}/report.json", "-o", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
+    case("report: -o an existing directory", &["report", "{F}/report.json", "-o", "{F}/dir"], 1, Line("is a directory")),
+    case("report: -o /dev/full", &["report", "{F}/report.json", "-o", "/dev/full"], 1, Line("No space left on device")),
+    // --- kernel hooks ---
+    case("hooks: missing", &["kernel", "hooks", "{F}/missing"], 1, Line("no such file")),
+    case("hooks: /dev/zero", &["kernel", "hooks", "/dev/zero"], 1, Line("not a regular file")),
+    case("hooks: FIFO", &["kernel", "hooks", "{F}/fifo"], 1, Line("not a regular file")),
+    case("hooks: empty", &["kernel", "hooks", "{F}/empty"], 1, Line("not a usable vmlinux: not an ELF file")),
+    case("hooks: text", &["kernel", "hooks", "{F}/text"], 1, Line("not a usable vmlinux: not an ELF file")),
+    case("hooks: no sections", &["kernel", "hooks", "{F}/pvh.elf"], 1, Line("not a usable vmlinux: no section headers")),
+    case("hooks: 2 GiB sparse", &["kernel", "hooks", "{F}/sparse-2g"], 1, Line("2048.0 MiB is more than the 1024.0 MiB accepted here")),
+    case("hooks: 1 TiB symbol table", &["kernel", "hooks", "{F}/huge-symtab.elf"], 1, Line("corrupt ELF: symbol table")),
+    case("hooks: no file", &["kernel", "hooks"], 2, Clap("<VMLINUX>")),
+    case("kernel: unknown command", &["kernel", "frobnicate"], 2, Clap("unrecognized subcommand 'frobnicate'")),
+    case("kernel build: --jobs not a number", &["kernel", "build", "--jobs", "many"], 2, Clap("invalid value 'many' for '--jobs <JOBS>'")),
+    case("kernel build: unknown flavour", &["kernel", "build", "--flavour", "l3"], 2, Clap("invalid value 'l3' for '--flavour <FLAVOUR>'")),
+    case("kernel build: missing source", &["kernel", "build", "--source", "{F}/missing", "--cache", "{F}/nodir"], 1, Line("{F}/missing")),
+    // --- initramfs ---
+    case("initramfs: missing host file", &["initramfs", "-o", "{F}/out.cpio", "/init={F}/missing"], 1, Line("reading {F}/missing: No such file or directory")),
+    case("initramfs: /dev/zero", &["initramfs", "-o", "{F}/out.cpio", "/init=/dev/zero"], 1, Line("initramfs file /dev/zero: not a regular file")),
+    case("initramfs: FIFO", &["initramfs", "-o", "{F}/out.cpio", "/init={F}/fifo"], 1, Line("not a regular file")),
+    case("initramfs: file/dir clash", &["initramfs", "-o", "{F}/out.cpio", "/a={F}/text", "/a/b={F}/text"], 2, Line("initramfs entries /a/b and /a clash")),
+    case("initramfs: '..' in a guest path", &["initramfs", "-o", "{F}/out.cpio", "/../etc/x={F}/text"], 2, Line("has an empty, '.' or '..' component")),
+    case("initramfs: the cpio end marker as a name", &["initramfs", "-o", "{F}/out.cpio", "/TRAILER!!!={F}/text", "/init={F}/text"], 2, Line("starts with the cpio end marker")),
+    case("initramfs: the end marker as a directory", &["initramfs", "-o", "{F}/out.cpio", "/TRAILER!!!/x={F}/text"], 2, Line("starts with the cpio end marker")),
+    case("initramfs: entry without '='", &["initramfs", "-o", "{F}/out.cpio", "/init"], 2, Line("is not GUEST_PATH=HOST_FILE")),
+    case("initramfs: -o an existing directory", &["initramfs", "-o", "{F}/dir", "/init={F}/text"], 1, Line("is a directory")),
+    case("initramfs: -o /dev/full", &["initramfs", "-o", "/dev/full", "/init={F}/text"], 1, Line("No space left on device")),
+    case("initramfs: -o in a missing directory", &["initramfs", "-o", "{F}/nodir/x.cpio", "/init={F}/text"], 1, Line("No such file or directory")),
+    case("initramfs: -o a dangling symlink", &["initramfs", "-o", "{F}/dangling", "/init={F}/text"], 1, Line("is a dangling symbolic link")),
+    case("initramfs: no -o", &["initramfs", "/init={F}/text"], 2, Clap("--output <OUTPUT>")),
+    // --- --kernel, --initrd, --baseline and the run's options ---
+    case("kernel: missing", &["--kernel", "{F}/missing"], 1, Line("kernel: {F}/missing: no such file")),
+    case("kernel: directory", &["--kernel", "{F}/dir"], 1, Line("not a regular file")),
+    case("kernel: empty", &["--kernel", "{F}/empty"], 1, Line("file is empty")),
+    case("kernel: /dev/zero", &["--kernel", "/dev/zero"], 1, Line("not a regular file")),
+    case("kernel: FIFO", &["--kernel", "{F}/fifo"], 1, Line("not a regular file")),
+    case("kernel: symlink loop", &["--kernel", "{F}/loop-a"], 1, Line("Too many levels of symbolic links")),
+    case("kernel: text", &["--kernel", "{F}/text"], 1, Line("not a Linux kernel")),
+    case("kernel: 10 GiB sparse", &["--kernel", "{F}/sparse-10g"], 1, Line("not a Linux kernel")),
+    case("kernel: truncated bzImage", &["--kernel", "{F}/bzImage-cut"], 1, Line("truncated bzImage")),
+    case("kernel: ELF for AArch64", &["--kernel", "{F}/arm.elf"], 1, Line("ELF for AArch64 (e_machine 183)")),
+    case("kernel: ELF without PVH note", &["--kernel", "{F}/nopvh.elf"], 1, Line("no PVH entry note")),
+    case("initrd: missing", &["--kernel", "{F}/bzImage", "--initrd", "{F}/missing"], 1, Line("no such file")),
+    case("initrd: /dev/zero", &["--kernel", "{F}/bzImage", "--initrd", "/dev/zero"], 1, Line("not a regular file")),
+    case("initrd: directory", &["--kernel", "{F}/bzImage", "--initrd", "{F}/dir"], 1, Line("not a regular file")),
+    case("initrd: bigger than --mem", &["--kernel", "{F}/bzImage", "--initrd", "{F}/sparse-2g", "--mem", "64"], 1, Line("does not fit")),
+    case("initrd: without --kernel", &["--initrd", "{F}/text"], 2, Clap("--kernel <KERNEL>")),
+    case("baseline: /dev/zero", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "/dev/zero"], 1, Line("not a regular file")),
+    case("baseline: wrong schema", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/schema.json"], 1, Line("results have schema \"not-xvmm\"")),
+    case("mem: 0", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "0"], 1, Line("too small")),
+    case("mem: more than the host has", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "99999999"], 1, Line("more than the host can give")),
+    case("mem: overflowing", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "18446744073709551615"], 1, Line("--mem")),
+    case("mem: negative", &["--kernel", "{F}/bzImage", "--mem", "-1"], 2, Clap("unexpected argument '-1'")),
+    case("cmdline: too long", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--cmdline", "{LONG}"], 1, Line("at most 2047")),
+    case("samples: 0 with --kernel", &["--kernel", "{F}/bzImage", "--samples", "0"], 2, Line("out of range")),
+    case("samples: too many with --kernel", &["--kernel", "{F}/bzImage", "--samples", "1000001"], 2, Line("out of range")),
+    case("samples: not a number", &["--samples", "many"], 2, Clap("invalid value 'many' for '--samples <SAMPLES>'")),
+    case("samples: negative", &["--samples", "-1"], 2, Clap("unexpected argument '-1'")),
+    case("samples: missing value", &["--samples"], 2, Clap("a value is required for '--samples <SAMPLES>'")),
+    case("timeout: 0", &["--timeout", "0"], 2, Line("--timeout 0 is out of range")),
+    case("timeout: too long", &["--timeout", "10000000"], 2, Line("--timeout 10000000 is out of range")),
+    case("trace: without --kernel", &["--trace"], 2, Line("--trace")),
+    case("async-pf: bad value", &["--async-pf", "maybe"], 2, Clap("invalid value 'maybe' for '--async-pf <ASYNC_PF>'")),
+    case("tsc-khz: not a number", &["--tsc-khz", "fast"], 2, Clap("invalid value 'fast' for '--tsc-khz <TSC_KHZ>'")),
+    case("unknown option", &["--frobnicate"], 2, Clap("unexpected argument '--frobnicate'")),
+    case("unknown subcommand", &["frobnicate"], 2, Clap("unrecognized subcommand 'frobnicate'")),
+    case("non-UTF-8 argument", &["show", "{NONUTF8}"], 1, Line("no such file")),
+    with_env(case("kvm device: /dev/null", &["--samples", "10"], 1, Line("kvm: /dev/null is not a KVM device")), &[("XVMM_KVM_DEVICE", "/dev/null")]),
+    with_env(case("kvm device: missing", &["--samples", "10"], 1, Line("does not exist")), &[("XVMM_KVM_DEVICE", "{F}/missing")]),
+    with_env(case("xperf: dynamic binary", &["--kernel", "{F}/bzImage"], 1, Line("XVMM_XPERF=/bin/true is dynamically linked (has PT_INTERP)")), &[("XVMM_XPERF", "/bin/true")]),
+    with_env(case("xperf: directory", &["--kernel", "{F}/bzImage"], 1, Line("not a regular file")), &[("XVMM_XPERF", "{F}/dir")]),
+    with_env(case("xperf: /dev/zero", &["--kernel", "{F}/bzImage"], 1, Line("not a regular file")), &[("XVMM_XPERF", "/dev/zero")]),
+    with_env(case("xperf: not an ELF", &["--kernel", "{F}/bzImage"], 1, Line("not an ELF file")), &[("XVMM_XPERF", "{F}/text")]),
+    // --- output destinations of a run and of `machine` ---
+    case("json: existing directory", &["--samples", "10", "--json", "{F}/dir"], 1, Line("cannot write {F}/dir: is a directory")),
+    case("json: dangling symlink", &["--samples", "10", "--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
+    case("json: symlink out of its directory", &["--samples", "10", "--json", "{F}/link-out"], 1, Line("out of its directory")),
+    case("json: missing directory", &["--samples", "10", "--json", "{F}/nodir/r.json"], 1, Line("No such file or directory")),
+    case("json: /proc", &["--samples", "10", "--json", "/proc/r.json"], 1, Line("cannot write /proc/r.json")),
+    saving(guest(case("json: /dev/full after a run", &["--samples", "10", "--warmup", "0", "--json", "/dev/full"], 1, Line("No space left on device")))),
+    saving(case("machine: --json /dev/full", &["machine", "--json", "/dev/full"], 1, Line("No space left on device"))),
+    case("machine: --json /", &["machine", "--json", "/"], 1, Line("is a directory")),
+    to_full(case("machine: stdout /dev/full", &["machine"], 1, Line("cannot write to stdout: No space left on device"))),
+    to_full(case("help: stdout /dev/full", &["--help"], 1, Line("cannot write to stdout"))),
+    // --- guests that misbehave ---
+    guest(case("guest: malformed results", &["--kernel", "{F}/bad-results", "--initrd", "{F}/text"], 1, Line("guest: malformed results: "))),
+    guest(case("guest: results longer than the slot", &["--kernel", "{F}/huge-results", "--initrd", "{F}/text"], 1, Line("exceeds the results slot"))),
+    guest(case("guest: triple fault", &["--kernel", "{F}/triple", "--initrd", "{F}/text"], 1, Line("triple fault"))),
+    guest(case("guest: spins past --timeout", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "1"], 124, Line("timeout"))),
+    // --- signals during a run ---
+    signalled(case("SIGINT", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60"], 0, Line("interrupted by SIGINT")), &[libc::SIGINT], End::Status(130)),
+    signalled(case("SIGINT twice", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60"], 0, Line("interrupted by SIGINT")), &[libc::SIGINT, libc::SIGINT], End::Status(130)),
+    signalled(case("SIGTERM twice", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60"], 0, Line("interrupted by SIGTERM")), &[libc::SIGTERM, libc::SIGTERM], End::Status(143)),
+    signalled(case("SIGHUP", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60"], 0, Line("interrupted by SIGHUP")), &[libc::SIGHUP], End::Status(129)),
+    signalled(case("SIGTERM twice, traced", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60", "--trace"], 0, LastLine("interrupted by SIGTERM")), &[libc::SIGTERM, libc::SIGTERM], End::Status(143)),
+    signalled(case("SIGINT, microguest with --json", &["--samples", "500000", "--json", "{F}/run.json"], 0, Line("interrupted by SIGINT")), &[libc::SIGINT], End::Status(130)),
+    signalled(case("SIGKILL with --json", &["--kernel", "{F}/spin", "--initrd", "{F}/text", "--timeout", "60", "--json", "{F}/killed.json"], 0, Nothing), &[libc::SIGKILL], End::Signal(libc::SIGKILL)),
+    // --- xperf ---
+    xperf("xperf: --samples 0", &["--samples", "0"], 2, Line("usage: --samples must be between 1 and 1000000, got 0")),
+    xperf("xperf: --samples not a number", &["--samples", "many"], 2, Line("usage: --samples needs a whole number, got \"many\"")),
+    xperf("xperf: --samples missing value", &["--samples"], 2, Line("usage: --samples needs a value")),
+    xperf("xperf: --warmup too many", &["--warmup", "1000001"], 2, Line("usage: --warmup must be between 0 and 1000000")),
+    xperf("xperf: --cpu not a number", &["--cpu", "-1"], 2, Line("usage: --cpu needs a CPU number, got \"-1\"")),
+    xperf("xperf: --raw with a value", &["--raw=1"], 2, Line("usage: --raw takes no value")),
+    xperf("xperf: --json empty", &["--json", ""], 2, Line("usage: --json needs a file name")),
+    xperf("xperf: unknown option", &["--frobnicate"], 2, Line("usage: unknown argument \"--frobnicate\" (try --help)")),
+    xperf("xperf: escape sequence argument", &["\x1b[2J\u{202e}"], 2, Line("usage: unknown argument \"\\u{1b}[2J\\u{202e}\"")),
+    xperf("xperf: non-UTF-8 argument", &["{NONUTF8}"], 2, Line("usage: unknown argument")),
+    xperf("xperf: --json existing directory", &["--json", "{F}/dir"], 1, Line("output: cannot write {F}/dir: is a directory")),
+    xperf("xperf: --json dangling symlink", &["--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
+    xperf("xperf: --json symlink out of its directory", &["--json", "{F}/link-out"], 1, Line("out of its directory")),
+    xperf("xperf: --json missing directory", &["--json", "{F}/nodir/x.json"], 1, Line("No such file or directory")),
+    xperf("xperf: --cpu beyond CPU_SETSIZE", &["--cpu", "4000"], 2, Line("usage: --cpu 4000 is beyond CPU_SETSIZE")),
+    xperf("xperf: --cpu that does not exist", &["--cpu", "1000", "--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("1000")),
+    xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device")),
+    xperf("xperf characterize: --samples 0", &["characterize", "--samples", "0"], 2, Line("usage: --samples must be between 1 and 1000000, got 0")),
+    xperf("xperf characterize: --samples missing value", &["characterize", "--samples"], 2, Line("usage: characterize --samples needs a value")),
+    xperf("xperf characterize: --cpu not a number", &["characterize", "--cpu", "x"], 2, Line("usage: --cpu needs a CPU number, got \"x\"")),
+    xperf("xperf characterize: --json empty", &["characterize", "--json="], 2, Line("usage: --json needs a file name")),
+    xperf("xperf characterize: escape sequence argument", &["characterize", "\x1b[2J\u{202e}"], 2, Line("usage: characterize: unknown argument \"\\u{1b}[2J\\u{202e}\"")),
+    to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device"))),
+];
+
+/// Peak RSS allowed to a child.
+const MAX_RSS_KIB: i64 = 512 << 10;
+/// Time allowed to a case (signal cases: after the last signal).
+const MAX_TIME: Duration = Duration::from_secs(20);
+
+/// The files the cases point at, made once.
+fn fixtures() -> PathBuf {
+    let f = scratch("bad-inputs");
+    let report = sample_report().to_json_pretty();
+    file(&f, "report.json", report.as_bytes());
+    file(&f, "empty", b"");
+    file(&f, "text", b"hello, I am a text file\n");
+    file(&f, "truncated.json", &report.as_bytes()[..report.len() / 2]);
+    file(&f, "latin1.json", b"{\"schema\": \"caf\xe9\"}");
+    file(
+        &f,
+        "nested.json",
+        format!("{}1{}", "{\"x\":".repeat(100_000), "}".repeat(100_000)).as_bytes(),
+    );
+    file(&f, "null.json", b"null");
+    file(
+        &f,
+        "schema.json",
+        report
+            .replace("\"xvmm-results\"", "\"not-xvmm\"")
+            .as_bytes(),
+    );
+    file(
+        &f,
+        "version.json",
+        report
+            .replace("\"schema_version\": 1", "\"schema_version\": 2")
+            .as_bytes(),
+    );
+    file(
+        &f,
+        "overflow.json",
+        report
+            .replacen("\"warmup\": 0", "\"warmup\": -1", 1)
+            .as_bytes(),
+    );
+    // JSON escapes for a tab and ESC, and a raw DEL, in an enum value that
+    // serde_json quotes in its error.
+    file(
+        &f,
+        "evil.json",
+        report
+            .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"")
+            .as_bytes(),
+    );
+    std::fs::create_dir(f.join("dir")).unwrap();
+    let mkfifo = Command::new("mkfifo").arg(f.join("fifo")).status();
+    assert!(mkfifo.is_ok_and(|s| s.success()), "mkfifo");
+    std::os::unix::fs::symlink("loop-b", f.join("loop-a")).unwrap();
+    std::os::unix::fs::symlink("loop-a", f.join("loop-b")).unwrap();
+    std::os::unix::fs::symlink(f.join("nowhere"), f.join("dangling")).unwrap();
+    // A file outside the fixture directory that a link points at.
+    let victim =
+        std::env::temp_dir().join(format!("xvmm-bad-inputs-victim-{}", std::process::id()));
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, f.join("link-out")).unwrap();
+    for (name, size) in [
+        ("sparse-10g", 10u64 << 30),
+        ("sparse-2g", 2 << 30),
+        ("nul-200m", 200 << 20),
+    ] {
+        std::fs::File::create(f.join(name))
+            .unwrap()
+            .set_len(size)
+            .unwrap();
+    }
+    let kernel = bzimage(&linux64_echo_and_exit(0));
+    file(&f, "bzImage", &kernel);
+    file(&f, "bzImage-cut", &kernel[..kernel.len() - 100]);
+    file(&f, "arm.elf", &pvh_elf(183, 0x4008_0000, &[0; 16], true));
+    file(&f, "nopvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], false));
+    file(&f, "pvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], true));
+    file(
+        &f,
+        "huge-symtab.elf",
+        &elf_fixture::crafted_symbol_tables(true),
+    );
+    file(&f, "spin", &bzimage(SPIN));
+    file(&f, "triple", &bzimage(TRIPLE_FAULT));
+    file(
+        &f,
+        "bad-results",
+        &bzimage(&linux64_send_results(b"{\"schema\": 1", 12)),
+    );
+    file(
+        &f,
+        "huge-results",
+        &bzimage(&linux64_send_results(b"{}", 0x0100_0001)),
+    );
+    f
+}
+
+fn victim() -> PathBuf {
+    std::env::temp_dir().join(format!("xvmm-bad-inputs-victim-{}", std::process::id()))
+}
+
+fn sample_report() -> xvmm_results::Report {
+    let mut r = xvmm_results::Report::new(
+        "xperf test".into(),
+        xvmm_results::Environment::BareMetal,
+        Default::default(),
+        xvmm_results::Method::standard(0, 2),
+    );
+    r.null_overhead = xvmm_results::Stats::from_samples(&[10, 10]);
+    let sample = xvmm_results::Sample {
+        u2k_u: 0,
+        u2k_k: 100,
+        k2u_k: 200,
+        k2u_u: 300,
+        ..Default::default()
+    };
+    r.crossings.push(xvmm_results::Crossing::from_samples(
+        "getppid",
+        2,
+        &[sample; 2],
+        &Default::default(),
+        false,
+    ));
+    r
+}
+
+/// Name, kind, size and modification time of everything in `dir`.
+fn snapshot(dir: &Path) -> BTreeMap<String, (String, u64, Option<SystemTime>)> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let kind = format!("{:?}", m.file_type());
+            let mtime = if m.file_type().is_fifo() {
+                None
+            } else {
+                m.modified().ok()
+            };
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                (kind, m.size(), mtime),
+            )
+        })
+        .collect()
+}
+
+fn expand(arg: &str, f: &Path) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    match arg {
+        "{LONG}" => "x".repeat(5000).into(),
+        "{NONUTF8}" => std::ffi::OsString::from_vec(b"caf\xe9.json".to_vec()),
+        _ => arg.replace("{F}", f.to_str().unwrap()).into(),
+    }
+}
+
+/// The xperf binary beside xvmm, built if it is missing (a test run of the
+/// xvmm package alone does not build it).
+fn xperf_binary() -> PathBuf {
+    let xvmm = PathBuf::from(env!("CARGO_BIN_EXE_xvmm"));
+    let xperf = xvmm.with_file_name("xperf");
+    if !xperf.is_file() {
+        let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args(["build", "-p", "xperf", "--bin", "xperf"])
+            .status();
+        assert!(built.is_ok_and(|s| s.success()), "cannot build xperf");
+    }
+    xperf
+}
+
+/// What a finished child left: status, stdout, stderr, peak RSS (KiB) and time.
+struct Ran {
+    status: std::process::ExitStatus,
+    stderr: String,
+    max_rss_kib: i64,
+    elapsed: Duration,
+    timed_out: bool,
+    /// `NoNewPrivs` of a signalled child while it ran.
+    no_new_privs: Option<bool>,
+}
+
+fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = r.read_to_end(&mut buf);
+        buf
+    })
+}
+
+// The child is reaped by wait4 (for its rusage), which clippy cannot see.
+#[allow(clippy::zombie_processes)]
+fn run(c: &Case, f: &Path, xperf: &Path) -> Ran {
+    let program = match c.prog {
+        Prog::Xvmm => PathBuf::from(env!("CARGO_BIN_EXE_xvmm")),
+        Prog::Xperf => xperf.to_path_buf(),
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(c.args.iter().map(|a| expand(a, f)))
+        .current_dir(f)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in c.env {
+        cmd.env(k, expand(v, f));
+    }
+    match c.stdout {
+        Out::Pipe => cmd.stdout(Stdio::piped()),
+        Out::DevFull => cmd.stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        ),
+    };
+    let start = Instant::now();
+    let mut child = cmd.spawn().expect("spawn");
+    let pid = child.id() as libc::pid_t;
+    let out = child.stdout.take().map(drain);
+    let err = drain(child.stderr.take().unwrap());
+    let mut deadline = start + MAX_TIME;
+    let mut no_new_privs = None;
+    for (i, &signal) in c.signals.iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(if i == 0 { 1500 } else { 100 }));
+        if i == 0 {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            no_new_privs = Some(status.lines().any(|l| l == "NoNewPrivs:\t1"));
+        }
+        // SAFETY: signalling our own child, which has not been reaped yet.
+        unsafe { libc::kill(pid, signal) };
+        deadline = Instant::now() + MAX_TIME;
+    }
+    let mut timed_out = false;
+    loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is valid; wait4 fills it.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: reaping our own child without blocking.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            if let Some(out) = out {
+                let _ = out.join();
+            }
+            return Ran {
+                status: std::process::ExitStatus::from_raw(status),
+                stderr: String::from_utf8_lossy(&err.join().unwrap()).into_owned(),
+                max_rss_kib: usage.ru_maxrss,
+                elapsed: start.elapsed(),
+                timed_out,
+                no_new_privs,
+            };
+        }
+        if Instant::now() > deadline && !timed_out {
+            timed_out = true;
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Everything wrong with one case's run (empty: clean).
+fn problems(c: &Case, ran: &Ran, f: &Path) -> Vec<String> {
+    let mut p = Vec::new();
+    let prog = match c.prog {
+        Prog::Xvmm => "xvmm",
+        Prog::Xperf => "xperf",
+    };
+    let ended = match (ran.status.code(), ran.status.signal()) {
+        (Some(code), _) => End::Status(code),
+        (None, Some(sig)) => End::Signal(sig),
+        _ => End::Status(-1),
+    };
+    if ended != c.end {
+        p.push(format!("ended {ended:?}, expected {:?}", c.end));
+    }
+    let err = &ran.stderr;
+    if err.contains("panicked") || err.contains("RUST_BACKTRACE") {
+        p.push("panicked".into());
+    }
+    let f = f.to_str().unwrap();
+    match c.says {
+        Says::Line(needle) => {
+            let needle = needle.replace("{F}", f);
+            if err.lines().count() != 1 || !err.ends_with('\n') {
+                p.push("stderr is not one line".into());
+            }
+            if !err.starts_with(&format!("{prog}: ")) || !err.contains(&needle) {
+                p.push(format!("stderr does not say {needle:?}"));
+            }
+            if err.chars().any(|c| c.is_control() && c != '\n') {
+                p.push("stderr holds control characters".into());
+            }
+        }
+        Says::Clap(needle) => {
+            if !err.starts_with(&format!("{prog}: usage: ")) || !err.contains(needle) {
+                p.push(format!("stderr does not say {needle:?}"));
+            }
+            if !err.contains("--help") {
+                p.push("clap's message is not whole (no --help hint)".into());
+            }
+        }
+        Says::LastLine(needle) => {
+            let last = err.lines().last().unwrap_or("");
+            if !last.starts_with(&format!("{prog}: ")) || !last.contains(needle) {
+                p.push(format!("stderr does not end saying {needle:?}"));
+            }
+        }
+        Says::Nothing => {}
+    }
+    if ran.max_rss_kib > MAX_RSS_KIB {
+        p.push(format!("peak RSS {} MiB", ran.max_rss_kib >> 10));
+    }
+    if c.prog == Prog::Xvmm && ran.no_new_privs == Some(false) {
+        p.push("ran without no_new_privs".into());
+    }
+    if ran.timed_out {
+        p.push(format!("did not end within {MAX_TIME:?}"));
+    }
+    p
+}
+
+/// The fallback file the error line names: in the working directory, a
+/// whole JSON document; removed once checked.
+fn check_fallback(stderr: &str, f: &Path) -> Option<String> {
+    let Some(saved) = stderr.trim_end().split("saved to ").nth(1) else {
+        return Some("no fallback file named".into());
+    };
+    let saved = Path::new(saved);
+    let json = std::fs::read_to_string(saved).unwrap_or_default();
+    let _ = std::fs::remove_file(saved);
+    if saved.parent() != Some(f) {
+        return Some(format!(
+            "fallback {} is not in the working directory",
+            saved.display()
+        ));
+    }
+    serde_json::from_str::<serde_json::Value>(&json)
+        .err()
+        .map(|e| format!("fallback {} is not JSON: {e}", saved.display()))
+}
+
+#[test]
+fn the_bad_input_corpus() {
+    let f = fixtures();
+    let xperf = xperf_binary();
+    let kvm = have_kvm();
+    let tracefs = Path::new("/sys/kernel/tracing/instances");
+    let (mut clean, mut skipped, mut failures) = (0, 0, Vec::new());
+    for c in CASES {
+        if c.needs_kvm && !kvm {
+            skipped += 1;
+            continue;
+        }
+        let before = snapshot(&f);
+        let ran = run(c, &f, &xperf);
+        let mut p = problems(c, &ran, &f);
+        if c.saves {
+            p.extend(check_fallback(&ran.stderr, &f));
+        }
+        let after = snapshot(&f);
+        if after != before {
+            let changed: Vec<_> = after
+                .iter()
+                .filter(|(k, v)| before.get(*k) != Some(v))
+                .map(|(k, _)| k.as_str())
+                .chain(
+                    before
+                        .keys()
+                        .filter(|k| !after.contains_key(*k))
+                        .map(String::as_str),
+                )
+                .collect();
+            p.push(format!("left the fixture directory changed: {changed:?}"));
+            // Put it back for the next cases.
+            for name in changed {
+                if !before.contains_key(name) {
+                    let _ = std::fs::remove_file(f.join(name));
+                }
+            }
+        }
+        if std::fs::read(victim()).ok().as_deref() != Some(b"precious".as_slice()) {
+            p.push("wrote through a symlink out of its directory".into());
+            std::fs::write(victim(), b"precious").unwrap();
+        }
+        if tracefs.is_dir()
+            && std::fs::read_dir(tracefs).unwrap().flatten().any(|e| {
+                e.file_name().to_string_lossy().starts_with("xvmm-")
+                    && !Path::new("/proc")
+                        .join(&e.file_name().to_string_lossy()[5..])
+                        .exists()
+            })
+        {
+            p.push("left a tracefs instance".into());
+        }
+        eprintln!(
+            "{:<48} {:>6} ms {:>7} KiB  {}",
+            c.name,
+            ran.elapsed.as_millis(),
+            ran.max_rss_kib,
+            if p.is_empty() {
+                "clean".to_string()
+            } else {
+                p.join("; ")
+            }
+        );
+        if p.is_empty() {
+            clean += 1;
+        } else {
+            failures.push(format!(
+                "{}: {} (stderr: {:?})",
+                c.name,
+                p.join("; "),
+                ran.stderr
+            ));
+        }
+    }
+    eprintln!(
+        "bad-input corpus: {} cases, {clean} clean, {} not, {skipped} skipped (no /dev/kvm)",
+        CASES.len(),
+        failures.len()
+    );
+    let _ = std::fs::remove_dir_all(&f);
+    let _ = std::fs::remove_file(victim());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
