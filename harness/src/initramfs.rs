@@ -56,6 +56,18 @@ pub fn l1_initramfs(a: &Artifacts, steps: &[Step], with_qemu: bool) -> Result<Ve
     Ok(archive.to_bytes())
 }
 
+/// Appends host files to an initramfs as a second, concatenated newc
+/// archive (the kernel unpacks archives one after the other): (path in the
+/// guest, host file, mode).
+pub fn append_files(cpio: &mut Vec<u8>, files: &[(&str, &Path, u32)]) -> Result<()> {
+    let mut extra = Archive::new();
+    for (path, host, mode) in files {
+        extra.file(path, read(host)?, *mode)?;
+    }
+    cpio.extend(extra.to_bytes());
+    Ok(())
+}
+
 /// The shared libraries `ldd` reports for `binary` (absolute paths).
 fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
     let out = Command::new("ldd")

@@ -19,7 +19,7 @@ pub mod lock;
 pub mod run;
 
 pub use build::{build_static, prepare, with_static_binaries, workspace_root, Artifacts};
-pub use initramfs::{l1_initramfs, l2_initramfs};
+pub use initramfs::{append_files, l1_initramfs, l2_initramfs};
 pub use run::{l1_cmdline, report_from_stdout, run_l1, run_l1_with_cmdline, HarnessRun};
 pub use xvmm_init::plan::{Outcome, Step, StepResult};
 pub use xvmm_init::MARKER;

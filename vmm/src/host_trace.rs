@@ -67,21 +67,12 @@ pub enum TraceEvent {
     },
 }
 
-/// The head of an event line: `comm-tid [cpu] flags ts: name: ` -> (tid, ts, name, rest).
+/// The head of an event line: `comm-tid [cpu] flags ts: name: ` -> (tid,
+/// ts, name, rest), from the one tracefs record parser.
 fn split_event(line: &str) -> Option<(i32, u64, &str, &str)> {
-    let bracket = line.find(" [")?;
-    // The comm may itself contain '-' or spaces: the tid follows the last '-'.
-    let tid: i32 = line[..bracket].trim().rsplit('-').next()?.parse().ok()?;
-    let after = &line[bracket..];
-    let colon = after.find(": ")?;
-    let ts: u64 = after[..colon]
-        .rsplit(char::is_whitespace)
-        .next()?
-        .parse()
-        .ok()?;
-    let rest = &after[colon + 2..];
-    let (name, body) = rest.split_once(": ").unwrap_or((rest, ""));
-    Some((tid, ts, name, body))
+    let record = xvmm_results::tracefs::parse_record(line)?;
+    let (name, body) = record.body.split_once(": ").unwrap_or((record.body, ""));
+    Some((record.pid, record.ts, name, body))
 }
 
 /// The word after `key` in `text` (`key` a whole word), trailing commas cut.

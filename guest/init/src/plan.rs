@@ -5,10 +5,16 @@
 //! arguments never contain tabs):
 //! `NAME \t TIMEOUT_SECS \t MARKER|- \t run|stop \t ARGV0 \t ARGV1 ...`
 //! `stop` kills the step's process as soon as the marker shows up in its
-//! output (boot benchmarks); `run` lets it finish. Lines starting with `#`
-//! and blank lines are ignored.
+//! output (boot benchmarks); `run` lets it finish. A `stop` step whose
+//! marker starts with [`INTERRUPT`] is interrupted instead: at the marker
+//! (the text after the prefix) it gets SIGINT, and a second SIGINT shortly
+//! after, and ends on its own (a clean stop under way must survive the
+//! second signal). Lines starting with `#` and blank lines are ignored.
 
 use std::fmt;
+
+/// Marker prefix of a `stop` step that gets two SIGINTs instead of SIGKILL.
+pub const INTERRUPT: &str = "interrupt:";
 
 /// Prefix of every result line.
 pub const STEP_PREFIX: &str = "XVMM-STEP ";
@@ -32,6 +38,22 @@ fn valid_field(s: &str) -> bool {
 }
 
 impl Step {
+    /// The text to wait for, without the [`INTERRUPT`] prefix.
+    pub fn marker_text(&self) -> Option<&str> {
+        self.marker
+            .as_deref()
+            .map(|m| m.strip_prefix(INTERRUPT).unwrap_or(m))
+    }
+
+    /// A `stop` step that is interrupted (two SIGINTs) rather than killed.
+    pub fn interrupts(&self) -> bool {
+        self.stop_at_marker
+            && self
+                .marker
+                .as_deref()
+                .is_some_and(|m| m.starts_with(INTERRUPT))
+    }
+
     /// The step as one plan line; errors if a field holds a tab or newline.
     pub fn to_line(&self) -> Result<String, String> {
         let name_ok = !self.name.is_empty() && !self.name.contains(char::is_whitespace);
@@ -220,6 +242,20 @@ mod tests {
             b.to_line().unwrap()
         );
         assert_eq!(parse(&text), Ok(vec![step(), b]));
+    }
+
+    #[test]
+    fn interrupt_markers_are_stop_steps_with_the_prefix() {
+        let mut s = step();
+        s.marker = Some(format!("{INTERRUPT}measuring x"));
+        assert_eq!(s.marker_text(), Some("measuring x"));
+        assert!(!s.interrupts(), "a run step only watches");
+        s.stop_at_marker = true;
+        assert!(s.interrupts());
+        assert_eq!(parse(&s.to_line().unwrap()), Ok(vec![s.clone()]));
+        s.marker = Some("measuring x".into());
+        assert!(!s.interrupts());
+        assert_eq!(s.marker_text(), Some("measuring x"));
     }
 
     #[test]

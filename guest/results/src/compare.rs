@@ -2,6 +2,7 @@
 //! `xvmm-comparison` schema and how it is computed.
 
 use crate::attribution::SegmentHost;
+use crate::probes::{compare_probes, ProbeComparisonRow};
 use crate::{Crossing, Environment, Interval, Report, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -69,6 +70,9 @@ pub struct Comparison {
     pub rows: Vec<ComparisonRow>,
     /// Caveats (mismatched environments, TSC rates...).
     pub notes: Vec<String>,
+    /// Instrumentation modes, VM against bare metal (reports of `xperf probes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<ProbeComparisonRow>,
 }
 
 impl Comparison {
@@ -318,6 +322,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
         bare_metal_tool: bare.tool.clone(),
         rows,
         notes,
+        probes: compare_probes(&vm.probes, &bare.probes),
     }
 }
 

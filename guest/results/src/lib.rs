@@ -18,11 +18,14 @@ pub mod file;
 pub mod intervals;
 pub mod json;
 pub mod machine;
+pub mod probes;
 pub mod quantum;
 pub mod render;
 mod sample_format;
+pub mod signals;
 pub mod stats;
 pub mod timeline;
+pub mod tracefs;
 pub mod tsc;
 
 #[cfg(test)]
@@ -35,6 +38,7 @@ pub use correction::{Corrections, StampCosts};
 pub use file::{write_atomically, Output};
 pub use intervals::{Batched, ExitSplit, Intervals, KernelStamps, StampPoint};
 pub use machine::Machine;
+pub use probes::Probe;
 use serde::{Deserialize, Serialize};
 pub use stats::{Histogram, Stats};
 
@@ -74,6 +78,9 @@ pub struct Report {
     /// Free-form caveats the reader must see (THP state, pinning failures...).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// What instrumentation adds to the crossings (`xperf probes` only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<Probe>,
     /// What `xperf characterize` found out about the machine (only there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub characterize: Option<Characterization>,
@@ -108,6 +115,7 @@ impl Report {
             exits: Vec::new(),
             host_exits: Vec::new(),
             notes: Vec::new(),
+            probes: Vec::new(),
             characterize: None,
             stamp_costs: None,
             calibration: Vec::new(),

@@ -81,7 +81,9 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
     }
     let work = match args::parse(argv)? {
         Command::Help => return print(&format!("{USAGE}\n")),
+        Command::ProbesHelp => return print(&format!("{}\n", crate::probes::args::USAGE)),
         Command::Version => return print(&format!("xperf {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Probes(opts) => return run_probes(opts),
         Command::Characterize(o) if o.help => {
             return print(&format!("{}\n", characterize::options::USAGE))
         }
@@ -115,6 +117,61 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             characterize::run(&config, &StderrSteps::new(pid1))?
         }
     };
+    deliver(&report, region, json_to)
+}
+
+/// `xperf probes`: measures, delivers the report (VMM, file, table) like a
+/// plain run, then fails when a probe misbehaved, the host's tracing state
+/// could not be restored, or a signal stopped the run.
+fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
+    if opts.show_state {
+        let state = crate::probes::session::snapshot(opts.tracefs.as_deref());
+        let text: String = state
+            .iter()
+            .map(|(k, v)| format!("state {k}: {}\n", xvmm_results::escape::visible(v)))
+            .collect();
+        return print(&text);
+    }
+    let region = channel::results_region_from_proc()?;
+    let json_to = json_destination(opts.json.clone(), DEFAULT_JSON, region.is_some())?;
+    let config = crate::probes::Config {
+        options: *opts,
+        vmm_channel: region.is_some(),
+    };
+    // Progress on stderr: one line per mode (a person, or the harness, can
+    // see where a long run is).
+    let outcome = crate::probes::run(&config, &mut |line| eprintln!("xperf probes: {line}"))?;
+    let written = deliver(&outcome.report, region, json_to);
+    // The handlers stay until here: later signals are recorded, not fatal.
+    drop(outcome.signals);
+    if !outcome.not_restored.is_empty() {
+        return Err(Error::Tracing(format!(
+            "host tracing state not restored: {}",
+            outcome.not_restored.join("; ")
+        )));
+    }
+    if let Some(signal) = outcome.stopped_by {
+        written?;
+        return Err(Error::Stopped(signal));
+    }
+    if !outcome.failed.is_empty() {
+        written?;
+        return Err(Error::Tracing(format!(
+            "{} probe(s) failed verification: {}",
+            outcome.failed.len(),
+            outcome.failed.join("; ")
+        )));
+    }
+    written
+}
+
+/// The report to the VMM and its file first, then the tables (and the JSON
+/// after them for `--json -`).
+fn deliver(
+    report: &xvmm_results::Report,
+    region: Option<channel::ResultsRegion>,
+    json_to: Option<JsonTo>,
+) -> Result<()> {
     let json = report.to_json_pretty();
     let mut lines = String::new();
     if let Some(region) = region {
@@ -127,7 +184,7 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
     }
     let to_stdout = matches!(json_to, Some(JsonTo::Stdout));
     let written = write_file(json_to, &json, &mut lines);
-    let text = xvmm_results::render::report(&report) + &lines;
+    let text = xvmm_results::render::report(report) + &lines;
     if to_stdout {
         // "-": stdout is the report alone; the table goes to stderr.
         eprint!("{text}");

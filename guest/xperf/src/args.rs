@@ -19,6 +19,7 @@ pub const MAX_RUN_ID: usize = 64;
 pub const USAGE: &str = "\
 usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw] [--json FILE]
        xperf characterize [--samples N] [--cpu N] [--json FILE]   (see characterize --help)
+       xperf probes [OPTIONS]   (what instrumentation costs; xperf probes --help)
 
 Measures user->kernel->user crossings: #PF on first touch, #PF after
 MADV_DONTNEED, and the getppid syscall. With the xperf kernel hooks
@@ -76,6 +77,9 @@ impl Default for Options {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Run(Options),
+    /// `xperf probes ...`
+    Probes(Box<crate::probes::args::Options>),
+    ProbesHelp,
     /// `xperf characterize ...`: the whole machine (crate::characterize).
     Characterize(crate::characterize::Options),
     Help,
@@ -112,6 +116,13 @@ where
 {
     let mut opts = Options::default();
     let mut args = args.into_iter().map(Into::into).peekable();
+    if args.peek().is_some_and(|a| a == "probes") {
+        args.next();
+        return Ok(match crate::probes::args::parse(args)? {
+            crate::probes::args::Command::Run(o) => Command::Probes(o),
+            crate::probes::args::Command::Help => Command::ProbesHelp,
+        });
+    }
     if args.peek().is_some_and(|a| a == "characterize") {
         return crate::characterize::options::parse(args.skip(1)).map(Command::Characterize);
     }
@@ -222,6 +233,11 @@ mod tests {
         assert_eq!((o.calibrate, o.run_id.as_deref()), (256, Some("00ff")));
         assert_eq!(parse(["--help"]).unwrap(), Command::Help);
         assert_eq!(parse(["-V"]).unwrap(), Command::Version);
+        assert!(
+            matches!(parse(["probes", "--rounds", "2"]).unwrap(), Command::Probes(o) if o.rounds == 2)
+        );
+        assert_eq!(parse(["probes", "-h"]).unwrap(), Command::ProbesHelp);
+        assert_eq!(parse(["--raw", "probes"]).unwrap_err().exit_code(), 2);
         assert!(matches!(
             parse(["characterize", "--samples", "9"]).unwrap(),
             Command::Characterize(o) if o.samples == 9

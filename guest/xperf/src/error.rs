@@ -16,13 +16,19 @@ pub enum Error {
     Channel(String),
     /// Writing the results file failed.
     Output(String),
+    /// tracefs, a probe or the host's tracing state (`xperf probes`).
+    Tracing(String),
+    /// A stop signal ended the run after what was measured was delivered.
+    Stopped(i32),
 }
 
 impl Error {
-    /// Exit status: 2 for usage errors, 1 otherwise.
+    /// Exit status: 2 for usage errors, 128 + the signal for a stop, 1
+    /// otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => 2,
+            Error::Stopped(signal) => 128 + signal,
             _ => 1,
         }
     }
@@ -44,6 +50,13 @@ impl fmt::Display for Error {
             Error::Hooks(m) => ("kernel hooks", m),
             Error::Channel(m) => ("results channel", m),
             Error::Output(m) => ("output", m),
+            Error::Tracing(m) => ("tracing", m),
+            Error::Stopped(signal) => {
+                return write!(
+                    f,
+                    "stopped by signal {signal}; what was measured was delivered"
+                )
+            }
         };
         let flat = msg.replace('\n', " ");
         write!(f, "{kind}: {}", xvmm_results::escape::visible(&flat))
@@ -73,6 +86,8 @@ mod tests {
         assert_eq!(e.to_string(), "usage: bad value");
         assert_eq!(e.exit_code(), 2);
         assert_eq!(Error::Output("x".into()).exit_code(), 1);
+        assert_eq!(Error::Stopped(libc::SIGINT).exit_code(), 130);
+        assert_eq!(Error::Tracing("a\nb".into()).to_string(), "tracing: a b");
     }
 
     /// Found by fuzzing (fuzz/fuzz_targets/xperf_args.rs): an option name

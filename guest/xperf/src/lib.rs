@@ -16,6 +16,7 @@ pub mod host;
 pub mod init;
 pub mod measure;
 pub mod pmu;
+pub mod probes;
 pub mod sampling;
 pub mod stamp;
 

@@ -203,7 +203,7 @@ fn detect(notes: &mut Vec<String>) -> Mode {
 /// Refuses a run whose fault regions (every page stays resident until it is
 /// dropped) would not fit in the memory available: in a small guest the OOM
 /// killer would otherwise end xperf, or as PID 1 panic the kernel.
-fn check_memory(pages: u64) -> Result<()> {
+pub(crate) fn check_memory(pages: u64) -> Result<()> {
     let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
         return Ok(());
     };
@@ -222,7 +222,7 @@ fn check_memory(pages: u64) -> Result<()> {
     Ok(())
 }
 
-fn usize_of(n: u64) -> Result<usize> {
+pub(crate) fn usize_of(n: u64) -> Result<usize> {
     usize::try_from(n).map_err(|_| Error::Usage(format!("{n} does not fit in usize")))
 }
 
@@ -273,7 +273,7 @@ fn set_up(config: &Config) -> Result<Setup> {
 }
 
 /// The user stamp pair with nothing between, after `warmup` unrecorded pairs.
-fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
+pub(crate) fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
     for _ in 0..warmup {
         std::hint::black_box(stamp::null_pair());
     }

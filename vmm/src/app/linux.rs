@@ -219,7 +219,7 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let traced = trace.as_ref().map(|t| Traced {
         summary: t,
         tsc,
-        run_id: run_id.unwrap_or_default(),
+        run_id,
     });
     let delivered = deliver(results, traced, outputs, args, stdout);
     // How the guest ended comes first; then what the results need.
@@ -247,7 +247,9 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
 struct Traced<'a> {
     summary: &'a TraceSummary,
     tsc: linux::TscFacts,
-    run_id: String,
+    /// The id xperf stamped its results with; `None` when it was not asked
+    /// to (a user initrd, an xperf subcommand): no timeline can be joined.
+    run_id: Option<String>,
 }
 
 /// Writes and prints the results, with the host's view, the timeline and
@@ -273,7 +275,15 @@ fn deliver(
         if t.tsc.host_khz == 0 {
             t.tsc.host_khz = host.tsc_khz;
         }
-        linux::add_timeline(&mut report, t.summary, &t.tsc, &t.run_id);
+        match &t.run_id {
+            Some(id) => linux::add_timeline(&mut report, t.summary, &t.tsc, id),
+            None => report.notes.push(
+                "no timeline: the guest was not asked for a run id and calibration exits \
+                 (a user initrd or an xperf subcommand), so its samples cannot be joined with \
+                 the host's trace"
+                    .into(),
+            ),
+        }
     }
     let mut extra = String::new();
     if trace.is_some() && report.host_exits.is_empty() {

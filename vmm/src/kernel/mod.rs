@@ -124,7 +124,8 @@ pub fn patches_dir() -> Result<PathBuf> {
 }
 
 /// Config fragments in merge order: guest first, host on top, then the
-/// patch series' own fragment when patched and present.
+/// patch series' own fragment when patched and present, then the probes
+/// fragment when present.
 fn fragments(patches: &Path, req: &BuildRequest) -> Result<Vec<(PathBuf, Vec<u8>)>> {
     let config = patches.join("config");
     let mut names = vec!["guest.config"];
@@ -135,6 +136,12 @@ fn fragments(patches: &Path, req: &BuildRequest) -> Result<Vec<(PathBuf, Vec<u8>
     let xperf = config.join("xperf.config");
     if req.patched && xperf.is_file() {
         paths.push(xperf);
+    }
+    // Instrumentation for `xperf probes`, in every kernel so that plain and
+    // patched builds differ only by the patch series.
+    let probes = config.join("probes.config");
+    if probes.is_file() {
+        paths.push(probes);
     }
     paths
         .into_iter()
@@ -411,7 +418,12 @@ mod tests {
     #[test]
     fn fragments_follow_flavour_and_patching() {
         let d = scratch("frags");
-        for name in ["guest.config", "host.config", "xperf.config"] {
+        for name in [
+            "guest.config",
+            "host.config",
+            "xperf.config",
+            "probes.config",
+        ] {
             fs::write(d.join("config").join(name), name).unwrap();
         }
         let names = |flavour, patched| -> Vec<String> {
@@ -423,12 +435,21 @@ mod tests {
                 .map(|(p, _)| file_name(p))
                 .collect()
         };
-        assert_eq!(names(Flavour::Guest, false), ["guest.config"]);
+        assert_eq!(
+            names(Flavour::Guest, false),
+            ["guest.config", "probes.config"]
+        );
         assert_eq!(
             names(Flavour::Host, true),
-            ["guest.config", "host.config", "xperf.config"]
+            [
+                "guest.config",
+                "host.config",
+                "xperf.config",
+                "probes.config"
+            ]
         );
         fs::remove_file(d.join("config/xperf.config")).unwrap();
+        fs::remove_file(d.join("config/probes.config")).unwrap();
         assert_eq!(names(Flavour::Guest, true), ["guest.config"]);
         fs::remove_dir_all(&d).unwrap();
     }

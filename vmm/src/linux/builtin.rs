@@ -169,6 +169,20 @@ fn has_init_separator(cmdline: &str) -> bool {
     cmdline.split_ascii_whitespace().any(|w| w == "--")
 }
 
+/// Whether the built-in xperf measures the crossings (rather than running a
+/// subcommand such as `probes` or `characterize`, which take no `--raw` or
+/// calibration exits): its first init argument, from the user's command line
+/// after ` -- ` or else from `init_args`, is an option or absent.
+pub fn runs_crossings(base: Option<&str>, init_args: &[String]) -> bool {
+    let from_cmdline = base.and_then(|line| {
+        let mut words = line.split_ascii_whitespace();
+        words.find(|w| *w == "--")?;
+        words.next()
+    });
+    let first = from_cmdline.or_else(|| init_args.first().map(String::as_str));
+    first.is_none_or(|w| w.starts_with('-'))
+}
+
 /// The Linux command line for the built-in xperf: `base` (the user's
 /// `--cmdline`, else the default plus [`STAMPS_PARAM`]) with `init_args`
 /// appended after ` -- ` (after the user's own init arguments if `base` has
@@ -218,6 +232,21 @@ mod tests {
             e[off..off + 4].copy_from_slice(&t.to_le_bytes());
         }
         e
+    }
+
+    #[test]
+    fn subcommands_are_not_crossing_runs() {
+        let args = |a: &[&str]| -> Vec<String> { a.iter().map(|s| s.to_string()).collect() };
+        assert!(runs_crossings(None, &[]));
+        assert!(runs_crossings(None, &args(&["--samples", "5"])));
+        assert!(!runs_crossings(None, &args(&["probes"])));
+        assert!(runs_crossings(Some("quiet"), &args(&["--samples", "5"])));
+        assert!(!runs_crossings(
+            Some("quiet -- probes --rounds 4"),
+            &args(&["--samples", "5"])
+        ));
+        assert!(runs_crossings(Some("quiet -- --raw"), &[]));
+        assert!(runs_crossings(Some("quiet --"), &args(&["--raw"])));
     }
 
     #[test]

@@ -119,7 +119,7 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
             let xperf = builtin::locate_xperf()?;
             let cpio = builtin::xperf_initramfs(&xperf.bytes)?;
             let mut xperf_args = xperf_args.clone();
-            if config.trace {
+            if config.trace && builtin::runs_crossings(config.cmdline.as_deref(), &xperf_args) {
                 run_id = Some(new_run_id());
                 xperf_args.extend(traced_xperf_args(&xperf_args, run_id.as_deref()));
             }

@@ -112,7 +112,8 @@ fn run_step(step: &Step) -> StepResult {
         .into_iter()
         .filter_map(|(prefix, out)| Some((prefix, out?)))
         .map(|(prefix, out)| {
-            let (name, marker, tx) = (step.name.clone(), step.marker.clone(), tx.clone());
+            let marker = step.marker_text().map(str::to_string);
+            let (name, tx) = (step.name.clone(), tx.clone());
             thread::spawn(move || forward(prefix, name, marker, out, tx))
         })
         .collect();
@@ -167,7 +168,15 @@ fn wait_step(
                     result.guest_rss_kib = Some(split.largest_rss_kib);
                     result.other_rss_kib = Some(split.other_rss_kib);
                 }
-                if step.stop_at_marker && killed_for.is_none() {
+                if step.interrupts() {
+                    // Ctrl-C, then an impatient second one during the clean
+                    // stop; the process ends on its own.
+                    // SAFETY: signalling our own (not yet reaped) child.
+                    unsafe { libc::kill(pid, libc::SIGINT) };
+                    thread::sleep(Duration::from_millis(100));
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid, libc::SIGINT) };
+                } else if step.stop_at_marker && killed_for.is_none() {
                     killed_for = Some(Outcome::StoppedAtMarker);
                     // SAFETY: signalling our own (not yet reaped) child.
                     unsafe { libc::kill(pid, libc::SIGKILL) };

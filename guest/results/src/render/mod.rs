@@ -14,10 +14,12 @@ use table::Table;
 
 mod characterize;
 mod method;
+mod probes;
 mod table;
 mod timeline;
 
 pub use characterize::{by_group, characterize_table};
+pub use probes::{probe_comparison_table, probes_table};
 pub use timeline::{attribution_table, timeline_lines, traced_exit_table};
 
 /// "-" for a missing figure.
@@ -292,6 +294,10 @@ pub fn report(report: &Report) -> String {
         out.push('\n');
         out += &host_exit_table(&report.host_exits);
     }
+    if !report.probes.is_empty() {
+        out.push('\n');
+        out += &probes_table(report);
+    }
     if let Some(t) = &report.timeline {
         out.push('\n');
         out += &timeline_lines(t);
@@ -434,6 +440,10 @@ pub fn comparison_table(c: &Comparison) -> String {
         }
     }
     out += &t.render();
+    if !c.probes.is_empty() {
+        out.push('\n');
+        out += &probe_comparison_table(&c.probes);
+    }
     out += &decomposition_table(c);
     for n in &c.notes {
         let _ = writeln!(out, "note: {}", visible(n));

@@ -1,0 +1,379 @@
+//! `xperf probes` on probe-enabled kernels, bare metal against VM, in ONE
+//! nested run: QEMU TCG boots the patched L1 kernel (KVM host, hooks
+//! compiled in but off), which runs
+//! - `bm`: `xperf probes` directly in L1 (the bare-metal side), every mode;
+//! - `bad-*`: a missing symbol and an offset that is no instruction
+//!   boundary, each one line and exit 1;
+//! - `interrupt`: a run that gets SIGINT twice while the jump-optimized
+//!   kprobe is measured, which must exit 130 and deliver what it had;
+//! - `state-*`: the host tracing state (`xperf probes --show-state`) before
+//!   and after each of those, which must not change;
+//! - `vm`: `xvmm --kernel /l2/bzImage --trace` with xperf probes as L2's
+//!   `/init` (the VM side).
+//!
+//! Then `xvmm compare` prints the VM/bare-metal ratio per mode. Timings are
+//! TCG-emulated: the tests check that every mode runs, that every hit is
+//! counted and that the state is restored, not figures. Reports in
+//! target/harness/probes-{bm,vm,compare}.json; console target/harness/probes.log.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+use xvmm::kernel::{self, BuildRequest, Flavour};
+use xvmm::progress::Silent;
+use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
+use xvmm_results::probes::mode;
+use xvmm_results::{Environment, Report, Status};
+
+/// Probed samples per mode and crossing, and rounds (TCG: few).
+const SAMPLES: &str = "1000";
+const ROUNDS: &str = "4";
+const WARMUP: &str = "50";
+const NULL_SAMPLES: &str = "5000";
+const VM_TIMEOUT: u64 = 900;
+const L1_XPERF: &str = "/bin/xperf";
+/// The progress line of the mode the interrupt step is stopped in.
+const INTERRUPT_AT: &str = "measuring kprobe-optimized on getppid";
+
+fn step(name: &str, timeout_secs: u64, marker: Option<&str>, argv: &[&str]) -> Step {
+    Step {
+        name: name.into(),
+        timeout_secs,
+        marker: marker.map(str::to_string),
+        stop_at_marker: marker.is_some(),
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn probes_args() -> Vec<&'static str> {
+    vec![
+        "--samples",
+        SAMPLES,
+        "--rounds",
+        ROUNDS,
+        "--warmup",
+        WARMUP,
+        "--null-samples",
+        NULL_SAMPLES,
+    ]
+}
+
+fn vm_cmdline() -> String {
+    format!(
+        "{} quiet no_timer_check -- probes --rounds {ROUNDS} --null-samples {NULL_SAMPLES}",
+        xvmm::boot::cmdline::default_cmdline()
+    )
+}
+
+fn plan() -> Vec<Step> {
+    let state = |name: &str| step(name, 60, None, &[L1_XPERF, "probes", "--show-state"]);
+    let mut bm = vec![L1_XPERF, "probes"];
+    bm.extend(probes_args());
+    bm.extend(["--json", "-"]);
+    let mut interrupt = vec![L1_XPERF, "probes"];
+    interrupt.extend(probes_args());
+    interrupt.extend(["--crossings", "getppid", "--json", "/tmp/interrupted.json"]);
+    let marker = format!("{}{INTERRUPT_AT}", xvmm_init::plan::INTERRUPT);
+    let (vm_timeout, cmdline) = (VM_TIMEOUT.to_string(), vm_cmdline());
+    let mem = harness::L2_MEM_MIB.to_string();
+    let vm = [
+        l1::XVMM,
+        "--kernel",
+        l1::L2_BZIMAGE,
+        "--cmdline",
+        &cmdline,
+        "--mem",
+        &mem,
+        "--timeout",
+        &vm_timeout,
+        "--samples",
+        SAMPLES,
+        "--warmup",
+        WARMUP,
+        "--trace",
+        "--json",
+        "-",
+    ];
+    vec![
+        state("state-before"),
+        step("bm", 900, None, &bm),
+        state("state-after-bm"),
+        step(
+            "bad-symbol",
+            60,
+            None,
+            &[
+                L1_XPERF,
+                "probes",
+                "--getppid-probe",
+                "no_such_function_xyz",
+            ],
+        ),
+        step(
+            "bad-boundary",
+            60,
+            None,
+            &[L1_XPERF, "probes", "--getppid-probe", "__x64_sys_getppid+1"],
+        ),
+        state("state-after-bad"),
+        step("interrupt", 900, Some(&marker), &interrupt),
+        state("state-after-interrupt"),
+        step("vm", VM_TIMEOUT + 60, None, &vm),
+    ]
+}
+
+fn prepare() -> Result<(Artifacts, PathBuf), String> {
+    let build = |flavour| {
+        let request = BuildRequest {
+            patched: true,
+            ..BuildRequest::new(flavour)
+        };
+        kernel::build(&request, &Silent).map_err(|e| e.to_string())
+    };
+    let artifacts =
+        harness::with_static_binaries(build(Flavour::Host)?, build(Flavour::Guest)?, &["xperf"])
+            .map_err(|e| e.to_string())?;
+    let xperf = artifacts.xvmm.with_file_name("xperf");
+    Ok((artifacts, xperf))
+}
+
+struct ProbesRun {
+    run: harness::HarnessRun,
+    xvmm: PathBuf,
+    bm: Report,
+    vm: Report,
+    dir: PathBuf,
+}
+
+fn skipped() -> bool {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!("XVMM_SKIP_HARNESS=1: nested probes harness test skipped");
+        return true;
+    }
+    false
+}
+
+fn report_of(run: &harness::HarnessRun, name: &str) -> Result<Report, String> {
+    let step = run
+        .step(name)
+        .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
+    let out = run.output(name);
+    if step.outcome != Outcome::Exited(0) {
+        return Err(format!(
+            "step {name} ended with {}; its output:\n{}",
+            step.outcome,
+            out.join("\n")
+        ));
+    }
+    run.report(name)
+        .map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))
+}
+
+/// The one L1 boot, shared by the tests below.
+fn run() -> &'static ProbesRun {
+    static RUN: OnceLock<Result<ProbesRun, String>> = OnceLock::new();
+    let result = RUN.get_or_init(|| {
+        let (artifacts, xperf) = prepare()?;
+        let mut initramfs =
+            harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
+        harness::append_files(&mut initramfs, &[(L1_XPERF, xperf.as_path(), 0o755)])
+            .map_err(|e| e.to_string())?;
+        let run = harness::run_l1(
+            &artifacts,
+            &initramfs,
+            "probes",
+            Duration::from_secs(60 * 60),
+        )
+        .map_err(|e| e.to_string())?;
+        eprintln!(
+            "nested probes harness: L1 run took {:.1} s, log {}",
+            run.seconds,
+            run.log.display()
+        );
+        for s in &run.steps {
+            eprintln!("{}", s.to_line());
+        }
+        let bm = report_of(&run, "bm")?;
+        let vm = report_of(&run, "vm")?;
+        let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();
+        for (name, r) in [("bm", &bm), ("vm", &vm)] {
+            let path = dir.join(format!("probes-{name}.json"));
+            std::fs::write(&path, r.to_json_pretty()).map_err(|e| e.to_string())?;
+        }
+        Ok(ProbesRun {
+            run,
+            xvmm: artifacts.xvmm,
+            bm,
+            vm,
+            dir,
+        })
+    });
+    match result {
+        Ok(r) => r,
+        Err(e) => panic!("nested probes harness failed: {e}"),
+    }
+}
+
+/// Every mode ran on every crossing it applies to, with every hit counted.
+/// No relation between the modes' figures is asserted: TCG emulates an
+/// int3 exception about as cheaply as the jump-optimized detour, so the
+/// hardware's ordering need not hold here (benches/probes prints them).
+fn assert_all_modes(report: &Report, side: &str) {
+    for crossing in ["getppid", "pf-refault"] {
+        for m in mode::MEASURED {
+            if m == mode::SYSCALL_SLOW_PATH && crossing != "getppid" {
+                continue;
+            }
+            let p = report
+                .probes
+                .iter()
+                .find(|p| p.mode == m && p.crossing == crossing)
+                .unwrap_or_else(|| panic!("{side}: no row {m} on {crossing}"));
+            assert_eq!(
+                p.status,
+                Status::Measured,
+                "{side} {m} on {crossing}: {p:?}"
+            );
+            assert_eq!(p.hits, p.hits_expected, "{side} {m} on {crossing}");
+            assert_eq!(p.iterations, SAMPLES.parse::<u64>().unwrap(), "{side} {m}");
+            let added = p.added_ticks.as_ref().expect("added ticks");
+            assert_eq!(added.count, p.iterations, "{side} {m} on {crossing}");
+        }
+    }
+}
+
+#[test]
+fn bare_metal_side_measures_every_mode() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== bare metal (xperf probes in L1, TCG-emulated)\n{}",
+        xvmm_results::render::report(&r.bm)
+    );
+    assert_eq!(r.bm.environment, Environment::BareMetal);
+    assert!(
+        r.bm.notes
+            .iter()
+            .any(|n| n.contains("xperf hooks compiled in, kernel.xperf_stamps=0")),
+        "{:?}",
+        r.bm.notes
+    );
+    assert_all_modes(&r.bm, "bare metal");
+}
+
+#[test]
+fn vm_side_measures_every_mode_and_traces_exits() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== VM (xvmm -> L2 -> xperf probes as /init, TCG-emulated)\n{}",
+        xvmm_results::render::report(&r.vm)
+    );
+    assert_eq!(r.vm.environment, Environment::LinuxVm);
+    assert_all_modes(&r.vm, "VM");
+    assert!(!r.vm.host_exits.is_empty(), "no exits traced on L1's KVM");
+}
+
+fn state_of(run: &harness::HarnessRun, name: &str) -> Vec<String> {
+    assert_eq!(
+        run.step(name).map(|s| s.outcome.clone()),
+        Some(Outcome::Exited(0)),
+        "{name}"
+    );
+    run.output(name)
+        .into_iter()
+        .filter(|l| l.starts_with("state "))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bad_input_and_signals_leave_the_tracing_state_as_found() {
+    if skipped() {
+        return;
+    }
+    let r = &run().run;
+    let before = state_of(r, "state-before");
+    assert!(
+        before
+            .iter()
+            .any(|l| l.starts_with("state kprobes-optimization: 1")),
+        "{before:?}"
+    );
+    for after in ["state-after-bm", "state-after-bad", "state-after-interrupt"] {
+        assert_eq!(state_of(r, after), before, "{after}");
+    }
+    for (name, needle) in [
+        (
+            "bad-symbol",
+            "no_such_function_xyz is not a function of this kernel",
+        ),
+        ("bad-boundary", "not an instruction boundary"),
+    ] {
+        let out = r.output(name);
+        assert_eq!(
+            r.step(name).map(|s| s.outcome.clone()),
+            Some(Outcome::Exited(1)),
+            "{name}: {out:?}"
+        );
+        let errors: Vec<&&str> = out.iter().filter(|l| l.starts_with("xperf: ")).collect();
+        assert_eq!(errors.len(), 1, "{name}: {out:?}");
+        assert!(errors[0].contains(needle), "{name}: {out:?}");
+    }
+    let interrupt = r.step("interrupt").expect("interrupt step ran");
+    let out = r.output("interrupt");
+    assert_eq!(interrupt.outcome, Outcome::Exited(130), "{out:?}");
+    assert!(
+        interrupt.marker_ms.is_some(),
+        "never reached {INTERRUPT_AT}"
+    );
+    // stdout and stderr reach the console through two pipes: the error line
+    // is the last one xperf writes, not necessarily the last one echoed.
+    let errors: Vec<&&str> = out.iter().filter(|l| l.starts_with("xperf: ")).collect();
+    assert_eq!(errors.len(), 1, "{out:?}");
+    assert!(errors[0].contains("stopped by signal 2"), "{out:?}");
+    assert!(
+        out.iter()
+            .any(|l| l.contains("not measured: stopped by signal 2")),
+        "the rows not measured must say so: {out:?}"
+    );
+}
+
+#[test]
+fn xvmm_compare_prints_the_vm_to_bare_metal_ratio_per_mode() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let json = r.dir.join("probes-compare.json");
+    let out = std::process::Command::new(&r.xvmm)
+        .arg("compare")
+        .arg(r.dir.join("probes-vm.json"))
+        .arg(r.dir.join("probes-bm.json"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run xvmm compare");
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("=== xvmm compare (VM vs bare metal, TCG-emulated)\n{table}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cmp: xvmm_results::Comparison =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for m in mode::MEASURED {
+        let row = cmp
+            .probes
+            .iter()
+            .find(|p| p.mode == m && p.crossing == "getppid")
+            .unwrap_or_else(|| panic!("no {m} row:\n{table}"));
+        assert!(row.ratio.is_some_and(|x| x > 0.0), "{m}: {row:?}");
+    }
+    assert!(table.contains("x VM/BM"), "{table}");
+}
