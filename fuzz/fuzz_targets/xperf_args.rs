@@ -1,5 +1,5 @@
-//! xperf's command line (`xperf::args::parse`, `characterize`'s options
-//! included): often PID 1 with arguments from the kernel command line, so
+//! xperf's command line (`xperf::args::parse`, `characterize`'s and
+//! `probes`' options included): often PID 1 with arguments from the kernel command line, so
 //! any bytes. Input: the arguments,
 //! separated by NUL bytes. Accepted options stay in range; errors are one
 //! terminal-safe line with the usage status.
@@ -21,7 +21,13 @@ fuzz_target!(|data: &[u8]| {
             assert!((1..=MAX_SAMPLES).contains(&o.samples), "{o:?}");
             assert!(o.json.as_ref().is_none_or(|p| !p.as_os_str().is_empty()));
         }
-        Ok(Command::Help | Command::Version) => {}
+        Ok(Command::Probes(o)) => {
+            assert!((1..=MAX_SAMPLES).contains(&o.samples), "{o:?}");
+            assert!(o.rounds >= 1, "{o:?}");
+            assert!(!o.modes.is_empty() && !o.crossings.is_empty(), "{o:?}");
+            assert!(o.json.as_ref().is_none_or(|p| !p.as_os_str().is_empty()));
+        }
+        Ok(Command::Help | Command::Version | Command::ProbesHelp) => {}
         Err(e) => {
             assert_eq!(e.exit_code(), 2, "{e}");
             assert_one_line(&e.to_string(), "parse");
