@@ -74,6 +74,27 @@ pub struct SegmentHost {
     pub reason: Option<String>,
 }
 
+impl SegmentHost {
+    /// Exits by reason, most host time first (how every renderer lists them).
+    pub fn reasons_by_host_time(&self) -> Vec<(&str, &ReasonCost)> {
+        let mut list: Vec<(&str, &ReasonCost)> =
+            self.exits.iter().map(|(r, c)| (r.as_str(), c)).collect();
+        list.sort_by_key(|(_, c)| std::cmp::Reverse(c.host_ticks));
+        list
+    }
+}
+
+/// Picks one segment's interval of a crossing.
+pub type SegmentPick = fn(&Crossing) -> &Option<Interval>;
+
+/// The segments attribution fills, in the order reports show them.
+pub const SEGMENTS: [(&str, SegmentPick); 4] = [
+    ("u2k", |c| &c.u2k),
+    ("in_kernel", |c| &c.in_kernel),
+    ("k2u", |c| &c.k2u),
+    ("round_trip", |c| &c.round_trip),
+];
+
 /// Exits of one vCPU, sorted by mapped guest time.
 struct VcpuExits {
     guest_exit: Vec<i128>,
@@ -138,8 +159,8 @@ impl<'a> Index<'a> {
         lo..hi
     }
 
-    /// The guest-to-host window check of a whole sample: `None` when the
-    /// trace can vouch for it.
+    /// Whether the trace cannot vouch for a sample's whole window (see the
+    /// module text).
     fn unattributable(&self, s: &Sample, vcpu: Option<u32>) -> bool {
         let Some(vcpu) = vcpu else { return true };
         if !self.vcpus.contains_key(&vcpu) && !self.vcpus.is_empty() {
@@ -221,6 +242,11 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>,
     };
     let refused = refusal(c, &samples, rounds);
     let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
+    // What each sample is, once for all its segments.
+    let judged: Vec<Judged> = samples
+        .iter()
+        .map(|s| judge(s, split, index, single_vcpu))
+        .collect();
     for (name, window) in SPLIT_SEGMENTS {
         if !split && name != "round_trip" {
             continue;
@@ -233,43 +259,57 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>,
                 reason: Some(why.clone()),
                 ..Default::default()
             },
-            None => segment_host(&samples, window, interval, index, single_vcpu, split),
+            None => segment_host(&samples, &judged, window, interval, index),
         });
     }
     c.samples = Some(samples);
 }
 
-/// Whether a sample's stamps are usable for the segments looked at.
-fn ordered(s: &Sample, split: bool) -> bool {
-    if split {
+/// What a sample is to attribution, whatever the segment.
+#[derive(Clone, Copy)]
+enum Judged {
+    /// Stamps not usable for the segments looked at: not counted.
+    Unordered,
+    Unattributable,
+    /// Attributable, on this vCPU.
+    On(u32),
+}
+
+fn judge(s: &Sample, split: bool, index: &Index, single_vcpu: Option<u32>) -> Judged {
+    let ordered = if split {
         s.validate().is_ok()
     } else {
         s.u2k_u < s.k2u_u
+    };
+    let vcpu = s.cpu.or(single_vcpu);
+    match vcpu {
+        _ if !ordered => Judged::Unordered,
+        Some(v) if !index.unattributable(s, vcpu) => Judged::On(v),
+        _ => Judged::Unattributable,
     }
 }
 
 fn segment_host(
     samples: &[Sample],
+    judged: &[Judged],
     window: Window,
     interval: &Interval,
     index: &Index,
-    single_vcpu: Option<u32>,
-    split: bool,
 ) -> SegmentHost {
     let correction = interval.correction.unwrap_or(0);
     let mut host = SegmentHost::default();
     let mut placed = Vec::with_capacity(samples.len());
-    for s in samples {
-        if !ordered(s, split) {
-            continue;
-        }
+    for (s, j) in samples.iter().zip(judged) {
+        let vcpu = match *j {
+            Judged::Unordered => continue,
+            Judged::Unattributable => {
+                host.samples += 1;
+                host.unattributable += 1;
+                continue;
+            }
+            Judged::On(vcpu) => vcpu,
+        };
         host.samples += 1;
-        let vcpu = s.cpu.or(single_vcpu);
-        if index.unattributable(s, vcpu) {
-            host.unattributable += 1;
-            continue;
-        }
-        let vcpu = vcpu.unwrap_or(0);
         let (a, b) = window(s);
         let exits = index
             .vcpus

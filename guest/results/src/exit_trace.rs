@@ -50,6 +50,19 @@ pub struct Parts {
     pub samples: u64,
 }
 
+impl Parts {
+    /// Adds another phase's parts to these.
+    pub fn append(&mut self, mut other: Parts) {
+        self.guest_to_host.append(&mut other.guest_to_host);
+        self.in_host.append(&mut other.in_host);
+        self.host_to_guest.append(&mut other.host_to_guest);
+        self.no_exit += other.no_exit;
+        self.more_exits += other.more_exits;
+        self.negative += other.negative;
+        self.samples += other.samples;
+    }
+}
+
 /// Splits samples `[open, close)` (guest TSC; `None` for discarded ones) by
 /// the traced exits `(kvm_exit, kvm_entry)` (host TSC, sorted by exit).
 pub fn split(samples: &[Option<(u64, u64)>], exits: &[(u64, u64)], mapping: &Mapping) -> Parts {

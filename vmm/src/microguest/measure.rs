@@ -362,14 +362,11 @@ fn traced_exit(
             .map(|(&o, &c)| (o != UNFILLED).then_some((o, c)))
             .collect();
         let exits = m.traced.as_deref().unwrap_or_default();
-        let p = exit_trace::split(&samples, exits, &Mapping::unscaled(offset));
-        parts.guest_to_host.extend(p.guest_to_host);
-        parts.in_host.extend(p.in_host);
-        parts.host_to_guest.extend(p.host_to_guest);
-        parts.samples += p.samples;
-        parts.no_exit += p.no_exit;
-        parts.more_exits += p.more_exits;
-        parts.negative += p.negative;
+        parts.append(exit_trace::split(
+            &samples,
+            exits,
+            &Mapping::unscaled(offset),
+        ));
         in_vmm.extend(
             m.host
                 .iter()

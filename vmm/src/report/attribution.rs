@@ -6,26 +6,17 @@
 use super::charts::{Bar, BarChart};
 use super::document::{Block, Cell, Chart, Table};
 use super::sections::{capped, MAX_TABLE_ROWS};
+use xvmm_results::attribution::SEGMENTS;
 use xvmm_results::render::timeline_lines;
 use xvmm_results::{Crossing, Interval, Report};
-
-type Pick = fn(&Crossing) -> &Option<Interval>;
-
-const SEGMENTS: [(&str, Pick); 4] = [
-    ("u2k", |c| &c.u2k),
-    ("in_kernel", |c| &c.in_kernel),
-    ("k2u", |c| &c.k2u),
-    ("round_trip", |c| &c.round_trip),
-];
 
 /// Exits by reason, most host time first.
 fn reasons(i: &Interval) -> String {
     let Some(h) = &i.host else {
         return String::new();
     };
-    let mut list: Vec<_> = h.exits.iter().collect();
-    list.sort_by_key(|(_, c)| std::cmp::Reverse(c.host_ticks));
-    let shown: Vec<String> = list
+    let shown: Vec<String> = h
+        .reasons_by_host_time()
         .iter()
         .map(|(r, c)| format!("{r} {}x, {} host ticks", c.count, c.host_ticks))
         .collect();

@@ -3,10 +3,10 @@
 
 use super::table::Table;
 use super::{cell, median};
-use crate::attribution::SegmentHost;
+use crate::attribution::{SegmentHost, SEGMENTS};
 use crate::escape::visible;
 use crate::timeline::Timeline;
-use crate::{Crossing, ExitTiming, Interval};
+use crate::{Crossing, ExitTiming};
 use std::fmt::Write as _;
 
 /// The mapping, how it was checked, and requested vs measured controls.
@@ -64,20 +64,10 @@ pub fn timeline_lines(t: &Timeline) -> String {
     out
 }
 
-type Pick = fn(&Crossing) -> &Option<Interval>;
-
-const SEGMENTS: [(&str, Pick); 4] = [
-    ("u2k", |c| &c.u2k),
-    ("in_kernel", |c| &c.in_kernel),
-    ("k2u", |c| &c.k2u),
-    ("round_trip", |c| &c.round_trip),
-];
-
 /// Exits by reason, most host time first: `npf 3/1200, intr 1/90`.
 fn reasons(h: &SegmentHost) -> String {
-    let mut list: Vec<_> = h.exits.iter().collect();
-    list.sort_by_key(|(_, c)| std::cmp::Reverse(c.host_ticks));
-    let shown: Vec<String> = list
+    let shown: Vec<String> = h
+        .reasons_by_host_time()
         .iter()
         .map(|(r, c)| format!("{} {}/{}", visible(r), c.count, c.host_ticks))
         .collect();
