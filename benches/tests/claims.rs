@@ -171,6 +171,8 @@ fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
         calibrate: 0,
         run_id: None,
         rounds: 1,
+        host_miss: 0,
+        channel: None,
     };
     // Pins this thread; perf inherits the affinity.
     let report = xperf::measure::run(&config).expect("xperf measures");

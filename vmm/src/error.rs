@@ -30,6 +30,8 @@ pub enum Error {
     Build(String),
     /// Host-side tracing could not be set up or restored.
     Tracing(String),
+    /// The userfaultfd fault server (`--host-fault-delay`) cannot start or failed.
+    HostFault(String),
     /// A host file operation failed.
     Io(String),
     /// Invalid combination of command-line arguments.
@@ -57,6 +59,7 @@ impl fmt::Display for Error {
             Error::Interrupted(signal) => write!(f, "interrupted by {}", signal_name(*signal)),
             Error::Build(m) => write!(f, "build: {m}"),
             Error::Tracing(m) => write!(f, "tracing: {m}"),
+            Error::HostFault(m) => write!(f, "host faults: {m}"),
             Error::Io(m) => write!(f, "io: {m}"),
             Error::Usage(m) => write!(f, "usage: {m}"),
         }

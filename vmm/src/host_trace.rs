@@ -65,6 +65,55 @@ pub enum TraceEvent {
     Lost {
         count: u64,
     },
+    /// One of KVM's async page fault tracepoints.
+    AsyncPf {
+        kind: AsyncPfEvent,
+        ts: u64,
+    },
+}
+
+/// KVM's async page fault tracepoints (include/trace/events/kvm.h), in the
+/// order a fault meets them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AsyncPfEvent {
+    /// The vCPU's fault could not be served at once; KVM tries going async.
+    TryAsyncGetPage,
+    /// The guest touched a page already being fetched: the vCPU halts on it.
+    RepeatedFault,
+    /// KVM queued the fetch and told the guest "page not present" (or, if
+    /// the guest cannot take it, halted the vCPU).
+    NotPresent,
+    /// The worker fetched the page (runs in a kworker, not the vCPU thread).
+    Completed,
+    /// KVM told the guest the page is ready.
+    Ready,
+}
+
+impl AsyncPfEvent {
+    pub const ALL: [AsyncPfEvent; 5] = [
+        AsyncPfEvent::TryAsyncGetPage,
+        AsyncPfEvent::RepeatedFault,
+        AsyncPfEvent::NotPresent,
+        AsyncPfEvent::Completed,
+        AsyncPfEvent::Ready,
+    ];
+
+    /// The tracepoint's name under events/kvm.
+    pub fn tracepoint(self) -> &'static str {
+        match self {
+            AsyncPfEvent::TryAsyncGetPage => "kvm_try_async_get_page",
+            AsyncPfEvent::RepeatedFault => "kvm_async_pf_repeated_fault",
+            AsyncPfEvent::NotPresent => "kvm_async_pf_not_present",
+            AsyncPfEvent::Completed => "kvm_async_pf_completed",
+            AsyncPfEvent::Ready => "kvm_async_pf_ready",
+        }
+    }
+
+    fn from_tracepoint(name: &str) -> Option<AsyncPfEvent> {
+        AsyncPfEvent::ALL
+            .into_iter()
+            .find(|e| e.tracepoint() == name)
+    }
 }
 
 /// The head of an event line: `comm-tid [cpu] flags ts: name: ` -> (tid,
@@ -128,6 +177,10 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
                 value: hex_u32(word_after(body, "val")?)?,
             })
         }
+        name if AsyncPfEvent::from_tracepoint(name).is_some() => Some(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::from_tracepoint(name)?,
+            ts,
+        }),
         "kvm_write_tsc_offset" => Some(TraceEvent::TscOffset {
             ts,
             vcpu: field(body, "vcpu")?.parse().ok()?,
@@ -218,6 +271,7 @@ pub struct ExitAggregator {
     trace: HostTrace,
     calibrations: Vec<HostCalibration>,
     offset_changes: Vec<OffsetChange>,
+    async_pf: Vec<(AsyncPfEvent, u64)>,
     /// The last event's time, and a lost window waiting for its end.
     last_ts: u64,
     lost_since: Option<u64>,
@@ -231,6 +285,7 @@ impl ExitAggregator {
         let ts = match &event {
             TraceEvent::Exit { ts, .. }
             | TraceEvent::Entry { ts, .. }
+            | TraceEvent::AsyncPf { ts, .. }
             | TraceEvent::TscOffset { ts, .. } => Some(*ts),
             _ => None,
         };
@@ -263,6 +318,11 @@ impl ExitAggregator {
                 host_tsc: ts,
                 offset,
             }),
+            TraceEvent::AsyncPf { kind, ts } => {
+                if self.async_pf.len() < MAX_KEPT_EXITS {
+                    self.async_pf.push((kind, ts));
+                }
+            }
             TraceEvent::Lost { count } => {
                 self.lost += count;
                 // The exits in flight may have lost their entries.
@@ -354,6 +414,8 @@ impl ExitAggregator {
             trace: self.trace,
             calibrations: self.calibrations,
             offset_changes: self.offset_changes,
+            async_pf: self.async_pf,
+            async_pf_traced: false,
         }
     }
 }
@@ -371,6 +433,10 @@ pub struct TraceSummary {
     pub calibrations: Vec<HostCalibration>,
     /// TSC offsets KVM wrote while tracing.
     pub offset_changes: Vec<OffsetChange>,
+    /// KVM's async page fault events, with their host TSC.
+    pub async_pf: Vec<(AsyncPfEvent, u64)>,
+    /// Whether the async page fault tracepoints exist on this host and were on.
+    pub async_pf_traced: bool,
 }
 
 /// A running kvm_exit/kvm_entry trace of some threads.
@@ -378,6 +444,7 @@ pub struct ExitTracer {
     instance: PathBuf,
     stop: Arc<AtomicBool>,
     reader: Option<JoinHandle<std::io::Result<ExitAggregator>>>,
+    async_pf_traced: bool,
     /// Declared last: fields drop after `Drop::drop` has removed the instance,
     /// so an unmount of our own mount finds it empty.
     _mount: Option<OwnMount>,
@@ -472,15 +539,17 @@ impl ExitTracer {
             instance,
             stop: Arc::new(AtomicBool::new(false)),
             reader: None,
+            async_pf_traced: false,
             _mount: mount,
         };
-        tracer.configure(tids)?;
+        tracer.async_pf_traced = tracer.configure(tids)?;
         tracer.reader = Some(tracer.spawn_reader()?);
         write_file(&tracer.instance.join("tracing_on"), "1")?;
         Ok(tracer)
     }
 
-    fn configure(&self, tids: &[i32]) -> Result<()> {
+    /// Returns whether the async page fault events are traced.
+    fn configure(&self, tids: &[i32]) -> Result<bool> {
         let i = &self.instance;
         write_file(&i.join("tracing_on"), "0")?;
         write_file(&i.join("trace_clock"), "x86-tsc").map_err(|_| {
@@ -504,7 +573,27 @@ impl ExitTracer {
             }
             write_file(&dir.join("enable"), "1")?;
         }
-        Ok(())
+        self.enable_async_pf(&filter)
+    }
+
+    /// The async page fault tracepoints, where the host has them (a kernel
+    /// without CONFIG_KVM_ASYNC_PF does not). `kvm_async_pf_completed` fires
+    /// in a kworker, so it cannot be filtered by the vCPU thread.
+    fn enable_async_pf(&self, filter: &str) -> Result<bool> {
+        let dirs: Vec<(AsyncPfEvent, PathBuf)> = AsyncPfEvent::ALL
+            .iter()
+            .map(|e| (*e, self.instance.join("events/kvm").join(e.tracepoint())))
+            .collect();
+        if !dirs.iter().all(|(_, d)| d.is_dir()) {
+            return Ok(false);
+        }
+        for (event, dir) in dirs {
+            if !filter.is_empty() && event != AsyncPfEvent::Completed {
+                write_file(&dir.join("filter"), filter)?;
+            }
+            write_file(&dir.join("enable"), "1")?;
+        }
+        Ok(true)
     }
 
     fn spawn_reader(&self) -> Result<JoinHandle<std::io::Result<ExitAggregator>>> {
@@ -554,7 +643,9 @@ impl ExitTracer {
             _ => return Err(Error::Tracing("trace reader thread failed".into())),
         };
         let lost = self.lost_events();
-        Ok(agg.finish(lost))
+        let mut summary = agg.finish(lost);
+        summary.async_pf_traced = self.async_pf_traced;
+        Ok(summary)
     }
 
     /// Sum of the per-CPU "overrun" counters of the instance.
@@ -588,7 +679,8 @@ impl Drop for ExitTracer {
         if let Some(reader) = self.reader.take() {
             let _ = reader.join();
         }
-        for event in TRACED_EVENTS {
+        let async_pf = AsyncPfEvent::ALL.map(AsyncPfEvent::tracepoint);
+        for event in TRACED_EVENTS.iter().chain(&async_pf) {
             let _ = fs::write(
                 self.instance.join("events/kvm").join(event).join("enable"),
                 "0",

@@ -19,6 +19,7 @@ pub mod boot;
 pub mod devices;
 pub mod elf;
 pub mod error;
+pub mod host_fault;
 pub mod host_trace;
 pub mod initramfs;
 pub mod kernel;

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("vcpu", 4),
     ("host_trace", 4),
     ("vm", 3),
+    ("host_fault", 3),
     ("devices", 3),
     ("boot", 3),
     ("initramfs", 3),

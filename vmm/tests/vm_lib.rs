@@ -50,7 +50,7 @@ fn run_64bit_with(
     let rc = RunControl::new(timeout).unwrap();
     rc.set_idle_probe(idle_probe);
     let mut running = rc.attach(&mut vcpu);
-    let mut outcome = run_to_end(&mut running, &mut bus, &vm.memory);
+    let mut outcome = run_to_end(&mut running, &mut bus, &vm.memory, None);
     drop(running);
     let out = console.contents();
     // A failed end is the error; otherwise the outcome holds its end again.

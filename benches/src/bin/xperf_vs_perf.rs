@@ -44,6 +44,8 @@ fn main() {
         vmm_channel: false,
         calibrate: 0,
         run_id: None,
+        host_miss: 0,
+        channel: None,
         rounds: 1,
     };
     // measure::run pins this thread; perf inherits the affinity below.

@@ -72,6 +72,10 @@ pub const TARGETS: &[Target] = &[
         name: "console_escape",
         parses: "terminal escaping of reports and console",
     },
+    Target {
+        name: "drop_request",
+        parses: "the guest's page-drop requests (--host-fault-delay)",
+    },
 ];
 
 /// What libFuzzer said about one run of a target.

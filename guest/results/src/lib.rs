@@ -5,6 +5,7 @@
 //! The JSON form is versioned by [`SCHEMA`] and [`SCHEMA_VERSION`]; bump the
 //! version on any incompatible change and document it in the README.
 
+pub mod async_pf;
 pub mod attribution;
 pub mod bootstrap;
 pub mod channel;
@@ -98,6 +99,10 @@ pub struct Report {
     /// The host/guest TSC timeline of a traced run (`xvmm --trace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<timeline::Timeline>,
+    /// KVM async page faults measured (`--host-fault-delay`); additive
+    /// (README "Schema").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub async_pf: Option<async_pf::AsyncPf>,
 }
 
 impl Report {
@@ -121,6 +126,7 @@ impl Report {
             calibration: Vec::new(),
             run_id: None,
             timeline: None,
+            async_pf: None,
         }
     }
 

@@ -4,6 +4,7 @@
 //! the results buffer and doorbell, the exit port). Errors are one line.
 
 pub mod channel;
+pub mod drop_pages;
 pub mod sys;
 
 /// A failed system call or an unusable channel, as one line.

@@ -107,6 +107,8 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             vmm_channel: region.is_some(),
             calibrate: opts.calibrate,
             run_id: opts.run_id.clone(),
+            host_miss: opts.host_miss,
+            channel: region,
         })?,
         Work::Characterize(opts) => {
             let config = characterize::Config {

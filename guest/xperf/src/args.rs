@@ -38,6 +38,9 @@ only round trips are measured, and the output says so.
                     timeline (needs root: ioperm)
   --run-id ID       echo ID (hex digits) in the report, so that the VMM
                     can tell its own run's results
+  --host-miss N     (under xvmm --host-fault-delay) also measure pf-host-miss:
+                    N pages per round whose host backing the VMM drops, with
+                    a spinner task on the same CPU (needs root: pagemap, ioperm)
   --json FILE       write the JSON report to FILE atomically, or to stdout
                     when FILE is - (the table then goes to stderr; default:
                     xperf.json when there is no VMM results channel)
@@ -56,6 +59,8 @@ pub struct Options {
     /// Calibration exits to take (0: none).
     pub calibrate: u64,
     pub run_id: Option<String>,
+    /// pf-host-miss pages per round (0: not measured).
+    pub host_miss: u64,
 }
 
 impl Default for Options {
@@ -70,6 +75,7 @@ impl Default for Options {
             json: None,
             calibrate: 0,
             run_id: None,
+            host_miss: 0,
         }
     }
 }
@@ -141,6 +147,7 @@ where
                 | "--json"
                 | "--calibrate"
                 | "--run-id"
+                | "--host-miss"
         );
         if !takes_value && inline.is_some() {
             return Err(Error::Usage(format!("{name} takes no value")));
@@ -189,6 +196,16 @@ where
                 opts.calibrate = n;
             }
             "--run-id" => opts.run_id = Some(run_id(&value)?),
+            "--host-miss" => {
+                let n = count(&name, &value, 0)?;
+                if n > crate::host_miss::MAX_PAGES {
+                    return Err(Error::Usage(format!(
+                        "--host-miss must be between 0 and {}, got {n}",
+                        crate::host_miss::MAX_PAGES
+                    )));
+                }
+                opts.host_miss = n;
+            }
             "-h" | "--help" => return Ok(Command::Help),
             "-V" | "--version" => return Ok(Command::Version),
             other => {
@@ -231,6 +248,7 @@ mod tests {
         assert_eq!(o.json, Some(PathBuf::from("a.json")));
         let o = run(&["--calibrate", "256", "--run-id", "00ff"]);
         assert_eq!((o.calibrate, o.run_id.as_deref()), (256, Some("00ff")));
+        assert_eq!(run(&["--host-miss", "200"]).host_miss, 200);
         assert_eq!(parse(["--help"]).unwrap(), Command::Help);
         assert_eq!(parse(["-V"]).unwrap(), Command::Version);
         assert!(
@@ -260,6 +278,7 @@ mod tests {
             &["--json", ""],
             &["--frobnicate"],
             &["--calibrate", "4097"],
+            &["--host-miss", "10001"],
             &["--run-id", "not hex"],
             &["--run-id", ""],
             &["stray"],

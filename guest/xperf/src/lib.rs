@@ -13,6 +13,7 @@ pub mod calibrate;
 pub mod characterize;
 pub mod error;
 pub mod host;
+pub mod host_miss;
 pub mod init;
 pub mod measure;
 pub mod pmu;

@@ -43,6 +43,10 @@ pub struct Config {
     pub calibrate: u64,
     /// Echoed in the report for the VMM.
     pub run_id: Option<String>,
+    /// pf-host-miss pages per round ([`crate::host_miss`]; 0: not measured).
+    pub host_miss: u64,
+    /// The VMM's results channel, if there is one.
+    pub channel: Option<xvmm_guest::channel::ResultsRegion>,
 }
 
 /// Samples a crossing kept, per round, and how many each verdict rejected.
@@ -481,6 +485,37 @@ fn method(config: &Config, setup: &Setup) -> Method {
     method
 }
 
+/// pf-host-miss and the spinner, after the other crossings (its spinner
+/// thread must not share their CPU).
+fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Report) -> Result<()> {
+    let region = config.channel.ok_or_else(|| {
+        Error::Usage("--host-miss needs the VMM's channel (xvmm --host-fault-delay)".into())
+    })?;
+    let page = match &setup.mode {
+        Mode::Split(page) => Some(page),
+        Mode::RoundTrip(_) => None,
+    };
+    let m = crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page)?;
+    let views: Vec<&[u64]> = m.rounds.iter().map(Vec::as_slice).collect();
+    let mut crossing = Crossing::from_round_trip_rounds(
+        xvmm_results::async_pf::PF_HOST_MISS,
+        config.host_miss,
+        &views,
+        correction,
+        crate::host_miss::ROUND_TRIP_REASON.to_string(),
+    );
+    if config.raw {
+        crossing.samples = Some(m.samples.clone());
+    }
+    report.crossings.push(crossing);
+    report.async_pf = Some(xvmm_results::async_pf::AsyncPf {
+        spinner: Some(m.spinner_figures(config.raw)),
+        guest: m.guest,
+        ..Default::default()
+    });
+    Ok(())
+}
+
 /// Runs the whole measurement and returns the report.
 pub fn run(config: &Config) -> Result<Report> {
     let mut setup = set_up(config)?;
@@ -554,6 +589,9 @@ pub fn run(config: &Config) -> Result<Report> {
     }
     if let Some(w) = setup.machine.lfence.warning() {
         setup.notes.push(w);
+    }
+    if config.host_miss > 0 {
+        host_miss(config, &setup, corr.user_round_trip, &mut report)?;
     }
     report.stamp_costs = Some(costs);
     report.calibration = cal.finish();
@@ -745,6 +783,8 @@ mod tests {
             vmm_channel: false,
             calibrate: 0,
             run_id: None,
+            host_miss: 0,
+            channel: None,
             rounds: 2,
         };
         let report = run(&config).unwrap();

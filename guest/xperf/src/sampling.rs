@@ -244,6 +244,16 @@ impl Region {
         self.base.wrapping_add((index * abi::PAGE_SIZE) % self.len)
     }
 
+    /// Locks every (touched) page in memory, so that the guest kernel keeps
+    /// them where they are (their physical addresses stay valid).
+    pub fn lock(&self) -> Result<()> {
+        // SAFETY: locking our own mapping.
+        if unsafe { libc::mlock(self.base.cast(), self.len) } != 0 {
+            return Err(Error::last_os("mlock"));
+        }
+        Ok(())
+    }
+
     /// Drops every page, so the next touch of each faults again.
     pub fn discard(&self) -> Result<()> {
         // SAFETY: advice on our own mapping.

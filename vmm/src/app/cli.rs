@@ -132,9 +132,32 @@ pub struct CompareArgs {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OnOff {
+pub enum AsyncPf {
     On,
     Off,
+    /// Two runs, on then off, printed side by side.
+    Both,
+}
+
+/// `--host-fault-delay`: a number with a unit (ns, us, ms, s).
+pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} needs a unit: ns, us, ms or s (e.g. 200us)"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let per_unit = match unit {
+        "ns" => 1,
+        "us" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        _ => return Err(format!("unknown unit {unit:?}: ns, us, ms or s")),
+    };
+    n.checked_mul(per_unit)
+        .map(std::time::Duration::from_nanos)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// Largest `--timeout`: over 11 days, and far from overflowing a deadline.
@@ -182,9 +205,15 @@ pub struct RunArgs {
     /// Guest TSC offset in ticks relative to the host TSC (KVM_VCPU_TSC_OFFSET).
     #[arg(long, allow_hyphen_values = true)]
     pub tsc_offset: Option<i64>,
-    /// Offer KVM asynchronous page faults to the guest.
+    /// Offer KVM asynchronous page faults to the guest; `both` boots twice
+    /// (on, then off) and prints the two side by side.
     #[arg(long, value_enum, default_value = "off")]
-    pub async_pf: OnOff,
+    pub async_pf: AsyncPf,
+    /// Drop pages the guest names on the host and serve their faults after
+    /// this delay through userfaultfd (e.g. 200us; 1us to 1s): the built-in
+    /// xperf measures pf-host-miss. Implies --trace.
+    #[arg(long, value_parser = parse_delay, requires = "kernel")]
+    pub host_fault_delay: Option<std::time::Duration>,
     /// Time VM exits on the host with the kvm:kvm_exit/kvm_entry tracepoints.
     #[arg(long)]
     pub trace: bool,

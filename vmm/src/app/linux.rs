@@ -1,10 +1,10 @@
 //! `xvmm --kernel ...`: boot a Linux guest, print and write what its xperf
 //! measured, compare it with a bare-metal baseline.
 
-use super::cli::{OnOff, RunArgs};
+use super::cli::{AsyncPf, RunArgs};
 use super::output::{self, JsonOutput, Stdout};
 use crate::host_trace::TraceSummary;
-use crate::linux::{self, Console, LinuxConfig, LinuxRun, Userspace};
+use crate::linux::{self, Console, LinuxConfig, Userspace};
 use crate::vcpu::StopSignals;
 use crate::{Error, Result};
 use std::io::{IsTerminal, Write};
@@ -18,8 +18,8 @@ const XPERF_MAX_COUNT: u64 = 1_000_000;
 /// xperf's bound for `--rounds`.
 const XPERF_MAX_ROUNDS: u32 = 100;
 
-/// The library's configuration from the command line.
-fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
+/// The library's configuration from the command line, async PF offered or not.
+pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<LinuxConfig> {
     let userspace = match &args.initrd {
         Some(path) => {
             // These become xperf's arguments, so they need the built-in xperf.
@@ -49,8 +49,10 @@ fn config(args: &RunArgs, kernel: &Path) -> Result<LinuxConfig> {
         pin: args.pin,
         tsc_khz: args.tsc_khz,
         tsc_offset: args.tsc_offset,
-        async_pf: args.async_pf == OnOff::On,
-        trace: args.trace,
+        async_pf,
+        // The async page fault counts come from the host's trace.
+        trace: args.trace || args.host_fault_delay.is_some(),
+        host_fault_delay: args.host_fault_delay,
     })
 }
 
@@ -80,17 +82,23 @@ fn xperf_args(args: &RunArgs) -> Result<Vec<String>> {
         }
         xperf.extend(["--rounds".to_string(), n.to_string()]);
     }
+    if args.host_fault_delay.is_some() {
+        let pages = args
+            .samples
+            .map_or(linux::HOST_MISS_PAGES, |n| n.min(linux::HOST_MISS_PAGES));
+        xperf.extend(["--host-miss".to_string(), pages.to_string()]);
+    }
     Ok(xperf)
 }
 
 /// Where `--json` and the `--baseline` comparison go, opened before booting.
-struct Outputs {
-    json: Option<JsonOutput>,
-    comparison: Option<JsonOutput>,
-    baseline: Option<Report>,
+pub(super) struct Outputs {
+    pub json: Option<JsonOutput>,
+    pub comparison: Option<JsonOutput>,
+    pub baseline: Option<Report>,
 }
 
-fn outputs(args: &RunArgs) -> Result<Outputs> {
+pub(super) fn outputs(args: &RunArgs) -> Result<Outputs> {
     let baseline = args
         .baseline
         .as_deref()
@@ -188,105 +196,153 @@ fn console(quiet: bool, to: ConsoleTo) -> Console {
     }
 }
 
-/// Boots the kernel named by `--kernel` and delivers its results.
+/// Boots the kernel named by `--kernel` and delivers its results; with
+/// `--async-pf both`, twice.
 pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let kernel = args
         .kernel
         .as_deref()
         .ok_or_else(|| Error::Usage("--kernel is required to boot Linux".into()))?;
-    let prepared = linux::prepare(config(args, kernel)?)?;
+    match args.async_pf {
+        AsyncPf::Both => super::async_pf::run_both(args, kernel, stdout),
+        mode => {
+            let prepared = linux::prepare(config(args, kernel, mode == AsyncPf::On)?)?;
+            let outputs = outputs(args)?;
+            let _signals = StopSignals::install()?;
+            let mut booted = boot(prepared, &outputs, args, stdout)?;
+            let delivered = deliver(booted.report.take(), outputs, args, stdout);
+            booted.verdict(delivered, args)
+        }
+    }
+}
+
+/// One boot's report, joined with everything the host saw, and how it ended.
+pub(super) struct Booted {
+    pub report: Option<Report>,
+    end: Result<()>,
+    bad_results: Option<Error>,
+    built_in: bool,
+}
+
+impl Booted {
+    /// Why the guest's run failed, if it did.
+    pub fn end_error(&self) -> Option<String> {
+        self.end.as_ref().err().map(ToString::to_string)
+    }
+
+    /// How the guest ended comes first; then what the results need.
+    pub fn verdict(self, delivered: Result<bool>, args: &RunArgs) -> Result<()> {
+        self.end?;
+        match (delivered, self.bad_results) {
+            (Err(e), _) => Err(e),
+            (Ok(false), Some(bad)) => Err(bad),
+            (Ok(false), None) if self.built_in => {
+                Err(Error::Guest("guest ended without sending results".into()))
+            }
+            (Ok(false), None) => {
+                if let Some(path) = &args.json {
+                    output::eprint(&format!(
+                        "xvmm: warning: the guest sent no results; nothing written to {}\n",
+                        path.display()
+                    ));
+                }
+                Ok(())
+            }
+            (Ok(true), _) => Ok(()),
+        }
+    }
+}
+
+/// Boots a prepared guest, prints its notes, and joins its results with the
+/// host's view, the async page fault figures and the timeline.
+pub(super) fn boot(
+    prepared: linux::Prepared,
+    outputs: &Outputs,
+    args: &RunArgs,
+    stdout: &Stdout,
+) -> Result<Booted> {
     let built_in = prepared.built_in();
-    let outputs = outputs(args)?;
+    let offered = prepared.async_pf_offered();
     let console_to = match &outputs.json {
         Some(json) if json.is_stdout() => ConsoleTo::Stderr,
         _ => ConsoleTo::Stdout(stdout.clone()),
     };
-    let _signals = StopSignals::install()?;
-    let LinuxRun {
-        end,
-        results,
-        bad_results,
-        trace,
-        notes,
-        tsc,
-        run_id,
-    } = linux::run(prepared, console(args.quiet, console_to))?;
+    let run = linux::run(prepared, console(args.quiet, console_to))?;
     if !args.quiet {
-        for note in &notes {
+        for note in &run.notes {
             output::eprint(&format!("xvmm: {note}\n"));
         }
     }
-    let traced = trace.as_ref().map(|t| Traced {
-        summary: t,
-        tsc,
-        run_id,
-    });
-    let delivered = deliver(results, traced, outputs, args, stdout);
-    // How the guest ended comes first; then what the results need.
-    end?;
-    match (delivered, bad_results) {
-        (Err(e), _) => Err(e),
-        (Ok(false), Some(bad)) => Err(bad),
-        (Ok(false), None) if built_in => {
-            Err(Error::Guest("guest ended without sending results".into()))
+    let facts = linux::AsyncPfFacts {
+        offered,
+        msr_en: run.async_pf_en,
+        faults: run.host_faults.clone(),
+    };
+    let report = joined(
+        run.results,
+        run.trace.as_ref(),
+        run.tsc.clone(),
+        run.run_id.clone(),
+        &facts,
+    );
+    if report.is_none() {
+        if let Some(t) = &run.trace {
+            output::eprint(&render::host_exit_table(&t.exits));
         }
-        (Ok(false), None) => {
-            if let Some(path) = &args.json {
-                output::eprint(&format!(
-                    "xvmm: warning: the guest sent no results; nothing written to {}\n",
-                    path.display()
-                ));
-            }
-            Ok(())
-        }
-        (Ok(true), _) => Ok(()),
     }
+    Ok(Booted {
+        report,
+        end: run.end,
+        bad_results: run.bad_results,
+        built_in,
+    })
 }
 
-/// What a traced run brought back besides the guest's results.
-struct Traced<'a> {
-    summary: &'a TraceSummary,
-    tsc: linux::TscFacts,
-    /// The id xperf stamped its results with; `None` when it was not asked
-    /// to (a user initrd, an xperf subcommand): no timeline can be joined.
-    run_id: Option<String>,
-}
-
-/// Writes and prints the results, with the host's view, the timeline and
-/// attribution, the exit table and the comparison; `Ok(false)` when the
-/// guest sent none.
-fn deliver(
+/// The guest's report with the host's view, the async page fault figures,
+/// the timeline and attribution.
+fn joined(
     results: Option<Report>,
-    traced: Option<Traced>,
+    trace: Option<&TraceSummary>,
+    mut tsc: linux::TscFacts,
+    run_id: Option<String>,
+    facts: &linux::AsyncPfFacts,
+) -> Option<Report> {
+    let mut report = results?;
+    let host = Machine::probe();
+    linux::add_host_view(&mut report, &host, trace);
+    linux::add_async_pf(&mut report, facts, trace);
+    let Some(trace) = trace else {
+        return Some(report);
+    };
+    if tsc.host_khz == 0 {
+        tsc.host_khz = host.tsc_khz;
+    }
+    match &run_id {
+        Some(id) => linux::add_timeline(&mut report, trace, &tsc, id),
+        None => report.notes.push(
+            "no timeline: the guest was not asked for a run id and calibration exits \
+             (a user initrd or an xperf subcommand), so its samples cannot be joined with \
+             the host's trace"
+                .into(),
+        ),
+    }
+    Some(report)
+}
+
+/// Writes and prints the results, the exit table and the comparison;
+/// `Ok(false)` when the guest sent none.
+pub(super) fn deliver(
+    report: Option<Report>,
     outputs: Outputs,
     args: &RunArgs,
     stdout: &Stdout,
 ) -> Result<bool> {
-    let trace = traced.as_ref().map(|t| t.summary);
-    let Some(mut report) = results else {
-        if let Some(t) = trace {
-            output::eprint(&render::host_exit_table(&t.exits));
-        }
+    let Some(report) = report else {
         return Ok(false);
     };
-    let host = Machine::probe();
-    linux::add_host_view(&mut report, &host, trace);
-    if let Some(mut t) = traced {
-        if t.tsc.host_khz == 0 {
-            t.tsc.host_khz = host.tsc_khz;
-        }
-        match &t.run_id {
-            Some(id) => linux::add_timeline(&mut report, t.summary, &t.tsc, id),
-            None => report.notes.push(
-                "no timeline: the guest was not asked for a run id and calibration exits \
-                 (a user initrd or an xperf subcommand), so its samples cannot be joined with \
-                 the host's trace"
-                    .into(),
-            ),
-        }
-    }
     let mut extra = String::new();
-    if trace.is_some() && report.host_exits.is_empty() {
+    let traced = args.trace || args.host_fault_delay.is_some();
+    if traced && report.host_exits.is_empty() {
         // The report's tables show exits only when there are some; say so.
         extra = format!("\n{}", render::host_exit_table(&[]));
     }
@@ -323,14 +379,17 @@ mod tests {
             &["--samples", "5", "--warmup", "0", "--raw"][..],
             &["--initrd", "i", "--trace", "--pin", "0"],
         ] {
-            assert!(config(&run_args(ok), Path::new("k")).is_ok(), "{ok:?}");
+            assert!(
+                config(&run_args(ok), Path::new("k"), false).is_ok(),
+                "{ok:?}"
+            );
         }
         for (bad, name) in [
             (&["--initrd", "i", "--samples", "5"][..], "--samples"),
             (&["--initrd", "i", "--warmup", "5"], "--warmup"),
             (&["--initrd", "i", "--raw"], "--raw"),
         ] {
-            let err = config(&run_args(bad), Path::new("k")).unwrap_err();
+            let err = config(&run_args(bad), Path::new("k"), false).unwrap_err();
             assert!(matches!(err, Error::Usage(_)));
             assert!(
                 err.to_string()
@@ -347,14 +406,27 @@ mod tests {
             &["--samples", "1000001"],
             &["--warmup", "2000000"],
         ] {
-            let err = config(&run_args(bad), Path::new("k")).unwrap_err();
+            let err = config(&run_args(bad), Path::new("k"), false).unwrap_err();
             assert!(err.to_string().contains("out of range"), "{bad:?}: {err}");
         }
-        let cfg = config(&run_args(&["--samples", "1000000"]), Path::new("k")).unwrap();
+        let cfg = config(&run_args(&["--samples", "1000000"]), Path::new("k"), false).unwrap();
         let Userspace::BuiltIn { xperf_args } = cfg.userspace else {
             panic!("not the built-in userspace");
         };
         assert_eq!(xperf_args, ["--samples", "1000000"]);
+        let host_miss = |extra: &[&str]| {
+            let cfg = config(&run_args(extra), Path::new("k"), true).unwrap();
+            assert!(cfg.trace && cfg.async_pf, "a delay implies tracing");
+            let Userspace::BuiltIn { xperf_args } = cfg.userspace else {
+                panic!("not the built-in userspace");
+            };
+            xperf_args[xperf_args.len() - 2..].join(" ")
+        };
+        assert_eq!(host_miss(&["--host-fault-delay", "2ms"]), "--host-miss 200");
+        assert_eq!(
+            host_miss(&["--host-fault-delay", "2ms", "--samples", "50"]),
+            "--host-miss 50"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `xvmm` without `--kernel`: the built-in microguest's measurement.
 
-use super::cli::{OnOff, RunArgs};
+use super::cli::{AsyncPf, RunArgs};
 use super::output::{JsonOutput, Stdout};
 use crate::microguest::{self, Options};
 use crate::vcpu::StopSignals;
@@ -16,7 +16,8 @@ pub const DEFAULT_WARMUP: u64 = 1_000;
 /// something for a Linux guest are usage errors.
 fn options(args: &RunArgs) -> Result<Options> {
     let linux_only = [
-        (args.async_pf == OnOff::On, "--async-pf on"),
+        (args.async_pf == AsyncPf::On, "--async-pf on"),
+        (args.async_pf == AsyncPf::Both, "--async-pf both"),
         (args.mem.is_some(), "--mem"),
     ];
     if let Some((_, flag)) = linux_only.iter().find(|(given, _)| *given) {

@@ -3,6 +3,7 @@
 //! is measured, calls the libraries with plain structs, renders what they
 //! return, writes files and maps errors to exit statuses ([`exit`]).
 
+mod async_pf;
 pub mod cli;
 mod deliver;
 pub mod exit;

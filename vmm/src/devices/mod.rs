@@ -3,7 +3,7 @@
 //! [`PortBus`] routes the guest's `in`/`out` exits: the UART at 0x3f8
 //! ([`serial::Uart`]), the i8042 at 0x60/0x64 (no keyboard: see [`I8042_STATUS`];
 //! command 0xfe = reset),
-//! [`layout::PORT_EXIT`], [`layout::PORT_RESULTS_DOORBELL`] and
+//! [`layout::PORT_EXIT`], [`layout::PORT_RESULTS_DOORBELL`], [`layout::PORT_DROP_PAGES`] and
 //! [`layout::PORT_CALIBRATE`] (counted: the exit itself is the point). Unknown ports read
 //! as 0xff and ignore writes; they are counted, never fatal. Whatever ends the VM
 //! comes back as an [`IoEvent`] for the run loop to act on.
@@ -24,6 +24,17 @@ pub enum IoEvent {
     Reset,
     /// The guest announced `len` bytes of results in the results slot.
     Results(u32),
+    /// The guest asks for this many pages of its drop-request page to be
+    /// dropped on the host ([`layout::PORT_DROP_PAGES`]).
+    DropPages(u32),
+}
+
+/// The first (up to) four bytes of a port write, little-endian.
+fn le_u32(data: &[u8]) -> u32 {
+    let mut bytes = [0u8; 4];
+    let n = data.len().min(4);
+    bytes[..n].copy_from_slice(&data[..n]);
+    u32::from_le_bytes(bytes)
 }
 
 /// What the i8042 status port reads: output buffer full (bit 0), input buffer
@@ -98,12 +109,8 @@ impl PortBus {
         let first = data.first().copied().unwrap_or(0);
         match port {
             layout::PORT_EXIT => IoEvent::Exit(first),
-            layout::PORT_RESULTS_DOORBELL => {
-                let mut bytes = [0u8; 4];
-                let n = data.len().min(4);
-                bytes[..n].copy_from_slice(&data[..n]);
-                IoEvent::Results(u32::from_le_bytes(bytes))
-            }
+            layout::PORT_RESULTS_DOORBELL => IoEvent::Results(le_u32(data)),
+            layout::PORT_DROP_PAGES => IoEvent::DropPages(le_u32(data)),
             layout::PORT_CALIBRATE => {
                 self.calibrations += 1;
                 IoEvent::Continue
@@ -152,6 +159,10 @@ mod tests {
         assert_eq!(
             bus.io_out(layout::PORT_RESULTS_DOORBELL, &[5]),
             IoEvent::Results(5)
+        );
+        assert_eq!(
+            bus.io_out(layout::PORT_DROP_PAGES, &3u32.to_le_bytes()),
+            IoEvent::DropPages(3)
         );
         assert_eq!(bus.io_out(0x64, &[0xfe]), IoEvent::Reset);
         assert_eq!(bus.io_out(0x64, &[0xaa]), IoEvent::Continue);

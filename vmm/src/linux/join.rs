@@ -135,6 +135,9 @@ pub fn add_timeline(report: &mut Report, trace: &TraceSummary, tsc: &TscFacts, r
     // timeline is joined and marked as such wherever it shows.
     if report.run_id.as_deref() == Some(run_id) {
         attribution::attribute(report, &Index::new(&trace.trace, &mapping), Some(0));
+        if reason.is_none() {
+            super::async_pf::attribute_not_present(report, trace, &mapping);
+        }
     }
 }
 

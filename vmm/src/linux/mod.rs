@@ -16,11 +16,13 @@
 //! Whatever the end, the results the guest sent through the doorbell and the
 //! host-side exit trace come back in [`LinuxRun`]; nothing here prints.
 
+mod async_pf;
 pub mod builtin;
 mod console;
 mod host_view;
 mod join;
 
+pub use async_pf::{add_async_pf, AsyncPfFacts};
 pub use console::{Console, ConsoleFeed};
 pub use host_view::add_host_view;
 pub use join::{add_timeline, TscFacts, CALIBRATIONS};
@@ -29,6 +31,7 @@ use crate::arch::x86_64::{msr, regs};
 use crate::boot::{self, image};
 use crate::devices::serial::Uart;
 use crate::devices::PortBus;
+use crate::host_fault::HostFaults;
 use crate::host_trace::{ExitTracer, TraceSummary};
 use crate::vcpu::{self, GuestEnd, RunControl, Vcpu, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
@@ -41,6 +44,11 @@ use xvmm_results::Report;
 
 /// Guest memory when no size is asked for.
 pub const DEFAULT_MEM_MIB: u64 = 512;
+
+/// Most pages a built-in xperf drops and touches per round with
+/// `--host-fault-delay` (fewer when fewer samples are asked for): each costs
+/// at least the delay, so far fewer than the other crossings' samples.
+pub const HOST_MISS_PAGES: u64 = 200;
 
 /// The guest's userspace.
 #[derive(Clone, Debug)]
@@ -69,6 +77,10 @@ pub struct LinuxConfig {
     pub async_pf: bool,
     /// Time the vCPU thread's exits on the host (kvm tracepoints).
     pub trace: bool,
+    /// Serve pages the guest asks to drop after this delay, through
+    /// userfaultfd ([`crate::host_fault`]); a built-in xperf then measures
+    /// `pf-host-miss`.
+    pub host_fault_delay: Option<Duration>,
 }
 
 /// A checked boot: everything [`run`] needs, nothing of KVM touched yet.
@@ -91,6 +103,11 @@ impl Prepared {
     pub fn built_in(&self) -> bool {
         matches!(self.init, Init::BuiltIn(_))
     }
+
+    /// Whether async page faults are offered in CPUID.
+    pub fn async_pf_offered(&self) -> bool {
+        self.config.async_pf
+    }
 }
 
 /// Checks every input and builds the built-in initramfs if there is one.
@@ -101,6 +118,10 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
             config.mem_mib
         ))
     })?;
+    if let Some(delay) = config.host_fault_delay {
+        crate::host_fault::check_delay(delay)?;
+        crate::host_fault::check_userfaultfd()?;
+    }
     let kernel = open_input(&config.kernel, Error::Kernel)?;
     let mut run_id = None;
     let image = image::inspect(&kernel).map_err(|e| match e {
@@ -193,6 +214,11 @@ pub struct LinuxRun {
     pub tsc: TscFacts,
     /// The id a traced xperf was given.
     pub run_id: Option<String>,
+    /// What the fault server did (with `host_fault_delay`).
+    pub host_faults: Option<crate::host_fault::HostFaultSummary>,
+    /// The guest's MSR_KVM_ASYNC_PF_EN at the end: whether it turned async
+    /// page faults on (bit 0), as KVM saw it.
+    pub async_pf_en: Option<u64>,
 }
 
 /// The VM and its vCPU, built and loaded, not yet running.
@@ -264,14 +290,28 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
     } else {
         None
     };
+    let mut faults = match cfg.host_fault_delay {
+        Some(delay) => {
+            let aborter = control.aborter();
+            Some(HostFaults::start(
+                delay,
+                &vm.memory,
+                &vm.ram,
+                Box::new(move |why| aborter.abort(format!("the fault server failed: {why}"))),
+            )?)
+        }
+        None => None,
+    };
     control.check()?;
     // A Linux without ACPI powers off by halting with interrupts off, which the
     // in-kernel LAPIC keeps from us: look at a vCPU that sleeps for a second.
     control.set_idle_probe(Some(Duration::from_secs(1)));
     let offset_before = vcpu.tsc_offset().ok();
     let mut running = control.attach(&mut vcpu);
-    let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory);
+    let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory, faults.as_mut());
     drop(running);
+    let host_faults = faults.map(HostFaults::finish);
+    let async_pf_en = msr::get_msr(&vcpu.fd, msr::MSR_KVM_ASYNC_PF_EN).ok();
     let trace = tracer.map(ExitTracer::finish).transpose()?;
     let tsc = TscFacts {
         offset_before,
@@ -298,6 +338,8 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
         notes,
         tsc,
         run_id: prepared.run_id.clone(),
+        host_faults,
+        async_pf_en,
     })
 }
 

@@ -130,6 +130,7 @@ pub fn run_to_end(
     running: &mut RunningVcpu<'_>,
     bus: &mut crate::devices::PortBus,
     memory: &vm_memory::GuestMemoryMmap,
+    mut faults: Option<&mut crate::host_fault::HostFaults>,
 ) -> RunOutcome {
     use crate::devices::IoEvent;
     let mut outcome = RunOutcome {
@@ -158,6 +159,10 @@ pub fn run_to_end(
             Step::Io(IoEvent::Results(len)) => match read_results(memory, len) {
                 Ok(report) => outcome.results = Some(report),
                 Err(e) => outcome.bad_results = Some(e),
+            },
+            Step::Io(IoEvent::DropPages(count)) => match faults.as_deref_mut() {
+                Some(faults) => faults.serve_request(memory, count),
+                None => crate::host_fault::refuse_request(memory),
             },
             Step::Mmio => outcome.unknown_mmio += 1,
             Step::Kicked => {

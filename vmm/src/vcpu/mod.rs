@@ -17,7 +17,7 @@ pub mod run_control;
 pub mod signals;
 
 pub use exits::{internal_error_name, run_to_end, GuestEnd, RunOutcome};
-pub use run_control::{RunControl, RunningVcpu, StopReason};
+pub use run_control::{Aborter, RunControl, RunningVcpu, StopReason};
 pub use signals::StopSignals;
 
 use crate::arch::x86_64::cpuid::{self, CpuidOptions};

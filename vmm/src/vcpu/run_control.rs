@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
     Timeout,
+    /// A helper of the run failed ([`Aborter::abort`]).
+    Aborted,
     /// A stop signal (its number) or [`RunControl::interrupt`] (SIGINT).
     Interrupted(libc::c_int),
 }
@@ -34,6 +36,7 @@ pub enum StopReason {
 const RUNNING: u8 = 0;
 const STOP_TIMEOUT: u8 = 1;
 const STOP_INTERRUPTED: u8 = 2;
+const STOP_ABORTED: u8 = 3;
 /// How often the watchdog looks at the Ctrl-C flag.
 const WATCHDOG_POLL: Duration = Duration::from_millis(100);
 
@@ -72,6 +75,8 @@ struct Shared {
     active: AtomicBool,
     finished: Mutex<bool>,
     wake: Condvar,
+    /// Why an [`Aborter`] stopped the run.
+    aborted: Mutex<Option<String>>,
 }
 
 #[derive(Clone, Copy)]
@@ -143,6 +148,7 @@ impl RunControl {
             active: AtomicBool::new(true),
             finished: Mutex::new(false),
             wake: Condvar::new(),
+            aborted: Mutex::new(None),
         });
         // A timeout too far away to represent is no deadline at all.
         let deadline = Instant::now().checked_add(timeout);
@@ -164,6 +170,7 @@ impl RunControl {
     pub fn stop_reason(&self) -> Option<StopReason> {
         match self.shared.stop.load(Ordering::Relaxed) {
             STOP_TIMEOUT => Some(StopReason::Timeout),
+            STOP_ABORTED => Some(StopReason::Aborted),
             STOP_INTERRUPTED => Some(StopReason::Interrupted(
                 super::signals::stop_requested().unwrap_or(libc::SIGINT),
             )),
@@ -185,6 +192,14 @@ impl RunControl {
                 "guest did not finish within {} s",
                 self.shared.timeout.as_secs_f64()
             ))),
+            Some(StopReason::Aborted) => Err(Error::HostFault(
+                self.shared
+                    .aborted
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+                    .unwrap_or_default(),
+            )),
         }
     }
 
@@ -200,6 +215,14 @@ impl RunControl {
     /// Stops the run now as if Ctrl-C had been pressed (kicks attached vCPUs).
     pub fn interrupt(&self) {
         self.shared.stop(STOP_INTERRUPTED);
+    }
+
+    /// A handle with which another thread of the run (the fault server) stops
+    /// it with its own error.
+    pub fn aborter(&self) -> Aborter {
+        Aborter {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Attaches `vcpu` to the calling thread so that a stop kicks it out of KVM_RUN.
@@ -221,6 +244,25 @@ impl RunControl {
             thread: me,
             _not_send: std::marker::PhantomData,
         }
+    }
+}
+
+/// Stops a run from another thread ([`RunControl::aborter`]).
+#[derive(Clone)]
+pub struct Aborter {
+    shared: Arc<Shared>,
+}
+
+impl Aborter {
+    /// Stops the run (kicking its vCPUs); `run` then fails with
+    /// `Error::HostFault(why)`. The first stop of a run wins.
+    pub fn abort(&self, why: String) {
+        *self
+            .shared
+            .aborted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(why);
+        self.shared.stop(STOP_ABORTED);
     }
 }
 

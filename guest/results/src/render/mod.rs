@@ -12,12 +12,14 @@ use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, St
 use std::fmt::Write as _;
 use table::Table;
 
+mod async_pf;
 mod characterize;
 mod method;
 mod probes;
 mod table;
 mod timeline;
 
+pub use async_pf::{async_pf_lines, on_off_table};
 pub use characterize::{by_group, characterize_table};
 pub use probes::{probe_comparison_table, probes_table};
 pub use timeline::{attribution_table, timeline_lines, traced_exit_table};
@@ -302,6 +304,10 @@ pub fn report(report: &Report) -> String {
         out.push('\n');
         out += &timeline_lines(t);
         out += &attribution_table(&report.crossings, t.verified);
+    }
+    if let Some(a) = &report.async_pf {
+        out.push('\n');
+        out += &async_pf_lines(a);
     }
     if !report.notes.is_empty() {
         out += "\nnotes:\n";

@@ -123,6 +123,8 @@ fn crossing_config(config: &Config) -> measure::Config {
         vmm_channel: config.vmm_channel,
         calibrate: 0,
         run_id: None,
+        host_miss: 0,
+        channel: None,
     }
 }
 

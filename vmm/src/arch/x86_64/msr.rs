@@ -81,6 +81,20 @@ pub fn set_msrs(vcpu: &VcpuFd, entries: &[kvm_msr_entry]) -> Result<()> {
     Ok(())
 }
 
+/// Reads one MSR of the vCPU.
+pub fn get_msr(vcpu: &VcpuFd, index: u32) -> Result<u64> {
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index,
+        ..Default::default()
+    }])
+    .map_err(|e| Error::Kvm(format!("MSR buffer: {e:?}")))?;
+    match vcpu.get_msrs(&mut msrs) {
+        Ok(1) => Ok(msrs.as_slice()[0].data),
+        Ok(_) => Err(Error::Kvm(format!("KVM_GET_MSRS refused MSR {index:#x}"))),
+        Err(e) => Err(Error::Kvm(format!("KVM_GET_MSRS {index:#x} failed: {e}"))),
+    }
+}
+
 /// Sets the boot MSRs ([`boot_msr_entries`]).
 pub fn setup_boot_msrs(vcpu: &VcpuFd) -> Result<()> {
     set_msrs(vcpu, &boot_msr_entries())

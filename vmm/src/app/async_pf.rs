@@ -1,0 +1,151 @@
+//! `xvmm --kernel ... --async-pf both --host-fault-delay D`: the same
+//! measurement booted twice, async page faults offered then not, and the two
+//! printed side by side with their difference.
+
+use super::cli::RunArgs;
+use super::linux::{boot, config, deliver, outputs, Outputs};
+use super::output::{self, JsonOutput, Stdout};
+use crate::linux;
+use crate::vcpu::StopSignals;
+use crate::{Error, Result};
+use std::path::{Path, PathBuf};
+use xvmm_results::{async_pf, render};
+
+/// Where each run's report goes: `X.on.json` and `X.off.json` for `--json X`.
+pub fn side_path(json: &Path, side: &str) -> PathBuf {
+    let mut name = json.as_os_str().to_owned();
+    name.push(format!(".{side}.json"));
+    name.into()
+}
+
+/// The options `both` needs, checked before anything boots.
+fn check(args: &RunArgs) -> Result<()> {
+    if args.host_fault_delay.is_none() {
+        return Err(Error::Usage(
+            "--async-pf both needs --host-fault-delay: without host-missing pages no fault goes asynchronous".into(),
+        ));
+    }
+    if args.initrd.is_some() {
+        return Err(Error::Usage(
+            "--async-pf both compares the built-in xperf's pf-host-miss and cannot use --initrd"
+                .into(),
+        ));
+    }
+    if args.json.as_deref() == Some(Path::new("-")) {
+        return Err(Error::Usage(
+            "--async-pf both writes two reports and cannot send them to stdout (--json -)".into(),
+        ));
+    }
+    if args.baseline.is_some() {
+        return Err(Error::Usage(
+            "--async-pf both compares its two runs; --baseline applies to one run".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Both runs' outputs, opened before the first boot.
+fn side_outputs(args: &RunArgs) -> Result<[Outputs; 2]> {
+    let json = |side| {
+        args.json
+            .as_deref()
+            .map(|p| JsonOutput::prepare(&side_path(p, side)))
+            .transpose()
+    };
+    let mut on = outputs(args)?;
+    let mut off = outputs(args)?;
+    on.json = json("on")?;
+    off.json = json("off")?;
+    Ok([on, off])
+}
+
+/// Boots with async PF offered, then without; delivers both reports (each
+/// carrying the comparison) and prints the side-by-side table.
+pub fn run_both(args: &RunArgs, kernel: &Path, stdout: &Stdout) -> Result<()> {
+    check(args)?;
+    let on = linux::prepare(config(args, kernel, true)?)?;
+    let off = linux::prepare(config(args, kernel, false)?)?;
+    let [on_out, off_out] = side_outputs(args)?;
+    let _signals = StopSignals::install()?;
+    let mut first = boot(on, &on_out, args, stdout)?;
+    // A failed or interrupted first run ends here, with what it measured.
+    if let Err(e) = first_ended(&first) {
+        let report = first.report.take();
+        let delivered = deliver(report, on_out, args, stdout);
+        return first.verdict(delivered, args).and(Err(e));
+    }
+    let mut second = boot(off, &off_out, args, stdout)?;
+    let compared = match (&first.report, &second.report) {
+        (Some(a), Some(b)) => async_pf::compare_on_off(a, b),
+        _ => None,
+    };
+    for report in [first.report.as_mut(), second.report.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(a) = report.async_pf.as_mut() {
+            a.on_off.clone_from(&compared);
+        }
+    }
+    let delivered_on = deliver(first.report.take(), on_out, args, stdout);
+    let delivered_off = deliver(second.report.take(), off_out, args, stdout);
+    if !args.quiet {
+        match &compared {
+            Some(c) => stdout.print(&format!("\n{}", render::on_off_table(c))),
+            None => {
+                output::eprint("xvmm: no pf-host-miss figures from both runs: nothing to compare\n")
+            }
+        }
+    }
+    first.verdict(delivered_on, args)?;
+    second.verdict(delivered_off, args)
+}
+
+/// The first run's end, without consuming it.
+fn first_ended(booted: &super::linux::Booted) -> Result<()> {
+    match booted.end_error() {
+        Some(why) => Err(Error::Guest(format!("the async-pf-on run failed: {why}"))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn run_args(extra: &[&str]) -> RunArgs {
+        let mut argv = vec!["xvmm", "--kernel", "k", "--async-pf", "both"];
+        argv.extend_from_slice(extra);
+        super::super::cli::Cli::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn both_needs_a_delay_the_built_in_xperf_and_a_file() {
+        assert!(check(&run_args(&["--host-fault-delay", "200us"])).is_ok());
+        for (bad, says) in [
+            (&[][..], "needs --host-fault-delay"),
+            (&["--host-fault-delay", "1ms", "--initrd", "i"], "--initrd"),
+            (&["--host-fault-delay", "1ms", "--json", "-"], "stdout"),
+            (
+                &["--host-fault-delay", "1ms", "--baseline", "b.json"],
+                "--baseline",
+            ),
+        ] {
+            let err = check(&run_args(bad)).unwrap_err();
+            assert!(
+                matches!(err, Error::Usage(_)) && err.to_string().contains(says),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_run_has_its_own_file() {
+        assert_eq!(
+            side_path(Path::new("out/r.json"), "on"),
+            Path::new("out/r.json.on.json")
+        );
+        assert_eq!(side_path(Path::new("r"), "off"), Path::new("r.off.json"));
+    }
+}
