@@ -14,8 +14,10 @@
 //! first touch of the guest (its whole boot) through the server.
 //!
 //! If the server fails it unregisters all of RAM, which wakes every blocked
-//! fault to be served as an ordinary one, so the guest never hangs on it, and
-//! tells the run to stop ([`HostFaults::start`]'s `on_failure`).
+//! fault to be served as an ordinary one, so the guest never hangs on it and
+//! finishes; the failure is in the summary (the run then ends with it as its
+//! error, its results kept and flagged). Only if the release itself fails is
+//! the run stopped ([`HostFaults::start`]'s `on_failure`).
 
 use crate::layout::RamRange;
 use crate::{Error, Result};
@@ -193,7 +195,7 @@ pub struct HostFaults {
 impl HostFaults {
     /// Opens the userfaultfd and starts the server for the guest memory
     /// `memory` (whose RAM is `ram`). `on_failure` is called once, from the
-    /// server thread, with the reason if the server fails.
+    /// server thread, if the server fails and cannot release waiting faults.
     pub fn start(
         delay: Duration,
         memory: &GuestMemoryMmap,
@@ -223,10 +225,15 @@ impl HostFaults {
                     crate::affinity::unpin_helper_thread();
                     let result = serve(&uffd, &stop, delay, &served);
                     if let Err(why) = result {
-                        unregister_all(&uffd, &host_ranges);
+                        let released = unregister_all(&uffd, &host_ranges);
                         served.lock().unwrap_or_else(|e| e.into_inner()).failure =
                             Some(why.clone());
-                        on_failure(why);
+                        // Released faults are served as ordinary ones and
+                        // the guest finishes (its results flagged); faults
+                        // that stay blocked would hang it: stop the run.
+                        if !released {
+                            on_failure(format!("{why}; waiting faults could not be released"));
+                        }
                     }
                 })
                 .map_err(|e| Error::HostFault(format!("cannot start the fault server: {e}")))?
@@ -373,13 +380,13 @@ fn register(uffd: &OwnedFd, (start, len): (u64, u64)) -> std::io::Result<()> {
 }
 
 /// Unregisters all of guest RAM: every fault waiting on us wakes up and is
-/// served as an ordinary one.
-fn unregister_all(uffd: &OwnedFd, ranges: &HostRanges) {
-    for &(start, len) in ranges {
+/// served as an ordinary one. False if any range could not be.
+fn unregister_all(uffd: &OwnedFd, ranges: &HostRanges) -> bool {
+    ranges.iter().all(|&(start, len)| {
         let range = uapi::UffdioRange { start, len };
         // SAFETY: UFFDIO_UNREGISTER reads one UffdioRange.
-        unsafe { vmm_sys_util::ioctl::ioctl_with_ref(uffd, uapi::UFFDIO_UNREGISTER(), &range) };
-    }
+        unsafe { vmm_sys_util::ioctl::ioctl_with_ref(uffd, uapi::UFFDIO_UNREGISTER(), &range) == 0 }
+    })
 }
 
 /// Answers a drop request when there is no fault server: refused.
@@ -607,6 +614,48 @@ mod tests {
         assert_eq!((summary.requests, summary.refused), (3, 3));
         assert_eq!((summary.pages_dropped, summary.faults_served), (0, 0));
         assert!(summary.last_refusal.unwrap().contains("page aligned"));
+    }
+
+    #[test]
+    fn unregistering_wakes_a_waiting_fault_at_once() {
+        // What the server does when it fails: the guest must not hang.
+        let (memory, ram) = memory();
+        let Some(mut faults) = faults(&memory, &ram, MAX_DELAY) else {
+            return;
+        };
+        // Stop the server first, so that only the unregistration can wake
+        // the fault.
+        faults.stop_server();
+        assert_eq!(ask(&memory, &mut faults, &[0x7000]), DropAnswer::Dropped(1));
+        let host = host_address(&memory, 0).unwrap();
+        let reader = {
+            let memory = memory.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                memory.read_obj::<u64>(GuestAddress(0x7000)).unwrap();
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !reader.is_finished(),
+            "the fault did not wait for the server"
+        );
+        assert!(unregister_all(&faults.uffd, &vec![(host, RAM_SIZE)]));
+        let waited = reader.join().unwrap();
+        assert!(waited < Duration::from_secs(5), "{waited:?}");
+    }
+
+    #[test]
+    fn a_missing_userfaultfd_says_what_to_change() {
+        let eperm = unavailable(libc::EPERM).to_string();
+        assert!(
+            eperm.contains("vm.unprivileged_userfaultfd=1") && eperm.contains("CAP_SYS_PTRACE")
+        );
+        assert!(unavailable(libc::ENOSYS)
+            .to_string()
+            .contains("CONFIG_USERFAULTFD"));
+        assert!(!eperm.contains('\n'));
     }
 
     #[test]

@@ -508,6 +508,11 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
         crossing.samples = Some(m.samples.clone());
     }
     report.crossings.push(crossing);
+    report.notes.push(format!(
+        "pf-host-miss: all {} samples may take an async page fault: each is a user-mode (CPL3) \
+         store with interrupts on, where KVM delivers them",
+        m.samples.len()
+    ));
     report.async_pf = Some(xvmm_results::async_pf::AsyncPf {
         spinner: Some(m.spinner_figures(config.raw)),
         guest: m.guest,

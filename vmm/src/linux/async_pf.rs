@@ -25,6 +25,14 @@ pub fn add_async_pf(report: &mut Report, facts: &AsyncPfFacts, trace: Option<&Tr
     let Some(faults) = &facts.faults else {
         return;
     };
+    if facts.offered && facts.msr_en.is_some_and(|v| v & 1 == 0) {
+        report.notes.push(
+            "async page faults were offered but the guest kernel did not turn them on \
+             (MSR_KVM_ASYNC_PF_EN bit 0 clear): no CONFIG_KVM_GUEST, or `no-kvmapf` on its \
+             command line"
+                .into(),
+        );
+    }
     let a = report.async_pf.get_or_insert_with(AsyncPf::default);
     a.offered = facts.offered;
     a.enabled_by_guest = facts.msr_en.map(|v| v & 1 == 1);
@@ -81,7 +89,9 @@ pub fn attribute_not_present(report: &mut Report, trace: &TraceSummary, mapping:
         })
         .collect();
     a.host.samples_with_not_present = Some(host_saw.iter().filter(|&&b| b).count() as u64);
-    if a.guest.sample_async.len() == host_saw.len() {
+    // KVM traces "not present" also when it halts a vCPU whose guest did not
+    // turn async PF on: only then does the host's view say what the guest got.
+    if a.enabled_by_guest == Some(true) && a.guest.sample_async.len() == host_saw.len() {
         let agreeing = host_saw
             .iter()
             .zip(&a.guest.sample_async)
@@ -130,6 +140,7 @@ mod tests {
         c.samples = Some(samples);
         r.crossings.push(c);
         r.async_pf = Some(AsyncPf {
+            enabled_by_guest: Some(true),
             guest: xvmm_results::async_pf::AsyncPfGuest {
                 sample_async: vec![1, 0, 1],
                 ..Default::default()
@@ -148,10 +159,15 @@ mod tests {
             ..Default::default()
         };
         attribute_not_present(&mut r, &trace, &Mapping::unscaled(-500));
-        let a = r.async_pf.unwrap();
+        let a = r.async_pf.clone().unwrap();
         assert_eq!(a.host.samples_with_not_present, Some(1));
         // Sample 0 agrees (both), 1 agrees (neither), 2 does not.
         assert_eq!(a.host.samples_agreeing, Some(2));
+        // A guest that did not turn async PF on receives none: nothing to agree on.
+        r.async_pf.as_mut().unwrap().enabled_by_guest = Some(false);
+        r.async_pf.as_mut().unwrap().host.samples_agreeing = None;
+        attribute_not_present(&mut r, &trace, &Mapping::unscaled(-500));
+        assert_eq!(r.async_pf.unwrap().host.samples_agreeing, None);
     }
 
     #[test]

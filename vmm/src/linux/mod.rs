@@ -329,7 +329,15 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
     let mut notes = Vec::new();
     let end = outcome
         .end
-        .and_then(|end| clean_end(end, panic_line.get(), &mut notes));
+        .and_then(|end| clean_end(end, panic_line.get(), &mut notes))
+        .and_then(
+            |()| match host_faults.as_ref().and_then(|f| f.failure.clone()) {
+                // The guest finished on ordinary faults: its results are kept,
+                // and flagged in `async_pf.host.failure`.
+                Some(why) => Err(Error::HostFault(format!("the fault server failed: {why}"))),
+                None => Ok(()),
+            },
+        );
     Ok(LinuxRun {
         end,
         results: outcome.results,

@@ -48,10 +48,11 @@ pub fn async_pf_lines(a: &AsyncPf) -> String {
         g.voluntary_switches
     );
     if let Some(n) = h.samples_with_not_present {
+        let agree = h.samples_agreeing.map_or(String::new(), |k| {
+            format!("; host and guest agree on {k} of {}", g.sample_async.len())
+        });
         out += &format!(
-            "  joined on the timeline: {n} samples hold a kvm_async_pf_not_present; host and guest agree on {} of {}\n",
-            opt(h.samples_agreeing),
-            g.sample_async.len()
+            "  joined on the timeline: {n} samples hold a kvm_async_pf_not_present{agree}\n"
         );
     }
     if let Some(s) = &a.spinner {
