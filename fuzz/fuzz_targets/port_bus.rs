@@ -57,13 +57,14 @@ fuzz_target!(|input: (bool, Vec<Access>)| {
                 let data = &data[..data.len().min(4096)];
                 let first = data.first().copied().unwrap_or(0);
                 let event = bus.io_out(port, data);
+                let mut le = [0u8; 4];
+                le[..data.len().min(4)].copy_from_slice(&data[..data.len().min(4)]);
                 let expected = match port {
                     layout::PORT_EXIT => IoEvent::Exit(first),
-                    layout::PORT_RESULTS_DOORBELL => {
-                        let mut le = [0u8; 4];
-                        le[..data.len().min(4)].copy_from_slice(&data[..data.len().min(4)]);
-                        IoEvent::Results(u32::from_le_bytes(le))
-                    }
+                    layout::PORT_RESULTS_DOORBELL => IoEvent::Results(u32::from_le_bytes(le)),
+                    layout::PORT_DROP_PAGES => IoEvent::DropPages(u32::from_le_bytes(le)),
+                    // Counted apart (the exit itself is the point).
+                    layout::PORT_CALIBRATE => IoEvent::Continue,
                     layout::I8042_COMMAND_PORT if first == layout::I8042_CMD_RESET => {
                         IoEvent::Reset
                     }
