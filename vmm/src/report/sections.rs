@@ -656,6 +656,7 @@ fn report_section(i: usize, input: &Input) -> Section {
     }
     crossing_blocks(r, &mut blocks);
     super::attribution::timeline_blocks(r, &mut blocks);
+    super::async_pf::async_pf_blocks(r, &mut blocks);
     host_exit_blocks(r, &mut blocks);
     if let Some(c) = &r.characterize {
         characterize_blocks(c, &mut blocks);
