@@ -521,6 +521,21 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
     Ok(())
 }
 
+/// getppid's round trip in core cycles where a PMU can be read from user
+/// mode; returns what the report says about the PMU.
+fn getppid_cycles(samples: usize, report: &mut Report) -> String {
+    match crate::pmu::CycleCounter::open() {
+        Ok(counter) => {
+            let cycles: Vec<u64> = (0..samples).map(|_| counter.getppid_cycles()).collect();
+            if let Some(g) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
+                g.cycles = Some(xvmm_results::Stats::from_samples(&cycles));
+            }
+            "core cycles read with rdpmc (getppid round trip, `cycles`)".into()
+        }
+        Err(why) => why,
+    }
+}
+
 /// Runs the whole measurement and returns the report.
 pub fn run(config: &Config) -> Result<Report> {
     let mut setup = set_up(config)?;
@@ -559,18 +574,7 @@ pub fn run(config: &Config) -> Result<Report> {
             ),
         });
     }
-    match crate::pmu::CycleCounter::open() {
-        Ok(counter) => {
-            let cycles: Vec<u64> = (0..usize_of(config.samples)?)
-                .map(|_| counter.getppid_cycles())
-                .collect();
-            if let Some(g) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
-                g.cycles = Some(xvmm_results::Stats::from_samples(&cycles));
-            }
-            setup.machine.pmu = "core cycles read with rdpmc (getppid round trip, `cycles`)".into();
-        }
-        Err(why) => setup.machine.pmu = why,
-    }
+    setup.machine.pmu = getppid_cycles(usize_of(config.samples)?, &mut report);
     let quantum = setup.machine.tsc_quantum_ticks;
     if let Some(getppid) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
         let coarse = getppid
