@@ -415,6 +415,21 @@ mod tests {
     }
 
     #[test]
+    fn an_aborter_stops_the_run_with_its_reason_and_the_first_stop_wins() {
+        let rc = RunControl::new(Duration::from_secs(60)).unwrap();
+        let aborter = rc.aborter();
+        std::thread::spawn(move || aborter.abort("the fault server failed: x".into()))
+            .join()
+            .unwrap();
+        assert_eq!(rc.stop_reason(), Some(StopReason::Aborted));
+        let err = rc.check().unwrap_err();
+        assert_eq!(err.to_string(), "host faults: the fault server failed: x");
+        // A later stop does not replace the first.
+        rc.interrupt();
+        assert_eq!(rc.stop_reason(), Some(StopReason::Aborted));
+    }
+
+    #[test]
     fn interrupt_stops_the_run() {
         let rc = RunControl::new(Duration::from_secs(60)).unwrap();
         rc.interrupt();
