@@ -12,7 +12,10 @@
 
 mod raw;
 
-pub use raw::{drain_pipe, open_cpu_pipes, CpuMerge, PageOutcome, RawDecoder};
+pub use raw::{
+    drain_pipe, example_decoder, example_formats, open_cpu_pipes, CpuMerge, PageOutcome,
+    RawDecoder, EXAMPLE_HEADER_PAGE,
+};
 
 use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};

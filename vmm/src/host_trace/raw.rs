@@ -144,6 +144,15 @@ impl RawDecoder {
         self.layout.page_size()
     }
 
+    pub fn layout(&self) -> &PageLayout {
+        &self.layout
+    }
+
+    /// The format of the traced event `name`.
+    pub fn format(&self, name: &str) -> Option<&EventFormat> {
+        self.formats.iter().find(|f| f.name == name)
+    }
+
     /// Decodes one page into `out(ts, event)`: a `Lost` first if the kernel
     /// dropped events before it, then its traced events in order.
     pub fn decode_page(&self, bytes: &[u8], mut out: impl FnMut(u64, TraceEvent)) -> PageOutcome {
@@ -295,55 +304,59 @@ pub fn drain_pipe(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::host_trace::parse_line;
-    use xvmm_results::tracefs_raw::{encode_record, PageWriter};
-
-    const HEADER_PAGE: &str = "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;
+/// Linux 6.18's x86-64 `events/header_page`.
+pub const EXAMPLE_HEADER_PAGE: &str = "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;
 \tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;
 \tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;
 \tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;
 ";
-    const COMMON: &str = "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+const EXAMPLE_COMMON: &str = "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
 \tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
 \tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
 \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
 ";
 
-    /// Linux 6.18's kvm formats, their tables cut short.
-    fn formats() -> Vec<String> {
-        let exit = "name: kvm_exit\nID: 103\nformat:\n{COMMON}
+/// Linux 6.18's x86-64 kvm formats of the traced events, their exit
+/// reason tables cut short: for tests, the bench and the fuzz target.
+pub fn example_formats() -> Vec<String> {
+    let exit = "name: kvm_exit\nID: 103\nformat:\n{COMMON}
 \tfield:unsigned int exit_reason;\toffset:8;\tsize:4;\tsigned:0;
 \tfield:unsigned long guest_rip;\toffset:16;\tsize:8;\tsigned:0;
 \tfield:u32 isa;\toffset:24;\tsize:4;\tsigned:0;
 \tfield:unsigned int vcpu_id;\toffset:56;\tsize:4;\tsigned:0;
 
 print fmt: \"vcpu %u reason %s%s%s rip 0x%lx\", REC->vcpu_id, (REC->isa == 1) ? __print_symbolic(REC->exit_reason & 0xffff, { 1, \"EXTERNAL_INTERRUPT\" }, { 30, \"IO_INSTRUCTION\" }) : __print_symbolic(REC->exit_reason, { 0x040 + 13, \"GP excp\" }, { 0x07b, \"io\" }, { 0x400, \"npf\" }), (REC->isa == 1 && REC->exit_reason & ~0xffff) ? \" \" : \"\", (REC->isa == 1) ? __print_flags(REC->exit_reason & ~0xffff, \" \", { 0x80000000, \"FAILED_VMENTRY\" }) : \"\", REC->guest_rip\n";
-        let entry = "name: kvm_entry\nID: 115\nformat:\n{COMMON}
+    let entry = "name: kvm_entry\nID: 115\nformat:\n{COMMON}
 \tfield:unsigned int vcpu_id;\toffset:8;\tsize:4;\tsigned:0;
 \tfield:unsigned long rip;\toffset:16;\tsize:8;\tsigned:0;\n";
-        let pio = "name: kvm_pio\nID: 110\nformat:\n{COMMON}
+    let pio = "name: kvm_pio\nID: 110\nformat:\n{COMMON}
 \tfield:unsigned int rw;\toffset:8;\tsize:4;\tsigned:0;
 \tfield:unsigned int port;\toffset:12;\tsize:4;\tsigned:0;
 \tfield:unsigned int size;\toffset:16;\tsize:4;\tsigned:0;
 \tfield:unsigned int count;\toffset:20;\tsize:4;\tsigned:0;
 \tfield:unsigned int val;\toffset:24;\tsize:4;\tsigned:0;\n";
-        let offset = "name: kvm_write_tsc_offset\nID: 83\nformat:\n{COMMON}
+    let offset = "name: kvm_write_tsc_offset\nID: 83\nformat:\n{COMMON}
 \tfield:unsigned int vcpu_id;\toffset:8;\tsize:4;\tsigned:0;
 \tfield:__u64 previous_tsc_offset;\toffset:16;\tsize:8;\tsigned:0;
 \tfield:__u64 next_tsc_offset;\toffset:24;\tsize:8;\tsigned:0;\n";
-        [exit, entry, pio, offset]
-            .iter()
-            .map(|f| f.replace("{COMMON}", COMMON))
-            .collect()
-    }
+    [exit, entry, pio, offset]
+        .iter()
+        .map(|f| f.replace("{COMMON}", EXAMPLE_COMMON))
+        .collect()
+}
 
-    fn decoder(formats: &[String]) -> RawDecoder {
-        let texts: Vec<&str> = formats.iter().map(String::as_str).collect();
-        RawDecoder::new(HEADER_PAGE, &texts).unwrap()
-    }
+/// A decoder of [`EXAMPLE_HEADER_PAGE`] and [`example_formats`].
+pub fn example_decoder() -> Result<RawDecoder, String> {
+    let formats = example_formats();
+    let texts: Vec<&str> = formats.iter().map(String::as_str).collect();
+    RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host_trace::parse_line;
+    use xvmm_results::tracefs_raw::{encode_record, PageWriter};
 
     /// Records and the text lines the kernel prints for them.
     fn records_and_lines(d: &RawDecoder) -> Vec<(Vec<u8>, String)> {
@@ -401,7 +414,7 @@ print fmt: \"vcpu %u reason %s%s%s rip 0x%lx\", REC->vcpu_id, (REC->isa == 1) ? 
     fn both_readers_agree(d: &RawDecoder) {
         let cases = records_and_lines(d);
         let mut w = PageWriter::new(
-            &xvmm_results::tracefs_raw::PageLayout::parse(HEADER_PAGE).unwrap(),
+            &xvmm_results::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap(),
             1_000_000,
         );
         let mut text = Vec::new();
@@ -420,7 +433,7 @@ print fmt: \"vcpu %u reason %s%s%s rip 0x%lx\", REC->vcpu_id, (REC->isa == 1) ? 
 
     #[test]
     fn binary_records_give_the_events_their_text_lines_give() {
-        both_readers_agree(&decoder(&formats()));
+        both_readers_agree(&example_decoder().unwrap());
         // And with this machine's own formats, where it has them.
         let events = Path::new("/sys/kernel/tracing/events");
         match RawDecoder::load(events) {
@@ -431,32 +444,32 @@ print fmt: \"vcpu %u reason %s%s%s rip 0x%lx\", REC->vcpu_id, (REC->isa == 1) ? 
 
     #[test]
     fn formats_the_reader_cannot_use_are_refused() {
-        let mut f = formats();
+        let mut f = example_formats();
         f[1] = f[1].replace("vcpu_id", "vcpu");
         let texts: Vec<&str> = f.iter().map(String::as_str).collect();
-        assert!(RawDecoder::new(HEADER_PAGE, &texts)
+        assert!(RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts)
             .unwrap_err()
             .contains("kvm_entry"));
-        let mut f = formats();
+        let mut f = example_formats();
         f[0] = f[0].replace("__print_symbolic", "__print_flags");
         let texts: Vec<&str> = f.iter().map(String::as_str).collect();
-        assert!(RawDecoder::new(HEADER_PAGE, &texts)
+        assert!(RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts)
             .unwrap_err()
             .contains("table"));
-        let texts: Vec<&str> = formats().iter().skip(1).map(|_| "").collect();
-        assert!(RawDecoder::new(HEADER_PAGE, &texts).is_err());
+        let texts: Vec<&str> = example_formats().iter().skip(1).map(|_| "").collect();
+        assert!(RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts).is_err());
         assert!(RawDecoder::new("", &[]).is_err());
     }
 
     #[test]
     fn corrupt_pages_are_reported() {
-        let d = decoder(&formats());
+        let d = example_decoder().unwrap();
         let mut events = Vec::new();
         assert_eq!(
             d.decode_page(&[0; 8], |_, e| events.push(e)),
             PageOutcome::Corrupt
         );
-        let layout = xvmm_results::tracefs_raw::PageLayout::parse(HEADER_PAGE).unwrap();
+        let layout = xvmm_results::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
         let mut w = PageWriter::new(&layout, 5);
         let entry = &records_and_lines(&d)[2].0;
         assert!(w.event(1, entry));
