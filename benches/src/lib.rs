@@ -6,3 +6,4 @@ pub mod attribution;
 pub mod fuzz;
 pub mod linearity;
 pub mod perf;
+pub mod trace;

@@ -10,6 +10,13 @@
 //! With the `x86-tsc` trace clock the timestamps are raw host TSC values, so an
 //! exit's host-side cost is `kvm_entry.ts - kvm_exit.ts` in TSC ticks.
 
+mod raw;
+
+pub use raw::{
+    drain_pipe, example_decoder, example_formats, open_cpu_pipes, CpuMerge, PageOutcome,
+    RawDecoder, EXAMPLE_HEADER_PAGE,
+};
+
 use crate::{Error, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
@@ -109,7 +116,7 @@ impl AsyncPfEvent {
         }
     }
 
-    fn from_tracepoint(name: &str) -> Option<AsyncPfEvent> {
+    pub fn from_tracepoint(name: &str) -> Option<AsyncPfEvent> {
         AsyncPfEvent::ALL
             .into_iter()
             .find(|e| e.tracepoint() == name)
@@ -416,6 +423,7 @@ impl ExitAggregator {
             offset_changes: self.offset_changes,
             async_pf: self.async_pf,
             async_pf_traced: false,
+            reader: TraceReader::default(),
         }
     }
 }
@@ -437,13 +445,52 @@ pub struct TraceSummary {
     pub async_pf: Vec<(AsyncPfEvent, u64)>,
     /// Whether the async page fault tracepoints exist on this host and were on.
     pub async_pf_traced: bool,
+    pub reader: TraceReader,
 }
+
+/// Which reader drained the trace; the report says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceReader {
+    /// Every CPU's binary `trace_pipe_raw` pages; pages that could not be
+    /// decoded are counted, and a lost window marked for each.
+    Raw { corrupt_pages: u64 },
+    /// The text `trace_pipe`, and why the binary pages were not read.
+    Text { why: String },
+}
+
+impl Default for TraceReader {
+    fn default() -> Self {
+        TraceReader::Text { why: String::new() }
+    }
+}
+
+impl TraceReader {
+    /// E.g. "the binary trace_pipe_raw pages" or "the text trace_pipe
+    /// (binary pages unusable: ...)".
+    pub fn describe(&self) -> String {
+        match self {
+            TraceReader::Raw { corrupt_pages: 0 } => "the binary trace_pipe_raw pages".into(),
+            TraceReader::Raw { corrupt_pages } => {
+                format!(
+                    "the binary trace_pipe_raw pages ({corrupt_pages} undecodable, marked lost)"
+                )
+            }
+            TraceReader::Text { why } if why.is_empty() => "the text trace_pipe".into(),
+            TraceReader::Text { why } => {
+                format!("the text trace_pipe (binary pages unusable: {why})")
+            }
+        }
+    }
+}
+
+/// What a reader thread hands back.
+type Drained = std::io::Result<(ExitAggregator, TraceReader)>;
 
 /// A running kvm_exit/kvm_entry trace of some threads.
 pub struct ExitTracer {
     instance: PathBuf,
     stop: Arc<AtomicBool>,
-    reader: Option<JoinHandle<std::io::Result<ExitAggregator>>>,
+    reader: Option<JoinHandle<Drained>>,
     async_pf_traced: bool,
     /// Declared last: fields drop after `Drop::drop` has removed the instance,
     /// so an unmount of our own mount finds it empty.
@@ -596,7 +643,66 @@ impl ExitTracer {
         Ok(true)
     }
 
-    fn spawn_reader(&self) -> Result<JoinHandle<std::io::Result<ExitAggregator>>> {
+    /// The binary reader where this host's pages and formats can be
+    /// decoded, the text reader otherwise.
+    fn spawn_reader(&self) -> Result<JoinHandle<Drained>> {
+        match self.raw_setup() {
+            Ok((decoder, pipes)) => Ok(self.spawn_raw_reader(decoder, pipes)),
+            Err(why) => self.spawn_text_reader(why),
+        }
+    }
+
+    fn raw_setup(&self) -> std::result::Result<(RawDecoder, Vec<fs::File>), String> {
+        if std::env::var_os("XVMM_TRACE_TEXT").is_some() {
+            return Err("XVMM_TRACE_TEXT is set".into());
+        }
+        let decoder = RawDecoder::load(&self.instance.join("events"))?;
+        Ok((decoder, open_cpu_pipes(&self.instance)?))
+    }
+
+    /// Drains every CPU's pages in rounds, merging the CPUs by time up to
+    /// where no CPU can still deliver an earlier event.
+    fn spawn_raw_reader(
+        &self,
+        decoder: RawDecoder,
+        mut pipes: Vec<fs::File>,
+    ) -> JoinHandle<Drained> {
+        let stop = Arc::clone(&self.stop);
+        std::thread::spawn(move || {
+            crate::affinity::unpin_helper_thread();
+            let mut agg = ExitAggregator::default();
+            let mut merge = CpuMerge::new(pipes.len());
+            let mut page = vec![0u8; decoder.page_size()];
+            let mut corrupt_pages = 0;
+            loop {
+                let round = xvmm_results::tsc::rdtsc();
+                // Tracing is off before stop is set: a drain begun after
+                // it that finds nothing is the last.
+                let stopping = stop.load(Ordering::Acquire);
+                let mut any = false;
+                for (cpu, pipe) in pipes.iter_mut().enumerate() {
+                    any |= drain_pipe(pipe, &mut page, |bytes| {
+                        let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
+                        if outcome == PageOutcome::Corrupt {
+                            corrupt_pages += 1;
+                            let at = merge.latest(cpu);
+                            merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+                        }
+                    })?;
+                }
+                merge.release_drained(round, |ev| agg.push(ev));
+                if !any && stopping {
+                    merge.release_all(|ev| agg.push(ev));
+                    return Ok((agg, TraceReader::Raw { corrupt_pages }));
+                }
+                if !any {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        })
+    }
+
+    fn spawn_text_reader(&self, why: String) -> Result<JoinHandle<Drained>> {
         let path = self.instance.join("trace_pipe");
         let mut pipe = fs::OpenOptions::new()
             .read(true)
@@ -626,7 +732,7 @@ impl ExitTracer {
                 }
                 // Nothing to read: the buffer is drained, so stopping now loses nothing.
                 if stop.load(Ordering::Acquire) {
-                    return Ok(agg);
+                    return Ok((agg, TraceReader::Text { why }));
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -637,15 +743,17 @@ impl ExitTracer {
     pub fn finish(mut self) -> Result<TraceSummary> {
         write_file(&self.instance.join("tracing_on"), "0")?;
         self.stop.store(true, Ordering::Release);
-        let agg = match self.reader.take().map(JoinHandle::join) {
-            Some(Ok(Ok(agg))) => agg,
-            Some(Ok(Err(e))) => return Err(Error::Tracing(format!("reading trace_pipe: {e}"))),
+        let (agg, reader) = match self.reader.take().map(JoinHandle::join) {
+            Some(Ok(Ok(drained))) => drained,
+            Some(Ok(Err(e))) => return Err(Error::Tracing(format!("reading the trace: {e}"))),
             _ => return Err(Error::Tracing("trace reader thread failed".into())),
         };
         let lost = self.lost_events();
-        let mut summary = agg.finish(lost);
-        summary.async_pf_traced = self.async_pf_traced;
-        Ok(summary)
+        Ok(TraceSummary {
+            reader,
+            async_pf_traced: self.async_pf_traced,
+            ..agg.finish(lost)
+        })
     }
 
     /// Sum of the per-CPU "overrun" counters of the instance.
@@ -876,6 +984,112 @@ mod tests {
         );
     }
 
+    /// A private instance for a test, removed again when dropped.
+    struct TestInstance(PathBuf);
+
+    impl Drop for TestInstance {
+        fn drop(&mut self) {
+            let _ = fs::write(self.0.join("tracing_on"), "0");
+            let _ = fs::write(self.0.join("events/raw_syscalls/sys_enter/enable"), "0");
+            let _ = fs::remove_dir(&self.0);
+        }
+    }
+
+    /// getppid calls of this thread, alternating between the CPUs so the
+    /// per-CPU streams have to be merged.
+    fn syscalls_on_every_cpu(rounds: usize) {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        for round in 0..rounds {
+            // SAFETY: a cpu_set_t on the stack, this thread's own affinity.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(round % cpus, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+            }
+            for _ in 0..200 {
+                // SAFETY: getppid has no arguments and cannot fail.
+                unsafe { libc::getppid() };
+            }
+        }
+        crate::affinity::unpin_helper_thread();
+    }
+
+    /// (ts, pid, syscall number) of every sys_enter in the text `trace`.
+    fn text_sys_enters(instance: &Path) -> Vec<(u64, i32, i64)> {
+        let text = fs::read_to_string(instance.join("trace")).unwrap();
+        text.lines()
+            .filter_map(xvmm_results::tracefs::parse_record)
+            .filter_map(|r| {
+                let nr = r.body.strip_prefix("sys_enter: NR ")?.split(' ').next()?;
+                Some((r.ts, r.pid, nr.parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// The same from every CPU's `trace_pipe_raw`, merged by time.
+    fn raw_sys_enters(instance: &Path) -> Vec<(u64, i32, i64)> {
+        use xvmm_results::tracefs_raw::{EventFormat, Page, PageLayout};
+        let events = instance.join("events");
+        let header = raw::read_in_one(&events.join("header_page")).unwrap();
+        let layout = PageLayout::parse(&header).unwrap();
+        let format = fs::read_to_string(events.join("raw_syscalls/sys_enter/format")).unwrap();
+        let format = EventFormat::parse(&format).unwrap();
+        let mut pipes = open_cpu_pipes(instance).unwrap();
+        let mut merge = CpuMerge::new(pipes.len());
+        let mut page = vec![0; layout.page_size()];
+        for (cpu, pipe) in pipes.iter_mut().enumerate() {
+            drain_pipe(pipe, &mut page, |bytes| {
+                let page = Page::parse(&layout, bytes).unwrap();
+                for r in page.records() {
+                    let r = r.unwrap();
+                    assert_eq!(r.id(), Some(format.id));
+                    let pid = format.signed("common_pid", r.data).unwrap() as i32;
+                    let nr = format.signed("id", r.data).unwrap();
+                    merge.push(cpu, r.ts, (r.ts, pid, nr));
+                }
+            })
+            .unwrap();
+        }
+        let mut out = Vec::new();
+        merge.release_all(|e| out.push(e));
+        out
+    }
+
+    /// The binary pages of a real tracefs instance against its text: the
+    /// same raw_syscalls:sys_enter events, times, threads and numbers.
+    #[test]
+    fn raw_pages_decode_the_events_the_text_trace_shows() {
+        let Ok((root, _mount)) = tracefs_root() else {
+            println!("skipped: tracefs is not writable here (not root)");
+            return;
+        };
+        let path = root.join(format!("instances/xvmm-{}-rawtest", std::process::id()));
+        if let Err(e) = fs::create_dir(&path) {
+            println!("skipped: cannot create an instance ({e}): not root?");
+            return;
+        }
+        let instance = TestInstance(path);
+        let i = &instance.0;
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        write_file(&i.join("trace_clock"), "x86-tsc").unwrap();
+        let event = i.join("events/raw_syscalls/sys_enter");
+        write_file(&event.join("filter"), &format!("common_pid == {tid}")).unwrap();
+        write_file(&event.join("enable"), "1").unwrap();
+        write_file(&i.join("tracing_on"), "1").unwrap();
+        syscalls_on_every_cpu(20);
+        write_file(&i.join("tracing_on"), "0").unwrap();
+        // `trace` leaves the buffer as it is; the pipes then consume it.
+        let text = text_sys_enters(i);
+        let raw = raw_sys_enters(i);
+        let getppid = raw.iter().filter(|e| e.2 == libc::SYS_getppid).count();
+        assert!(getppid >= 20 * 200, "{getppid} getppid calls decoded");
+        assert!(raw.iter().all(|e| e.1 == tid));
+        assert_eq!(raw.len(), text.len());
+        assert_eq!(raw, text);
+        println!("{} sys_enter events: binary and text agree", raw.len());
+    }
+
     /// Needs root and tracefs (both present on the build machines): the
     /// instance is created, configured with the x86-tsc clock, and removed again,
     /// leaving the global trace clock untouched.
@@ -891,6 +1105,9 @@ mod tests {
         assert!(clock.contains("[x86-tsc]"), "instance clock: {clock}");
         let summary = tracer.finish().unwrap();
         assert!(summary.exits.is_empty(), "no vCPU ran, no exits expected");
+        if std::env::var_os("XVMM_TRACE_TEXT").is_none() {
+            assert_eq!(summary.reader, TraceReader::Raw { corrupt_pages: 0 });
+        }
         assert!(!path.exists(), "instance not removed");
         assert_eq!(
             fs::read_to_string(root.join("trace_clock")).unwrap(),

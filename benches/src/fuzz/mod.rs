@@ -45,6 +45,10 @@ pub const TARGETS: &[Target] = &[
         parses: "--trace: trace_pipe lines and pairing",
     },
     Target {
+        name: "trace_raw_page",
+        parses: "--trace: trace_pipe_raw pages, formats, pairing",
+    },
+    Target {
         name: "initramfs",
         parses: "the cpio writer against an independent reader",
     },

@@ -57,6 +57,26 @@ impl Sources {
     }
 }
 
+/// A page of exits and entries as the binary trace reader gets it, and
+/// the kvm_exit format (as text) for the format parsers.
+fn raw_trace_pages() -> Vec<Seed> {
+    let Ok(decoder) = xvmm::host_trace::example_decoder() else {
+        return Vec::new();
+    };
+    let mut seeds: Vec<Seed> = crate::trace::synthetic_pages(&decoder, 50)
+        .into_iter()
+        .map(|p| ("page".into(), p))
+        .collect();
+    let formats = xvmm::host_trace::example_formats();
+    seeds.extend(
+        formats
+            .into_iter()
+            .take(1)
+            .map(|f| ("format".into(), f.into_bytes())),
+    );
+    seeds
+}
+
 /// The seeds of `target` (see `super::TARGETS`).
 pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
     match target {
@@ -65,6 +85,7 @@ pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
         "kernel_hooks" => hook_elves(src),
         "report" | "results_channel" => reports(src, target == "results_channel"),
         "trace_line" => vec![("trace".into(), [b"\x07".as_slice(), TRACE].concat())],
+        "trace_raw_page" => raw_trace_pages(),
         "xperf_args" => ARGS
             .iter()
             .map(|a| (format!("args-{}", a.len()), a.to_vec()))

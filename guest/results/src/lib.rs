@@ -27,6 +27,7 @@ pub mod signals;
 pub mod stats;
 pub mod timeline;
 pub mod tracefs;
+pub mod tracefs_raw;
 pub mod tsc;
 
 #[cfg(test)]

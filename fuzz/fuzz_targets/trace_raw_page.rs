@@ -1,0 +1,60 @@
+//! Host-side exit timing, binary reader: one `trace_pipe_raw` page of
+//! arbitrary bytes decoded with a fixed header_page and the kvm formats
+//! (`host_trace::RawDecoder`), the events paired (`ExitAggregator`); the
+//! same bytes through the generic decoder (`tracefs_raw::Page`) and, as
+//! text, through the header_page, format and `__print_symbolic` parsers.
+//! Every record lies inside the page; a page stops at its first malformed
+//! event; pairing counts add up.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+use xvmm::host_trace::{
+    example_decoder, ExitAggregator, RawDecoder, TraceEvent, EXAMPLE_HEADER_PAGE,
+};
+use xvmm_results::tracefs_raw::{symbolic_tables, EventFormat, Page, PageLayout};
+
+fn decoder() -> &'static RawDecoder {
+    static DECODER: OnceLock<RawDecoder> = OnceLock::new();
+    DECODER.get_or_init(|| example_decoder().expect("the example formats decode"))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let d = decoder();
+    let mut agg = ExitAggregator::default();
+    let mut events = 0u64;
+    d.decode_page(data, |_, event| {
+        if let TraceEvent::Exit { reason, .. } = &event {
+            assert!(!reason.is_empty() && !reason.contains(char::is_whitespace));
+        }
+        events += 1;
+        agg.push(event);
+    });
+    let summary = agg.summary();
+    let paired: u64 = summary.iter().map(|e| e.exit_to_entry.count).sum();
+    assert!(2 * paired + agg.unpaired <= events);
+    let layout = PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
+    if let Ok(page) = Page::parse(&layout, data) {
+        let range = data.as_ptr_range();
+        let mut errors = 0;
+        for record in page.records() {
+            match record {
+                Ok(r) => {
+                    let inside =
+                        range.start <= r.data.as_ptr() && r.data.as_ptr_range().end <= range.end;
+                    assert!(inside, "a record outside the page");
+                }
+                Err(_) => errors += 1,
+            }
+        }
+        assert!(errors <= 1, "decoding goes on after a malformed event");
+    }
+    let text = String::from_utf8_lossy(data);
+    let _ = PageLayout::parse(&text).map(|l| assert!(l.page_size() > 0));
+    if let Ok(f) = EventFormat::parse(&text) {
+        for t in &f.symbols {
+            let _ = f.symbol(&t.field, data);
+        }
+    }
+    let _ = symbolic_tables(&text);
+});

@@ -1,0 +1,522 @@
+//! The binary reader of the host trace: every CPU's `trace_pipe_raw` pages,
+//! decoded by `xvmm_results::tracefs_raw`, turned into the [`TraceEvent`]s
+//! the text reader would have parsed from the same events, and merged
+//! across CPUs by time (a vCPU thread may migrate, and the aggregator pairs
+//! each thread's exit with its next entry).
+
+use super::{AsyncPfEvent, TraceEvent, TRACED_EVENTS};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::fs::{self, File};
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use xvmm_results::tracefs_raw::{EventFormat, Missed, Page, PageLayout};
+
+/// The record of a traced event as the [`TraceEvent`] its text line parses
+/// to; `None` for other events and records missing a field. One arm per
+/// traced event.
+fn raw_event(format: &EventFormat, ts: u64, data: &[u8]) -> Option<TraceEvent> {
+    let u32_of = |name| u32::try_from(format.unsigned(name, data)?).ok();
+    let tid = i32::try_from(format.signed("common_pid", data)?).ok()?;
+    match format.name.as_str() {
+        "kvm_exit" => Some(TraceEvent::Exit {
+            tid,
+            vcpu: u32_of("vcpu_id")?,
+            ts,
+            reason: exit_reason(format, data)?,
+        }),
+        "kvm_entry" => Some(TraceEvent::Entry {
+            tid,
+            vcpu: u32_of("vcpu_id")?,
+            ts,
+        }),
+        "kvm_pio" => Some(TraceEvent::Pio {
+            tid,
+            write: format.unsigned("rw", data)? != 0,
+            port: u16::try_from(format.unsigned("port", data)?).ok()?,
+            value: u32_of("val")?,
+        }),
+        "kvm_write_tsc_offset" => Some(TraceEvent::TscOffset {
+            ts,
+            vcpu: u32_of("vcpu_id")?,
+            // The bits of an i64, as the text reader reads them.
+            offset: format.unsigned("next_tsc_offset", data)? as i64,
+        }),
+        name => AsyncPfEvent::from_tracepoint(name).map(|kind| TraceEvent::AsyncPf { kind, ts }),
+    }
+}
+
+/// The exit reason as the text reader sees it: the first word of what the
+/// print format's table for this ISA prints (`DE excp` reads as `DE`).
+fn exit_reason(format: &EventFormat, data: &[u8]) -> Option<String> {
+    let reason = match format.symbol("exit_reason", data) {
+        Some(name) => name.split_whitespace().next()?.to_string(),
+        None => format!("0x{:x}", format.unsigned("exit_reason", data)?),
+    };
+    Some(reason)
+}
+
+/// A tracefs file read with one large read: `header_page` answers only a
+/// read from offset 0, so the small first read of `read_to_string` would
+/// cut it short.
+pub(super) fn read_in_one(path: &Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut text = Vec::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(text).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+}
+
+/// What the binary pages of one instance need: the page layout and the
+/// traced events' formats.
+#[derive(Debug, Clone)]
+pub struct RawDecoder {
+    layout: PageLayout,
+    formats: Vec<EventFormat>,
+}
+
+/// How one page decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageOutcome {
+    Whole,
+    /// The page (or its tail from some record on) could not be decoded;
+    /// a lost window was marked in its place.
+    Corrupt,
+}
+
+impl RawDecoder {
+    /// From the text of `events/header_page` and of each traced event's
+    /// `format` file; refused unless every traced event's record decodes.
+    pub fn new(header_page: &str, formats: &[&str]) -> Result<RawDecoder, String> {
+        let layout = PageLayout::parse(header_page).map_err(|e| e.to_string())?;
+        let formats = formats
+            .iter()
+            .map(|f| EventFormat::parse(f).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let decoder = RawDecoder { layout, formats };
+        decoder.self_check()?;
+        Ok(decoder)
+    }
+
+    /// From an instance's `events` directory.
+    pub fn load(events: &Path) -> Result<RawDecoder, String> {
+        let read = |p: &Path| read_in_one(p).map_err(|e| format!("{}: {e}", p.display()));
+        let header = read(&events.join("header_page"))?;
+        let mut formats = TRACED_EVENTS
+            .iter()
+            .map(|e| read(&events.join("kvm").join(e).join("format")))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The async page fault events, where the host has them (as traced).
+        formats.extend(
+            AsyncPfEvent::ALL
+                .iter()
+                .filter_map(|e| read(&events.join("kvm").join(e.tracepoint()).join("format")).ok()),
+        );
+        let texts: Vec<&str> = formats.iter().map(String::as_str).collect();
+        RawDecoder::new(&header, &texts)
+    }
+
+    /// Every traced event is known, and a record of it written in its
+    /// format decodes into an event, exit reasons through the print
+    /// format's tables as the text shows them.
+    fn self_check(&self) -> Result<(), String> {
+        for name in TRACED_EVENTS {
+            let format = self
+                .formats
+                .iter()
+                .find(|f| f.name == name)
+                .ok_or_else(|| format!("no format for {name}"))?;
+            let record = xvmm_results::tracefs_raw::encode_record(format, &[("common_pid", 1)]);
+            if raw_event(format, 0, &record).is_none() {
+                return Err(format!("{name}'s format lacks a field the reader needs"));
+            }
+        }
+        let exit = self.formats.iter().find(|f| f.name == "kvm_exit");
+        if exit.is_some_and(|f| !f.symbols.iter().any(|t| t.field == "exit_reason")) {
+            return Err("kvm_exit's print format has no exit reason table".into());
+        }
+        Ok(())
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.layout.page_size()
+    }
+
+    pub fn layout(&self) -> &PageLayout {
+        &self.layout
+    }
+
+    /// The format of the traced event `name`.
+    pub fn format(&self, name: &str) -> Option<&EventFormat> {
+        self.formats.iter().find(|f| f.name == name)
+    }
+
+    /// Decodes one page into `out(ts, event)`: a `Lost` first if the kernel
+    /// dropped events before it, then its traced events in order.
+    pub fn decode_page(&self, bytes: &[u8], mut out: impl FnMut(u64, TraceEvent)) -> PageOutcome {
+        let Ok(page) = Page::parse(&self.layout, bytes) else {
+            return PageOutcome::Corrupt;
+        };
+        match page.missed {
+            Missed::None => {}
+            // How many is unknown; the per-CPU overrun counters still count them.
+            Missed::Unknown => out(page.timestamp, TraceEvent::Lost { count: 0 }),
+            Missed::Count(count) => out(page.timestamp, TraceEvent::Lost { count }),
+        }
+        let mut last = page.timestamp;
+        for record in page.records() {
+            let Ok(record) = record else {
+                out(last, TraceEvent::Lost { count: 0 });
+                return PageOutcome::Corrupt;
+            };
+            last = record.ts;
+            let Some(id) = record.id() else { continue };
+            let Some(format) = self.formats.iter().find(|f| f.id == id) else {
+                continue;
+            };
+            if let Some(event) = raw_event(format, record.ts, record.data) {
+                out(record.ts, event);
+            }
+        }
+        PageOutcome::Whole
+    }
+}
+
+/// How far behind the reader's own clock an event may still be committed:
+/// a tracepoint writes with preemption off, so far less than this.
+const COMMIT_SLACK: u64 = 1 << 25;
+
+/// Per-CPU streams of timestamped items merged into one ordered stream:
+/// an item is released once no CPU can still deliver an earlier one.
+#[derive(Debug)]
+pub struct CpuMerge<T> {
+    queues: Vec<VecDeque<(u64, T)>>,
+    latest: Vec<u64>,
+}
+
+impl<T> CpuMerge<T> {
+    pub fn new(cpus: usize) -> CpuMerge<T> {
+        CpuMerge {
+            queues: (0..cpus).map(|_| VecDeque::new()).collect(),
+            latest: vec![0; cpus],
+        }
+    }
+
+    pub fn push(&mut self, cpu: usize, ts: u64, item: T) {
+        if let (Some(q), Some(l)) = (self.queues.get_mut(cpu), self.latest.get_mut(cpu)) {
+            q.push_back((ts, item));
+            *l = (*l).max(ts);
+        }
+    }
+
+    /// The time of the latest item `cpu` delivered.
+    pub fn latest(&self, cpu: usize) -> u64 {
+        self.latest.get(cpu).copied().unwrap_or(0)
+    }
+
+    /// Releases the items of every CPU drained since `drained_from` (a TSC
+    /// value): what a CPU delivers later is no earlier than that (less the
+    /// commit slack) nor than the latest item it delivered.
+    pub fn release_drained(&mut self, drained_from: u64, out: impl FnMut(T)) {
+        let floor = drained_from.saturating_sub(COMMIT_SLACK);
+        let horizon = self.latest.iter().map(|&l| l.max(floor)).min();
+        self.release_before(horizon.unwrap_or(0), out);
+    }
+
+    /// Everything still held, in order.
+    pub fn release_all(&mut self, out: impl FnMut(T)) {
+        self.release_before(u64::MAX, out);
+        for q in &mut self.queues {
+            q.clear();
+        }
+    }
+
+    /// Items earlier than `horizon` (all of them for `u64::MAX`), each
+    /// CPU's in its own order, the CPUs' by time.
+    fn release_before(&mut self, horizon: u64, mut out: impl FnMut(T)) {
+        let mut heads: BinaryHeap<Reverse<(u64, usize)>> = self
+            .queues
+            .iter()
+            .enumerate()
+            .filter_map(|(cpu, q)| q.front().map(|(ts, _)| Reverse((*ts, cpu))))
+            .collect();
+        while let Some(Reverse((ts, cpu))) = heads.pop() {
+            if ts >= horizon && horizon != u64::MAX {
+                break;
+            }
+            let Some((_, item)) = self.queues[cpu].pop_front() else {
+                continue;
+            };
+            out(item);
+            if let Some((next, _)) = self.queues[cpu].front() {
+                heads.push(Reverse((*next, cpu)));
+            }
+        }
+    }
+}
+
+/// Opens `per_cpu/cpuN/trace_pipe_raw` of every CPU of an instance,
+/// non-blocking, in CPU order.
+pub fn open_cpu_pipes(instance: &Path) -> Result<Vec<File>, String> {
+    let dir = instance.join("per_cpu");
+    let entries = fs::read_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut cpus: Vec<u32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("cpu")?.parse().ok())
+        .collect();
+    cpus.sort_unstable();
+    if cpus.is_empty() {
+        return Err(format!("{}: no CPUs", dir.display()));
+    }
+    cpus.iter()
+        .map(|cpu| {
+            let path = dir.join(format!("cpu{cpu}/trace_pipe_raw"));
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(|e| format!("opening {}: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// Reads whole pages from one CPU's pipe until it is empty, giving each to
+/// `each`; `true` if there was any.
+pub fn drain_pipe(
+    pipe: &mut File,
+    page: &mut [u8],
+    mut each: impl FnMut(&[u8]),
+) -> std::io::Result<bool> {
+    let mut any = false;
+    loop {
+        match pipe.read(page) {
+            Ok(0) => return Ok(any),
+            Ok(n) => {
+                each(&page[..n]);
+                any = true;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(any),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Linux 6.18's x86-64 `events/header_page`.
+pub const EXAMPLE_HEADER_PAGE: &str = "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;
+\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;
+\tfield: int overwrite;\toffset:8;\tsize:1;\tsigned:1;
+\tfield: char data;\toffset:16;\tsize:4080;\tsigned:0;
+";
+const EXAMPLE_COMMON: &str = "\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+";
+
+/// Linux 6.18's x86-64 kvm formats of the traced events, their exit
+/// reason tables cut short: for tests, the bench and the fuzz target.
+pub fn example_formats() -> Vec<String> {
+    let exit = "name: kvm_exit\nID: 103\nformat:\n{COMMON}
+\tfield:unsigned int exit_reason;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:unsigned long guest_rip;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:u32 isa;\toffset:24;\tsize:4;\tsigned:0;
+\tfield:unsigned int vcpu_id;\toffset:56;\tsize:4;\tsigned:0;
+
+print fmt: \"vcpu %u reason %s%s%s rip 0x%lx\", REC->vcpu_id, (REC->isa == 1) ? __print_symbolic(REC->exit_reason & 0xffff, { 1, \"EXTERNAL_INTERRUPT\" }, { 30, \"IO_INSTRUCTION\" }) : __print_symbolic(REC->exit_reason, { 0x040 + 13, \"GP excp\" }, { 0x07b, \"io\" }, { 0x400, \"npf\" }), (REC->isa == 1 && REC->exit_reason & ~0xffff) ? \" \" : \"\", (REC->isa == 1) ? __print_flags(REC->exit_reason & ~0xffff, \" \", { 0x80000000, \"FAILED_VMENTRY\" }) : \"\", REC->guest_rip\n";
+    let entry = "name: kvm_entry\nID: 115\nformat:\n{COMMON}
+\tfield:unsigned int vcpu_id;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:unsigned long rip;\toffset:16;\tsize:8;\tsigned:0;\n";
+    let pio = "name: kvm_pio\nID: 110\nformat:\n{COMMON}
+\tfield:unsigned int rw;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:unsigned int port;\toffset:12;\tsize:4;\tsigned:0;
+\tfield:unsigned int size;\toffset:16;\tsize:4;\tsigned:0;
+\tfield:unsigned int count;\toffset:20;\tsize:4;\tsigned:0;
+\tfield:unsigned int val;\toffset:24;\tsize:4;\tsigned:0;\n";
+    let offset = "name: kvm_write_tsc_offset\nID: 83\nformat:\n{COMMON}
+\tfield:unsigned int vcpu_id;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:__u64 previous_tsc_offset;\toffset:16;\tsize:8;\tsigned:0;
+\tfield:__u64 next_tsc_offset;\toffset:24;\tsize:8;\tsigned:0;\n";
+    let not_present = "name: kvm_async_pf_not_present\nID: 34\nformat:\n{COMMON}
+\tfield:__u64 token;\toffset:8;\tsize:8;\tsigned:0;
+\tfield:__u64 gva;\toffset:16;\tsize:8;\tsigned:0;\n";
+    [exit, entry, pio, offset, not_present]
+        .iter()
+        .map(|f| f.replace("{COMMON}", EXAMPLE_COMMON))
+        .collect()
+}
+
+/// A decoder of [`EXAMPLE_HEADER_PAGE`] and [`example_formats`].
+pub fn example_decoder() -> Result<RawDecoder, String> {
+    let formats = example_formats();
+    let texts: Vec<&str> = formats.iter().map(String::as_str).collect();
+    RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host_trace::parse_line;
+    use xvmm_results::tracefs_raw::{encode_record, PageWriter};
+
+    /// Records and the text lines the kernel prints for them.
+    fn records_and_lines(d: &RawDecoder) -> Vec<(Vec<u8>, String)> {
+        let f = |n: &str| d.formats.iter().find(|f| f.name == n).unwrap();
+        let exit = |isa, reason, text: &str| {
+            let data = encode_record(
+                f("kvm_exit"),
+                &[
+                    ("common_pid", 4242),
+                    ("vcpu_id", 1),
+                    ("isa", isa),
+                    ("exit_reason", reason),
+                ],
+            );
+            (
+                data,
+                format!("kvm_exit: vcpu 1 reason {text} rip 0xfff0 info1 0x0"),
+            )
+        };
+        let entry = encode_record(f("kvm_entry"), &[("common_pid", 4242), ("vcpu_id", 1)]);
+        let pio = [
+            ("common_pid", 4242),
+            ("rw", 1),
+            ("port", 0x508),
+            ("size", 4),
+            ("count", 1),
+            ("val", 42),
+        ];
+        let offset = [
+            ("common_pid", 7),
+            ("vcpu_id", 0),
+            ("next_tsc_offset", -100i64 as u64),
+        ];
+        vec![
+            exit(1, 30, "IO_INSTRUCTION"),
+            (
+                encode_record(f("kvm_pio"), &pio),
+                "kvm_pio: pio_write at 0x508 size 4 count 1 val 0x2a ".into(),
+            ),
+            (entry.clone(), "kvm_entry: vcpu 1, rip 0xfff0".into()),
+            exit(1, 0x8000_0001, "EXTERNAL_INTERRUPT FAILED_VMENTRY"),
+            exit(2, 0x7b, "io"),
+            exit(2, 0x4d, "GP excp"),
+            exit(2, 0x400, "npf"),
+            exit(2, 0x999, "0x999"),
+            (entry, "kvm_entry: vcpu 1, rip 0xfff0".into()),
+            (
+                encode_record(f("kvm_write_tsc_offset"), &offset),
+                "kvm_write_tsc_offset: vcpu=0 prev=0 next=18446744073709551516".into(),
+            ),
+            (
+                encode_record(
+                    f("kvm_async_pf_not_present"),
+                    &[("common_pid", 4242), ("token", 1), ("gva", 0x1000)],
+                ),
+                "kvm_async_pf_not_present: token 0x1 gva 0x1000".into(),
+            ),
+        ]
+    }
+
+    /// Both readers give the aggregator the same events.
+    fn both_readers_agree(d: &RawDecoder) {
+        let cases = records_and_lines(d);
+        let mut w = PageWriter::new(
+            &xvmm_results::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap(),
+            1_000_000,
+        );
+        let mut text = Vec::new();
+        for (i, (data, line)) in cases.iter().enumerate() {
+            assert!(w.event(10, data));
+            let pid = if line.contains("tsc_offset") { 7 } else { 4242 };
+            let ts = 1_000_000 + 10 * (i as u64 + 1);
+            text.push(parse_line(&format!("xvmm-{pid} [001] d..1. {ts}: {line}")).unwrap());
+        }
+        let mut raw = Vec::new();
+        let outcome = d.decode_page(&w.finish(Missed::Count(3)), |_, ev| raw.push(ev));
+        assert_eq!(outcome, PageOutcome::Whole);
+        assert_eq!(raw[0], TraceEvent::Lost { count: 3 });
+        assert_eq!(raw[1..], text[..]);
+    }
+
+    #[test]
+    fn binary_records_give_the_events_their_text_lines_give() {
+        both_readers_agree(&example_decoder().unwrap());
+        // And with this machine's own formats, where it has them.
+        let events = Path::new("/sys/kernel/tracing/events");
+        match RawDecoder::load(events) {
+            Ok(d) => both_readers_agree(&d),
+            Err(e) => println!("skipped this machine's formats: {e}"),
+        }
+    }
+
+    #[test]
+    fn formats_the_reader_cannot_use_are_refused() {
+        let mut f = example_formats();
+        f[1] = f[1].replace("vcpu_id", "vcpu");
+        let texts: Vec<&str> = f.iter().map(String::as_str).collect();
+        assert!(RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts)
+            .unwrap_err()
+            .contains("kvm_entry"));
+        let mut f = example_formats();
+        f[0] = f[0].replace("__print_symbolic", "__print_flags");
+        let texts: Vec<&str> = f.iter().map(String::as_str).collect();
+        assert!(RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts)
+            .unwrap_err()
+            .contains("table"));
+        let texts: Vec<&str> = example_formats().iter().skip(1).map(|_| "").collect();
+        assert!(RawDecoder::new(EXAMPLE_HEADER_PAGE, &texts).is_err());
+        assert!(RawDecoder::new("", &[]).is_err());
+    }
+
+    #[test]
+    fn corrupt_pages_are_reported() {
+        let d = example_decoder().unwrap();
+        let mut events = Vec::new();
+        assert_eq!(
+            d.decode_page(&[0; 8], |_, e| events.push(e)),
+            PageOutcome::Corrupt
+        );
+        let layout = xvmm_results::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
+        let mut w = PageWriter::new(&layout, 5);
+        let entry = &records_and_lines(&d)[2].0;
+        assert!(w.event(1, entry));
+        assert!(w.raw(&[0, 0, 0, 0, 0xff, 0xff, 0, 0]));
+        let outcome = d.decode_page(&w.finish(Missed::None), |_, e| events.push(e));
+        assert_eq!(outcome, PageOutcome::Corrupt);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[1], TraceEvent::Lost { count: 0 });
+    }
+
+    #[test]
+    fn cpus_merge_by_time_and_wait_for_the_slowest() {
+        let mut m = CpuMerge::new(2);
+        m.push(1, 90, "cpu1 early");
+        m.push(0, 100, "exit on cpu0");
+        m.push(1, 150, "entry on cpu1");
+        let mut out = Vec::new();
+        // cpu0 may still deliver anything from 100 on.
+        m.release_drained(0, |e| out.push(e));
+        assert_eq!(out, ["cpu1 early"]);
+        m.push(0, 200, "later on cpu0");
+        m.release_drained(0, |e| out.push(e));
+        assert_eq!(out, ["cpu1 early", "exit on cpu0"]);
+        // A CPU drained after time T delivers nothing before T less the slack.
+        m.release_drained(175 + COMMIT_SLACK, |e| out.push(e));
+        assert_eq!(out[2], "entry on cpu1");
+        m.push(1, 190, "cpu1 again");
+        m.release_all(|e| out.push(e));
+        assert_eq!(out[3..], ["cpu1 again", "later on cpu0"]);
+        m.push(7, 1, "no such CPU");
+        m.release_all(|e| out.push(e));
+        assert_eq!(out.len(), 5);
+    }
+}
