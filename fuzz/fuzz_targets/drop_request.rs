@@ -26,7 +26,10 @@ fuzz_target!(|input: (u32, Vec<u8>)| {
                     "{gpa:#x}"
                 );
             }
-            assert_eq!(DropAnswer::decode(DropAnswer::Dropped(count).encode()), DropAnswer::Dropped(count));
+            assert_eq!(
+                DropAnswer::decode(DropAnswer::Dropped(count).encode()),
+                DropAnswer::Dropped(count)
+            );
         }
         Err(refusal) => {
             assert!(refusal.code() < 0);
