@@ -37,6 +37,15 @@ pub const MIN_DELAY: Duration = Duration::from_micros(1);
 /// long per page; beyond a second a run of a few hundred pages takes minutes.
 pub const MAX_DELAY: Duration = Duration::from_secs(1);
 
+/// Fault latencies kept (8 MiB); past it faults are only counted.
+pub const MAX_KEPT_LATENCIES: usize = 1 << 20;
+
+/// Page runs a VM may have registered over its life. Every run splits the
+/// guest memory mapping (up to two more VMAs): a guest scattering requests
+/// must not push xvmm into the host's map count limit (65530 by default),
+/// where its own allocations would fail.
+pub const MAX_REGISTERED_RUNS: u64 = 16_384;
+
 /// Checks `--host-fault-delay` before anything is built.
 pub fn check_delay(delay: Duration) -> Result<()> {
     if (MIN_DELAY..=MAX_DELAY).contains(&delay) {
@@ -176,6 +185,7 @@ pub struct HostFaultSummary {
 type HostRanges = Vec<(u64, u64)>;
 
 struct Served {
+    count: u64,
     latency_ns: Vec<u64>,
     failure: Option<String>,
 }
@@ -190,6 +200,9 @@ pub struct HostFaults {
     served: Arc<Mutex<Served>>,
     server: Option<JoinHandle<()>>,
     summary: HostFaultSummary,
+    /// Page runs registered so far, and how many may be ([`MAX_REGISTERED_RUNS`]).
+    runs_registered: u64,
+    run_limit: u64,
 }
 
 impl HostFaults {
@@ -211,6 +224,7 @@ impl HostFaults {
         let stop = EventFd::new(EFD_NONBLOCK)
             .map_err(|e| Error::HostFault(format!("cannot create an eventfd: {e}")))?;
         let served = Arc::new(Mutex::new(Served {
+            count: 0,
             latency_ns: Vec::new(),
             failure: None,
         }));
@@ -249,6 +263,8 @@ impl HostFaults {
                 delay,
                 ..Default::default()
             },
+            runs_registered: 0,
+            run_limit: MAX_REGISTERED_RUNS,
         })
     }
 
@@ -271,7 +287,7 @@ impl HostFaults {
     }
 
     fn drop_requested(
-        &self,
+        &mut self,
         memory: &GuestMemoryMmap,
         count: u32,
     ) -> std::result::Result<u32, DropRefusal> {
@@ -280,7 +296,13 @@ impl HostFaults {
             .read_slice(&mut page, GuestAddress(RESULTS_GPA + DROP_REQUEST_OFFSET))
             .map_err(|_| DropRefusal::HostFailed)?;
         let gpas = parse_drop_request(&page, count, &self.ram)?;
-        for run in host_runs(memory, &gpas)? {
+        let runs = host_runs(memory, &gpas)?;
+        let total = self.runs_registered.saturating_add(runs.len() as u64);
+        if total > self.run_limit {
+            return Err(DropRefusal::Limit(self.run_limit));
+        }
+        self.runs_registered = total;
+        for run in runs {
             register(&self.uffd, run).map_err(|_| DropRefusal::HostFailed)?;
             // SAFETY: `run` lies inside guest RAM's mapping (checked above);
             // dropping it only makes the guest's next touch fault to us.
@@ -313,7 +335,7 @@ impl HostFaults {
         let served = self.served.lock().unwrap_or_else(|e| e.into_inner());
         let mut summary = std::mem::take(&mut self.summary);
         summary.delay = self.delay;
-        summary.faults_served = served.latency_ns.len() as u64;
+        summary.faults_served = served.count;
         summary.latency_ns = served.latency_ns.clone();
         summary.failure = served.failure.clone();
         summary
@@ -451,11 +473,11 @@ fn serve(
             std::thread::sleep(delay);
             fill_page(uffd, msg.address & !(GUEST_PAGE - 1), &zero)?;
             let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            served
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .latency_ns
-                .push(ns);
+            let mut served = served.lock().unwrap_or_else(|e| e.into_inner());
+            served.count += 1;
+            if served.latency_ns.len() < MAX_KEPT_LATENCIES {
+                served.latency_ns.push(ns);
+            }
         }
     }
 }
@@ -614,6 +636,29 @@ mod tests {
         assert_eq!((summary.requests, summary.refused), (3, 3));
         assert_eq!((summary.pages_dropped, summary.faults_served), (0, 0));
         assert!(summary.last_refusal.unwrap().contains("page aligned"));
+    }
+
+    #[test]
+    fn scattered_requests_stop_at_the_run_limit() {
+        let (memory, ram) = memory();
+        let Some(mut faults) = faults(&memory, &ram, MIN_DELAY) else {
+            return;
+        };
+        faults.run_limit = 3;
+        // Two contiguous pages make one run, a third page a second one.
+        assert_eq!(
+            ask(&memory, &mut faults, &[0x1000, 0x2000, 0x8000]),
+            DropAnswer::Dropped(3)
+        );
+        assert_eq!(ask(&memory, &mut faults, &[0xa000]), DropAnswer::Dropped(1));
+        let refused = ask(&memory, &mut faults, &[0xc000]);
+        assert_eq!(refused, DropAnswer::Refused(DropRefusal::Limit(3).code()));
+        let summary = faults.finish();
+        assert_eq!((summary.pages_dropped, summary.refused), (4, 1));
+        assert!(summary
+            .last_refusal
+            .unwrap()
+            .contains("more than 3 separate page runs"));
     }
 
     #[test]

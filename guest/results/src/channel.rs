@@ -59,6 +59,8 @@ pub enum DropRefusal {
     OutsideRam(u64),
     /// The host failed to drop a page (an madvise or userfaultfd error).
     HostFailed,
+    /// The VM has dropped this many separate page runs already.
+    Limit(u64),
 }
 
 impl DropRefusal {
@@ -70,6 +72,7 @@ impl DropRefusal {
             DropRefusal::Unaligned(_) => -3,
             DropRefusal::OutsideRam(_) => -4,
             DropRefusal::HostFailed => -5,
+            DropRefusal::Limit(_) => -6,
         }
     }
 
@@ -82,6 +85,7 @@ impl DropRefusal {
             -3 => "an address not page aligned",
             -4 => "a page outside guest RAM",
             -5 => "the host failed to drop the pages",
+            -6 => "too many separate page runs dropped in this VM",
             _ => "an unknown answer",
         }
     }
@@ -99,6 +103,9 @@ impl std::fmt::Display for DropRefusal {
             DropRefusal::Unaligned(a) => write!(f, "address {a:#x} is not page aligned"),
             DropRefusal::OutsideRam(a) => write!(f, "page {a:#x} is not inside guest RAM"),
             DropRefusal::HostFailed => write!(f, "the host could not drop the pages"),
+            DropRefusal::Limit(n) => {
+                write!(f, "more than {n} separate page runs dropped in this VM")
+            }
         }
     }
 }
@@ -231,8 +238,15 @@ mod drop_tests {
         ] {
             assert_eq!(DropAnswer::decode(a.encode()), a);
         }
-        let refused = DropAnswer::Refused(DropRefusal::OutsideRam(0).code());
-        assert_eq!(DropAnswer::decode(refused.encode()), refused);
+        for refusal in [
+            DropRefusal::OutsideRam(0),
+            DropRefusal::Limit(5),
+            DropRefusal::NotEnabled,
+        ] {
+            let refused = DropAnswer::Refused(refusal.code());
+            assert_eq!(DropAnswer::decode(refused.encode()), refused);
+            assert_ne!(DropRefusal::describe(refusal.code()), "an unknown answer");
+        }
         assert_eq!(DropAnswer::decode(0), DropAnswer::Refused(0));
         assert_eq!(DropAnswer::decode(i64::MAX), DropAnswer::Refused(i64::MAX));
     }
