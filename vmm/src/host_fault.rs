@@ -509,37 +509,60 @@ fn read_message(uffd: &OwnedFd) -> std::result::Result<Option<uapi::UffdMsg>, St
     Ok(Some(msg))
 }
 
-/// Puts a zero page at `page` and wakes its faults; a page already there (a
-/// second fault on it raced the first) only needs the wake.
+/// Puts a zero page at `page` and wakes its faults; a page already there
+/// only needs the wake.
 fn fill_page(uffd: &OwnedFd, page: u64, zero: &[u8]) -> std::result::Result<(), String> {
-    let mut copy = uapi::UffdioCopy {
-        dst: page,
-        src: zero.as_ptr() as u64,
-        len: GUEST_PAGE,
-        mode: 0,
-        copy: 0,
-    };
-    // SAFETY: UFFDIO_COPY reads the zero page and writes `copy.copy`.
-    let ret =
-        unsafe { vmm_sys_util::ioctl::ioctl_with_mut_ref(uffd, uapi::UFFDIO_COPY(), &mut copy) };
-    if ret == 0 {
-        return Ok(());
-    }
-    match errno() {
-        libc::EEXIST => {
-            let range = uapi::UffdioRange {
-                start: page,
-                len: GUEST_PAGE,
-            };
-            // SAFETY: UFFDIO_WAKE reads one UffdioRange.
-            unsafe { vmm_sys_util::ioctl::ioctl_with_ref(uffd, uapi::UFFDIO_WAKE(), &range) };
-            Ok(())
+    // EAGAIN: the address space was changing (mremap, fork) and nothing was
+    // copied; the kernel asks us to try again.
+    for _ in 0..COPY_ATTEMPTS {
+        let mut copy = uapi::UffdioCopy {
+            dst: page,
+            src: zero.as_ptr() as u64,
+            len: GUEST_PAGE,
+            mode: 0,
+            copy: 0,
+        };
+        // SAFETY: UFFDIO_COPY reads the zero page and writes `copy.copy`.
+        let ret = unsafe {
+            vmm_sys_util::ioctl::ioctl_with_mut_ref(uffd, uapi::UFFDIO_COPY(), &mut copy)
+        };
+        if ret == 0 {
+            return Ok(());
         }
-        e => Err(format!(
-            "UFFDIO_COPY at {page:#x} failed: {}",
-            std::io::Error::from_raw_os_error(e)
-        )),
+        match errno() {
+            libc::EAGAIN => std::thread::yield_now(),
+            libc::EEXIST => return wake(uffd, page),
+            e => {
+                return Err(format!(
+                    "UFFDIO_COPY at {page:#x} failed: {}",
+                    std::io::Error::from_raw_os_error(e)
+                ))
+            }
+        }
     }
+    Err(format!(
+        "UFFDIO_COPY at {page:#x} kept answering EAGAIN ({COPY_ATTEMPTS} attempts)"
+    ))
+}
+
+/// How often a copy the kernel answers with EAGAIN is tried.
+const COPY_ATTEMPTS: u32 = 1000;
+
+/// Wakes the faults waiting on `page`, already in place (a second fault on
+/// it raced the first).
+fn wake(uffd: &OwnedFd, page: u64) -> std::result::Result<(), String> {
+    let range = uapi::UffdioRange {
+        start: page,
+        len: GUEST_PAGE,
+    };
+    // SAFETY: UFFDIO_WAKE reads one UffdioRange.
+    if unsafe { vmm_sys_util::ioctl::ioctl_with_ref(uffd, uapi::UFFDIO_WAKE(), &range) } != 0 {
+        return Err(format!(
+            "UFFDIO_WAKE at {page:#x} failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
