@@ -46,7 +46,8 @@ pub const DROP_REQUEST_MAX: u32 = ((4096 - DROP_REQUEST_HEADER) / 8) as u32;
 /// Guest page size of every address in a request.
 pub const GUEST_PAGE: u64 = 4096;
 
-/// Why the VMM refused a drop request. Nothing of a refused request is acted on.
+/// Why the VMM refused a drop request. A request refused by its checks is
+/// not acted on; one the host fails half way may have dropped its first pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DropRefusal {
     /// The VMM was not started with `--host-fault-delay`.

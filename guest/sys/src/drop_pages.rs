@@ -33,7 +33,9 @@ pub fn physical_address(pagemap: &std::fs::File, addr: usize) -> Result<u64> {
              (not resident, or not root: PFNs need CAP_SYS_ADMIN)"
         )));
     }
-    Ok(pfn * GUEST_PAGE + (addr as u64 % GUEST_PAGE))
+    pfn.checked_mul(GUEST_PAGE)
+        .map(|base| base + (addr as u64 % GUEST_PAGE))
+        .ok_or_else(|| Error::Channel(format!("PFN {pfn:#x} of {addr:#x} is out of range")))
 }
 
 /// The mapped request page and the port.

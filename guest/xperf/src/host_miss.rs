@@ -45,12 +45,18 @@ pub struct Measured {
     pub guest: AsyncPfGuest,
     pub spinner: Vec<u64>,
     pub spinner_speed: u64,
+    /// Whether the spinner ran (pinned, idle class); if not, its counts mean nothing.
+    pub spinner_ran: bool,
+    /// Why the rounds stopped early (the ones before are kept).
+    pub stopped: Option<String>,
 }
 
 /// A count the spinner thread advances while it runs.
 struct Spinner {
     count: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// Set once the thread is pinned and idle-class, before it counts.
+    running: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -58,7 +64,8 @@ impl Spinner {
     fn start(cpu: u32) -> Result<Spinner> {
         let count = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (c, s) = (Arc::clone(&count), Arc::clone(&stop));
+        let running = Arc::new(AtomicBool::new(false));
+        let (c, s, r) = (Arc::clone(&count), Arc::clone(&stop), Arc::clone(&running));
         let thread = std::thread::Builder::new()
             .name("xperf-spinner".into())
             .spawn(move || {
@@ -67,6 +74,7 @@ impl Spinner {
                 if crate::measure::pin(Some(cpu)).is_err() || set_idle_class().is_err() {
                     return;
                 }
+                r.store(true, Ordering::Release);
                 while !s.load(Ordering::Relaxed) {
                     c.fetch_add(1, Ordering::Relaxed);
                 }
@@ -75,6 +83,7 @@ impl Spinner {
         Ok(Spinner {
             count,
             stop,
+            running,
             thread: Some(thread),
         })
     }
@@ -213,8 +222,13 @@ pub fn measure(
     };
     let (ready_before, switches_before) = (page_ready_count(), voluntary_switches());
     for _ in 0..rounds.max(1) {
-        round(&mut m, pages, &mut chan, &pagemap, &spinner, page)?;
+        // A refused request or a lost page ends the rounds; those done stay.
+        if let Err(e) = round(&mut m, pages, &mut chan, &pagemap, &spinner, page) {
+            m.stopped = Some(e.to_string());
+            break;
+        }
     }
+    m.spinner_ran = spinner.running.load(Ordering::Acquire);
     m.guest.voluntary_switches = voluntary_switches().saturating_sub(switches_before);
     m.guest.page_ready = page_ready_count()
         .zip(ready_before)
@@ -223,9 +237,9 @@ pub fn measure(
 }
 
 impl Measured {
-    /// The spinner's figures for the report.
-    pub fn spinner_figures(&self, raw: bool) -> SpinnerFigures {
-        SpinnerFigures {
+    /// The spinner's figures for the report; None when it never ran.
+    pub fn spinner_figures(&self, raw: bool) -> Option<SpinnerFigures> {
+        self.spinner_ran.then(|| SpinnerFigures {
             per_touch: Stats::from_samples(&self.spinner),
             iterations_per_kilotick: self.spinner_speed,
             samples: if raw {
@@ -233,7 +247,7 @@ impl Measured {
             } else {
                 Vec::new()
             },
-        }
+        })
     }
 }
 

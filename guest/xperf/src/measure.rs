@@ -495,10 +495,34 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
         Mode::Split(page) => Some(page),
         Mode::RoundTrip(_) => None,
     };
-    let m = crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page)?;
+    let name = xvmm_results::async_pf::PF_HOST_MISS;
+    // Whatever goes wrong here, the crossings measured before are kept.
+    let m =
+        match crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page) {
+            Ok(m) => m,
+            Err(e) => {
+                report
+                    .crossings
+                    .push(Crossing::unsupported(name, config.host_miss, e.to_string()));
+                return Ok(());
+            }
+        };
+    if let Some(why) = &m.stopped {
+        report.notes.push(format!(
+            "pf-host-miss stopped after {} of {} rounds: {why}",
+            m.rounds.len(),
+            config.rounds.max(1)
+        ));
+    }
+    if !m.spinner_ran {
+        report.notes.push(
+            "pf-host-miss: the spinner could not be pinned or made idle-class: no spinner figures"
+                .into(),
+        );
+    }
     let views: Vec<&[u64]> = m.rounds.iter().map(Vec::as_slice).collect();
     let mut crossing = Crossing::from_round_trip_rounds(
-        xvmm_results::async_pf::PF_HOST_MISS,
+        name,
         config.host_miss,
         &views,
         correction,
@@ -514,7 +538,7 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
         m.samples.len()
     ));
     report.async_pf = Some(xvmm_results::async_pf::AsyncPf {
-        spinner: Some(m.spinner_figures(config.raw)),
+        spinner: m.spinner_figures(config.raw),
         guest: m.guest,
         ..Default::default()
     });

@@ -244,8 +244,10 @@ impl Region {
         self.base.wrapping_add((index * abi::PAGE_SIZE) % self.len)
     }
 
-    /// Locks every (touched) page in memory, so that the guest kernel keeps
-    /// them where they are (their physical addresses stay valid).
+    /// Locks every (touched) page in memory: the guest kernel does not swap
+    /// or reclaim them. (Compaction may still move a locked page where
+    /// `vm.compact_unevictable_allowed` is 1; xperf's guest runs nothing
+    /// that compacts between finding the addresses and touching the pages.)
     pub fn lock(&self) -> Result<()> {
         // SAFETY: locking our own mapping.
         if unsafe { libc::mlock(self.base.cast(), self.len) } != 0 {

@@ -69,12 +69,22 @@ pub fn run_both(args: &RunArgs, kernel: &Path, stdout: &Stdout) -> Result<()> {
     let _signals = StopSignals::install()?;
     let mut first = boot(on, &on_out, args, stdout)?;
     // A failed or interrupted first run ends here, with what it measured.
-    if let Err(e) = first_ended(&first) {
-        let report = first.report.take();
-        let delivered = deliver(report, on_out, args, stdout);
-        return first.verdict(delivered, args).and(Err(e));
+    if let Some(why) = first.end_error() {
+        output::eprint(&format!(
+            "xvmm: the async-pf-on run failed ({why}); the off run was not booted\n"
+        ));
+        let delivered = deliver(first.report.take(), on_out, args, stdout);
+        return first.verdict(delivered, args);
     }
-    let mut second = boot(off, &off_out, args, stdout)?;
+    let mut second = match boot(off, &off_out, args, stdout) {
+        Ok(second) => second,
+        Err(e) => {
+            // The first run's results are delivered all the same.
+            let delivered = deliver(first.report.take(), on_out, args, stdout);
+            first.verdict(delivered, args)?;
+            return Err(e);
+        }
+    };
     let compared = match (&first.report, &second.report) {
         (Some(a), Some(b)) => async_pf::compare_on_off(a, b),
         _ => None,
@@ -99,14 +109,6 @@ pub fn run_both(args: &RunArgs, kernel: &Path, stdout: &Stdout) -> Result<()> {
     }
     first.verdict(delivered_on, args)?;
     second.verdict(delivered_off, args)
-}
-
-/// The first run's end, without consuming it.
-fn first_ended(booted: &super::linux::Booted) -> Result<()> {
-    match booted.end_error() {
-        Some(why) => Err(Error::Guest(format!("the async-pf-on run failed: {why}"))),
-        None => Ok(()),
-    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,15 @@ pub struct AsyncPfFacts {
 /// sent none but the VMM served faults).
 pub fn add_async_pf(report: &mut Report, facts: &AsyncPfFacts, trace: Option<&TraceSummary>) {
     let Some(faults) = &facts.faults else {
+        // Only a guest could have put it there; nothing of the host's half
+        // comes from a guest.
+        if report.async_pf.take().is_some() {
+            report.notes.push(
+                "the guest sent async page fault figures, but this run served no host faults \
+                 (no --host-fault-delay): they were dropped"
+                    .into(),
+            );
+        }
         return;
     };
     if facts.offered && facts.msr_en.is_some_and(|v| v & 1 == 0) {
@@ -34,6 +43,9 @@ pub fn add_async_pf(report: &mut Report, facts: &AsyncPfFacts, trace: Option<&Tr
         );
     }
     let a = report.async_pf.get_or_insert_with(AsyncPf::default);
+    // Every host figure is the VMM's own, whatever the guest sent.
+    a.host = Default::default();
+    a.on_off = None;
     a.offered = facts.offered;
     a.enabled_by_guest = facts.msr_en.map(|v| v & 1 == 1);
     a.host_fault_delay_ns = u64::try_from(faults.delay.as_nanos()).unwrap_or(u64::MAX);
