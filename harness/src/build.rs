@@ -65,6 +65,22 @@ pub fn prepare() -> Result<Artifacts> {
     with_static_binaries(l1_kernel, l2_kernel, &[])
 }
 
+/// The patched L1 and L2 kernels and the static binaries with xperf, and
+/// where the static xperf is (next to xvmm, where xvmm looks for it).
+pub fn prepare_patched_with_xperf() -> Result<(Artifacts, PathBuf)> {
+    let build = |flavour| {
+        let request = BuildRequest {
+            patched: true,
+            ..BuildRequest::new(flavour)
+        };
+        kernel::build(&request, &Silent)
+    };
+    let artifacts =
+        with_static_binaries(build(Flavour::Host)?, build(Flavour::Guest)?, &["xperf"])?;
+    let xperf = artifacts.xvmm.with_file_name("xperf");
+    Ok((artifacts, xperf))
+}
+
 /// The artefacts for these kernels, after a static build of xvmm,
 /// `xvmm-init`, `l1-init` and the `extra` packages (found in the same
 /// directory as xvmm).

@@ -18,7 +18,10 @@ pub mod initramfs;
 pub mod lock;
 pub mod run;
 
-pub use build::{build_static, prepare, with_static_binaries, workspace_root, Artifacts};
+pub use build::{
+    build_static, prepare, prepare_patched_with_xperf, with_static_binaries, workspace_root,
+    Artifacts,
+};
 pub use initramfs::{append_files, l1_initramfs, l2_initramfs};
 pub use run::{l1_cmdline, report_from_stdout, run_l1, run_l1_with_cmdline, HarnessRun};
 pub use xvmm_init::plan::{Outcome, Step, StepResult};

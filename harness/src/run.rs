@@ -3,7 +3,7 @@
 
 use crate::build::{workspace_root, Artifacts};
 use crate::lock::HarnessLock;
-use crate::{StepResult, HOST_QEMU};
+use crate::{Outcome, StepResult, HOST_QEMU};
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -79,6 +79,23 @@ impl HarnessRun {
     /// stderr then), so the whole of stdout must parse.
     pub fn report(&self, name: &str) -> std::result::Result<xvmm_results::Report, String> {
         report_from_stdout(&self.stdout(name))
+    }
+
+    /// The report of step `name`, which must have run and exited 0; the
+    /// error holds what went wrong and the step's output.
+    pub fn exited_report(&self, name: &str) -> std::result::Result<xvmm_results::Report, String> {
+        let step = self
+            .step(name)
+            .ok_or_else(|| format!("step {name} did not run:\n{}", self.tail(40)))?;
+        let out = self.output(name).join("\n");
+        if step.outcome != Outcome::Exited(0) {
+            return Err(format!(
+                "step {name} ended with {}; its output:\n{out}",
+                step.outcome
+            ));
+        }
+        self.report(name)
+            .map_err(|e| format!("step {name}: {e}; output:\n{out}"))
     }
 
     /// What step `name` wrote to its stdout alone, line by line.

@@ -18,9 +18,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::initramfs::Archive;
-use xvmm::kernel::{self, BuildRequest, Flavour};
-use xvmm::progress::Silent;
 use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
 use xvmm_results::{Characterization, Environment, Report, Status};
 
@@ -93,32 +90,10 @@ fn plan() -> Vec<Step> {
     ]
 }
 
-/// The patched kernels and the static binaries, xperf among them.
-fn prepare() -> Result<(Artifacts, PathBuf), String> {
-    let build = |flavour| {
-        let request = BuildRequest {
-            patched: true,
-            ..BuildRequest::new(flavour)
-        };
-        kernel::build(&request, &Silent).map_err(|e| e.to_string())
-    };
-    let l1_kernel = build(Flavour::Host)?;
-    let l2_kernel = build(Flavour::Guest)?;
-    let artifacts = harness::with_static_binaries(l1_kernel, l2_kernel, &["xperf"])
-        .map_err(|e| e.to_string())?;
-    let xperf = artifacts.xvmm.with_file_name("xperf");
-    Ok((artifacts, xperf))
-}
-
 /// The L1 initramfs with xperf added as a second newc archive.
 fn l1_initramfs(a: &Artifacts, xperf: &Path) -> Result<Vec<u8>, String> {
     let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(xperf).map_err(|e| format!("{}: {e}", xperf.display()))?;
-    let mut extra = Archive::new();
-    extra
-        .file(L1_XPERF, bytes, 0o755)
-        .map_err(|e| e.to_string())?;
-    cpio.extend(extra.to_bytes());
+    harness::append_files(&mut cpio, &[(L1_XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
     Ok(cpio)
 }
 
@@ -143,7 +118,7 @@ fn skipped() -> bool {
 }
 
 fn boot() -> Result<Run, String> {
-    let (artifacts, xperf) = prepare()?;
+    let (artifacts, xperf) = harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
     let initramfs = l1_initramfs(&artifacts, &xperf)?;
     let run = harness::run_l1_with_cmdline(
         &artifacts,

@@ -19,9 +19,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::kernel::{self, BuildRequest, Flavour};
-use xvmm::progress::Silent;
-use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
+use xvmm_harness::{self as harness, l1, Outcome, Step};
 use xvmm_results::probes::mode;
 use xvmm_results::{Environment, Report, Status};
 
@@ -122,21 +120,6 @@ fn plan() -> Vec<Step> {
     ]
 }
 
-fn prepare() -> Result<(Artifacts, PathBuf), String> {
-    let build = |flavour| {
-        let request = BuildRequest {
-            patched: true,
-            ..BuildRequest::new(flavour)
-        };
-        kernel::build(&request, &Silent).map_err(|e| e.to_string())
-    };
-    let artifacts =
-        harness::with_static_binaries(build(Flavour::Host)?, build(Flavour::Guest)?, &["xperf"])
-            .map_err(|e| e.to_string())?;
-    let xperf = artifacts.xvmm.with_file_name("xperf");
-    Ok((artifacts, xperf))
-}
-
 struct ProbesRun {
     run: harness::HarnessRun,
     xvmm: PathBuf,
@@ -153,27 +136,12 @@ fn skipped() -> bool {
     false
 }
 
-fn report_of(run: &harness::HarnessRun, name: &str) -> Result<Report, String> {
-    let step = run
-        .step(name)
-        .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
-    let out = run.output(name);
-    if step.outcome != Outcome::Exited(0) {
-        return Err(format!(
-            "step {name} ended with {}; its output:\n{}",
-            step.outcome,
-            out.join("\n")
-        ));
-    }
-    run.report(name)
-        .map_err(|e| format!("step {name}: {e}; output:\n{}", out.join("\n")))
-}
-
 /// The one L1 boot, shared by the tests below.
 fn run() -> &'static ProbesRun {
     static RUN: OnceLock<Result<ProbesRun, String>> = OnceLock::new();
     let result = RUN.get_or_init(|| {
-        let (artifacts, xperf) = prepare()?;
+        let (artifacts, xperf) =
+            harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
         let mut initramfs =
             harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
         harness::append_files(&mut initramfs, &[(L1_XPERF, xperf.as_path(), 0o755)])
@@ -193,8 +161,8 @@ fn run() -> &'static ProbesRun {
         for s in &run.steps {
             eprintln!("{}", s.to_line());
         }
-        let bm = report_of(&run, "bm")?;
-        let vm = report_of(&run, "vm")?;
+        let bm = run.exited_report("bm")?;
+        let vm = run.exited_report("vm")?;
         let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();
         for (name, r) in [("bm", &bm), ("vm", &vm)] {
             let path = dir.join(format!("probes-{name}.json"));

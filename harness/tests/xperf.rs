@@ -18,10 +18,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::initramfs::Archive;
-use xvmm::kernel::{self, BuildRequest, Flavour};
-use xvmm::progress::Silent;
-use xvmm_harness::{self as harness, l1, Artifacts, Outcome, Step};
+use xvmm_harness::{self as harness, l1, Artifacts, Step};
 use xvmm_results::{Environment, Report, Status};
 
 /// Samples per crossing: TCG makes every crossing slow, so few.
@@ -110,33 +107,11 @@ fn plan() -> Vec<Step> {
     ]
 }
 
-/// The patched kernels and the static binaries (xperf included).
-fn prepare() -> Result<(Artifacts, PathBuf), String> {
-    let build = |flavour| {
-        let request = BuildRequest {
-            patched: true,
-            ..BuildRequest::new(flavour)
-        };
-        kernel::build(&request, &Silent).map_err(|e| e.to_string())
-    };
-    let l1_kernel = build(Flavour::Host)?;
-    let l2_kernel = build(Flavour::Guest)?;
-    let artifacts = harness::with_static_binaries(l1_kernel, l2_kernel, &["xperf"])
-        .map_err(|e| e.to_string())?;
-    let xperf = artifacts.xvmm.with_file_name("xperf");
-    Ok((artifacts, xperf))
-}
-
 /// The harness's L1 initramfs with xperf added as a second, concatenated
 /// newc archive (the kernel unpacks archives one after the other).
-fn l1_initramfs(a: &Artifacts, xperf: &PathBuf) -> Result<Vec<u8>, String> {
+fn l1_initramfs(a: &Artifacts, xperf: &std::path::Path) -> Result<Vec<u8>, String> {
     let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(xperf).map_err(|e| format!("{}: {e}", xperf.display()))?;
-    let mut extra = Archive::new();
-    extra
-        .file(L1_XPERF, bytes, 0o755)
-        .map_err(|e| e.to_string())?;
-    cpio.extend(extra.to_bytes());
+    harness::append_files(&mut cpio, &[(L1_XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
     Ok(cpio)
 }
 
@@ -161,7 +136,8 @@ fn skipped() -> bool {
 fn run() -> &'static XperfRun {
     static RUN: OnceLock<Result<XperfRun, String>> = OnceLock::new();
     let result = RUN.get_or_init(|| {
-        let (artifacts, xperf) = prepare()?;
+        let (artifacts, xperf) =
+            harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
         let initramfs = l1_initramfs(&artifacts, &xperf)?;
         let run = harness::run_l1_with_cmdline(
             &artifacts,
@@ -179,23 +155,9 @@ fn run() -> &'static XperfRun {
         for s in &run.steps {
             eprintln!("{}", s.to_line());
         }
-        let side = |name: &str| -> Result<Report, String> {
-            let step = run
-                .step(name)
-                .ok_or_else(|| format!("step {name} did not run:\n{}", run.tail(40)))?;
-            let all = run.output(name).join("\n");
-            if step.outcome != Outcome::Exited(0) {
-                return Err(format!(
-                    "step {name} ended with {}; its output:\n{all}",
-                    step.outcome
-                ));
-            }
-            run.report(name)
-                .map_err(|e| format!("step {name}: {e}; output:\n{all}"))
-        };
-        let bm = side("bm")?;
-        let vm = side("vm")?;
-        let vm_kpti = side("vm-kpti")?;
+        let bm = run.exited_report("bm")?;
+        let vm = run.exited_report("vm")?;
+        let vm_kpti = run.exited_report("vm-kpti")?;
         let dir = run.log.parent().map(PathBuf::from).unwrap_or_default();
         for (name, r) in [("bm", &bm), ("vm", &vm)] {
             let path = dir.join(format!("xperf-{name}.json"));
