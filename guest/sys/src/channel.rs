@@ -64,6 +64,64 @@ pub fn results_region_from_proc() -> Result<Option<ResultsRegion>> {
     }
 }
 
+/// A shared mapping of guest-physical memory through /dev/mem (the VMM's
+/// buffer), unmapped on drop.
+pub struct PhysMapping {
+    base: *mut u8,
+    len: usize,
+}
+
+impl PhysMapping {
+    /// Maps `len` bytes at guest-physical `gpa`, read-write.
+    pub fn new(gpa: u64, len: u64) -> Result<PhysMapping> {
+        let map_len = usize::try_from(len)
+            .map_err(|_| Error::Channel("buffer size does not fit in usize".into()))?;
+        let offset = libc::off_t::try_from(gpa)
+            .map_err(|_| Error::Channel("buffer address does not fit in off_t".into()))?;
+        // SAFETY: open a NUL-terminated path; checked below.
+        let fd = unsafe { libc::open(c"/dev/mem".as_ptr(), libc::O_RDWR | libc::O_SYNC) };
+        if fd < 0 {
+            return Err(Error::last_os("open /dev/mem"));
+        }
+        // SAFETY: a shared mapping of the announced region, whose size and
+        // offset the callers bounded by the channel's limits; checked for
+        // MAP_FAILED.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                offset,
+            )
+        };
+        // SAFETY: closing the descriptor we opened; a mapping keeps its own reference.
+        unsafe { libc::close(fd) };
+        if base == libc::MAP_FAILED {
+            return Err(Error::last_os(&format!(
+                "mmap of /dev/mem at {gpa:#x}+{len:#x}"
+            )));
+        }
+        Ok(PhysMapping {
+            base: base.cast(),
+            len: map_len,
+        })
+    }
+
+    /// The first byte of the mapping (valid for its length while it lives).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base
+    }
+}
+
+impl Drop for PhysMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
 /// Copies the report into the VMM's buffer and rings the doorbell with its length.
 pub fn send_to_vmm(region: ResultsRegion, json: &str) -> Result<()> {
     let len = json.len() as u64;
@@ -75,43 +133,10 @@ pub fn send_to_vmm(region: ResultsRegion, json: &str) -> Result<()> {
     }
     let len32 = u32::try_from(len)
         .map_err(|_| Error::Channel(format!("report of {len} bytes exceeds the doorbell's u32")))?;
-    let map_len = usize::try_from(region.size)
-        .map_err(|_| Error::Channel("buffer size does not fit in usize".into()))?;
-    let offset = libc::off_t::try_from(region.gpa)
-        .map_err(|_| Error::Channel("buffer address does not fit in off_t".into()))?;
-    // SAFETY: open a NUL-terminated path; checked below.
-    let fd = unsafe { libc::open(c"/dev/mem".as_ptr(), libc::O_RDWR | libc::O_SYNC) };
-    if fd < 0 {
-        return Err(Error::last_os("open /dev/mem"));
-    }
-    // SAFETY: a shared mapping of the announced region; size and offset were
-    // bounds-checked against the channel's limits; checked for MAP_FAILED.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            offset,
-        )
-    };
-    let mapped = if base == libc::MAP_FAILED {
-        Err(Error::last_os(&format!(
-            "mmap of /dev/mem at {:#x}+{:#x}",
-            region.gpa, region.size
-        )))
-    } else {
-        // SAFETY: json.len() <= region.size == the mapped length.
-        unsafe {
-            std::ptr::copy_nonoverlapping(json.as_ptr(), base.cast::<u8>(), json.len());
-            libc::munmap(base, map_len);
-        }
-        Ok(())
-    };
-    // SAFETY: closing the descriptor we opened.
-    unsafe { libc::close(fd) };
-    mapped?;
+    let buffer = PhysMapping::new(region.gpa, region.size)?;
+    // SAFETY: json.len() <= region.size == the mapped length.
+    unsafe { std::ptr::copy_nonoverlapping(json.as_ptr(), buffer.as_ptr(), json.len()) };
+    drop(buffer);
     sys::ioperm(PORT_RESULTS_DOORBELL, 4)?;
     sys::outl(PORT_RESULTS_DOORBELL, len32);
     Ok(())

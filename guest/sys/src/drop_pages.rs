@@ -4,7 +4,7 @@
 //! answer back into the page ([`DropAnswer`]). Guest-physical addresses come
 //! from /proc/self/pagemap (root only: others read PFN 0).
 
-use crate::channel::ResultsRegion;
+use crate::channel::{PhysMapping, ResultsRegion};
 use crate::sys;
 use crate::{Error, Result};
 use std::os::unix::fs::FileExt;
@@ -40,7 +40,7 @@ pub fn physical_address(pagemap: &std::fs::File, addr: usize) -> Result<u64> {
 
 /// The mapped request page and the port.
 pub struct DropChannel {
-    page: *mut u8,
+    page: PhysMapping,
 }
 
 impl DropChannel {
@@ -52,31 +52,9 @@ impl DropChannel {
                 region.size
             )));
         }
-        let offset = libc::off_t::try_from(region.gpa + DROP_REQUEST_OFFSET)
-            .map_err(|_| Error::Channel("request page address does not fit in off_t".into()))?;
-        // SAFETY: open a NUL-terminated path; checked below.
-        let fd = unsafe { libc::open(c"/dev/mem".as_ptr(), libc::O_RDWR | libc::O_SYNC) };
-        if fd < 0 {
-            return Err(Error::last_os("open /dev/mem"));
-        }
-        // SAFETY: one shared page of the announced buffer; checked for MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                GUEST_PAGE as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                offset,
-            )
-        };
-        // SAFETY: the mapping (if any) keeps its own reference.
-        unsafe { libc::close(fd) };
-        if base == libc::MAP_FAILED {
-            return Err(Error::last_os("mmap of the drop-request page"));
-        }
+        let page = PhysMapping::new(region.gpa + DROP_REQUEST_OFFSET, GUEST_PAGE)?;
         sys::ioperm(PORT_DROP_PAGES, 4)?;
-        Ok(DropChannel { page: base.cast() })
+        Ok(DropChannel { page })
     }
 
     /// Asks the VMM to drop `pages` (guest-physical, page aligned, at most
@@ -89,15 +67,19 @@ impl DropChannel {
         // SAFETY: the page is mapped for the life of self; every offset is
         // below DROP_REQUEST_HEADER + 8 * DROP_REQUEST_MAX <= 4096.
         unsafe {
-            std::ptr::write_volatile(self.page.cast::<i64>(), 0);
+            std::ptr::write_volatile(self.page.as_ptr().cast::<i64>(), 0);
             for (i, gpa) in pages.iter().enumerate() {
-                let at = self.page.add(DROP_REQUEST_HEADER + i * 8).cast::<u64>();
+                let at = self
+                    .page
+                    .as_ptr()
+                    .add(DROP_REQUEST_HEADER + i * 8)
+                    .cast::<u64>();
                 std::ptr::write_volatile(at, *gpa);
             }
         }
         sys::outl(PORT_DROP_PAGES, count);
         // SAFETY: as above; the VMM wrote the answer during the port exit.
-        let word = unsafe { std::ptr::read_volatile(self.page.cast::<i64>()) };
+        let word = unsafe { std::ptr::read_volatile(self.page.as_ptr().cast::<i64>()) };
         match DropAnswer::decode(word) {
             DropAnswer::Dropped(n) => Ok(n),
             DropAnswer::Refused(code) => Err(Error::Channel(format!(
@@ -105,12 +87,5 @@ impl DropChannel {
                 DropRefusal::describe(code)
             ))),
         }
-    }
-}
-
-impl Drop for DropChannel {
-    fn drop(&mut self) {
-        // SAFETY: the page mapped in `open`.
-        unsafe { libc::munmap(self.page.cast(), GUEST_PAGE as usize) };
     }
 }
