@@ -247,6 +247,7 @@ const CASES: &[Case] = &[
     case("async-pf both: without --kernel", &["--async-pf", "both"], 2, Line("--async-pf both applies to Linux guests")),
     case("async-pf both: without a delay", &["--kernel", "{F}/bzImage", "--async-pf", "both"], 2, Line("--async-pf both needs --host-fault-delay")),
     case("async-pf both: --json -", &["--kernel", "{F}/bzImage", "--async-pf", "both", "--host-fault-delay", "1ms", "--json", "-"], 2, Line("cannot send them to stdout")),
+    case("async-pf both: --json in a missing directory", &["--kernel", "{F}/bzImage", "--async-pf", "both", "--host-fault-delay", "1ms", "--json", "{F}/nodir/x.json"], 1, Line("cannot write {F}/nodir/x.json.on.json: No such file or directory")),
     case("host-fault-delay: without --kernel", &["--host-fault-delay", "1ms"], 2, Clap("--kernel <KERNEL>")),
     case("host-fault-delay: no unit", &["--kernel", "{F}/bzImage", "--host-fault-delay", "200"], 2, Clap("needs a unit")),
     case("host-fault-delay: bad unit", &["--kernel", "{F}/bzImage", "--host-fault-delay", "2h"], 2, Clap("unknown unit \"h\"")),

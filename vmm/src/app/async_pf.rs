@@ -3,7 +3,7 @@
 //! printed side by side with their difference.
 
 use super::cli::RunArgs;
-use super::linux::{boot, config, deliver, outputs, Outputs};
+use super::linux::{boot, config, deliver, Outputs};
 use super::output::{self, JsonOutput, Stdout};
 use crate::linux;
 use crate::vcpu::StopSignals;
@@ -44,19 +44,21 @@ fn check(args: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// Both runs' outputs, opened before the first boot.
+/// Both runs' outputs, opened before the first boot: only their own files
+/// (`check` refused `--baseline`, so there is no comparison to write).
 fn side_outputs(args: &RunArgs) -> Result<[Outputs; 2]> {
-    let json = |side| {
-        args.json
-            .as_deref()
-            .map(|p| JsonOutput::prepare(&side_path(p, side)))
-            .transpose()
+    let side = |side| -> Result<Outputs> {
+        Ok(Outputs {
+            json: args
+                .json
+                .as_deref()
+                .map(|p| JsonOutput::prepare(&side_path(p, side)))
+                .transpose()?,
+            comparison: None,
+            baseline: None,
+        })
     };
-    let mut on = outputs(args)?;
-    let mut off = outputs(args)?;
-    on.json = json("on")?;
-    off.json = json("off")?;
-    Ok([on, off])
+    Ok([side("on")?, side("off")?])
 }
 
 /// Boots with async PF offered, then without; delivers both reports (each
