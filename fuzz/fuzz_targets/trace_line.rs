@@ -9,11 +9,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use xvmm::host_trace::{
-    parse_line, ExitAggregator, TraceEvent, TraceLines, TraceSummary, MAX_TRACE_LINE,
-};
+use xvmm::host_trace::{parse_line, TraceLines, TraceSummary, MAX_TRACE_LINE};
 use xvmm::linux::{add_timeline, TscFacts};
-use xvmm_fuzz::{assert_terminal_safe, knob};
+use xvmm_fuzz::{assert_terminal_safe, knob, CheckedAggregator};
 use xvmm_results::timeline::GuestCalibration;
 use xvmm_results::{render, Corrections, Crossing, Environment, Method, Report, Sample};
 
@@ -36,24 +34,14 @@ fuzz_target!(|data: &[u8]| {
         None => Vec::new(),
     };
     assert_eq!(whole, expected);
-    let mut agg = ExitAggregator::default();
-    let mut events = 0u64;
-    for line in &whole {
-        let Some(event) = parse_line(line) else {
-            continue;
-        };
-        if let TraceEvent::Exit { reason, .. } = &event {
-            assert!(!reason.is_empty() && !reason.contains(char::is_whitespace));
-        }
-        events += 1;
-        agg.push(event);
-    }
-    let summary = agg.summary();
-    let paired: u64 = summary.iter().map(|e| e.exit_to_entry.count).sum();
-    assert!(2 * paired + agg.unpaired <= events);
-    let table = xvmm_results::render::host_exit_table(&summary);
+    let mut checked = CheckedAggregator::default();
+    whole
+        .iter()
+        .filter_map(|l| parse_line(l))
+        .for_each(|e| checked.push(e));
+    let table = xvmm_results::render::host_exit_table(&checked.checked_summary());
     assert_terminal_safe(&table, &['\n'], "host_exit_table");
-    joined(&agg.finish(0));
+    joined(&checked.agg.finish(0));
 });
 
 /// The trace joined with a small guest report whose calibration exits and

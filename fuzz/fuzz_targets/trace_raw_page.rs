@@ -9,9 +9,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
-use xvmm::host_trace::{
-    example_decoder, ExitAggregator, RawDecoder, TraceEvent, EXAMPLE_HEADER_PAGE,
-};
+use xvmm::host_trace::{example_decoder, RawDecoder, EXAMPLE_HEADER_PAGE};
+use xvmm_fuzz::CheckedAggregator;
 use xvmm_results::tracefs_raw::{symbolic_tables, EventFormat, Page, PageLayout};
 
 fn decoder() -> &'static RawDecoder {
@@ -21,18 +20,9 @@ fn decoder() -> &'static RawDecoder {
 
 fuzz_target!(|data: &[u8]| {
     let d = decoder();
-    let mut agg = ExitAggregator::default();
-    let mut events = 0u64;
-    d.decode_page(data, |_, event| {
-        if let TraceEvent::Exit { reason, .. } = &event {
-            assert!(!reason.is_empty() && !reason.contains(char::is_whitespace));
-        }
-        events += 1;
-        agg.push(event);
-    });
-    let summary = agg.summary();
-    let paired: u64 = summary.iter().map(|e| e.exit_to_entry.count).sum();
-    assert!(2 * paired + agg.unpaired <= events);
+    let mut checked = CheckedAggregator::default();
+    d.decode_page(data, |_, event| checked.push(event));
+    checked.checked_summary();
     let layout = PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
     if let Ok(page) = Page::parse(&layout, data) {
         let range = data.as_ptr_range();

@@ -32,6 +32,33 @@ pub fn assert_one_line(message: &str, what: &str) {
     assert_terminal_safe(message, &[], what);
 }
 
+/// An exit aggregator fed parsed trace events (by either trace reader):
+/// checks that exit reasons are one word and that the pairing counts add up.
+#[derive(Default)]
+pub struct CheckedAggregator {
+    pub agg: xvmm::host_trace::ExitAggregator,
+    events: u64,
+}
+
+impl CheckedAggregator {
+    pub fn push(&mut self, event: xvmm::host_trace::TraceEvent) {
+        if let xvmm::host_trace::TraceEvent::Exit { reason, .. } = &event {
+            assert!(!reason.is_empty() && !reason.contains(char::is_whitespace));
+        }
+        self.events += 1;
+        self.agg.push(event);
+    }
+
+    /// The per-reason summary, once every pair and unpaired event is counted
+    /// no more than its events allow.
+    pub fn checked_summary(&self) -> Vec<xvmm_results::HostExit> {
+        let summary = self.agg.summary();
+        let paired: u64 = summary.iter().map(|e| e.exit_to_entry.count).sum();
+        assert!(2 * paired + self.agg.unpaired <= self.events);
+        summary
+    }
+}
+
 /// Splits fuzz input into command-line arguments at NUL bytes (argv can hold
 /// any bytes but NUL), as the program would see them.
 pub fn split_args(data: &[u8]) -> Vec<String> {
