@@ -65,9 +65,10 @@ fn side_outputs(args: &RunArgs) -> Result<[Outputs; 2]> {
 /// carrying the comparison) and prints the side-by-side table.
 pub fn run_both(args: &RunArgs, kernel: &Path, stdout: &Stdout) -> Result<()> {
     check(args)?;
+    // The two files first: their errors do not depend on the kernel or xperf.
+    let [on_out, off_out] = side_outputs(args)?;
     let on = linux::prepare(config(args, kernel, true)?)?;
     let off = linux::prepare(config(args, kernel, false)?)?;
-    let [on_out, off_out] = side_outputs(args)?;
     let _signals = StopSignals::install()?;
     let mut first = boot(on, &on_out, args, stdout)?;
     // A failed or interrupted first run ends here, with what it measured.
