@@ -168,7 +168,10 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
             tid,
             vcpu: word_after(body, "vcpu")?.parse().ok()?,
             ts,
-            reason: word_after(body, "reason")?.to_string(),
+            // "reason ," trims to nothing: not an exit line.
+            reason: word_after(body, "reason")
+                .filter(|r| !r.is_empty())?
+                .to_string(),
         }),
         "kvm_entry" => Some(TraceEvent::Entry {
             tid,
@@ -845,6 +848,13 @@ mod tests {
             None
         );
         assert_eq!(parse_line("x-1 [0] .... 5: kvm_entry: rip 0x0"), None);
+    }
+
+    #[test]
+    fn an_exit_without_a_reason_is_not_an_exit() {
+        // Found by fuzzing (fuzz/seeds/trace_line/crash-1560e5bd...).
+        let line = "xvmm-7 [000] ..... 99: kvm_exit: vcpu 0 reason , rip 0xfff0";
+        assert_eq!(parse_line(line), None);
     }
 
     #[test]
