@@ -13,23 +13,86 @@ set -euo pipefail
 # The one package list.
 XVMM_PACKAGES=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
                linux-source-6.12 qemu-system-x86 linux-perf curl ca-certificates
-               chromium fonts-dejavu-core)
+               chromium fonts-dejavu-core trace-cmd)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# Debian's bookworm-backports, for QEMU only (see xvmm_qemu_release).
+XVMM_BACKPORTS_LIST=/etc/apt/sources.list.d/xvmm-bookworm-backports.sources
+
+xvmm_apt() {
+    xvmm_as_root env DEBIAN_FRONTEND=noninteractive apt-get "$@"
+}
+
+# QEMU's Debian packages must all have one version: qemu-utils 10 from
+# bookworm-backports (on the stock cloud image) Breaks bookworm's
+# qemu-system-common 7.2, so apt would remove qemu-utils to install
+# qemu-system-x86. Where a QEMU package from backports is installed, take
+# qemu-system-x86 from backports too (adding that apt source if absent).
+# Prints the apt release to take it from ("bookworm-backports" or nothing).
+xvmm_qemu_release() {
+    local installed
+    installed=$(dpkg-query -W -f='${Version}\n' 'qemu-*' 2>/dev/null | grep '~bpo' | head -n1 || true)
+    [ -n "$installed" ] || return 0
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        echo "setup: adding Debian's bookworm-backports ($XVMM_BACKPORTS_LIST): the installed" \
+            "QEMU packages ($installed) come from there and qemu-system-x86 must match" >&2
+        printf '%s\n' 'Types: deb' 'URIs: http://deb.debian.org/debian' \
+            'Suites: bookworm-backports' 'Components: main' \
+            'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' \
+            | xvmm_as_root tee "$XVMM_BACKPORTS_LIST" >/dev/null
+    fi
+    echo bookworm-backports
+}
+
+# Installs "$@" only when apt would neither remove nor downgrade anything:
+# otherwise stops before changing the machine and names the packages.
+xvmm_apt_install_safely() {
+    local plan changes
+    if ! plan=$(xvmm_apt install -s -q --no-install-recommends "$@" 2>&1); then
+        echo "setup: apt cannot install $*:" >&2
+        printf '%s\n' "$plan" | grep -E '^(E:| )' >&2 || printf '%s\n' "$plan" >&2
+        return 1
+    fi
+    changes=$(printf '%s\n' "$plan" | awk '
+        /^Remv / { print "  remove " $2 " " $3; next }
+        /^Inst [^ ]+ \[/ {
+            old = $3; gsub(/[][]/, "", old); new = $4; gsub(/[(]/, "", new)
+            cmd = "dpkg --compare-versions \"" new "\" lt \"" old "\""
+            if (system(cmd) == 0) print "  downgrade " $2 " from " old " to " new
+        }')
+    if [ -n "$changes" ]; then
+        echo "setup: stopped before changing the machine: installing $* would" >&2
+        printf '%s\n' "$changes" >&2
+        echo "setup: install those packages yourself in a way that keeps what you need, then run again" >&2
+        return 1
+    fi
+    xvmm_apt install -y -q --no-remove --no-install-recommends "$@"
+}
+
 xvmm_setup() {
-    local missing=()
+    local missing=() pkg
     for pkg in "${XVMM_PACKAGES[@]}"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
             || missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
         echo "setup: installing ${missing[*]}" >&2
-        xvmm_as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
-        xvmm_as_root env DEBIAN_FRONTEND=noninteractive \
-            apt-get install -y -q --no-install-recommends "${missing[@]}"
+        local others=() qemu=()
+        for pkg in "${missing[@]}"; do
+            if [ "$pkg" = qemu-system-x86 ]; then qemu=("$pkg"); else others+=("$pkg"); fi
+        done
+        local qemu_release=""
+        [ ${#qemu[@]} -eq 0 ] || qemu_release=$(xvmm_qemu_release)
+        xvmm_apt update -q
+        [ ${#others[@]} -eq 0 ] || xvmm_apt_install_safely "${others[@]}"
+        if [ ${#qemu[@]} -gt 0 ]; then
+            # -t: QEMU's own dependencies (qemu-system-common, -data, seabios)
+            # come from the same release.
+            xvmm_apt_install_safely ${qemu_release:+-t "$qemu_release"} "${qemu[@]}"
+        fi
     fi
     if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
         export PATH="$HOME/.cargo/bin:$PATH"
