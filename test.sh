@@ -3,12 +3,53 @@
 # formatting and lints, build the guest and harness kernels (cached in
 # $XVMM_CACHE or ~/.cache/xvmm), then run every test: unit tests, the
 # /dev/kvm tests, the bad-input corpus and the nested KVM harness (QEMU TCG
-# -> L1 -> xvmm -> L2); last, every fuzz target for a few seconds.
+# -> L1 -> xvmm -> L2); last, every fuzz target for a few seconds. It
+# records the host's tracing state first and fails at the end, naming each
+# difference, if the run changed it; it ends with one line counting the tests
+# passed, failed and skipped, each skip's reason listed above it.
 set -euo pipefail
 cd "$(dirname "$0")"
 source harness/setup.sh
 xvmm_setup
 step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
+
+mkdir -p target
+# Tests that cannot run here append "SKIPPED <test>: <reason>" to this log
+# (xvmm_results::skip); cargo counts them as passed.
+export XVMM_SKIP_LOG="$PWD/target/skips.log"
+TEST_LOG="$PWD/target/test-output.log"
+: >"$XVMM_SKIP_LOG"
+: >"$TEST_LOG"
+
+step "host tracing state at the start"
+cargo build -q -p xvmm-harness --bin host-state
+HOST_STATE="$PWD/target/host-state.start"
+./target/debug/host-state record "$HOST_STATE"
+
+summary() {
+    local counts passed failed skipped
+    counts=$(awk '/^test result:/ {
+            for (i = 1; i < NF; i++) {
+                if ($(i + 1) ~ /^passed/) p += $i
+                if ($(i + 1) ~ /^failed/) f += $i
+            }
+        } END { print p + 0, f + 0 }' "$TEST_LOG")
+    passed=${counts% *}
+    failed=${counts#* }
+    skipped=$(grep -c '^SKIPPED' "$XVMM_SKIP_LOG" || true)
+    [ "$skipped" = 0 ] || grep '^SKIPPED' "$XVMM_SKIP_LOG"
+    echo "tests: $((passed - skipped)) passed, $failed failed, $skipped skipped"
+}
+
+finish() {
+    local status=$?
+    trap - EXIT
+    step "host tracing state at the end"
+    ./target/debug/host-state check "$HOST_STATE" || status=1
+    summary
+    exit "$status"
+}
+trap finish EXIT
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -21,7 +62,7 @@ for flavour in guest host; do
     ./target/release/xvmm kernel build --flavour "$flavour" --patched
 done
 step "cargo test (unit, /dev/kvm, nested harness)"
-cargo test --workspace
+cargo test --workspace --no-fail-fast 2>&1 | tee -a "$TEST_LOG"
 grep -h "XVMM-STEP" target/harness/*.log 2>/dev/null || true
 step "fuzz targets, a few seconds each (README \"Fuzzing\")"
 if [ "${XVMM_SKIP_FUZZ:-0}" = 1 ]; then

@@ -96,7 +96,10 @@ const GUEST_TSC_KHZ: u64 = 1_234_567;
 
 fn skipped() -> bool {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!("XVMM_SKIP_HARNESS=1: nested harness test skipped");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested harness test skipped")
+        );
         return true;
     }
     false

@@ -111,7 +111,12 @@ impl Run {
 
 fn skipped() -> bool {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!("XVMM_SKIP_HARNESS=1: nested characterize harness test skipped");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record(
+                "XVMM_SKIP_HARNESS=1: nested characterize harness test skipped"
+            )
+        );
         return true;
     }
     false

@@ -11,7 +11,10 @@ use xvmm::progress::Silent;
 #[test]
 fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!("XVMM_SKIP_HARNESS=1: kernel build test skipped");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: kernel build test skipped")
+        );
         return;
     }
     for flavour in [KernelFlavour::Guest, KernelFlavour::Host] {
@@ -64,7 +67,10 @@ fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
 #[test]
 fn patched_kernels_have_every_hook_site_a_nop_when_off() {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!("XVMM_SKIP_HARNESS=1: kernel hook-site test skipped");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: kernel hook-site test skipped")
+        );
         return;
     }
     use xvmm::kernel::hooks::{self, HookKind};

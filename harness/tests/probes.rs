@@ -6,8 +6,12 @@
 //!   boundary, each one line and exit 1;
 //! - `interrupt`: a run that gets SIGINT twice while the jump-optimized
 //!   kprobe is measured, which must exit 130 and deliver what it had;
+//! - `killed`: a run killed with SIGKILL once the int3 mode has set
+//!   `kprobes-optimization` to 0 and the kprobe-ftrace mode's event exists,
+//!   which leaves its instance, event and the sysctl; `restart`, the next
+//!   start of xperf, which must undo them and say so;
 //! - `state-*`: the host tracing state (`xperf probes --show-state`) before
-//!   and after each of those, which must not change;
+//!   and after each of those, which must not change (after `killed` it must);
 //! - `vm`: `xvmm --kernel /l2/bzImage --trace` with xperf probes as L2's
 //!   `/init` (the VM side).
 //!
@@ -32,6 +36,10 @@ const VM_TIMEOUT: u64 = 900;
 const L1_XPERF: &str = "/bin/xperf";
 /// The progress line of the mode the interrupt step is stopped in.
 const INTERRUPT_AT: &str = "measuring kprobe-optimized on getppid";
+/// The progress line the killed step gets SIGKILL at: the int3 mode before
+/// it left `kprobes-optimization` at 0 (restored only at the end) and this
+/// mode's dynamic event exists.
+const KILL_AT: &str = "measuring kprobe-ftrace on getppid";
 
 fn step(name: &str, timeout_secs: u64, marker: Option<&str>, argv: &[&str]) -> Step {
     Step {
@@ -72,6 +80,29 @@ fn plan() -> Vec<Step> {
     interrupt.extend(probes_args());
     interrupt.extend(["--crossings", "getppid", "--json", "/tmp/interrupted.json"]);
     let marker = format!("{}{INTERRUPT_AT}", xvmm_init::plan::INTERRUPT);
+    let mut killed = vec![L1_XPERF, "probes"];
+    killed.extend(probes_args());
+    killed.extend([
+        "--crossings",
+        "getppid",
+        "--modes",
+        "kprobe-int3,kprobe-ftrace",
+    ]);
+    killed.extend(["--json", "/tmp/killed.json"]);
+    let restart = [
+        L1_XPERF,
+        "probes",
+        "--crossings",
+        "getppid",
+        "--modes",
+        "tracepoint",
+        "--samples",
+        "100",
+        "--rounds",
+        "1",
+        "--json",
+        "/tmp/restart.json",
+    ];
     let (vm_timeout, cmdline) = (VM_TIMEOUT.to_string(), vm_cmdline());
     let mem = harness::L2_MEM_MIB.to_string();
     let vm = [
@@ -116,6 +147,10 @@ fn plan() -> Vec<Step> {
         state("state-after-bad"),
         step("interrupt", 900, Some(&marker), &interrupt),
         state("state-after-interrupt"),
+        step("killed", 900, Some(KILL_AT), &killed),
+        state("state-after-kill"),
+        step("restart", 300, None, &restart),
+        state("state-after-restart"),
         step("vm", VM_TIMEOUT + 60, None, &vm),
     ]
 }
@@ -130,7 +165,10 @@ struct ProbesRun {
 
 fn skipped() -> bool {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!("XVMM_SKIP_HARNESS=1: nested probes harness test skipped");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested probes harness test skipped")
+        );
         return true;
     }
     false
@@ -309,6 +347,52 @@ fn bad_input_and_signals_leave_the_tracing_state_as_found() {
             .any(|l| l.contains("not measured: stopped by signal 2")),
         "the rows not measured must say so: {out:?}"
     );
+}
+
+/// SIGKILL (no destructor, no signal handler) leaves the host changed; the
+/// next start of xperf finds the killed run's journal, undoes it, says so
+/// in one line, and the state is then exactly as before.
+#[test]
+fn a_killed_run_is_undone_by_the_next_start() {
+    if skipped() {
+        return;
+    }
+    let r = &run().run;
+    let before = state_of(r, "state-before");
+    let killed = r.step("killed").expect("killed step ran");
+    assert!(killed.marker_ms.is_some(), "never reached {KILL_AT}");
+    let left = state_of(r, "state-after-kill");
+    let changed: Vec<&String> = left.iter().filter(|l| !before.contains(l)).collect();
+    for what in [
+        "state kprobes-optimization: 0",
+        "state instances: xperf-",
+        "state dynamic_events: p:xperf/",
+        "state journals: journal-",
+    ] {
+        assert!(
+            changed.iter().any(|l| l.starts_with(what)),
+            "SIGKILL left no {what:?}: {changed:?}"
+        );
+    }
+    let out = r.output("restart");
+    assert_eq!(
+        r.step("restart").map(|s| s.outcome.clone()),
+        Some(Outcome::Exited(0)),
+        "{out:?}"
+    );
+    let notes: Vec<&&str> = out
+        .iter()
+        .filter(|l| l.starts_with("xperf: note: restored what xperf (pid "))
+        .collect();
+    assert_eq!(notes.len(), 1, "{out:?}");
+    for undone in [
+        "removed tracefs instance xperf-",
+        "removed dynamic event xperf/",
+        "/proc/sys/debug/kprobes-optimization back to 1",
+    ] {
+        assert!(notes[0].contains(undone), "{undone:?} not in {}", notes[0]);
+    }
+    assert_eq!(state_of(r, "state-after-restart"), before);
 }
 
 #[test]

@@ -126,7 +126,10 @@ struct XperfRun {
 
 fn skipped() -> bool {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!("XVMM_SKIP_HARNESS=1: nested xperf harness test skipped");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested xperf harness test skipped")
+        );
         return true;
     }
     false

@@ -4,8 +4,10 @@
 //! instance has its own ring buffer, clock, event switches and filters, so the
 //! host's global tracing state is never modified. Removing the instance is the
 //! whole restore; it happens on [`ExitTracer::finish`], on drop (also on the
-//! Ctrl-C path, which returns normally through the run loop), and stale instances
-//! of dead xvmm processes are removed on the next start.
+//! Ctrl-C path, which returns normally through the run loop). tracefs itself
+//! comes from [`xvmm_results::host_state`]: mounted there when absent, and the
+//! instance recorded in its journal before it is made, so that a killed xvmm's
+//! instance is removed by the next start of xvmm or xperf.
 //!
 //! With the `x86-tsc` trace clock the timestamps are raw host TSC values, so an
 //! exit's host-side cost is `kvm_entry.ts - kvm_exit.ts` in TSC ticks.
@@ -29,10 +31,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use xvmm_results::attribution::{HostExitEvent, HostTrace};
 use xvmm_results::channel::PORT_CALIBRATE;
+use xvmm_results::host_state::journal::{self, Change};
+use xvmm_results::host_state::mounts::{FsKind, FsUse};
 use xvmm_results::timeline::OffsetChange;
 use xvmm_results::{HostExit, Stats};
 
-const TRACEFS_MOUNTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 const INSTANCE_PREFIX: &str = "xvmm-";
 /// Exits and entries; the port behind an I/O exit (to find the calibration
 /// exits); offset rewrites (for the timeline).
@@ -492,55 +495,14 @@ type Drained = std::io::Result<(ExitAggregator, TraceReader)>;
 /// A running kvm_exit/kvm_entry trace of some threads.
 pub struct ExitTracer {
     instance: PathBuf,
+    /// The instance's journal entry, forgotten once it is removed.
+    recorded: Change,
     stop: Arc<AtomicBool>,
     reader: Option<JoinHandle<Drained>>,
     async_pf_traced: bool,
-    /// Declared last: fields drop after `Drop::drop` has removed the instance,
-    /// so an unmount of our own mount finds it empty.
-    _mount: Option<OwnMount>,
-}
-
-/// tracefs mounted by xvmm itself: unmounted again when dropped, so the host
-/// is left as it was found.
-struct OwnMount;
-
-impl Drop for OwnMount {
-    fn drop(&mut self) {
-        // SAFETY: umount2 with a static NUL-terminated path; failure (EBUSY if
-        // someone else started using it meanwhile) leaves it mounted, harmlessly.
-        unsafe { libc::umount2(TRACEFS_MOUNT_TARGET.as_ptr(), 0) };
-    }
-}
-
-/// Where xvmm mounts tracefs when no mount exists.
-const TRACEFS_MOUNT_TARGET: &std::ffi::CStr = c"/sys/kernel/tracing";
-
-/// Finds the mounted tracefs, mounting it at /sys/kernel/tracing if needed
-/// (then the returned guard unmounts it again).
-fn tracefs_root() -> Result<(PathBuf, Option<OwnMount>)> {
-    for root in TRACEFS_MOUNTS {
-        if Path::new(root).join("instances").is_dir() {
-            return Ok((PathBuf::from(root), None));
-        }
-    }
-    let target = TRACEFS_MOUNT_TARGET;
-    // SAFETY: plain mount(2) with static NUL-terminated strings.
-    let rc = unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            target.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(Error::Tracing(format!(
-            "tracefs is not mounted and mounting it failed: {} (run as root)",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok((PathBuf::from(TRACEFS_MOUNTS[0]), Some(OwnMount)))
+    /// Declared last: dropped after `Drop::drop` has removed the instance,
+    /// so a mount released with it is left empty.
+    _tracefs: FsUse,
 }
 
 fn write_file(path: &Path, value: &str) -> Result<()> {
@@ -548,49 +510,47 @@ fn write_file(path: &Path, value: &str) -> Result<()> {
         .map_err(|e| Error::Tracing(format!("writing {value:?} to {}: {e}", path.display())))
 }
 
-/// Removes instances left by xvmm processes that no longer exist (e.g. killed
-/// with SIGKILL before they could clean up).
-fn remove_stale_instances(root: &Path) {
-    let Ok(entries) = fs::read_dir(root.join("instances")) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(INSTANCE_PREFIX)) else {
-            continue;
-        };
-        if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-            let _ = fs::remove_dir(entry.path());
-        }
+/// tracefs for xvmm (mounted when absent; see [`xvmm_results::host_state`]).
+fn tracefs() -> Result<FsUse> {
+    FsUse::acquire(FsKind::Tracefs, None).map_err(|e| Error::Tracing(e.to_string()))
+}
+
+/// Creates a tracefs instance, recorded in the journal first: a process
+/// killed after this leaves a record the next start undoes.
+fn make_instance(root: &Path, name: &str) -> Result<(PathBuf, Change)> {
+    let change = Change::Instance { name: name.into() };
+    journal::record(change.clone()).map_err(|e| Error::Tracing(e.to_string()))?;
+    let path = root.join("instances").join(name);
+    if let Err(e) = fs::create_dir(&path) {
+        journal::forget(&change);
+        return Err(Error::Tracing(format!(
+            "creating tracefs instance {}: {e}",
+            path.display()
+        )));
     }
+    Ok((path, change))
 }
 
 impl ExitTracer {
     /// Starts tracing kvm_exit/kvm_entry of the given thread ids (vCPU threads).
     pub fn start(tids: &[i32]) -> Result<ExitTracer> {
-        let (root, mount) = tracefs_root()?;
-        remove_stale_instances(&root);
-        let instance = root
-            .join("instances")
-            .join(format!("{INSTANCE_PREFIX}{}", std::process::id()));
+        let tracefs = tracefs()?;
+        let root = tracefs.root();
         if !root.join("events/kvm/kvm_exit").is_dir() {
             return Err(Error::Tracing(
                 "the kvm:kvm_exit tracepoint is not available (kvm module not loaded?)".into(),
             ));
         }
-        fs::create_dir(&instance).map_err(|e| {
-            Error::Tracing(format!(
-                "creating tracefs instance {}: {e}",
-                instance.display()
-            ))
-        })?;
+        let name = format!("{INSTANCE_PREFIX}{}", std::process::id());
+        let (instance, recorded) = make_instance(root, &name)?;
         // From here on the instance exists: the tracer owns it, and its Drop removes it.
         let mut tracer = ExitTracer {
             instance,
+            recorded,
             stop: Arc::new(AtomicBool::new(false)),
             reader: None,
             async_pf_traced: false,
-            _mount: mount,
+            _tracefs: tracefs,
         };
         tracer.async_pf_traced = tracer.configure(tids)?;
         tracer.reader = Some(tracer.spawn_reader()?);
@@ -798,8 +758,11 @@ impl Drop for ExitTracer {
             );
         }
         // The kernel refuses rmdir while a file of the instance is open; the
-        // reader has been joined, so nothing is.
-        let _ = fs::remove_dir(&self.instance);
+        // reader has been joined, so nothing is. A failed removal stays in
+        // the journal for the next start to finish.
+        if fs::remove_dir(&self.instance).is_ok() || !self.instance.exists() {
+            journal::forget(&self.recorded);
+        }
     }
 }
 
@@ -995,14 +958,24 @@ mod tests {
     }
 
     /// A private instance for a test, removed again when dropped.
-    struct TestInstance(PathBuf);
+    struct TestInstance(PathBuf, Change);
 
     impl Drop for TestInstance {
         fn drop(&mut self) {
             let _ = fs::write(self.0.join("tracing_on"), "0");
             let _ = fs::write(self.0.join("events/raw_syscalls/sys_enter/enable"), "0");
-            let _ = fs::remove_dir(&self.0);
+            if fs::remove_dir(&self.0).is_ok() {
+                journal::forget(&self.1);
+            }
         }
+    }
+
+    /// Tests that touch tracefs start where a fresh machine does: in a
+    /// private mount namespace without tracefs (nothing leaks to the host).
+    fn fresh_tracefs() -> FsUse {
+        xvmm_results::host_state::namespace::enter_private_mount_namespace()
+            .expect("the suite runs as root: a private mount namespace");
+        tracefs().expect("tracefs mounts in the private namespace")
     }
 
     /// getppid calls of this thread, alternating between the CPUs so the
@@ -1069,16 +1042,10 @@ mod tests {
     /// same raw_syscalls:sys_enter events, times, threads and numbers.
     #[test]
     fn raw_pages_decode_the_events_the_text_trace_shows() {
-        let Ok((root, _mount)) = tracefs_root() else {
-            println!("skipped: tracefs is not writable here (not root)");
-            return;
-        };
-        let path = root.join(format!("instances/xvmm-{}-rawtest", std::process::id()));
-        if let Err(e) = fs::create_dir(&path) {
-            println!("skipped: cannot create an instance ({e}): not root?");
-            return;
-        }
-        let instance = TestInstance(path);
+        let tracefs = fresh_tracefs();
+        let name = format!("xvmm-{}-rawtest", std::process::id());
+        let (path, recorded) = make_instance(tracefs.root(), &name).unwrap();
+        let instance = TestInstance(path, recorded);
         let i = &instance.0;
         // SAFETY: gettid has no arguments and cannot fail.
         let tid = unsafe { libc::gettid() };
@@ -1105,9 +1072,8 @@ mod tests {
     /// leaving the global trace clock untouched.
     #[test]
     fn instance_is_private_and_removed() {
-        let Ok((root, _mount)) = tracefs_root() else {
-            panic!("tracefs unavailable: this test needs root and tracefs");
-        };
+        let tracefs = fresh_tracefs();
+        let root = tracefs.root();
         let global_clock = fs::read_to_string(root.join("trace_clock")).unwrap();
         let tracer = ExitTracer::start(&[std::process::id() as i32]).unwrap();
         let path = tracer.instance_path().to_path_buf();
@@ -1122,6 +1088,19 @@ mod tests {
         assert_eq!(
             fs::read_to_string(root.join("trace_clock")).unwrap(),
             global_clock
+        );
+        let journal = journal::dir().join(format!("journal-{}.json", std::process::id()));
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let text = fs::read_to_string(journal).unwrap_or_default();
+        assert!(
+            !text.contains(&format!("\"{name}\"")),
+            "still recorded: {text}"
+        );
+        drop(tracefs);
+        let table = xvmm_results::host_state::mounts::mount_table().unwrap();
+        assert!(
+            table.iter().all(|m| m.fstype != "tracefs"),
+            "the mount this test's namespace made goes with its last user"
         );
     }
 }

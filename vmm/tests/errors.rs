@@ -44,7 +44,8 @@ fn kvm_device_without_permission_for_an_unprivileged_user() {
     // "nobody" instead: /dev/kvm (crw------- root) then really refuses it.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || std::fs::metadata("/dev/kvm").is_err() {
-        eprintln!("SKIPPED: needs root and /dev/kvm to drop to an unprivileged user");
+        let why = "needs root and /dev/kvm to drop to an unprivileged user";
+        eprintln!("{}", xvmm_results::skip::record(why));
         return;
     }
     let dir = scratch("kvm-eacces");
@@ -71,7 +72,8 @@ fn kvm_device_without_permission_for_an_unprivileged_user() {
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
         .unwrap_or(0);
     if mode & 0o006 != 0 {
-        eprintln!("SKIPPED: /dev/kvm is world-accessible here ({mode:o})");
+        let why = format!("/dev/kvm is world-accessible here ({mode:o})");
+        eprintln!("{}", xvmm_results::skip::record(&why));
         return;
     }
     assert_error(&out, 1, "xvmm: kvm: no permission on /dev/kvm: ");
@@ -83,7 +85,7 @@ fn kvm_device_that_even_root_cannot_open_read_write() {
     let dir = scratch("kvm-sysfs");
     let ro = "/sys/devices/system/cpu/possible";
     if std::fs::metadata(ro).is_err() {
-        eprintln!("SKIPPED: {ro} missing");
+        eprintln!("{}", xvmm_results::skip::record(&format!("{ro} missing")));
         return;
     }
     let out = xvmm_env(

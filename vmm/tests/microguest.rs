@@ -15,7 +15,7 @@ fn kvm_available() -> bool {
     if Path::new("/dev/kvm").exists() {
         return true;
     }
-    eprintln!("skipping: /dev/kvm does not exist");
+    eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
     false
 }
 

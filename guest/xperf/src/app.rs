@@ -79,7 +79,17 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             eprintln!("xperf: warning: {warning}");
         }
     }
-    let work = match args::parse(argv)? {
+    let command = args::parse(argv)?;
+    let measures = match &command {
+        Command::Probes(o) => !o.show_state,
+        Command::Characterize(o) => !o.help,
+        Command::Run(_) => true,
+        _ => false,
+    };
+    if measures {
+        recover_host_state();
+    }
+    let work = match command {
         Command::Help => return print(&format!("{USAGE}\n")),
         Command::ProbesHelp => return print(&format!("{}\n", crate::probes::args::USAGE)),
         Command::Version => return print(&format!("xperf {}\n", env!("CARGO_PKG_VERSION"))),
@@ -122,12 +132,28 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
     deliver(&report, region, json_to)
 }
 
+/// Before measuring: undoes what a killed or aborted xperf or xvmm left on
+/// the host (instances, dynamic events, kprobes-optimization, mounts), one
+/// line on stderr for each.
+fn recover_host_state() {
+    let recovery = xvmm_results::host_state::journal::recover_orphans();
+    for line in recovery.restored {
+        eprintln!("xperf: note: {}", xvmm_results::escape::visible(&line));
+    }
+    for line in recovery.failed {
+        eprintln!(
+            "xperf: warning: host state an earlier run left is not restored: {}",
+            xvmm_results::escape::visible(&line)
+        );
+    }
+}
+
 /// `xperf probes`: measures, delivers the report (VMM, file, table) like a
 /// plain run, then fails when a probe misbehaved, the host's tracing state
 /// could not be restored, or a signal stopped the run.
 fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
     if opts.show_state {
-        let state = crate::probes::session::snapshot(opts.tracefs.as_deref());
+        let state = xvmm_results::host_state::snapshot::snapshot(opts.tracefs.as_deref());
         let text: String = state
             .iter()
             .map(|(k, v)| format!("state {k}: {}\n", xvmm_results::escape::visible(v)))

@@ -3,28 +3,37 @@
 //! what the kernel supports is measured with every hit counted. Needs root
 //! and tracefs (skipped with a message otherwise); kprobe cases run only on
 //! a kernel with kprobe events (the nested harness covers them always:
-//! harness/tests/probes.rs).
+//! harness/tests/probes.rs). Each test runs in a private mount namespace
+//! where tracefs starts unmounted, as on a freshly booted machine: xperf
+//! mounts it there itself, and nothing it mounts reaches the host.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use xperf::probes::session::snapshot;
+use xvmm_results::host_state::mounts::{FsKind, FsUse};
+use xvmm_results::host_state::namespace::enter_private_mount_namespace;
+use xvmm_results::host_state::snapshot::snapshot;
 use xvmm_results::{Report, Status};
 
 /// One xperf probes run at a time: they share the host's tracing state.
 static SERIAL: Mutex<()> = Mutex::new(());
-const TRACEFS: &str = "/sys/kernel/tracing";
 
+/// Root and tracefs, in a private mount namespace of this test's thread
+/// (the xperf it starts inherits it) where tracefs is not mounted.
 fn usable() -> bool {
     // SAFETY: no arguments.
     let root = unsafe { libc::geteuid() } == 0;
-    let tracefs = Path::new(TRACEFS).join("instances").is_dir();
+    let tracefs = std::fs::read_to_string("/proc/filesystems")
+        .is_ok_and(|f| f.lines().any(|l| l.ends_with("\ttracefs")));
     if !root || !tracefs {
-        eprintln!("xperf probes tests need root and tracefs at {TRACEFS}: skipped");
+        let why = "xperf probes tests need root and a kernel with tracefs";
+        eprintln!("{}", xvmm_results::skip::record(why));
+        return false;
     }
-    root && tracefs
+    enter_private_mount_namespace().expect("root makes a private mount namespace");
+    true
 }
 
 /// The snapshot, without instances other tools (xvmm --trace) may create
@@ -106,8 +115,9 @@ fn a_probe_left_by_someone_else_is_refused() {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let uprobes = Path::new(TRACEFS).join("uprobe_events");
-    let dynamic = Path::new(TRACEFS).join("dynamic_events");
+    let tracefs = FsUse::acquire(FsKind::Tracefs, None).expect("tracefs");
+    let uprobes = tracefs.root().join("uprobe_events");
+    let dynamic = tracefs.root().join("dynamic_events");
     let append = |path: &Path, line: &str| {
         use std::io::Write;
         std::fs::OpenOptions::new()
@@ -116,7 +126,8 @@ fn a_probe_left_by_someone_else_is_refused() {
             .and_then(|mut f| f.write_all(line.as_bytes()))
     };
     if append(&uprobes, "p:xperf/left_over /bin/true:0x0\n").is_err() {
-        eprintln!("cannot create a uprobe here: skipped");
+        let why = "this kernel cannot create a uprobe (CONFIG_UPROBE_EVENTS)";
+        eprintln!("{}", xvmm_results::skip::record(why));
         return;
     }
     let mut c = xperf();

@@ -28,6 +28,9 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
+    // With `panic = "abort"` no destructor runs: the hook undoes what this
+    // process changed on the host before it aborts.
+    xvmm_results::host_state::journal::install_panic_hook();
     let stdout = Stdout::new();
     let result = run(cli, &stdout).and_then(|()| stdout.outcome());
     match result {
@@ -98,8 +101,29 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
         Some(cli::Command::Machine(args)) => reports::machine(args.json.as_deref(), stdout),
         Some(cli::Command::Show(args)) => reports::show(&args.report, stdout),
         Some(cli::Command::Report(args)) => report::report(&args, stdout),
-        None if cli.run.kernel.is_some() => linux::run(&cli.run, stdout),
-        None => microguest::run(&cli.run, stdout),
+        None if cli.run.kernel.is_some() => {
+            recover_host_state();
+            linux::run(&cli.run, stdout)
+        }
+        None => {
+            recover_host_state();
+            microguest::run(&cli.run, stdout)
+        }
+    }
+}
+
+/// Before a run: undoes what a killed or aborted xvmm or xperf left on the
+/// host (tracefs instances, dynamic events, sysctls, mounts; README
+/// "Privileges"), one line on stderr for each.
+fn recover_host_state() {
+    let recovery = xvmm_results::host_state::journal::recover_orphans();
+    for line in recovery.restored {
+        let line = format!("xvmm: note: {line}");
+        output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));
+    }
+    for line in recovery.failed {
+        let line = format!("xvmm: warning: host state an earlier run left is not restored: {line}");
+        output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));
     }
 }
 

@@ -228,7 +228,10 @@ pub fn have_kvm() -> bool {
         .open("/dev/kvm")
         .is_ok();
     if !ok {
-        eprintln!("SKIPPED: /dev/kvm is not usable here");
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("/dev/kvm is not usable here")
+        );
     }
     ok
 }

@@ -4,64 +4,28 @@
 //! function-tracer filter and tracer live in xperf's own tracefs instance
 //! (`instances/xperf-<pid>`). What the kernel only has globally is recorded
 //! when changed and restored exactly: the dynamic events xperf created (group
-//! [`GROUP`]), `/proc/sys/debug/kprobes-optimization`, and the tracefs and
-//! debugfs mounts xperf made itself. [`Session::restore`] undoes all of it; it
-//! runs on every way out (an error, a signal, a panic unwinding through the
-//! guard's `Drop`), is idempotent, and each step is bounded (single writes).
+//! [`GROUP`]) and `/proc/sys/debug/kprobes-optimization`. The tracefs and
+//! debugfs mounts come from [`xvmm_results::host_state::mounts`], and every
+//! change is written to its journal before it is made, so a killed xperf's
+//! leftovers are undone by the next start of xperf or xvmm.
+//! [`Session::restore`] undoes all of it; it runs on every way out (an
+//! error, a signal, a panic unwinding through the guard's `Drop`; with
+//! `panic = "abort"` the panic hook), is idempotent, and each step is
+//! bounded (single writes).
 
 use super::parse;
 use crate::error::{Error, Result};
-use std::ffi::CString;
-use std::fs::{self, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use xvmm_results::host_state::journal::{self, Change};
+use xvmm_results::host_state::mounts::{FsKind, FsUse};
+use xvmm_results::host_state::snapshot::KPROBES_OPTIMIZATION as OPTIMIZATION_SYSCTL;
 
 /// The dynamic-event group of every probe xperf creates.
 pub const GROUP: &str = "xperf";
-/// Where tracefs is looked for, in order; xperf mounts it at the first.
-const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-const DEBUGFS_DIR: &str = "/sys/kernel/debug";
-const OPTIMIZATION_SYSCTL: &str = "/proc/sys/debug/kprobes-optimization";
 /// Upper bound for any tracefs/procfs file xperf reads.
 pub const READ_LIMIT: u64 = 256 << 20;
-
-/// A file system xperf mounted itself; unmounted again on drop.
-#[derive(Debug)]
-struct OwnMount(PathBuf);
-
-impl OwnMount {
-    fn mount(fstype: &str, dir: &str) -> io::Result<OwnMount> {
-        let (src, target, kind) = (c"nodev", cstring(dir)?, cstring(fstype)?);
-        // SAFETY: mount(2) with NUL-terminated strings and no data.
-        let rc = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                target.as_ptr(),
-                kind.as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(OwnMount(PathBuf::from(dir)))
-    }
-}
-
-impl Drop for OwnMount {
-    fn drop(&mut self) {
-        if let Ok(path) = cstring(&self.0.to_string_lossy()) {
-            // SAFETY: umount2 of the path we mounted; a failure (EBUSY if
-            // someone started using it meanwhile) leaves it mounted, harmlessly.
-            unsafe { libc::umount2(path.as_ptr(), 0) };
-        }
-    }
-}
-
-fn cstring(s: &str) -> io::Result<CString> {
-    CString::new(s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
-}
 
 /// Reads a kernel file whole (tracefs files report size 0; the bound keeps a
 /// runaway file from exhausting memory).
@@ -84,40 +48,8 @@ fn append_text(path: &Path, value: &str) -> io::Result<()> {
     f.write_all(value.as_bytes())
 }
 
-/// Finds tracefs: `explicit` (must be one), else a mounted one, else mounts
-/// it at /sys/kernel/tracing.
-fn locate_tracefs(explicit: Option<&Path>) -> Result<(PathBuf, Option<OwnMount>)> {
-    let is_tracefs = |p: &Path| p.join("instances").is_dir() && p.join("trace").is_file();
-    if let Some(dir) = explicit {
-        if is_tracefs(dir) {
-            return Ok((dir.to_path_buf(), None));
-        }
-        return Err(Error::Tracing(format!(
-            "no tracefs at {} (no instances/ and trace there)",
-            dir.display()
-        )));
-    }
-    for dir in TRACEFS_DIRS {
-        if is_tracefs(Path::new(dir)) {
-            return Ok((PathBuf::from(dir), None));
-        }
-    }
-    let filesystems = fs::read_to_string("/proc/filesystems").unwrap_or_default();
-    if !filesystems
-        .lines()
-        .any(|l| l.split_whitespace().last() == Some("tracefs"))
-    {
-        return Err(Error::Tracing(
-            "this kernel has no tracefs (CONFIG_TRACING off)".into(),
-        ));
-    }
-    match OwnMount::mount("tracefs", TRACEFS_DIRS[0]) {
-        Ok(m) => Ok((PathBuf::from(TRACEFS_DIRS[0]), Some(m))),
-        Err(e) => Err(Error::Tracing(format!(
-            "tracefs is not mounted and mounting it at {} failed: {e}",
-            TRACEFS_DIRS[0]
-        ))),
-    }
+fn tracing_error(e: impl std::fmt::Display) -> Error {
+    Error::Tracing(e.to_string())
 }
 
 /// Why the kernel refused a dynamic event, in one line.
@@ -144,25 +76,42 @@ pub struct Session {
     created: Vec<String>,
     /// The sysctl's text before xperf first wrote it.
     optimization_before: Option<String>,
-    debugfs: Option<PathBuf>,
-    debugfs_mount: Option<OwnMount>,
-    /// Declared last: dropped after [`Drop::drop`] has emptied the mount.
-    tracefs_mount: Option<OwnMount>,
+    /// None until debugfs is first needed; Some(None) without debugfs.
+    debugfs: Option<Option<FsUse>>,
+    /// Declared last: released after [`Drop::drop`] has emptied it.
+    _tracefs: FsUse,
+}
+
+fn instance_change(instance: &Path) -> Change {
+    Change::Instance {
+        name: instance
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    }
+}
+
+fn event_change(name: &str) -> Change {
+    Change::DynamicEvent {
+        event: format!("{GROUP}/{name}"),
+    }
 }
 
 impl Session {
     /// Finds (or mounts) tracefs, refuses to start when group [`GROUP`]
-    /// already has events (someone else's, or a killed xperf's), and creates
-    /// the private instance. Nothing is changed when it fails.
+    /// already has events (someone else's: a killed xperf's were undone at
+    /// start), and creates the private instance. Nothing is changed when it
+    /// fails.
     pub fn open(explicit: Option<&Path>) -> Result<Session> {
-        let (root, tracefs_mount) = locate_tracefs(explicit)?;
+        let tracefs = FsUse::acquire(FsKind::Tracefs, explicit).map_err(tracing_error)?;
+        let root = tracefs.root().to_path_buf();
         let dynamic = root.join("dynamic_events");
         if dynamic.is_file() {
             let text = read_text(&dynamic)
                 .map_err(|e| Error::Tracing(format!("reading {}: {e}", dynamic.display())))?;
             if let Some(name) = parse::dynamic_events_of(&text, GROUP).first() {
                 return Err(Error::Tracing(format!(
-                    "a dynamic event {GROUP}/{name} exists already (left by someone else or a killed xperf); \
+                    "a dynamic event {GROUP}/{name} exists already (someone else's); \
                      remove it with: echo '-:{GROUP}/{name}' >> {}",
                     dynamic.display()
                 )));
@@ -171,12 +120,15 @@ impl Session {
         let instance = root
             .join("instances")
             .join(format!("xperf-{}", std::process::id()));
-        fs::create_dir(&instance).map_err(|e| {
-            Error::Tracing(format!(
+        let change = instance_change(&instance);
+        journal::record(change.clone()).map_err(tracing_error)?;
+        if let Err(e) = std::fs::create_dir(&instance) {
+            journal::forget(&change);
+            return Err(Error::Tracing(format!(
                 "creating the tracefs instance {}: {e}",
                 instance.display()
-            ))
-        })?;
+            )));
+        }
         Ok(Session {
             root,
             instance,
@@ -184,8 +136,7 @@ impl Session {
             created: Vec::new(),
             optimization_before: None,
             debugfs: None,
-            debugfs_mount: None,
-            tracefs_mount,
+            _tracefs: tracefs,
         })
     }
 
@@ -217,6 +168,8 @@ impl Session {
         name: &str,
         definition: &str,
     ) -> std::result::Result<(), String> {
+        let change = event_change(name);
+        journal::record(change.clone()).map_err(|e| e.to_string())?;
         let path = self.root.join("dynamic_events");
         match append_text(&path, &format!("{definition}\n")) {
             Ok(()) => {
@@ -224,6 +177,7 @@ impl Session {
                 Ok(())
             }
             Err(e) => {
+                journal::forget(&change);
                 let log = read_text(&self.root.join("error_log")).unwrap_or_default();
                 Err(creation_error(
                     &e,
@@ -249,12 +203,13 @@ impl Session {
         )
         .map_err(|e| Error::Tracing(format!("removing the dynamic event {GROUP}/{name}: {e}")))?;
         self.created.remove(i);
+        journal::forget(&event_change(name));
         Ok(())
     }
 
     /// The current `kprobes-optimization` value, if the kernel has OPTPROBES.
     pub fn optimization(&self) -> Option<bool> {
-        let text = fs::read_to_string(OPTIMIZATION_SYSCTL).ok()?;
+        let text = std::fs::read_to_string(OPTIMIZATION_SYSCTL).ok()?;
         Some(text.trim() == "1")
     }
 
@@ -264,9 +219,15 @@ impl Session {
     pub fn set_optimization(&mut self, on: bool) -> Result<()> {
         let path = Path::new(OPTIMIZATION_SYSCTL);
         if self.optimization_before.is_none() {
-            let before = fs::read_to_string(path)
+            let before = std::fs::read_to_string(path)
                 .map_err(|e| Error::Tracing(format!("reading {OPTIMIZATION_SYSCTL}: {e}")))?;
-            self.optimization_before = Some(before.trim().to_string());
+            let before = before.trim().to_string();
+            journal::record(Change::Value {
+                path: path.to_path_buf(),
+                before: before.clone(),
+            })
+            .map_err(tracing_error)?;
+            self.optimization_before = Some(before);
         }
         write_text(path, if on { "1" } else { "0" })
             .map_err(|e| Error::Tracing(format!("writing {OPTIMIZATION_SYSCTL}: {e}")))
@@ -276,16 +237,12 @@ impl Session {
     /// debugfs when it is not (it is unmounted again at the end). `None`
     /// without debugfs.
     pub fn debugfs(&mut self, rel: &str) -> Option<String> {
-        if self.debugfs.is_none() {
-            let dir = Path::new(DEBUGFS_DIR);
-            if !dir.join("kprobes").is_dir() && dir.is_dir() {
-                self.debugfs_mount = OwnMount::mount("debugfs", DEBUGFS_DIR).ok();
-            }
-            self.debugfs = Some(dir.to_path_buf());
-        }
-        self.debugfs
-            .as_deref()
-            .and_then(|d| read_text(&d.join(rel)).ok())
+        let debugfs = self
+            .debugfs
+            .get_or_insert_with(|| FsUse::acquire(FsKind::Debugfs, None).ok());
+        debugfs
+            .as_ref()
+            .and_then(|d| read_text(&d.root().join(rel)).ok())
     }
 
     /// Puts everything back; returns what could not be. Safe to call twice.
@@ -298,8 +255,11 @@ impl Session {
             let _ = write_text(&self.instance.join("current_tracer"), "nop");
             let _ = write_text(&self.instance.join("events/enable"), "0");
             let _ = write_text(&self.instance.join("set_ftrace_filter"), "");
-            match fs::remove_dir(&self.instance) {
-                Ok(()) => self.instance_made = false,
+            match std::fs::remove_dir(&self.instance) {
+                Ok(()) => {
+                    self.instance_made = false;
+                    journal::forget(&instance_change(&self.instance));
+                }
                 Err(e) => failed.push(format!(
                     "removing the tracefs instance {}: {e}",
                     self.instance.display()
@@ -309,19 +269,28 @@ impl Session {
         let dynamic = self.root.join("dynamic_events");
         let mut kept = Vec::new();
         for name in self.created.drain(..) {
-            if let Err(e) = append_text(&dynamic, &format!("-:{GROUP}/{name}\n")) {
-                failed.push(format!("removing the dynamic event {GROUP}/{name}: {e}"));
-                kept.push(name);
+            match append_text(&dynamic, &format!("-:{GROUP}/{name}\n")) {
+                Ok(()) => journal::forget(&event_change(&name)),
+                Err(e) => {
+                    failed.push(format!("removing the dynamic event {GROUP}/{name}: {e}"));
+                    kept.push(name);
+                }
             }
         }
         self.created = kept;
         if let Some(before) = self.optimization_before.take() {
-            if let Err(e) = write_text(Path::new(OPTIMIZATION_SYSCTL), &before) {
-                failed.push(format!("restoring {OPTIMIZATION_SYSCTL} to {before}: {e}"));
-                self.optimization_before = Some(before);
+            match write_text(Path::new(OPTIMIZATION_SYSCTL), &before) {
+                Ok(()) => journal::forget(&Change::Value {
+                    path: OPTIMIZATION_SYSCTL.into(),
+                    before,
+                }),
+                Err(e) => {
+                    failed.push(format!("restoring {OPTIMIZATION_SYSCTL} to {before}: {e}"));
+                    self.optimization_before = Some(before);
+                }
             }
         }
-        self.debugfs_mount = None;
+        self.debugfs = None;
         failed
     }
 }
@@ -329,79 +298,7 @@ impl Session {
 impl Drop for Session {
     fn drop(&mut self) {
         let _ = self.restore();
-        self.tracefs_mount = None;
     }
-}
-
-/// Files of the tracefs root that a snapshot holds.
-const SNAPSHOT_FILES: [&str; 9] = [
-    "dynamic_events",
-    "current_tracer",
-    "set_event",
-    "set_event_pid",
-    "tracing_on",
-    "trace_clock",
-    "set_ftrace_filter",
-    "set_ftrace_pid",
-    "enabled_functions",
-];
-
-/// One line for a snapshot: the file's text with line breaks shown, or why
-/// it cannot be read.
-fn snapshot_value(path: &Path) -> String {
-    match read_text(path) {
-        Ok(text) => text.trim_end().replace('\n', " | "),
-        Err(e) => format!("unreadable: {e}"),
-    }
-}
-
-/// The host tracing state `xperf probes` could touch, read without changing
-/// anything (nothing is mounted): tracefs and debugfs mounts, the global
-/// tracefs files, the instances, the kprobes list and kprobes-optimization.
-/// Two snapshots around a run must be equal.
-pub fn snapshot(explicit: Option<&Path>) -> Vec<(String, String)> {
-    let mut items = Vec::new();
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut mounts: Vec<String> = mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (head, tail) = l.split_once(" - ")?;
-            let fstype = tail.split_whitespace().next()?;
-            let point = head.split_whitespace().nth(4)?;
-            matches!(fstype, "tracefs" | "debugfs").then(|| format!("{fstype}@{point}"))
-        })
-        .collect();
-    mounts.sort();
-    items.push(("mounts".to_string(), mounts.join(" ")));
-    let root = explicit.map(Path::to_path_buf).or_else(|| {
-        TRACEFS_DIRS
-            .iter()
-            .map(PathBuf::from)
-            .find(|d| d.join("instances").is_dir())
-    });
-    if let Some(root) = root {
-        for file in SNAPSHOT_FILES {
-            items.push((file.to_string(), snapshot_value(&root.join(file))));
-        }
-        let mut instances: Vec<String> = fs::read_dir(root.join("instances"))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default();
-        instances.sort();
-        items.push(("instances".to_string(), instances.join(" ")));
-    }
-    items.push((
-        "kprobes-optimization".to_string(),
-        snapshot_value(Path::new(OPTIMIZATION_SYSCTL)),
-    ));
-    let list = Path::new(DEBUGFS_DIR).join("kprobes/list");
-    if list.is_file() {
-        items.push(("kprobes/list".to_string(), snapshot_value(&list)));
-    }
-    items
 }
 
 #[cfg(test)]
@@ -428,16 +325,8 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_names_the_mounts_and_the_sysctl() {
-        let names: Vec<String> = snapshot(None).into_iter().map(|(k, _)| k).collect();
-        assert_eq!(names[0], "mounts");
-        assert!(names.contains(&"kprobes-optimization".to_string()));
-        assert_eq!(snapshot(None), snapshot(None), "reading changes nothing");
-    }
-
-    #[test]
     fn an_explicit_directory_that_is_not_tracefs_is_refused() {
-        let err = locate_tracefs(Some(Path::new("/proc/self"))).unwrap_err();
+        let err = Session::open(Some(Path::new("/proc/self"))).unwrap_err();
         assert!(
             err.to_string().contains("no tracefs at /proc/self"),
             "{err}"

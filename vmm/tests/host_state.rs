@@ -1,0 +1,209 @@
+//! No way out leaves the host changed for good (README "Testing"): a traced
+//! xvmm or an `xperf probes` killed with SIGKILL leaves its tracefs instance,
+//! its journal and its tracefs mount, and the next start of either tool
+//! undoes them, says so in one line each, and the host's tracing state is
+//! then what it was before. Each test runs in a private mount namespace
+//! where tracefs starts unmounted (as on a freshly booted machine), so the
+//! tools mount it themselves, and nothing they mount reaches the host.
+
+mod vm_support;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use vm_support::*;
+use xvmm_results::host_state::namespace::enter_private_mount_namespace;
+use xvmm_results::host_state::{journal, mounts, snapshot};
+
+/// One test at a time: each kills a tool and checks what the next start of
+/// a tool restores, which would restore the other test's leftovers too.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Root, /dev/kvm and a private mount namespace for this test's thread
+/// (the tools it starts inherit it).
+fn prepared() -> Option<std::sync::MutexGuard<'static, ()>> {
+    // SAFETY: no arguments.
+    if unsafe { libc::geteuid() } != 0 || !have_kvm() {
+        let why = "killed-run recovery needs root and /dev/kvm";
+        eprintln!("{}", xvmm_results::skip::record(why));
+        return None;
+    }
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    enter_private_mount_namespace().expect("root makes a private mount namespace");
+    Some(serial)
+}
+
+fn fixture_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("xvmm-host-state-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn has_instance(name: &str) -> bool {
+    snapshot::instance_names()
+        .expect("root reads tracefs privately")
+        .iter()
+        .any(|n| n == name)
+}
+
+fn tracefs_mounted_here() -> bool {
+    mounts::mount_table()
+        .unwrap()
+        .iter()
+        .any(|m| m.fstype == "tracefs")
+}
+
+fn journal_of(pid: u32) -> PathBuf {
+    journal::dir().join(format!("journal-{pid}.json"))
+}
+
+/// The host's tracing state (read in a private namespace of its own).
+fn state() -> Vec<(String, String)> {
+    snapshot::snapshot(None)
+}
+
+/// Kills `child` with SIGKILL and reaps it; checks it left `instance`, its
+/// journal and a tracefs mount in this namespace (else the test proves
+/// nothing about recovery).
+fn kill_and_check_leftovers(mut child: Child, instance: &str) -> u32 {
+    let pid = child.id();
+    // SAFETY: our own child, not reaped yet.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    assert!(
+        has_instance(instance),
+        "SIGKILL left no instance to recover"
+    );
+    assert!(journal_of(pid).is_file(), "no journal left by pid {pid}");
+    assert!(tracefs_mounted_here(), "the killed run's mount is left");
+    pid
+}
+
+/// What the next start must have said and restored.
+fn check_recovered(
+    stderr: &str,
+    tool: &str,
+    pid: u32,
+    instance: &str,
+    before: &[(String, String)],
+) {
+    let note = stderr
+        .lines()
+        .find(|l| l.contains(&format!("(pid {pid}, no longer running)")))
+        .unwrap_or_else(|| panic!("no recovery note for pid {pid}: {stderr}"));
+    assert!(
+        note.starts_with(&format!("{tool}: note: restored what ")),
+        "{note}"
+    );
+    assert!(
+        note.contains(&format!("removed tracefs instance {instance}")),
+        "{note}"
+    );
+    assert!(
+        stderr.contains("unmounted tracefs at /sys/kernel/tracing"),
+        "{stderr}"
+    );
+    assert!(!has_instance(instance));
+    assert!(!journal_of(pid).exists());
+    assert!(!tracefs_mounted_here());
+    let diff = snapshot::differences(before, &state());
+    assert!(diff.is_empty(), "host state not as before: {diff:?}");
+}
+
+#[test]
+fn a_killed_traced_xvmm_is_undone_by_the_next_start() {
+    let Some(_serial) = prepared() else { return };
+    let f = fixture_dir("xvmm");
+    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
+    std::fs::write(f.join("initrd"), b"text").unwrap();
+    let before = state();
+    assert!(!tracefs_mounted_here(), "tracefs starts unmounted here");
+    let xvmm = env!("CARGO_BIN_EXE_xvmm");
+    let spin = |timeout: &str, trace: bool| {
+        let mut c = Command::new(xvmm);
+        c.arg("--kernel")
+            .arg(f.join("spin"))
+            .arg("--initrd")
+            .arg(f.join("initrd"))
+            .args(["--timeout", timeout])
+            .stdin(Stdio::null());
+        if trace {
+            c.arg("--trace");
+        }
+        c
+    };
+    let child = spin("60", true)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let instance = format!("xvmm-{}", child.id());
+    wait_for("the traced run's instance", || has_instance(&instance));
+    let pid = kill_and_check_leftovers(child, &instance);
+    // The next start: a short run (it ends at its timeout, 124).
+    let out = spin("1", false).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    check_recovered(&stderr, "xvmm", pid, &instance, &before);
+    std::fs::remove_dir_all(&f).unwrap();
+}
+
+fn xperf_binary() -> PathBuf {
+    let xvmm = PathBuf::from(env!("CARGO_BIN_EXE_xvmm"));
+    let xperf = xvmm.with_file_name("xperf");
+    if !xperf.is_file() {
+        let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args(["build", "-p", "xperf", "--bin", "xperf"])
+            .status();
+        assert!(built.is_ok_and(|s| s.success()), "cannot build xperf");
+    }
+    xperf
+}
+
+/// xperf probes in tracepoint mode (this host's kernel has tracepoints; the
+/// int3 mode with `kprobes-optimization` at 0 runs in the nested harness,
+/// harness/tests/probes.rs), killed while it measures; the next start is
+/// xvmm's, which undoes xperf's leftovers just as well.
+#[test]
+fn a_killed_xperf_probes_is_undone_by_the_next_start() {
+    let Some(_serial) = prepared() else { return };
+    let f = fixture_dir("xperf");
+    let before = state();
+    let child = Command::new(xperf_binary())
+        .args(["probes", "--modes", "tracepoint", "--samples", "1000000"])
+        .args(["--rounds", "1000", "--json"])
+        .arg(f.join("r.json"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let instance = format!("xperf-{}", child.id());
+    wait_for("xperf's instance", || has_instance(&instance));
+    let pid = kill_and_check_leftovers(child, &instance);
+    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
+    std::fs::write(f.join("initrd"), b"text").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .arg("--kernel")
+        .arg(f.join("spin"))
+        .arg("--initrd")
+        .arg(f.join("initrd"))
+        .args(["--timeout", "1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    assert!(stderr.contains("restored what xperf (pid"), "{stderr}");
+    check_recovered(&stderr, "xvmm", pid, &instance, &before);
+    std::fs::remove_dir_all(&f).unwrap();
+}
