@@ -217,6 +217,11 @@ struct NsUsers {
 }
 
 static USERS: Mutex<BTreeMap<(u64, FsKind), NsUsers>> = Mutex::new(BTreeMap::new());
+/// Makes each acquire and release whole within the process (two threads of
+/// one namespace must not both find the file system unmounted and mount
+/// it). Always the outermost lock: taken before the journal's, never
+/// inside it.
+static ACQUIRE: Mutex<()> = Mutex::new(());
 
 fn users() -> std::sync::MutexGuard<'static, BTreeMap<(u64, FsKind), NsUsers>> {
     USERS.lock().unwrap_or_else(|p| p.into_inner())
@@ -261,6 +266,7 @@ impl FsUse {
                 counted: None,
             });
         }
+        let _whole = ACQUIRE.lock().unwrap_or_else(|p| p.into_inner());
         let ns = namespace_id().map_err(|e| err(format!("reading the mount namespace: {e}")))?;
         if let Some(u) = users().get_mut(&(ns, kind)) {
             u.users += 1;
@@ -357,6 +363,7 @@ impl FsUse {
         let Some(ns) = self.counted.take() else {
             return;
         };
+        let _whole = ACQUIRE.lock().unwrap_or_else(|p| p.into_inner());
         let mut map = users();
         let Some(u) = map.get_mut(&(ns, self.kind)) else {
             return;
