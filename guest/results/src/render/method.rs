@@ -6,6 +6,7 @@
 use crate::correction::{parts_problem, PairCost};
 use crate::escape::visible;
 use crate::quantum::{self, FLAG_QUANTA};
+use crate::sweep::StampSweep;
 use crate::{Crossing, Interval, Report};
 use std::fmt::Write as _;
 
@@ -36,6 +37,36 @@ fn pair(name: &str, p: &PairCost) -> String {
     )
 }
 
+/// The user pair's linearity sweep and what the corrections took from it.
+pub fn sweep_line(s: &StampSweep) -> String {
+    let lengths: Vec<String> = s
+        .fit
+        .phases
+        .iter()
+        .filter_map(|p| Some(format!("{}..{}", p.lengths.first()?, p.lengths.last()?)))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let chosen = if s.intercept_used {
+        "the intercept"
+    } else {
+        "the null pair"
+    };
+    format!(
+        "user pair sweep ({} phases of imul chains {}): intercept {:.1} ticks (scatter {:.1}), \
+         slope {:.3} per imul; null pair {}, bias {:+.1}, threshold {:.1}: corrections use {chosen} ({})\n",
+        s.fit.phases.len(),
+        lengths.join(", "),
+        s.fit.intercept,
+        s.fit.scatter,
+        s.fit.slope,
+        s.null_median,
+        s.bias,
+        s.threshold,
+        s.correction
+    )
+}
+
 /// Header lines about the stamps: their instructions, their cost, the
 /// corrections, the quantum, LFENCE and the PMU.
 pub fn stamp_lines(report: &Report) -> String {
@@ -63,6 +94,9 @@ pub fn stamp_lines(report: &Report) -> String {
             }
         }
         let _ = writeln!(out, "stamp costs (ticks): {}", pairs.join("; "));
+        if let Some(sweep) = &costs.user_sweep {
+            out += &sweep_line(sweep);
+        }
         let c = &costs.corrections;
         if costs.kernel_pair.is_some() {
             let _ = writeln!(
