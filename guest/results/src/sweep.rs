@@ -35,11 +35,18 @@ use serde::{Deserialize, Serialize};
 /// What a sweep times between the user stamps.
 pub const WORK: &str = "a dependent chain of N `imul rax, rax` (8 per `sub rcx, 8; jnz` loop turn)";
 
-/// The sweep every run takes, per round: `(n, k)` is one phase of the
-/// chain lengths `n, 2n, ..., k n`. Short chains, where the stamps are a
-/// large share of the interval and the run stays fast (16 to 512 imul, a
-/// few hundred to ~1300 ticks each).
-pub const RUN_PHASES: [(u64, u64); 2] = [(16, 8), (64, 8)];
+/// The sweep a run takes in round `round` (from 0): `(n, k)` is one phase of
+/// the chain lengths `n, 2n, ..., k n`. Short chains, where the stamps are
+/// a large share of the interval and the run stays fast (16 to 1088 imul,
+/// about 100 to 2600 ticks). `n` moves from round to round: where the TSC
+/// steps (24.5 ticks on the AMD build machine), a phase's medians sit on
+/// the steps at points fixed by `n` and the slope, so the same phase
+/// repeated would repeat its rounding error; other lengths round
+/// differently and the rounds' errors average out.
+pub fn run_phases(round: u32) -> [(u64, u64); 2] {
+    let r = u64::from(round % 4);
+    [(16 + 8 * r, 8), (64 + 24 * r, 8)]
+}
 
 /// The chain lengths of a phase.
 pub fn lengths(n: u64, k: u64) -> Vec<u64> {
@@ -177,25 +184,51 @@ pub struct SweepFit {
     /// The fit's residual: median absolute deviation of the phases'
     /// intercepts from their median (ticks).
     pub scatter: f64,
-    /// Standard error of the intercept, from the scatter
-    /// (1.4826 x scatter / sqrt(phases)).
+    /// Standard error of the intercept (ticks): from the scatter (1.4826 x
+    /// scatter / sqrt(phases)), or from the TSC's steps where that is
+    /// larger (see [`step_error`]).
     pub standard_error: f64,
 }
 
+/// The intercept's standard error that the counter's steps alone cause:
+/// each median is off its true value by up to half a step (a spread of
+/// `quantum / sqrt(12)`), which a phase's line carries into its intercept
+/// by the usual least-squares factor; phases of the same lengths round the
+/// same way, so only distinct ones average.
+pub fn step_error(phases: &[SweepPhase], quantum: Option<f64>) -> f64 {
+    let q = quantum.filter(|q| q.is_finite() && *q > 0.0).unwrap_or(1.0);
+    let mut distinct: Vec<&Vec<u64>> = phases.iter().map(|p| &p.lengths).collect();
+    distinct.sort();
+    distinct.dedup();
+    if distinct.is_empty() {
+        return f64::NAN;
+    }
+    let factor = |lengths: &Vec<u64>| {
+        let k = lengths.len() as f64;
+        let mean = lengths.iter().sum::<u64>() as f64 / k;
+        let sxx: f64 = lengths.iter().map(|&n| (n as f64 - mean).powi(2)).sum();
+        (1.0 / k + mean * mean / sxx.max(f64::MIN_POSITIVE)).sqrt()
+    };
+    let mean_factor = distinct.iter().map(|l| factor(l)).sum::<f64>() / distinct.len() as f64;
+    q / 12f64.sqrt() * mean_factor / (distinct.len() as f64).sqrt()
+}
+
 impl SweepFit {
-    /// `None` without a phase.
-    pub fn new(phases: Vec<SweepPhase>) -> Option<SweepFit> {
+    /// `None` without a phase. `quantum`: the TSC's step, for the standard
+    /// error.
+    pub fn new(phases: Vec<SweepPhase>, quantum: Option<f64>) -> Option<SweepFit> {
         if phases.is_empty() {
             return None;
         }
         let intercepts: Vec<f64> = phases.iter().map(|p| p.intercept).collect();
         let slopes: Vec<f64> = phases.iter().map(|p| p.slope).collect();
         let scatter = mad(&intercepts);
+        let from_scatter = 1.4826 * scatter / (phases.len() as f64).sqrt();
         Some(SweepFit {
             intercept: middle_mean(&intercepts),
             slope: middle_mean(&slopes),
             scatter,
-            standard_error: 1.4826 * scatter / (phases.len() as f64).sqrt(),
+            standard_error: from_scatter.max(step_error(&phases, quantum)),
             phases,
         })
     }
@@ -280,7 +313,7 @@ impl StampSweep {
     /// `None` when it does.
     pub fn inconsistency(&self) -> Option<String> {
         let again = decide(self.null_median, self.fit.clone(), self.quantum);
-        let recomputed = SweepFit::new(self.fit.phases.clone());
+        let recomputed = SweepFit::new(self.fit.phases.clone(), self.quantum);
         let fit_ok = recomputed.is_some_and(|f| {
             (f.intercept - self.fit.intercept).abs() < 1e-6
                 && (f.scatter - self.fit.scatter).abs() < 1e-6
@@ -357,19 +390,20 @@ mod tests {
     ];
     const INTEL_NULL: u64 = 42;
 
-    fn n_2n(phases: &[(u64, u64, u64)]) -> SweepFit {
+    fn n_2n(phases: &[(u64, u64, u64)], quantum: f64) -> SweepFit {
         SweepFit::new(
             phases
                 .iter()
                 .map(|&(n, a, b)| SweepPhase::from_medians(&[n, 2 * n], &[a, b], 4000).unwrap())
                 .collect(),
+            Some(quantum),
         )
         .unwrap()
     }
 
     #[test]
     fn the_intel_sweep_chooses_the_intercept() {
-        let fit = n_2n(&INTEL_PHASES);
+        let fit = n_2n(&INTEL_PHASES, 2.0);
         let intercepts: Vec<f64> = fit.phases.iter().map(|p| p.intercept).collect();
         assert_eq!(intercepts, [40.0, 42.0, 38.0, 36.0, 36.0], "2 m(n) - m(2n)");
         assert!((fit.intercept - 38.0).abs() < 1e-9, "{fit:?}");
@@ -407,7 +441,7 @@ mod tests {
             (512, 1250, 2450),
             (2048, 4876, 9702),
         ];
-        let fit = n_2n(&phases);
+        let fit = n_2n(&phases, 24.5);
         let s = decide(73, fit, Some(24.5));
         assert!(!s.intercept_used && s.correction == 73, "{s:?}");
         assert!(s.bias.abs() <= 25.5, "{s:?}");
@@ -418,7 +452,7 @@ mod tests {
 
     #[test]
     fn a_correction_one_quantum_off_is_caught() {
-        let intel = n_2n(&INTEL_PHASES);
+        let intel = n_2n(&INTEL_PHASES, 2.0);
         // The Intel figures: the intercept is right, one quantum either side
         // is not, and neither is the null pair it replaced.
         let tol = 0.9;
@@ -429,9 +463,10 @@ mod tests {
         }
         // An AMD-like sweep on the null pair: the null pair is right, one
         // step (24 or 25 ticks) either side is not.
-        let amd = SweepFit::new(vec![
-            SweepPhase::from_medians(&[16, 32, 48, 64], &[110, 147, 184, 222], 1000).unwrap(),
-        ])
+        let amd = SweepFit::new(
+            vec![SweepPhase::from_medians(&[16, 32, 48, 64], &[110, 147, 184, 222], 1000).unwrap()],
+            Some(24.45),
+        )
         .unwrap();
         assert!((amd.intercept - 72.5).abs() < 0.1, "{amd:?}");
         assert!(check_correction(73, 73, &amd, 6.0, Some(24.45)).is_ok());
@@ -445,18 +480,16 @@ mod tests {
 
     #[test]
     fn a_sweep_that_is_not_a_line_is_not_used() {
-        let flat = SweepFit::new(vec![SweepPhase::from_medians(
-            &[16, 32],
-            &[100, 100],
-            10,
+        let flat = SweepFit::new(
+            vec![SweepPhase::from_medians(&[16, 32], &[100, 100], 10).unwrap()],
+            Some(2.0),
         )
-        .unwrap()])
         .unwrap();
         let s = decide(40, flat, Some(2.0));
         assert!(!s.intercept_used && s.correction == 40, "{s:?}");
         assert!(s.reason.contains("not usable"));
         assert!(SweepPhase::from_medians(&[16, 16], &[1, 2], 1).is_none());
-        assert!(SweepFit::new(Vec::new()).is_none());
+        assert!(SweepFit::new(Vec::new(), None).is_none());
     }
 
     #[test]
@@ -471,6 +504,29 @@ mod tests {
     }
 
     #[test]
+    fn the_steps_bound_the_standard_error_where_phases_repeat() {
+        let p = |n: u64, a: u64, b: u64| SweepPhase::from_medians(&[n, 2 * n], &[a, b], 10).unwrap();
+        // Three identical phases: no scatter, but each median is only known
+        // to a step (n / 2n: factor sqrt(1/2 + 9/2) = sqrt(5)).
+        let same = SweepFit::new(vec![p(16, 98, 147); 3], Some(24.5)).unwrap();
+        assert_eq!(same.scatter, 0.0);
+        let expected = 24.5 / 12f64.sqrt() * 5f64.sqrt();
+        assert!((same.standard_error - expected).abs() < 1e-9, "{same:?}");
+        // Two distinct phases average their rounding.
+        let two = SweepFit::new(vec![p(16, 98, 147), p(24, 122, 195)], Some(24.5)).unwrap();
+        assert!((two.standard_error - expected / 2f64.sqrt()).abs() < 1e-9);
+        assert!(agreement(&same, &two) > 3.0 * expected);
+    }
+
+    #[test]
+    fn run_phases_move_from_round_to_round() {
+        assert_eq!(run_phases(0), [(16, 8), (64, 8)]);
+        assert_ne!(run_phases(1), run_phases(0));
+        assert_eq!(run_phases(4), run_phases(0));
+        assert!(run_phases(3).iter().all(|&(n, k)| n % 8 == 0 && n * k <= 1088));
+    }
+
+    #[test]
     fn the_middle_half_resists_one_wild_phase() {
         assert_eq!(middle_mean(&[38.0, 40.0, 39.0, 1000.0]), 39.5);
         assert_eq!(middle_mean(&[5.0]), 5.0);
@@ -481,10 +537,10 @@ mod tests {
 
     #[test]
     fn a_tampered_decision_is_inconsistent() {
-        let mut s = decide(INTEL_NULL, n_2n(&INTEL_PHASES), Some(2.0));
+        let mut s = decide(INTEL_NULL, n_2n(&INTEL_PHASES, 2.0), Some(2.0));
         s.correction = INTEL_NULL;
         assert!(s.inconsistency().unwrap().contains("recorded correction"));
-        let mut s = decide(INTEL_NULL, n_2n(&INTEL_PHASES), Some(2.0));
+        let mut s = decide(INTEL_NULL, n_2n(&INTEL_PHASES, 2.0), Some(2.0));
         s.fit.intercept += 3.0;
         assert!(s.inconsistency().unwrap().contains("intercept"));
     }

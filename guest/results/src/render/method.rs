@@ -39,25 +39,22 @@ fn pair(name: &str, p: &PairCost) -> String {
 
 /// The user pair's linearity sweep and what the corrections took from it.
 pub fn sweep_line(s: &StampSweep) -> String {
-    let lengths: Vec<String> = s
-        .fit
-        .phases
-        .iter()
-        .filter_map(|p| Some(format!("{}..{}", p.lengths.first()?, p.lengths.last()?)))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let lengths = s.fit.phases.iter().flat_map(|p| p.lengths.iter().copied());
+    let (shortest, longest) = (lengths.clone().min(), lengths.max());
     let chosen = if s.intercept_used {
         "the intercept"
     } else {
         "the null pair"
     };
     format!(
-        "user pair sweep ({} phases of imul chains {}): intercept {:.1} ticks (scatter {:.1}), \
-         slope {:.3} per imul; null pair {}, bias {:+.1}, threshold {:.1}: corrections use {chosen} ({})\n",
+        "user pair sweep ({} phases, imul chains of {} to {}): intercept {:.1} ticks (+-{:.1}, \
+         scatter {:.1}), slope {:.3} per imul; null pair {}, bias {:+.1}, threshold {:.1}: \
+         corrections use {chosen} ({})\n",
         s.fit.phases.len(),
-        lengths.join(", "),
+        shortest.unwrap_or(0),
+        longest.unwrap_or(0),
         s.fit.intercept,
+        s.fit.standard_error,
         s.fit.scatter,
         s.fit.slope,
         s.null_median,

@@ -567,14 +567,14 @@ mod tests {
             SweepPhase::from_medians(&[16, 32], &[70, 102], 500).unwrap(),
             SweepPhase::from_medians(&[64, 128], &[166, 294], 500).unwrap(),
         ];
-        let sweep = decide(42, SweepFit::new(phases).unwrap(), Some(2.0));
+        let sweep = decide(42, SweepFit::new(phases, Some(2.0)).unwrap(), Some(2.0));
         r.stamp_costs = Some(StampCosts::new(pair, None, None).with_user_sweep(sweep));
         let text = report(&r);
         assert!(
             text.contains(
-                "user pair sweep (2 phases of imul chains 16..32, 64..128): intercept 38.0 ticks \
-                 (scatter 0.0), slope 2.000 per imul; null pair 42, bias +4.0, threshold 3.0: \
-                 corrections use the intercept (38)"
+                "user pair sweep (2 phases, imul chains of 16 to 128): intercept 38.0 ticks \
+                 (+-0.9, scatter 0.0), slope 2.000 per imul; null pair 42, bias +4.0, \
+                 threshold 3.0: corrections use the intercept (38)"
             ),
             "{text}"
         );
