@@ -439,7 +439,11 @@ mod tests {
         let before = costs.corrections;
         assert_eq!(costs.user_cost(), 42);
         let phase = SweepPhase::from_medians(&[16, 32], &[70, 102], 100).unwrap();
-        let sweep = decide(42, SweepFit::new(vec![phase], Some(2.0)).unwrap(), Some(2.0));
+        let sweep = decide(
+            42,
+            SweepFit::new(vec![phase], Some(2.0)).unwrap(),
+            Some(2.0),
+        );
         assert_eq!(sweep.correction, 38);
         let exits = costs.exit_corrections;
         let costs = costs.with_user_sweep(sweep);

@@ -505,7 +505,8 @@ mod tests {
 
     #[test]
     fn the_steps_bound_the_standard_error_where_phases_repeat() {
-        let p = |n: u64, a: u64, b: u64| SweepPhase::from_medians(&[n, 2 * n], &[a, b], 10).unwrap();
+        let p =
+            |n: u64, a: u64, b: u64| SweepPhase::from_medians(&[n, 2 * n], &[a, b], 10).unwrap();
         // Three identical phases: no scatter, but each median is only known
         // to a step (n / 2n: factor sqrt(1/2 + 9/2) = sqrt(5)).
         let same = SweepFit::new(vec![p(16, 98, 147); 3], Some(24.5)).unwrap();
@@ -523,7 +524,9 @@ mod tests {
         assert_eq!(run_phases(0), [(16, 8), (64, 8)]);
         assert_ne!(run_phases(1), run_phases(0));
         assert_eq!(run_phases(4), run_phases(0));
-        assert!(run_phases(3).iter().all(|&(n, k)| n % 8 == 0 && n * k <= 1088));
+        assert!(run_phases(3)
+            .iter()
+            .all(|&(n, k)| n % 8 == 0 && n * k <= 1088));
     }
 
     #[test]

@@ -571,14 +571,17 @@ pub fn sweep_round(
         let stamps = match machine::run_phase(rc, cfg, &phase)?.0 {
             PhaseEnd::Done { stamps, .. } => stamps,
             PhaseEnd::Refused { reason } => {
-                return Err(Error::Guest(format!("the user pair's sweep did not run: {reason}")))
+                return Err(Error::Guest(format!(
+                    "the user pair's sweep did not run: {reason}"
+                )))
             }
-            PhaseEnd::Fault(f) => {
-                return Err(Error::Guest(format!("the user pair's sweep: {f}")))
-            }
+            PhaseEnd::Fault(f) => return Err(Error::Guest(format!("the user pair's sweep: {f}"))),
         };
         let lengths = sweep::lengths(n, k);
-        out.extend(SweepPhase::from_interleaved(&lengths, &aligned_intervals(&stamps)));
+        out.extend(SweepPhase::from_interleaved(
+            &lengths,
+            &aligned_intervals(&stamps),
+        ));
     }
     Ok(out)
 }
@@ -608,11 +611,21 @@ pub fn user_pair_decision(
             PhaseEnd::Done { stamps, .. } => null.extend(two_stamp_samples(&stamps).intervals),
             other => return Err(Error::Guest(format!("the user pair: {other:?}"))),
         }
-        phases.extend(sweep_round(&rc, &cfg, &sweep::run_phases(round), warmup, samples)?);
+        phases.extend(sweep_round(
+            &rc,
+            &cfg,
+            &sweep::run_phases(round),
+            warmup,
+            samples,
+        )?);
     }
     let fit = SweepFit::new(phases, quantum)
         .ok_or_else(|| Error::Guest("the user pair's sweep gave no usable phase".into()))?;
-    Ok(sweep::decide(Stats::from_samples(&null).median, fit, quantum))
+    Ok(sweep::decide(
+        Stats::from_samples(&null).median,
+        fit,
+        quantum,
+    ))
 }
 
 fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {

@@ -411,7 +411,11 @@ mod tests {
             let mut r = good();
             let costs = r.stamp_costs.take().unwrap();
             let phase = SweepPhase::from_medians(&[16, 32], &[70, 102], 100).unwrap();
-            let sweep = decide(null, SweepFit::new(vec![phase], Some(2.0)).unwrap(), Some(2.0));
+            let sweep = decide(
+                null,
+                SweepFit::new(vec![phase], Some(2.0)).unwrap(),
+                Some(2.0),
+            );
             r.stamp_costs = Some(costs.with_user_sweep(sweep));
             r
         };
@@ -428,7 +432,13 @@ mod tests {
         assert!(has(&problems(&r), "crossing corrections"));
 
         let mut r = with_sweep(null);
-        r.stamp_costs.as_mut().unwrap().user_sweep.as_mut().unwrap().correction = null;
+        r.stamp_costs
+            .as_mut()
+            .unwrap()
+            .user_sweep
+            .as_mut()
+            .unwrap()
+            .correction = null;
         assert!(has(&problems(&r), "user pair sweep: the sweep recorded"));
 
         let r = with_sweep(null + 1);

@@ -578,7 +578,10 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("corrections (ticks): round trip 38"), "{text}");
+        assert!(
+            text.contains("corrections (ticks): round trip 38"),
+            "{text}"
+        );
     }
 
     #[test]
