@@ -277,7 +277,7 @@ fn set_up(config: &Config) -> Result<Setup> {
 }
 
 /// The user stamp pair with nothing between, after `warmup` unrecorded pairs.
-pub(crate) fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
+pub fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
     for _ in 0..warmup {
         std::hint::black_box(stamp::null_pair());
     }

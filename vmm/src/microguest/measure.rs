@@ -560,10 +560,23 @@ pub fn sweep_round(
     warmup: u64,
     samples: u64,
 ) -> Result<Vec<SweepPhase>> {
+    chain_phases(rc, cfg, Kind::Imul, phases, warmup, samples)
+}
+
+/// [`sweep_round`] for either stamp pair: `kind` [`Kind::Imul`] (user) or
+/// [`Kind::KernelImul`] (the kernel's, at CPL0).
+pub fn chain_phases(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    kind: Kind,
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+) -> Result<Vec<SweepPhase>> {
     let mut out = Vec::with_capacity(phases.len());
     for &(n, k) in phases {
         let phase = Phase {
-            kind: Kind::Imul,
+            kind,
             warmup,
             samples: sweep_samples(samples, k),
             param: super::guest::chain_param(n, k),
@@ -584,6 +597,18 @@ pub fn sweep_round(
         ));
     }
     Ok(out)
+}
+
+/// `phases` of the user pair's sweep (see [`sweep_round`]), each in its
+/// own VM, for the benches and the claims test.
+pub fn user_sweep(
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+    timeout: Duration,
+) -> Result<Vec<SweepPhase>> {
+    let rc = RunControl::new(timeout)?;
+    sweep_round(&rc, &MachineConfig::default(), phases, warmup, samples)
 }
 
 /// The user pair's cost as a run decides it, on its own: `rounds` rounds
