@@ -30,8 +30,15 @@ pub fn phase(n: u64, k: u64, warmup: usize, samples: usize) -> Option<SweepPhase
     SweepPhase::from_interleaved(&lengths, &intervals)
 }
 
-/// Round `round`'s sweep ([`sweep::run_phases`]).
+/// Most samples a run's sweep phase takes: 3000 per length is plenty for
+/// a median, and the chains are slow where every instruction is emulated
+/// (the nested harness's TCG).
+pub const MAX_RUN_SAMPLES: usize = 24_000;
+
+/// Round `round`'s sweep ([`sweep::run_phases`]), `samples` a phase (at
+/// most [`MAX_RUN_SAMPLES`]).
 pub fn round(round: u32, warmup: usize, samples: usize) -> Vec<SweepPhase> {
+    let samples = samples.min(MAX_RUN_SAMPLES);
     sweep::run_phases(round)
         .iter()
         .filter_map(|&(n, k)| phase(n, k, warmup, samples))

@@ -215,6 +215,16 @@ pub fn expected_tsc_offset_control(p: Platform) -> Fact {
     }
 }
 
+/// Another TSC rate for the guest (`--tsc-khz`, KVM_CAP_TSC_CONTROL):
+/// refused by PVM on the AMD build machine; under hardware KVM it depends on
+/// the CPU's TSC scaling, which nothing here has measured.
+pub fn expected_tsc_scaling(p: Platform) -> Fact {
+    match (p.vendor, p.hypervisor) {
+        (Vendor::Amd, Hypervisor::Pvm) => fact(Outcome::Unavailable, AMD_PVM),
+        _ => fact(Outcome::Undocumented, NOBODY),
+    }
+}
+
 /// The host's `kvm:kvm_exit`/`kvm_entry` tracepoints firing for a guest's
 /// exits: never under PVM on the AMD build machine; under hardware KVM they
 /// do (the nested harness traces kvm_amd's; they are KVM's common code).
@@ -323,6 +333,7 @@ mod tests {
             }
             assert!(!expected_fenced_kernel_stamps(p).source.is_empty());
             assert!(!expected_tsc_offset_control(p).source.is_empty());
+            assert!(!expected_tsc_scaling(p).source.is_empty());
             assert!(!expected_exit_tracepoints(p).source.is_empty());
         }
         let amd_pvm = Platform {
