@@ -185,7 +185,8 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
         ("rdmsr" | "wrmsr", Vendor::Amd, Hypervisor::Pvm) => {
             fact(Outcome::Faults { vector: 13 }, AMD_PVM)
         }
-        (_, Vendor::Amd, Hypervisor::KvmAmd) => fact(Outcome::Runs, NESTED),
+        // The nested harness's microguest bench records the crossings and
+        // that the report passes `verify`, not each exit's status.
         _ => fact(Outcome::Undocumented, NOBODY),
     }
 }
