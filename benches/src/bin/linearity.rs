@@ -3,16 +3,17 @@
 //! process and at CPL3 in the microguest, N and 2N samples interleaved so that
 //! clock drift (turbo, a busy neighbour) hits both alike. After subtracting
 //! the null median the 2N/N ratio should be 2.00 within 2%. Prints the figures
-//! and whether they are within 2%, and the whole sweep's fit
-//! ([`xvmm_benches::linearity::check`]); never fails on numbers (the claims
-//! are checked by `benches/tests/claims.rs`).
+//! and whether they are within 2%, and the native sweep against the
+//! correction xperf decides ([`xvmm_benches::linearity::check`]); never fails
+//! on numbers (the claims are checked by `benches/tests/claims.rs`).
 //!
 //! `XVMM_LINEARITY_N` (a multiple of 8, default 4096) sets N.
 
 use std::time::Duration;
 use xvmm::microguest::guest::Kind;
 use xvmm::microguest::measure;
-use xvmm_benches::linearity::{self, native_chain, SWEEP};
+use xvmm_benches::linearity::{self, native_chain, INTERCEPT_PHASES, LONG_PHASE};
+use xvmm_results::sweep::SweepFit;
 use xvmm_results::{quantum, tsc, Stats};
 
 const SAMPLES: usize = 20_000;
@@ -76,11 +77,20 @@ fn main() {
     let (one, two) = native(n);
     report("native CPL3     ", &native_null(), &one, &two, n);
     let q = quantum::estimate(&tsc::back_to_back(100_000)).unwrap_or(1.0);
-    let raw = linearity::native_sweep(&SWEEP, 3000);
-    let null = Stats::from_samples(&native_null()).median;
-    match linearity::check(&SWEEP, &raw, null, q) {
-        Ok(v) => println!("native sweep {SWEEP:?}: medians {raw:?}; {v:?}"),
-        Err(e) => println!("native sweep: FAILS: {e}"),
+    let decided = linearity::native_decision(3, 100_000, Some(q));
+    println!("native user pair: {}", decided.reason);
+    let mut all = INTERCEPT_PHASES.to_vec();
+    all.push(LONG_PHASE);
+    let phases = linearity::native_phases(&all, 24_000);
+    let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
+    match SweepFit::new(short.to_vec(), Some(q)) {
+        Some(short) => {
+            match linearity::check(&short, &long[0], decided.correction, &decided, Some(q)) {
+                Ok(v) => println!("native sweep: {v:?}"),
+                Err(e) => println!("native sweep: FAILS: {e}"),
+            }
+        }
+        None => println!("native sweep: no phase measured"),
     }
 
     let guest = |kind, param| {

@@ -105,6 +105,9 @@ fn main() {
                     costs.corrections,
                     costs.corrections.add_up()
                 );
+                if let Some(sweep) = &costs.user_sweep {
+                    println!("user pair sweep: {}", sweep.reason);
+                }
             }
             println!(
                 "clean samples: the microguest runs with interrupts off, so every valid sample is clean"

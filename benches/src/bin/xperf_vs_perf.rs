@@ -75,9 +75,22 @@ fn main() {
         report.null_overhead.median
     );
     println!(
-        "xperf getppid round trip ({} samples): median {} ticks raw, {} ticks without the null overhead (raw min {}, mean {:.0}, p99 {})",
-        rt.raw.count, rt.raw.median, rt.corrected.median, rt.raw.min, rt.raw.mean, rt.raw.p99
+        "xperf getppid round trip ({} samples): median {} ticks raw, {} ticks without the user pair's {} (raw min {}, mean {:.0}, p99 {})",
+        rt.raw.count,
+        rt.raw.median,
+        rt.corrected.median,
+        rt.correction.unwrap_or(report.null_overhead.median),
+        rt.raw.min,
+        rt.raw.mean,
+        rt.raw.p99
     );
+    if let Some(sweep) = report
+        .stamp_costs
+        .as_ref()
+        .and_then(|c| c.user_sweep.as_ref())
+    {
+        println!("user pair sweep: {}", sweep.reason);
+    }
     compare_with_perf(rt, tsc_khz);
 }
 

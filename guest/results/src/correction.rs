@@ -40,6 +40,7 @@
 //! in VMM `H'`, VMM->guest the rest, and the three parts add up to the
 //! round trip.
 
+use crate::sweep::StampSweep;
 use crate::{Crossing, Stats};
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +49,8 @@ pub const DERIVATION: &str =
     "per-kind stamp pairs (README \"Method\"): u2k and k2u each minus half of \
 user pair + kernel pair, in_kernel minus the inner kernel pair, round trip minus all three; \
 round trips without kernel stamps minus the user pair; exits at CPL0 minus the kernel pair; \
-clamped at 0 (counted)";
+clamped at 0 (counted); the user pair is the null pair's median, or the intercept of its \
+linearity sweep where the two differ by more than one TSC quantum (stamp_costs.user_sweep)";
 
 /// One back-to-back stamp pair, measured the way the samples are taken.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -212,6 +214,11 @@ pub struct StampCosts {
     /// Round trips with the kernel stamps on and off, per crossing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<HooksCost>,
+    /// The user pair against its linearity sweep, and which of the two `A`
+    /// is (absent in older reports and where no sweep was taken: `A` is
+    /// then the null pair's median).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_sweep: Option<StampSweep>,
 }
 
 impl StampCosts {
@@ -242,7 +249,30 @@ impl StampCosts {
             corrections,
             exit_corrections,
             hooks: Vec::new(),
+            user_sweep: None,
         }
+    }
+
+    /// The same with `A` decided by the user pair's sweep: every correction
+    /// that holds `A` is derived again from [`StampSweep::correction`]
+    /// (exits hold no user stamp and keep theirs).
+    pub fn with_user_sweep(mut self, sweep: StampSweep) -> StampCosts {
+        let kernel = self
+            .kernel_pair
+            .as_ref()
+            .zip(self.kernel_pair_inner.as_ref())
+            .map(|(c, b)| (c.median(), b.median()));
+        self.corrections = Corrections::derive(sweep.correction, kernel);
+        self.user_sweep = Some(sweep);
+        self
+    }
+
+    /// `A` as the corrections use it: the sweep's choice, else the null
+    /// pair's median.
+    pub fn user_cost(&self) -> u64 {
+        self.user_sweep
+            .as_ref()
+            .map_or(self.user_pair.median(), |s| s.correction)
     }
 }
 
@@ -399,6 +429,34 @@ mod tests {
         wrong.round_trip += 1;
         let x = Crossing::from_samples("pf", 1, &[s(400)], &wrong, false);
         assert!(parts_problem(&x).unwrap().contains("sum to"));
+    }
+
+    #[test]
+    fn a_sweep_that_chooses_its_intercept_moves_every_user_correction() {
+        use crate::sweep::{decide, SweepFit, SweepPhase};
+        let p = |m: u64| PairCost::from_rounds("a", "b", &[vec![m]]);
+        let costs = StampCosts::new(p(42), Some((p(40), p(30))), Some((p(44), p(20))));
+        let before = costs.corrections;
+        assert_eq!(costs.user_cost(), 42);
+        let phase = SweepPhase::from_medians(&[16, 32], &[70, 102], 100).unwrap();
+        let sweep = decide(
+            42,
+            SweepFit::new(vec![phase], Some(2.0)).unwrap(),
+            Some(2.0),
+        );
+        assert_eq!(sweep.correction, 38);
+        let exits = costs.exit_corrections;
+        let costs = costs.with_user_sweep(sweep);
+        assert_eq!(costs.user_cost(), 38);
+        assert_eq!(costs.corrections, Corrections::derive(38, Some((40, 30))));
+        assert_eq!(costs.corrections.round_trip, before.round_trip - 4);
+        assert!(costs.corrections.add_up());
+        assert_eq!(costs.exit_corrections, exits, "exits hold no user stamp");
+        // An older report without the field still reads.
+        let mut json = serde_json::to_value(&costs).unwrap();
+        json.as_object_mut().unwrap().remove("user_sweep");
+        let old: StampCosts = serde_json::from_value(json).unwrap();
+        assert_eq!((old.user_cost(), old.user_sweep), (42, None));
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod sample_format;
 pub mod signals;
 pub mod skip;
 pub mod stats;
+pub mod sweep;
 pub mod timeline;
 pub mod tracefs;
 pub mod tracefs_raw;

@@ -20,5 +20,6 @@ pub mod pmu;
 pub mod probes;
 pub mod sampling;
 pub mod stamp;
+pub mod sweep;
 
 pub use error::{Error, Result};

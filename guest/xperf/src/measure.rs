@@ -277,7 +277,7 @@ fn set_up(config: &Config) -> Result<Setup> {
 }
 
 /// The user stamp pair with nothing between, after `warmup` unrecorded pairs.
-pub(crate) fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
+pub fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
     for _ in 0..warmup {
         std::hint::black_box(stamp::null_pair());
     }
@@ -304,6 +304,8 @@ fn kernel_pairs(page: &StampPage, samples: usize) -> Result<(Vec<u64>, Vec<u64>)
 /// Everything the rounds measured.
 struct Rounds {
     user_pair: Vec<Vec<u64>>,
+    /// The user pair's linearity sweep, every phase of every round.
+    user_sweep: Vec<xvmm_results::sweep::SweepPhase>,
     kernel_pair: Vec<Vec<u64>>,
     kernel_pair_inner: Vec<Vec<u64>>,
     getppid: Kept,
@@ -377,6 +379,7 @@ fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Res
     let null_samples = usize_of(config.null_samples)?;
     let mut r = Rounds {
         user_pair: Vec::new(),
+        user_sweep: Vec::new(),
         kernel_pair: Vec::new(),
         kernel_pair_inner: Vec::new(),
         getppid: Kept::default(),
@@ -386,9 +389,11 @@ fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Res
         refault: Ok(Kept::default()),
         thp_refused: false,
     };
-    for _ in 0..config.rounds.max(1) {
+    for round in 0..config.rounds.max(1) {
         cal.checkpoint();
         r.user_pair.push(user_pair(warmup, null_samples));
+        r.user_sweep
+            .extend(crate::sweep::round(round, warmup, null_samples));
         if let Mode::Split(page) = mode {
             let (pair, inner) = kernel_pairs(page, null_samples.min(samples.max(1000)))?;
             r.kernel_pair.push(pair);
@@ -403,8 +408,25 @@ fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Res
     Ok(r)
 }
 
+/// The user pair's cost as the method decides it: the null pair, or the
+/// intercept of its sweep where the two differ by more than one TSC
+/// `quantum` (`xvmm_results::sweep`). Without a usable sweep phase the
+/// null pair stands, as in reports before the sweep.
+pub(crate) fn with_user_sweep(
+    costs: StampCosts,
+    phases: Vec<xvmm_results::sweep::SweepPhase>,
+    quantum: Option<f64>,
+) -> StampCosts {
+    use xvmm_results::sweep::{decide, SweepFit};
+    let null = costs.user_pair.median();
+    match SweepFit::new(phases, quantum) {
+        Some(fit) => costs.with_user_sweep(decide(null, fit, quantum)),
+        None => costs,
+    }
+}
+
 /// The stamp costs of the rounds, and the corrections from them.
-fn stamp_costs(r: &Rounds) -> StampCosts {
+fn stamp_costs(r: &Rounds, quantum: Option<f64>) -> StampCosts {
     let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
     let user = PairCost::from_rounds(open, close, &r.user_pair);
     let kernel = (!r.kernel_pair.is_empty()).then(|| {
@@ -417,7 +439,11 @@ fn stamp_costs(r: &Rounds) -> StampCosts {
             ),
         )
     });
-    let mut costs = StampCosts::new(user, kernel, None);
+    let mut costs = with_user_sweep(
+        StampCosts::new(user, kernel, None),
+        r.user_sweep.clone(),
+        quantum,
+    );
     if !r.getppid_off.is_empty() {
         let on: Vec<u64> = r.getppid.round_trips().concat();
         costs.hooks.push(HooksCost::new(
@@ -570,7 +596,7 @@ pub fn run(config: &Config) -> Result<Report> {
             .notes
             .push("madvise(MADV_NOHUGEPAGE) was refused: huge pages may serve some faults".into());
     }
-    let costs = stamp_costs(&r);
+    let costs = stamp_costs(&r, setup.machine.tsc_quantum_ticks);
     let corr = costs.corrections;
     let mut report = Report::new(
         format!("xperf {}", env!("CARGO_PKG_VERSION")),

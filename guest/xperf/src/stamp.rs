@@ -80,6 +80,49 @@ pub fn null_pair() -> Stamps {
     }
 }
 
+/// A dependent chain of `n` `imul` (a positive multiple of 8, as the
+/// microguest's chain: `mov` of the count, 8 imul per `sub; jnz` turn)
+/// between the stamps, for the user pair's linearity sweep; the rest of the
+/// block is [`null_pair`]'s, so that the two differ by the chain alone.
+#[inline(always)]
+pub fn chain_pair(n: u64) -> Stamps {
+    let (lo, hi, aux0): (u32, u32, u32);
+    let (end_lo, end_hi, aux1): (u32, u32, u32);
+    // SAFETY: register arithmetic and the stamps; every clobbered register
+    // is declared. A count of 0 would wrap: it is raised to 8.
+    unsafe {
+        asm!(
+            "rdtscp",
+            "mov {aux0:e}, ecx",
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            "mov {count}, {n}",
+            "2:",
+            "imul rax, rax", "imul rax, rax", "imul rax, rax", "imul rax, rax",
+            "imul rax, rax", "imul rax, rax", "imul rax, rax", "imul rax, rax",
+            "sub {count}, 8",
+            "jnz 2b",
+            stamp_close!(),
+            n = in(reg) n.max(8) & !7,
+            count = out(reg) _,
+            aux0 = out(reg) aux0,
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") aux1,
+            options(nostack),
+        );
+    }
+    Stamps {
+        open: join(lo, hi),
+        close: join(end_lo, end_hi),
+        aux_open: aux0,
+        aux_close: aux1,
+    }
+}
+
 /// One byte store to `addr` between the stamps; the store is the crossing when
 /// the page is not present (#PF).
 ///
@@ -366,6 +409,19 @@ mod tests {
         if let Some(c) = s.cpu() {
             assert!(c < 4096, "{c} {cpu}");
         }
+    }
+
+    #[test]
+    fn longer_chains_take_longer() {
+        let min = |n: u64| {
+            (0..500)
+                .map(|_| chain_pair(n))
+                .map(|s| s.close - s.open)
+                .min()
+                .unwrap_or(0)
+        };
+        let (short, long) = (min(8), min(1024));
+        assert!(short > 0 && long > short + 500, "8: {short}, 1024: {long}");
     }
 
     #[test]

@@ -48,6 +48,15 @@ fn native_run_writes_a_consistent_report() {
     let costs = report.stamp_costs.as_ref().expect("stamp costs");
     assert_eq!(costs.user_pair.stats, report.null_overhead);
     assert_eq!(costs.user_pair.round_medians.len(), 2);
+    // The user pair's cost is the null pair, or its sweep's intercept where
+    // the two differ by more than a quantum (README "Method"): recorded,
+    // consistent, and what the round trips subtract.
+    let sweep = costs.user_sweep.as_ref().expect("the user pair's sweep");
+    assert_eq!(sweep.null_median, null);
+    assert_eq!(sweep.inconsistency(), None);
+    assert_eq!(sweep.fit.phases.len(), 4, "two phases in each of 2 rounds");
+    let user_cost = costs.user_cost();
+    assert_eq!(user_cost, sweep.correction);
     // The null pair is a whole number of quanta, give or take the rounding
     // of a non-integral step.
     let steps = null as f64 / quantum;
@@ -75,7 +84,12 @@ fn native_run_writes_a_consistent_report() {
                 c.name
             );
             assert_eq!(rt.raw.count, c.samples_valid);
-            assert_eq!(rt.correction, Some(null), "{}: minus the user pair", c.name);
+            assert_eq!(
+                rt.correction,
+                Some(user_cost),
+                "{}: minus the user pair's cost",
+                c.name
+            );
         }
         assert!(
             rt.raw.median > null,

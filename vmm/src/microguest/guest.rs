@@ -104,6 +104,37 @@ impl Kind {
     }
 }
 
+/// Most chain lengths one imul phase may cycle through.
+pub const MAX_CHAIN_LENGTHS: u64 = 16;
+/// Longest chain one imul sample may hold.
+pub const MAX_CHAIN: u64 = 1 << 20;
+
+/// The PARAM of an imul phase ([`Kind::Imul`], [`Kind::KernelImul`]) whose
+/// samples time `n`, `2n`, ..., `k n` imuls in turn (`n` a positive
+/// multiple of 8; `k` 2 to [`MAX_CHAIN_LENGTHS`]); `n` alone means `k` = 2.
+pub fn chain_param(n: u64, k: u64) -> u64 {
+    n | (k << 32)
+}
+
+/// The chain lengths an imul PARAM asks for, or why it is refused.
+pub fn chain_lengths(param: u64) -> std::result::Result<Vec<u64>, String> {
+    let (n, k) = (param & 0xffff_ffff, param >> 32);
+    let k = if k == 0 { 2 } else { k };
+    if n == 0 || !n.is_multiple_of(8) {
+        return Err(format!(
+            "the imul chain length must be a positive multiple of 8, not {n}"
+        ));
+    }
+    if !(2..=MAX_CHAIN_LENGTHS).contains(&k) || k * n > MAX_CHAIN {
+        return Err(format!(
+            "an imul phase takes 2 to {MAX_CHAIN_LENGTHS} chain lengths of at most {MAX_CHAIN} imuls, \
+             not {k} lengths of up to {} imuls",
+            k * n
+        ));
+    }
+    Ok((1..=k).map(|j| j * n).collect())
+}
+
 /// Opening stamp as the kernel blob encodes it: lfence; rdtsc; lfence.
 pub const KERNEL_STAMP_OPEN: [u8; 8] = [0x0f, 0xae, 0xe8, 0x0f, 0x31, 0x0f, 0xae, 0xe8];
 /// Closing stamp as the kernel blob encodes it: rdtscp; lfence.
@@ -327,6 +358,17 @@ mod tests {
     use super::*;
 
     const ERROR_CODE_VECTORS: [u8; 10] = [8, 10, 11, 12, 13, 14, 17, 21, 29, 30];
+
+    #[test]
+    fn chain_params_carry_the_first_length_and_how_many() {
+        assert_eq!(chain_lengths(800), Ok(vec![800, 1600]), "n alone: n and 2n");
+        assert_eq!(chain_lengths(chain_param(16, 4)), Ok(vec![16, 32, 48, 64]));
+        assert!(chain_lengths(7).unwrap_err().contains("multiple of 8"));
+        assert!(chain_lengths(0).is_err());
+        assert!(chain_lengths(chain_param(8, 1)).is_err());
+        assert!(chain_lengths(chain_param(8, MAX_CHAIN_LENGTHS + 1)).is_err());
+        assert!(chain_lengths(chain_param(MAX_CHAIN, 2)).is_err());
+    }
 
     #[test]
     fn blobs_fit_their_regions() {

@@ -173,12 +173,8 @@ pub fn run_phase(
                 layout::SAMPLES_SIZE >> 20
             ))
         })?;
-    let chain = matches!(phase.kind, Kind::Imul | Kind::KernelImul);
-    if chain && (phase.param == 0 || !phase.param.is_multiple_of(8)) {
-        return Err(Error::Usage(format!(
-            "the imul chain length must be a positive multiple of 8, not {}",
-            phase.param
-        )));
+    if matches!(phase.kind, Kind::Imul | Kind::KernelImul) {
+        guest::chain_lengths(phase.param).map_err(Error::Usage)?;
     }
     let batch = matches!(phase.kind, Kind::Int3Batch | Kind::SyscallBatch);
     if batch && phase.param == 0 {

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use xvmm_results::correction::{ExitCorrections, HooksCost, PairCost};
 use xvmm_results::exit_trace::{self, TracedExit};
 use xvmm_results::machine::Machine;
+use xvmm_results::sweep::{self, SweepFit, SweepPhase};
 use xvmm_results::timeline::Mapping;
 use xvmm_results::{
     Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
@@ -248,7 +249,12 @@ fn stamp_costs(c: &Collected) -> StampCosts {
     let inner = PairCost::from_rounds(k_close, k_open, &c.kernel_pair_inner);
     let vmm = PairCost::from_rounds(open, close, &c.vmm_pair);
     let reverse = PairCost::from_rounds(close, open, &c.vmm_pair_reverse);
-    StampCosts::new(user, Some((kernel, inner)), Some((vmm, reverse)))
+    let null = user.median();
+    let costs = StampCosts::new(user, Some((kernel, inner)), Some((vmm, reverse)));
+    match SweepFit::new(c.user_sweep.clone(), c.quantum) {
+        Some(fit) => costs.with_user_sweep(sweep::decide(null, fit, c.quantum)),
+        None => costs,
+    }
 }
 
 /// Where the microguest's kernel stamps sit: the same place for every
@@ -449,6 +455,13 @@ fn run_notes(c: &Collected, unsplit: &[String]) -> Vec<String> {
             unsplit.join(", ")
         ));
     }
+    if c.user_sweep.is_empty() {
+        notes.push(
+            "the user pair's linearity sweep gave no usable phase: the corrections subtract the \
+             null pair's median"
+                .into(),
+        );
+    }
     if let Some(err) = &c.stopped {
         notes.insert(
             0,
@@ -513,18 +526,131 @@ pub fn user_or_kernel_intervals(
         ..MachineConfig::default()
     };
     match machine::run_phase(&rc, &cfg, &phase)?.0 {
-        PhaseEnd::Done { stamps, .. } => Ok(stamps
-            .chunks_exact(2)
-            .map(|p| match (p[0], p[1]) {
-                (open, close) if open != UNFILLED && close != UNFILLED && close > open => {
-                    close - open
-                }
-                _ => 0,
-            })
-            .collect()),
+        PhaseEnd::Done { stamps, .. } => Ok(aligned_intervals(&stamps)),
         PhaseEnd::Refused { reason } => Err(Error::Guest(format!("{kind:?}: {reason}"))),
         PhaseEnd::Fault(f) => Err(Error::Guest(format!("{kind:?}: {f}"))),
     }
+}
+
+/// Each two-stamp sample's interval, 0 where the sample is not valid, so
+/// that position i stays sample i (interleaved chain lengths need it).
+pub fn aligned_intervals(stamps: &[u64]) -> Vec<u64> {
+    stamps
+        .chunks_exact(2)
+        .map(|p| match (p[0], p[1]) {
+            (open, close) if open != UNFILLED && close != UNFILLED && close > open => close - open,
+            _ => 0,
+        })
+        .collect()
+}
+
+/// Samples of one sweep phase: at least enough for a median per length.
+fn sweep_samples(samples: u64, k: u64) -> u64 {
+    samples.max(16 * k)
+}
+
+/// One round of the user pair's linearity sweep as a run takes it
+/// ([`sweep::run_phases`], each phase in its own VM, at CPL3), or of other
+/// `phases` (`(n, k)`: chains n, 2n, ..., k n in turn). A phase whose
+/// lengths did not all get a valid sample is left out.
+pub fn sweep_round(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+) -> Result<Vec<SweepPhase>> {
+    chain_phases(rc, cfg, Kind::Imul, phases, warmup, samples)
+}
+
+/// [`sweep_round`] for either stamp pair: `kind` [`Kind::Imul`] (user) or
+/// [`Kind::KernelImul`] (the kernel's, at CPL0).
+pub fn chain_phases(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    kind: Kind,
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+) -> Result<Vec<SweepPhase>> {
+    let mut out = Vec::with_capacity(phases.len());
+    for &(n, k) in phases {
+        let phase = Phase {
+            kind,
+            warmup,
+            samples: sweep_samples(samples, k),
+            param: super::guest::chain_param(n, k),
+        };
+        let stamps = match machine::run_phase(rc, cfg, &phase)?.0 {
+            PhaseEnd::Done { stamps, .. } => stamps,
+            PhaseEnd::Refused { reason } => {
+                return Err(Error::Guest(format!(
+                    "the user pair's sweep did not run: {reason}"
+                )))
+            }
+            PhaseEnd::Fault(f) => return Err(Error::Guest(format!("the user pair's sweep: {f}"))),
+        };
+        let lengths = sweep::lengths(n, k);
+        out.extend(SweepPhase::from_interleaved(
+            &lengths,
+            &aligned_intervals(&stamps),
+        ));
+    }
+    Ok(out)
+}
+
+/// `phases` of the user pair's sweep (see [`sweep_round`]), each in its
+/// own VM, for the benches and the claims test.
+pub fn user_sweep(
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+    timeout: Duration,
+) -> Result<Vec<SweepPhase>> {
+    let rc = RunControl::new(timeout)?;
+    sweep_round(&rc, &MachineConfig::default(), phases, warmup, samples)
+}
+
+/// The user pair's cost as a run decides it, on its own: `rounds` rounds
+/// of the null pair and the run's sweep, then [`sweep::decide`] against the
+/// TSC `quantum`. For the claims test, which checks it against a longer,
+/// independent sweep.
+pub fn user_pair_decision(
+    rounds: u32,
+    warmup: u64,
+    samples: u64,
+    quantum: Option<f64>,
+    timeout: Duration,
+) -> Result<sweep::StampSweep> {
+    let rc = RunControl::new(timeout)?;
+    let cfg = MachineConfig::default();
+    let (mut null, mut phases) = (Vec::new(), Vec::new());
+    for round in 0..rounds.max(1) {
+        let phase = Phase {
+            kind: Kind::Null,
+            warmup,
+            samples,
+            param: 0,
+        };
+        match machine::run_phase(&rc, &cfg, &phase)?.0 {
+            PhaseEnd::Done { stamps, .. } => null.extend(two_stamp_samples(&stamps).intervals),
+            other => return Err(Error::Guest(format!("the user pair: {other:?}"))),
+        }
+        phases.extend(sweep_round(
+            &rc,
+            &cfg,
+            &sweep::run_phases(round),
+            warmup,
+            samples,
+        )?);
+    }
+    let fit = SweepFit::new(phases, quantum)
+        .ok_or_else(|| Error::Guest("the user pair's sweep gave no usable phase".into()))?;
+    Ok(sweep::decide(
+        Stats::from_samples(&null).median,
+        fit,
+        quantum,
+    ))
 }
 
 fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {

@@ -12,11 +12,13 @@
 //! - [`session`]: one run, phase by phase and round by round.
 //! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).
+//! - [`platform`]: what runs where, per CPU vendor and hypervisor, as documented.
 
 pub mod guest;
 pub mod layout;
 pub mod machine;
 pub mod measure;
+pub mod platform;
 pub mod session;
 pub mod tables;
 pub mod verify;

@@ -12,6 +12,7 @@ use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
+use xvmm_results::sweep::SweepPhase;
 use xvmm_results::{tsc, Sample, UNFILLED};
 
 /// Back-to-back TSC reads of the quantum phase.
@@ -54,6 +55,8 @@ pub struct Collected {
     pub kernel_pair_inner: Vec<Vec<u64>>,
     pub vmm_pair: Vec<Vec<u64>>,
     pub vmm_pair_reverse: Vec<Vec<u64>>,
+    /// The user pair's linearity sweep, every phase of every round.
+    pub user_sweep: Vec<SweepPhase>,
     pub crossings: Vec<CrossingRounds>,
     pub exits: Vec<ExitRounds>,
     pub notes: Vec<String>,
@@ -207,6 +210,7 @@ impl Session<'_> {
             kernel_pair_inner: Vec::new(),
             vmm_pair: Vec::new(),
             vmm_pair_reverse: Vec::new(),
+            user_sweep: Vec::new(),
             crossings,
             exits,
             notes,
@@ -270,8 +274,8 @@ impl Session<'_> {
         })
     }
 
-    /// One round's stamp pairs: in the guest the user pair and both kernel
-    /// pairs, natively the VMM's pair and reverse pair.
+    /// One round's stamp pairs: in the guest the user pair, its linearity
+    /// sweep and both kernel pairs, natively the VMM's pair and reverse pair.
     fn pairs(&self, c: &mut Collected) -> Result<()> {
         let intervals = |kind: Kind, what: &str| -> Result<Vec<u64>> {
             match self.stamps(kind, 0, &self.cfg)? {
@@ -280,10 +284,19 @@ impl Session<'_> {
             }
         };
         let user = intervals(Kind::Null, "user stamp pair")?;
+        let round = c.user_pair.len() as u32;
+        let sweep = measure::sweep_round(
+            self.rc,
+            &self.cfg,
+            &xvmm_results::sweep::run_phases(round),
+            self.warmup,
+            self.samples,
+        )?;
         let kernel = intervals(Kind::KernelNull, "kernel stamp pair")?;
         let inner = intervals(Kind::KernelNullInner, "inner kernel stamp pair")?;
         let (vmm, reverse) = vmm_pairs(self.warmup, self.samples);
         c.user_pair.push(user);
+        c.user_sweep.extend(sweep);
         c.kernel_pair.push(kernel);
         c.kernel_pair_inner.push(inner);
         c.vmm_pair.push(vmm);

@@ -6,13 +6,18 @@
 //! - the stamp costs are measured and the corrections derived from them add
 //!   up: a crossing's corrected u2k, in_kernel and k2u to its round trip, an
 //!   exit's three host-side parts to its round trip (in the means);
+//! - the user pair's cost is the one its linearity sweep decided (the null
+//!   pair, or the sweep's intercept), and the crossings' corrections are
+//!   the ones it and the kernel pairs give;
 //! - every row has as many per-round medians as the run had rounds, and its
 //!   median's confidence interval holds the median;
 //! - an exit's raw round trip is never below the kernel stamp pair that
 //!   brackets it.
 
 use xvmm_results::correction::parts_mismatch;
-use xvmm_results::{Crossing, Environment, ExitTiming, Interval, Report, Status};
+use xvmm_results::{
+    Corrections, Crossing, Environment, ExitTiming, Interval, Report, StampCosts, Status,
+};
 
 /// Crossings a microguest report lists, in order.
 pub const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
@@ -51,9 +56,11 @@ pub fn problems(report: &Report) -> Vec<String> {
             costs.corrections
         ));
     }
+    p.extend(user_cost_problems(costs));
     let rounds = report.method.rounds as usize;
     for c in &report.crossings {
         crossing_problems(c, rounds, &mut p);
+        p.extend(correction_problem(c, &costs.corrections));
     }
     for name in ["pf", "int3"] {
         if report
@@ -70,6 +77,55 @@ pub fn problems(report: &Report) -> Vec<String> {
         exit_problems(e, kernel_pair, rounds, &mut p);
     }
     p
+}
+
+/// What is wrong with the user pair's cost `A`: a sweep whose decision does
+/// not follow from its own figures, or corrections that are not the ones
+/// `A` and the kernel pairs give.
+fn user_cost_problems(costs: &StampCosts) -> Vec<String> {
+    let mut p = Vec::new();
+    if let Some(s) = &costs.user_sweep {
+        if s.null_median != costs.user_pair.median() {
+            p.push(format!(
+                "user pair sweep: its null pair {} is not the user pair's median {}",
+                s.null_median,
+                costs.user_pair.median()
+            ));
+        }
+        if let Some(why) = s.inconsistency() {
+            p.push(format!("user pair sweep: {why}"));
+        }
+    }
+    let kernel = costs
+        .kernel_pair
+        .as_ref()
+        .zip(costs.kernel_pair_inner.as_ref())
+        .map(|(c, b)| (c.median(), b.median()));
+    let expected = Corrections::derive(costs.user_cost(), kernel);
+    if costs.corrections != expected {
+        p.push(format!(
+            "crossing corrections {:?} are not those of user pair {} and the kernel pairs {kernel:?}: {expected:?}",
+            costs.corrections,
+            costs.user_cost()
+        ));
+    }
+    p
+}
+
+/// Whether a measured crossing was corrected by the report's corrections.
+fn correction_problem(c: &Crossing, corr: &Corrections) -> Option<String> {
+    if c.status != Status::Measured {
+        return None;
+    }
+    let got = [&c.u2k, &c.k2u, &c.in_kernel, &c.round_trip]
+        .map(|i| i.as_ref().and_then(|i| i.correction));
+    let want = [corr.u2k, corr.k2u, corr.in_kernel, corr.round_trip].map(Some);
+    (got != want).then(|| {
+        format!(
+            "{}: corrected by {got:?} (u2k, k2u, in_kernel, round trip), the stamp costs give {want:?}",
+            c.name
+        )
+    })
 }
 
 /// What is wrong with an interval's rounds and confidence interval.
@@ -346,6 +402,47 @@ mod tests {
         let mut r = good();
         r.exits[1].split.as_mut().unwrap().in_vmm.correction = Some(0);
         assert!(has(&problems(&r), "pio-out: the parts' corrections sum"));
+    }
+
+    #[test]
+    fn the_user_pair_sweep_must_decide_what_the_corrections_subtract() {
+        use xvmm_results::sweep::{decide, SweepFit, SweepPhase};
+        let with_sweep = |null: u64| {
+            let mut r = good();
+            let costs = r.stamp_costs.take().unwrap();
+            let phase = SweepPhase::from_medians(&[16, 32], &[70, 102], 100).unwrap();
+            let sweep = decide(
+                null,
+                SweepFit::new(vec![phase], Some(2.0)).unwrap(),
+                Some(2.0),
+            );
+            r.stamp_costs = Some(costs.with_user_sweep(sweep));
+            r
+        };
+        // The null pair (50 or 60) is far from the intercept (38): used,
+        // and the crossings were corrected with the old corrections.
+        let null = good().stamp_costs.unwrap().user_pair.median();
+        let r = with_sweep(null);
+        let p = problems(&r);
+        assert!(has(&p, "pf: corrected by"), "{p:?}");
+        assert!(!has(&p, "user pair sweep"), "{p:?}");
+
+        let mut r = with_sweep(null);
+        r.stamp_costs.as_mut().unwrap().corrections.round_trip += 1;
+        assert!(has(&problems(&r), "crossing corrections"));
+
+        let mut r = with_sweep(null);
+        r.stamp_costs
+            .as_mut()
+            .unwrap()
+            .user_sweep
+            .as_mut()
+            .unwrap()
+            .correction = null;
+        assert!(has(&problems(&r), "user pair sweep: the sweep recorded"));
+
+        let r = with_sweep(null + 1);
+        assert!(has(&problems(&r), "is not the user pair's median"));
     }
 
     #[test]

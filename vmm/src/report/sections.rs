@@ -693,10 +693,30 @@ fn report_section(i: usize, input: &Input) -> Section {
     }
 }
 
+/// What the report's timings had subtracted: older reports the null
+/// overhead from everything, newer ones each interval's own stamps, the user
+/// pair's being the null pair or its sweep's intercept.
+fn subtracted(r: &Report) -> String {
+    match r.stamp_costs.as_ref() {
+        None => " subtracted from every timing".into(),
+        Some(c) => match c.user_sweep.as_ref().filter(|s| s.intercept_used) {
+            Some(s) => format!(
+                "; each timing minus its own stamps' cost, the user pair's being its linearity \
+                 sweep's intercept, {} ticks (the null pair is {:+.1} off)",
+                s.correction, s.bias
+            ),
+            None => format!(
+                "; each timing minus its own stamps' cost (user pair {})",
+                c.user_cost()
+            ),
+        },
+    }
+}
+
 fn summary(r: &Report) -> String {
     let n = &r.null_overhead;
     format!(
-        "{} on {} ({} kHz TSC, hypervisor {}, kernel {}). {} samples per row after {} warm-up; stamps {} .. {}; null overhead median {} (min {}, p99 {}, {} samples) subtracted from every timing.",
+        "{} on {} ({} kHz TSC, hypervisor {}, kernel {}). {} samples per row after {} warm-up; stamps {} .. {}; null overhead median {} (min {}, p99 {}, {} samples){}.",
         r.tool,
         or_dash(&r.host.cpu_model),
         r.host.tsc_khz,
@@ -709,7 +729,8 @@ fn summary(r: &Report) -> String {
         n.median,
         n.min,
         n.p99,
-        n.count
+        n.count,
+        subtracted(r)
     )
 }
 
@@ -1025,6 +1046,38 @@ pub fn bins_of_histogram(stats: &Stats) -> Vec<Bin> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_says_what_was_subtracted() {
+        use xvmm_results::correction::{PairCost, StampCosts};
+        use xvmm_results::sweep::{decide, SweepFit, SweepPhase};
+        let mut r = Report::new(
+            "t".into(),
+            xvmm_results::Environment::Microguest,
+            xvmm_results::HostFacts::default(),
+            xvmm_results::Method::standard(1, 2),
+        );
+        assert!(summary(&r).ends_with("samples) subtracted from every timing."));
+        let costs = StampCosts::new(PairCost::from_rounds("a", "b", &[vec![42]]), None, None);
+        r.stamp_costs = Some(costs.clone());
+        assert!(
+            summary(&r).ends_with("own stamps' cost (user pair 42)."),
+            "{}",
+            summary(&r)
+        );
+        let phase = SweepPhase::from_medians(&[16, 32], &[70, 102], 10).unwrap();
+        let sweep = decide(
+            42,
+            SweepFit::new(vec![phase], Some(2.0)).unwrap(),
+            Some(2.0),
+        );
+        r.stamp_costs = Some(costs.with_user_sweep(sweep));
+        assert!(
+            summary(&r).ends_with("sweep's intercept, 38 ticks (the null pair is +4.0 off)."),
+            "{}",
+            summary(&r)
+        );
+    }
     use crate::progress::Silent;
     use xvmm_results::{HostFacts, Method};
 

@@ -6,6 +6,7 @@
 use crate::correction::{parts_problem, PairCost};
 use crate::escape::visible;
 use crate::quantum::{self, FLAG_QUANTA};
+use crate::sweep::StampSweep;
 use crate::{Crossing, Interval, Report};
 use std::fmt::Write as _;
 
@@ -36,6 +37,33 @@ fn pair(name: &str, p: &PairCost) -> String {
     )
 }
 
+/// The user pair's linearity sweep and what the corrections took from it.
+pub fn sweep_line(s: &StampSweep) -> String {
+    let lengths = s.fit.phases.iter().flat_map(|p| p.lengths.iter().copied());
+    let (shortest, longest) = (lengths.clone().min(), lengths.max());
+    let chosen = if s.intercept_used {
+        "the intercept"
+    } else {
+        "the null pair"
+    };
+    format!(
+        "user pair sweep ({} phases, imul chains of {} to {}): intercept {:.1} ticks (+-{:.1}, \
+         scatter {:.1}), slope {:.3} per imul; null pair {}, bias {:+.1}, threshold {:.1}: \
+         corrections use {chosen} ({})\n",
+        s.fit.phases.len(),
+        shortest.unwrap_or(0),
+        longest.unwrap_or(0),
+        s.fit.intercept,
+        s.fit.standard_error,
+        s.fit.scatter,
+        s.fit.slope,
+        s.null_median,
+        s.bias,
+        s.threshold,
+        s.correction
+    )
+}
+
 /// Header lines about the stamps: their instructions, their cost, the
 /// corrections, the quantum, LFENCE and the PMU.
 pub fn stamp_lines(report: &Report) -> String {
@@ -63,6 +91,9 @@ pub fn stamp_lines(report: &Report) -> String {
             }
         }
         let _ = writeln!(out, "stamp costs (ticks): {}", pairs.join("; "));
+        if let Some(sweep) = &costs.user_sweep {
+            out += &sweep_line(sweep);
+        }
         let c = &costs.corrections;
         if costs.kernel_pair.is_some() {
             let _ = writeln!(

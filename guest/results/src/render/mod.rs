@@ -558,6 +558,33 @@ mod tests {
     }
 
     #[test]
+    fn the_user_pair_sweep_and_its_choice_are_printed() {
+        use crate::correction::{PairCost, StampCosts};
+        use crate::sweep::{decide, SweepFit, SweepPhase};
+        let mut r = fixtures::report(Environment::Microguest, 1);
+        let pair = PairCost::from_rounds("open", "close", &[vec![42, 42, 44]]);
+        let phases = vec![
+            SweepPhase::from_medians(&[16, 32], &[70, 102], 500).unwrap(),
+            SweepPhase::from_medians(&[64, 128], &[166, 294], 500).unwrap(),
+        ];
+        let sweep = decide(42, SweepFit::new(phases, Some(2.0)).unwrap(), Some(2.0));
+        r.stamp_costs = Some(StampCosts::new(pair, None, None).with_user_sweep(sweep));
+        let text = report(&r);
+        assert!(
+            text.contains(
+                "user pair sweep (2 phases, imul chains of 16 to 128): intercept 38.0 ticks \
+                 (+-0.9, scatter 0.0), slope 2.000 per imul; null pair 42, bias +4.0, \
+                 threshold 3.0: corrections use the intercept (38)"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("corrections (ticks): round trip 38"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn round_trip_only_rows_show_the_round_trip_and_say_why() {
         let mut r = fixtures::report(Environment::BareMetal, 1);
         r.crossings.push(Crossing::from_round_trips(

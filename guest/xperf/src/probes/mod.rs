@@ -384,18 +384,21 @@ fn measure_all(
 /// The user stamp pair with nothing between, in `rounds` rounds, and the
 /// corrections main's stamp-cost machinery derives from it (no kernel
 /// stamps here: round trips only).
-fn user_stamp_costs(o: &args::Options) -> Result<StampCosts> {
+fn user_stamp_costs(o: &args::Options, quantum: Option<f64>) -> Result<StampCosts> {
     let warmup = measure::usize_of(o.warmup)?;
     let per_round = measure::usize_of(o.null_samples.div_ceil(o.rounds).max(1))?;
-    let rounds: Vec<Vec<u64>> = (0..o.rounds)
-        .map(|_| measure::user_pair(warmup, per_round))
-        .collect();
+    let (mut rounds, mut sweep) = (Vec::new(), Vec::new());
+    for round in 0..o.rounds {
+        rounds.push(measure::user_pair(warmup, per_round));
+        sweep.extend(crate::sweep::round(
+            u32::try_from(round).unwrap_or(u32::MAX),
+            warmup,
+            per_round,
+        ));
+    }
     let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
-    Ok(StampCosts::new(
-        PairCost::from_rounds(open, close, &rounds),
-        None,
-        None,
-    ))
+    let costs = StampCosts::new(PairCost::from_rounds(open, close, &rounds), None, None);
+    Ok(measure::with_user_sweep(costs, sweep, quantum))
 }
 
 fn build_report(
@@ -407,7 +410,7 @@ fn build_report(
 ) -> Result<Report> {
     let o = &config.options;
     let machine = xvmm_results::Machine::probe();
-    let costs = user_stamp_costs(o)?;
+    let costs = user_stamp_costs(o, machine.tsc_quantum_ticks)?;
     let mut method = Method::standard(o.warmup, o.samples);
     method.pinned_cpu = Some(cpu);
     method.rounds = u32::try_from(o.rounds).unwrap_or(u32::MAX);

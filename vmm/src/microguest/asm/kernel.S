@@ -261,14 +261,12 @@ xvmm_mg_k_null_inner:
 
 /*
  * The user imul loop's twin at CPL0, between the kernel stamps (opening,
- * then closing, as the exit loops take them): PARAM and 2 * PARAM dependent
- * imuls alternately, for the kernel stamps' linearity check.
+ * then closing, as the exit loops take them): the same chain lengths in
+ * turn (CHAIN_SETUP), for the kernel stamps' linearity check.
  */
 .p2align 4
 xvmm_mg_k_imul:
-    mov r10, qword ptr [{ctl} + {c_param}]
-    lea r11, [r10 + r10]
-    xor r11, r10
+    CHAIN_SETUP
 1:
     KSTAMP_OPEN 0
     mov rcx, r10
@@ -279,7 +277,7 @@ xvmm_mg_k_imul:
     sub rcx, 8
     jnz 76b
     KSTAMP_CLOSE 8
-    xor r10, r11
+    CHAIN_NEXT
     NEXT_SAMPLE
 
 // Every unexpected exception ends here (stack: see REPORT_FAULT).

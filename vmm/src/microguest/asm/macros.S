@@ -119,6 +119,37 @@
     ret
 .endm
 
+/*
+ * Dependent imul chains (the linearity sweeps), the user and kernel routines
+ * alike. PARAM's low 32 bits are N (a positive multiple of 8), bits 32-39 K,
+ * the number of chain lengths (0 means 2, the n / 2n pair): sample i times
+ * (1 + i mod K) x N imuls, every length in turn, so that a change of the
+ * core clock during the phase hits them all alike. r8 = N, r10 = this
+ * sample's length, r11 = the longest (K x N); the routine's loop counts rcx
+ * down and multiplies rax. Both macros run outside the stamps.
+ */
+.macro CHAIN_SETUP
+    mov r8, qword ptr [{ctl} + {c_param}]
+    mov r11, r8
+    shr r11, 32
+    mov r8d, r8d
+    cmp r11, 2
+    jae 73f
+    mov r11d, 2
+73:
+    imul r11, r8
+    mov r10, r8
+.endm
+
+// After a sample: the next length, back to N after the longest.
+.macro CHAIN_NEXT
+    add r10, r8
+    cmp r10, r11
+    jbe 74f
+    mov r10, r8
+74:
+.endm
+
 // Rings a doorbell port for the VMM (any value in al), then stops for good.
 .macro DOORBELL port
     mov edx, \port

@@ -104,17 +104,12 @@ xvmm_mg_u_intn:
     NEXT_SAMPLE
 
 /*
- * Dependent imul chains for the linearity check, alternating PARAM and
- * 2 * PARAM imuls (PARAM a multiple of 8): even samples hold the short
- * chain, odd ones the long chain, so frequency drift hits both alike.
- * r10 = this sample's chain length, r11 = short ^ long (toggles r10);
- * rcx counts the chain down, rax is the chain's value.
+ * Dependent imul chains for the linearity sweeps: N, 2N, ..., K x N imuls
+ * in turn (CHAIN_SETUP in macros.S says how PARAM gives N and K).
  */
 .p2align 4
 xvmm_mg_u_imul:
-    mov r10, qword ptr [{ctl} + {c_param}]
-    lea r11, [r10 + r10]
-    xor r11, r10
+    CHAIN_SETUP
 1:
     USTAMP_OPEN 0
     mov rcx, r10
@@ -125,7 +120,7 @@ xvmm_mg_u_imul:
     sub rcx, 8
     jnz 75b
     USTAMP_CLOSE 8
-    xor r10, r11
+    CHAIN_NEXT
     NEXT_SAMPLE
 
 /*
