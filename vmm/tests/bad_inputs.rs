@@ -306,7 +306,7 @@ const CASES: &[Case] = &[
     xperf("xperf: --json missing directory", &["--json", "{F}/nodir/x.json"], 1, Line("No such file or directory")),
     xperf("xperf: --cpu beyond CPU_SETSIZE", &["--cpu", "4000"], 2, Line("usage: --cpu 4000 is beyond CPU_SETSIZE")),
     xperf("xperf: --cpu that does not exist", &["--cpu", "1000", "--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("1000")),
-    xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device")),
+    saving(xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device"))),
     xperf("xperf characterize: --samples 0", &["characterize", "--samples", "0"], 2, Line("usage: --samples must be between 1 and 1000000, got 0")),
     xperf("xperf characterize: --samples missing value", &["characterize", "--samples"], 2, Line("usage: characterize --samples needs a value")),
     xperf("xperf characterize: --cpu not a number", &["characterize", "--cpu", "x"], 2, Line("usage: --cpu needs a CPU number, got \"x\"")),
@@ -469,20 +469,6 @@ fn expand(arg: &str, f: &Path) -> std::ffi::OsString {
         "{NONUTF8}" => std::ffi::OsString::from_vec(b"caf\xe9.json".to_vec()),
         _ => arg.replace("{F}", f.to_str().unwrap()).into(),
     }
-}
-
-/// The xperf binary beside xvmm, built if it is missing (a test run of the
-/// xvmm package alone does not build it).
-fn xperf_binary() -> PathBuf {
-    let xvmm = PathBuf::from(env!("CARGO_BIN_EXE_xvmm"));
-    let xperf = xvmm.with_file_name("xperf");
-    if !xperf.is_file() {
-        let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args(["build", "-p", "xperf", "--bin", "xperf"])
-            .status();
-        assert!(built.is_ok_and(|s| s.success()), "cannot build xperf");
-    }
-    xperf
 }
 
 /// What a finished child left: status, stdout, stderr, peak RSS (KiB) and time.

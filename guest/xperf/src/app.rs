@@ -226,22 +226,18 @@ fn write_file(json_to: Option<JsonTo>, json: &str, lines: &mut String) -> Result
             *lines += &format!("report written to {}\n", path.display());
             Ok(())
         }
-        Err(e) => {
-            let fallback =
-                std::env::temp_dir().join(format!("xperf-results-{}.json", std::process::id()));
-            let saved = xvmm_results::write_atomically(&fallback, text.as_bytes());
-            Err(Error::Output(match saved {
-                Ok(()) => format!(
+        Err(e) => Err(Error::Output(
+            match xvmm_results::file::save_fallback("xperf-results", text.as_bytes()) {
+                Ok(saved) => format!(
                     "cannot write {}: {e}; the report was saved to {}",
                     path.display(),
-                    fallback.display()
+                    saved.display()
                 ),
                 Err(e2) => format!(
-                    "cannot write {} ({e}) nor {} ({e2})",
-                    path.display(),
-                    fallback.display()
+                    "cannot write {} ({e}), nor to a fallback file ({e2})",
+                    path.display()
                 ),
-            }))
-        }
+            },
+        )),
     }
 }

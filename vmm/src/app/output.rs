@@ -128,7 +128,7 @@ impl JsonOutput {
                 Err(e) => (path.display().to_string(), e.to_string()),
             },
         };
-        match save_fallback(&text) {
+        match xvmm_results::file::save_fallback("xvmm-results", text.as_bytes()) {
             Ok(saved) => Err(Error::Io(format!(
                 "cannot write the results to {what} ({failure}); they were saved to {}",
                 saved.display()
@@ -138,32 +138,6 @@ impl JsonOutput {
             ))),
         }
     }
-}
-
-/// Writes `text` to a new file in the current directory, else in the
-/// temporary directory, and returns its path.
-fn save_fallback(text: &str) -> io::Result<PathBuf> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let name = format!("xvmm-results-{stamp}-{}.json", std::process::id());
-    let mut last = io::Error::other("no directory to try");
-    for dir in [PathBuf::from("."), std::env::temp_dir()] {
-        let path = dir.join(&name);
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()));
-        match created {
-            Ok(()) => return Ok(std::fs::canonicalize(&path).unwrap_or(path)),
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                last = e;
-            }
-        }
-    }
-    Err(last)
 }
 
 /// `FILE.compare.json` next to a `--json FILE`.
