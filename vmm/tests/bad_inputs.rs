@@ -171,6 +171,7 @@ const CASES: &[Case] = &[
     case("compare: --json a dangling symlink", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
     case("compare: --json a symlink out of its directory", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
     case("compare: --json under /proc", &["compare", "{F}/report.json", "{F}/report.json", "--json", "/proc/xvmm.json"], 1, Line("cannot write /proc/xvmm.json")),
+    case("compare: --json a FIFO nothing reads", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     // --- xvmm report ---
     case("report: /dev/zero", &["report", "/dev/zero", "-o", "{F}/out.html"], 1, Line("result file /dev/zero: not a regular file")),
     case("report: FIFO", &["report", "{F}/fifo", "-o", "{F}/out.html"], 1, Line("fifo: not a regular file")),
@@ -183,6 +184,7 @@ const CASES: &[Case] = &[
     case("report: -o a symlink out of its directory", &["report", "{F}/report.json", "-o", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
     case("report: -o an existing directory", &["report", "{F}/report.json", "-o", "{F}/dir"], 1, Line("is a directory")),
     case("report: -o /dev/full", &["report", "{F}/report.json", "-o", "/dev/full"], 1, Line("No space left on device")),
+    case("report: -o a FIFO nothing reads", &["report", "{F}/report.json", "-o", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     // --- kernel hooks ---
     case("hooks: missing", &["kernel", "hooks", "{F}/missing"], 1, Line("no such file")),
     case("hooks: /dev/zero", &["kernel", "hooks", "/dev/zero"], 1, Line("not a regular file")),
@@ -210,6 +212,7 @@ const CASES: &[Case] = &[
     case("initramfs: -o /dev/full", &["initramfs", "-o", "/dev/full", "/init={F}/text"], 1, Line("No space left on device")),
     case("initramfs: -o in a missing directory", &["initramfs", "-o", "{F}/nodir/x.cpio", "/init={F}/text"], 1, Line("No such file or directory")),
     case("initramfs: -o a dangling symlink", &["initramfs", "-o", "{F}/dangling", "/init={F}/text"], 1, Line("is a dangling symbolic link")),
+    case("initramfs: -o a FIFO nothing reads", &["initramfs", "-o", "{F}/fifo", "/init={F}/text"], 1, Line("is a FIFO that nothing reads")),
     case("initramfs: no -o", &["initramfs", "/init={F}/text"], 2, Clap("--output <OUTPUT>")),
     // --- --kernel, --initrd, --baseline and the run's options ---
     case("kernel: missing", &["--kernel", "{F}/missing"], 1, Line("kernel: {F}/missing: no such file")),
@@ -270,9 +273,11 @@ const CASES: &[Case] = &[
     case("json: symlink out of its directory", &["--samples", "10", "--json", "{F}/link-out"], 1, Line("out of its directory")),
     case("json: missing directory", &["--samples", "10", "--json", "{F}/nodir/r.json"], 1, Line("No such file or directory")),
     case("json: /proc", &["--samples", "10", "--json", "/proc/r.json"], 1, Line("cannot write /proc/r.json")),
+    case("json: a FIFO nothing reads", &["--samples", "10", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     saving(guest(case("json: /dev/full after a run", &["--samples", "10", "--warmup", "0", "--json", "/dev/full"], 1, Line("No space left on device")))),
     saving(case("machine: --json /dev/full", &["machine", "--json", "/dev/full"], 1, Line("No space left on device"))),
     case("machine: --json /", &["machine", "--json", "/"], 1, Line("is a directory")),
+    case("machine: --json a FIFO nothing reads", &["machine", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     to_full(case("machine: stdout /dev/full", &["machine"], 1, Line("cannot write to stdout: No space left on device"))),
     to_full(case("help: stdout /dev/full", &["--help"], 1, Line("cannot write to stdout"))),
     // --- guests that misbehave ---
@@ -304,6 +309,7 @@ const CASES: &[Case] = &[
     xperf("xperf: --json dangling symlink", &["--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
     xperf("xperf: --json symlink out of its directory", &["--json", "{F}/link-out"], 1, Line("out of its directory")),
     xperf("xperf: --json missing directory", &["--json", "{F}/nodir/x.json"], 1, Line("No such file or directory")),
+    xperf("xperf: --json a FIFO nothing reads", &["--json", "{F}/fifo", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("output: cannot write {F}/fifo: is a FIFO that nothing reads")),
     xperf("xperf: --cpu beyond CPU_SETSIZE", &["--cpu", "4000"], 2, Line("usage: --cpu 4000 is beyond CPU_SETSIZE")),
     xperf("xperf: --cpu that does not exist", &["--cpu", "1000", "--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("1000")),
     saving(xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device"))),
@@ -311,6 +317,7 @@ const CASES: &[Case] = &[
     xperf("xperf characterize: --samples missing value", &["characterize", "--samples"], 2, Line("usage: characterize --samples needs a value")),
     xperf("xperf characterize: --cpu not a number", &["characterize", "--cpu", "x"], 2, Line("usage: --cpu needs a CPU number, got \"x\"")),
     xperf("xperf characterize: --json empty", &["characterize", "--json="], 2, Line("usage: --json needs a file name")),
+    xperf("xperf characterize: --json a FIFO nothing reads", &["characterize", "--json", "{F}/fifo"], 1, Line("output: cannot write {F}/fifo: is a FIFO that nothing reads")),
     xperf("xperf characterize: escape sequence argument", &["characterize", "\x1b[2J\u{202e}"], 2, Line("usage: characterize: unknown argument \"\\u{1b}[2J\\u{202e}\"")),
     to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device"))),
 ];

@@ -424,3 +424,14 @@ fn fallback_files_leave_planted_files_alone() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 20, item 5: `--json /dev/stdout` into a pipe leads, through
+/// `/proc/self/fd/1`, to `pipe:[N]`, which is no path: it was refused as a
+/// dangling link. It is opened (by the kernel's lookup) before measuring.
+#[test]
+fn json_to_dev_stdout_into_a_pipe_is_written() {
+    let out = xvmm_to(Stdio::piped(), &["machine", "--json", "/dev/stdout"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let machine: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(machine["logical_cpus"].as_u64() > Some(0), "{machine}");
+}

@@ -13,11 +13,15 @@
 //! named temporary is created with `O_CREAT | O_EXCL | O_NOFOLLOW` instead and
 //! removed if the write fails.
 //!
-//! A device, FIFO or socket (`/dev/stdout`, `/dev/null`, a shell's
-//! `>(jq .)`) is written in place: renaming over it would destroy it. A
-//! symbolic link is followed only to a regular file in the link's own
-//! directory (or to a device, FIFO or socket); a dangling link, or one that
-//! leads out of its directory, is refused rather than replaced.
+//! A device or FIFO (`/dev/stdout`, `/dev/null`, a shell's `>(jq .)`) is
+//! written in place: renaming over it would destroy it. It is opened once,
+//! at prepare, and that descriptor is what commit writes: the path is not
+//! looked up again after the measurement, when something else may have been
+//! put there. A FIFO is opened without blocking, so one that nothing reads
+//! is an error at once rather than a hang. A symbolic link is followed only
+//! to a regular file in the link's own directory (or to a device or FIFO);
+//! a dangling link, or one that leads out of its directory, is refused
+//! rather than replaced.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -32,8 +36,8 @@ use std::path::{Path, PathBuf};
 pub enum Output {
     /// A regular file (existing or new), replaced atomically at commit.
     File(AtomicFile),
-    /// A device, FIFO or socket, written in place at commit.
-    Special(PathBuf),
+    /// A device or FIFO, opened at prepare and written in place at commit.
+    Special(File),
 }
 
 impl Output {
@@ -53,20 +57,27 @@ impl Output {
                 path,
                 Some(meta.permissions().mode()),
             )?)),
-            Ok(_) => Output::special(path),
+            Ok(meta) => Output::special(path, &meta),
         }
     }
 
     fn through_link(link: &Path) -> io::Result<Output> {
-        let target = std::fs::canonicalize(link)
-            .map_err(|_| invalid("is a dangling symbolic link (its target does not exist)"))?;
-        let meta = std::fs::metadata(&target)?;
+        // stat, not canonicalize, first: `/dev/stdout` leads to
+        // `/proc/self/fd/1`, whose target (`pipe:[123]`) only the kernel can
+        // follow.
+        let meta = std::fs::metadata(link).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => {
+                invalid("is a dangling symbolic link (its target does not exist)")
+            }
+            _ => e,
+        })?;
         if meta.is_dir() {
             return Err(invalid("is a symbolic link to a directory"));
         }
         if !meta.is_file() {
-            return Output::special(&target);
+            return Output::special(link, &meta);
         }
+        let target = std::fs::canonicalize(link)?;
         let link_dir = std::fs::canonicalize(parent_of(link))?;
         if target.parent() != Some(link_dir.as_path()) {
             return Err(invalid(&format!(
@@ -80,20 +91,48 @@ impl Output {
         )?))
     }
 
-    fn special(path: &Path) -> io::Result<Output> {
-        let c = cstring(path.as_os_str())?;
-        // SAFETY: a valid NUL-terminated path.
-        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+    /// Opens the device or FIFO `path` (`meta`: what it was when looked at)
+    /// for the whole run. Non-blocking, so that a FIFO nobody reads fails
+    /// now (ENXIO); blocking again once open, so that a slow reader gets
+    /// all of the JSON.
+    fn special(path: &Path, meta: &std::fs::Metadata) -> io::Result<Output> {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENXIO) if kind.is_fifo() => {
+                    invalid("is a FIFO that nothing reads (start its reader first)")
+                }
+                Some(libc::ENXIO) if kind.is_socket() => {
+                    invalid("is a socket, which cannot be written as a file")
+                }
+                _ => e,
+            })?;
+        // What was opened is what was looked at: a device or FIFO, not a
+        // regular file swapped in meanwhile (that is never written in place).
+        if file.metadata()?.is_file() {
+            return Err(invalid("changed while it was being opened"));
+        }
+        let fd = file.as_raw_fd();
+        // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        if !cleared {
             return Err(io::Error::last_os_error());
         }
-        Ok(Output::Special(path.to_path_buf()))
+        Ok(Output::Special(file))
     }
 
     /// Writes `bytes` and makes them the destination's content.
     pub fn commit(self, bytes: &[u8]) -> io::Result<()> {
         match self {
             Output::File(f) => f.commit(bytes),
-            Output::Special(path) => OpenOptions::new().write(true).open(path)?.write_all(bytes),
+            Output::Special(mut file) => file.write_all(bytes),
         }
     }
 }
@@ -593,22 +632,83 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    fn mkfifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo").arg(path).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    }
+
+    /// The read end, opened without waiting for a writer.
+    fn fifo_reader(path: &Path) -> File {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .unwrap()
+    }
+
     #[test]
     fn a_fifo_is_written_in_place_not_replaced() {
+        use std::io::Read;
         use std::os::unix::fs::FileTypeExt;
         let dir = scratch("fifo");
         let fifo = dir.join("pipe");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || std::fs::read(fifo).unwrap())
-        };
+        mkfifo(&fifo);
+        let mut reader = fifo_reader(&fifo);
         write_atomically(&fifo, b"through the pipe").unwrap();
-        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"through the pipe");
         let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "the FIFO was replaced by {kind:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 20, items 5 and 8: a device or FIFO output was looked up again
+    /// by path after the measurement (so whatever had been put at the path
+    /// by then was written, through a link too), and a FIFO that nothing
+    /// reads made the writer wait for ever.
+    #[test]
+    fn a_fifo_is_opened_once_before_measuring() {
+        use std::io::Read;
+        let dir = scratch("fifo-once");
+        let fifo = dir.join("pipe");
+        mkfifo(&fifo);
+        let start = std::time::Instant::now();
+        let err = Output::prepare(&fifo).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "is a FIFO that nothing reads (start its reader first)"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+
+        let mut reader = fifo_reader(&fifo);
+        let out = Output::prepare(&fifo).unwrap();
+        // While "measuring", the FIFO is swapped for a link to a victim.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::fs::remove_file(&fifo).unwrap();
+        std::os::unix::fs::symlink("victim", &fifo).unwrap();
+        out.commit(b"results").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"results");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `/dev/stdout` into a pipe leads, through `/proc/self/fd/1`, to
+    /// `pipe:[N]`, which is no path: it was refused as a dangling link.
+    #[test]
+    fn a_link_to_a_pipe_only_the_kernel_can_follow_is_written() {
+        use std::io::Read;
+        let (mut read_end, write_end) = std::io::pipe().unwrap();
+        let link = PathBuf::from(format!("/proc/self/fd/{}", write_end.as_raw_fd()));
+        let out = Output::prepare(&link).unwrap();
+        drop(write_end);
+        out.commit(b"piped").unwrap();
+        let mut got = Vec::new();
+        read_end.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"piped");
     }
 
     #[test]
@@ -687,8 +787,7 @@ mod tests {
         }
         let dir = scratch("bounded");
         let fifo = dir.join("fifo");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        assert!(made.is_ok_and(|s| s.success()));
+        mkfifo(&fifo);
         let start = std::time::Instant::now();
         let err = read_bounded(&fifo, 1 << 20).unwrap_err();
         assert_eq!(err.to_string(), "not a regular file");
