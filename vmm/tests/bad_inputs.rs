@@ -52,6 +52,8 @@ enum Says {
 enum Out {
     Pipe,
     DevFull,
+    /// No descriptor 1 at all (`>&-`).
+    Closed,
 }
 
 /// How the process must end.
@@ -108,6 +110,13 @@ const fn with_env(c: Case, env: &'static [(&'static str, &'static str)]) -> Case
 const fn to_full(c: Case) -> Case {
     Case {
         stdout: Out::DevFull,
+        ..c
+    }
+}
+
+const fn closed(c: Case) -> Case {
+    Case {
+        stdout: Out::Closed,
         ..c
     }
 }
@@ -280,6 +289,16 @@ const CASES: &[Case] = &[
     case("machine: --json a FIFO nothing reads", &["machine", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     to_full(case("machine: stdout /dev/full", &["machine"], 1, Line("cannot write to stdout: No space left on device"))),
     to_full(case("help: stdout /dev/full", &["--help"], 1, Line("cannot write to stdout"))),
+    // --- a stdout closed at start (`>&-`): as /dev/full, never a silent success ---
+    closed(case("help: stdout closed", &["--help"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("version: stdout closed", &["--version"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("show: stdout closed", &["show", "{F}/report.json"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("compare: stdout closed", &["compare", "{F}/report.json", "{F}/report.json"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    saving(closed(case("compare: --json - with stdout closed", &["compare", "{F}/report.json", "{F}/report.json", "--json", "-"], 1, LastLine("cannot write the results to stdout")))),
+    closed(case("machine: stdout closed", &["machine"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("json: /dev/stdout with stdout closed", &["machine", "--json", "/dev/stdout"], 1, Line("cannot write /dev/stdout: is a symbolic link to a directory"))),
+    guest(closed(case("run: stdout closed", &["--samples", "10", "--warmup", "0"], 1, Line("cannot write to stdout: Bad file descriptor")))),
+    saving(guest(closed(case("run: --json - with stdout closed", &["--samples", "10", "--warmup", "0", "--json", "-"], 1, LastLine("cannot write the results to stdout"))))),
     // --- guests that misbehave ---
     guest(case("guest: malformed results", &["--kernel", "{F}/bad-results", "--initrd", "{F}/text"], 1, Line("guest: malformed results: "))),
     guest(case("guest: results longer than the slot", &["--kernel", "{F}/huge-results", "--initrd", "{F}/text"], 1, Line("exceeds the results slot"))),
@@ -319,7 +338,12 @@ const CASES: &[Case] = &[
     xperf("xperf characterize: --json empty", &["characterize", "--json="], 2, Line("usage: --json needs a file name")),
     xperf("xperf characterize: --json a FIFO nothing reads", &["characterize", "--json", "{F}/fifo"], 1, Line("output: cannot write {F}/fifo: is a FIFO that nothing reads")),
     xperf("xperf characterize: escape sequence argument", &["characterize", "\x1b[2J\u{202e}"], 2, Line("usage: characterize: unknown argument \"\\u{1b}[2J\\u{202e}\"")),
-    to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device"))),
+    saving(to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device")))),
+    closed(xperf("xperf: --help with stdout closed", &["--help"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(xperf("xperf: --version with stdout closed", &["--version"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(xperf("xperf characterize: --help with stdout closed", &["characterize", "--help"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(xperf("xperf: stdout closed", &["--json", "/dev/null", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    saving(closed(xperf("xperf: --json - with stdout closed", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: Bad file descriptor")))),
 ];
 
 /// Peak RSS allowed to a child.
@@ -520,6 +544,17 @@ fn run(c: &Case, f: &Path, xperf: &Path) -> Ran {
                 .open("/dev/full")
                 .unwrap(),
         ),
+        Out::Closed => {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: close(2) only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::close(1);
+                    Ok(())
+                })
+            };
+            cmd.stdout(Stdio::null())
+        }
     };
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn");

@@ -435,3 +435,42 @@ fn json_to_dev_stdout_into_a_pipe_is_written() {
     let machine: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert!(machine["logical_cpus"].as_u64() > Some(0), "{machine}");
 }
+
+/// Issue 20, item 8: with stdout closed (`>&-`) every printing command
+/// ended 0 without a word. It fails as for /dev/full, in one line, and a
+/// result file opened meanwhile never takes descriptor 1 (the tables would
+/// land in it): the comparison file holds the JSON alone.
+#[test]
+fn a_closed_stdout_fails_and_keeps_result_files_whole() {
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("cli-closed");
+    let report = file(
+        &dir,
+        "r.json",
+        sample_report("getppid").to_json_pretty().as_bytes(),
+    );
+    let r = report.to_str().unwrap();
+    let json = dir.join("cmp.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvmm"));
+    cmd.args(["compare", r, r, "--json", json.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: close(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        })
+    };
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        "xvmm: io: cannot write to stdout: Bad file descriptor (os error 9)\n"
+    );
+    let cmp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(cmp["schema"], "xvmm-comparison");
+}

@@ -25,6 +25,7 @@ pub mod render;
 mod sample_format;
 pub mod signals;
 pub mod stats;
+pub mod stdio;
 pub mod timeline;
 pub mod tracefs;
 pub mod tracefs_raw;

@@ -1,9 +1,9 @@
 //! Where results go, and what happens when they cannot get there.
 //!
 //! - stdout: a broken pipe (`xvmm | head`) ends output quietly; any other
-//!   failure (`> /dev/full`, a full disk) is remembered and reported once at
-//!   the end. Either way the run goes on, so that results are still written
-//!   and host state is still restored.
+//!   failure (`> /dev/full`, a full disk, a stdout closed at start: `>&-`)
+//!   is remembered and reported once at the end. Either way the run goes
+//!   on, so that results are still written and host state is still restored.
 //! - `--json` destinations are checked and opened before anything is measured
 //!   ([`JsonOutput::prepare`]). If one still fails at the end, the JSON goes to
 //!   a fallback file whose path is printed: a measurement is never lost.
@@ -49,8 +49,13 @@ impl Stdout {
         if !matches!(*health, Health::Fine) {
             return;
         }
-        let mut out = io::stdout().lock();
-        if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+        let written = if xvmm_results::stdio::stdout_was_closed() {
+            Err(xvmm_results::stdio::closed_error())
+        } else {
+            let mut out = io::stdout().lock();
+            out.write_all(bytes).and_then(|()| out.flush())
+        };
+        if let Err(e) = written {
             *health = if e.kind() == io::ErrorKind::BrokenPipe {
                 Health::BrokenPipe
             } else {
