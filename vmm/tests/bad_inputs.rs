@@ -165,6 +165,10 @@ const CASES: &[Case] = &[
     case("show: an ELF file", &["show", "{F}/bzImage"], 1, Line("not UTF-8 text")),
     case("show: unknown option", &["show", "{F}/report.json", "--bogus"], 2, Clap("unexpected argument '--bogus'")),
     case("show: control characters in a bad value", &["show", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("show: a 4 MB crossing name", &["show", "{F}/long-name.json"], 1, Line("a crossing name of 4194304 bytes, more than the 256 accepted")),
+    case("show: 2000 crossings", &["show", "{F}/many.json"], 1, Line("more than 1024 crossings in one report")),
+    case("compare: a 4 MB crossing name", &["compare", "{F}/long-name.json", "{F}/report.json"], 1, Line("a crossing name of 4194304 bytes")),
+    case("compare: 2000 crossings each", &["compare", "{F}/many.json", "{F}/many.json"], 1, Line("VM report {F}/many.json: results are not valid JSON: more than 1024 crossings in one report")),
     case("compare: control characters in a bad value", &["compare", "{F}/report.json", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
     case("baseline: control characters in a bad value", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
     to_full(case("show: stdout /dev/full", &["show", "{F}/report.json"], 1, Line("cannot write to stdout: No space left on device"))),
@@ -187,6 +191,7 @@ const CASES: &[Case] = &[
     case("report: not JSON", &["report", "{F}/text", "-o", "{F}/out.html"], 1, Line("results are not valid JSON: expected value")),
     case("report: one good file, one missing", &["report", "{F}/report.json", "{F}/missing.json", "-o", "{F}/out.html"], 1, Line("result file {F}/missing.json: no such file")),
     case("report: control characters in a bad value", &["report", "{F}/evil.json", "-o", "{F}/out.html"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("report: a 4 MB crossing name", &["report", "{F}/long-name.json", "-o", "{F}/out.html"], 1, Line("a crossing name of 4194304 bytes")),
     case("report: 10 GiB sparse", &["report", "{F}/sparse-10g", "-o", "{F}/out.html"], 1, Line("is more than the")),
     case("report: no file", &["report", "-o", "{F}/out.html"], 2, Clap("<FILES>...")),
     case("report: -o a dangling symlink", &["report", "{F}/report.json", "-o", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
@@ -242,6 +247,7 @@ const CASES: &[Case] = &[
     case("initrd: without --kernel", &["--initrd", "{F}/text"], 2, Clap("--kernel <KERNEL>")),
     case("baseline: /dev/zero", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "/dev/zero"], 1, Line("not a regular file")),
     case("baseline: wrong schema", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/schema.json"], 1, Line("results have schema \"not-xvmm\"")),
+    case("baseline: 2000 crossings", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/many.json"], 1, Line("more than 1024 crossings in one report")),
     case("mem: 0", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "0"], 1, Line("too small")),
     case("mem: more than the host has", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "99999999"], 1, Line("more than the host can give")),
     case("mem: overflowing", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "18446744073709551615"], 1, Line("--mem")),
@@ -396,6 +402,18 @@ fn fixtures() -> PathBuf {
             .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"")
             .as_bytes(),
     );
+    // A 4 MB crossing name; more crossings than a report may hold.
+    let mut long = sample_report();
+    long.crossings[0].name = "x".repeat(4 << 20);
+    file(&f, "long-name.json", long.to_json_pretty().as_bytes());
+    let mut many = sample_report();
+    many.crossings = (0..2000)
+        .map(|i| xvmm_results::Crossing {
+            name: format!("c{i}"),
+            ..many.crossings[0].clone()
+        })
+        .collect();
+    file(&f, "many.json", many.to_json_pretty().as_bytes());
     std::fs::create_dir(f.join("dir")).unwrap();
     let mkfifo = Command::new("mkfifo").arg(f.join("fifo")).status();
     assert!(mkfifo.is_ok_and(|s| s.success()), "mkfifo");
