@@ -6,7 +6,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -58,18 +58,54 @@ impl HarnessLock {
 
 /// Opens `path`, creating it when absent. An existing file is opened read
 /// only (enough for `flock`): another user's file in sticky `/tmp` cannot be
-/// opened for writing.
+/// opened for writing. The path is well known and in a directory everyone
+/// writes, so nothing there is followed (`O_NOFOLLOW`; creating is
+/// `O_EXCL`): a link planted at it would make a root run create, or lock,
+/// any file it points at. Non-blocking, so that a FIFO planted there cannot
+/// stall the open; it is refused as not a regular file.
 fn open(path: &Path) -> Result<File> {
-    match File::open(path) {
-        Ok(f) => Ok(f),
-        Err(e) if e.kind() == ErrorKind::NotFound => OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|e| Error::io("creating", path, e)),
-        Err(e) => Err(Error::io("opening", path, e)),
+    let nofollow = libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // Twice: another process may create the file between our two opens.
+    for _ in 0..2 {
+        let existing = OpenOptions::new()
+            .read(true)
+            .custom_flags(nofollow | libc::O_NONBLOCK)
+            .open(path);
+        let file = match existing {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                match OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(nofollow)
+                    .open(path)
+                {
+                    Ok(f) => return Ok(f),
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(Error::io("creating", path, e)),
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(Error::Io(format!(
+                    "opening {}: is a symbolic link: refusing to follow it",
+                    path.display()
+                )))
+            }
+            Err(e) => return Err(Error::io("opening", path, e)),
+        };
+        let meta = file.metadata().map_err(|e| Error::io("opening", path, e))?;
+        if !meta.is_file() {
+            return Err(Error::Io(format!(
+                "opening {}: not a regular file",
+                path.display()
+            )));
+        }
+        return Ok(file);
     }
+    Err(Error::Io(format!(
+        "opening {}: it keeps appearing and disappearing",
+        path.display()
+    )))
 }
 
 fn lock(fd: RawFd, path: &Path) -> Result<()> {
@@ -82,7 +118,8 @@ fn lock(fd: RawFd, path: &Path) -> Result<()> {
 
 /// A descriptor of this process open on the same file as `path`, if any.
 fn inherited_descriptor(path: &Path) -> Option<RawFd> {
-    let want = std::fs::metadata(path).ok()?;
+    // Not through a link: the lock is never taken on what one points at.
+    let want = std::fs::symlink_metadata(path).ok()?;
     std::fs::read_dir("/proc/self/fd")
         .ok()?
         .flatten()
@@ -124,6 +161,36 @@ mod tests {
         drop(held);
         assert!(free_for_others(&path));
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// Issue 20, item 5: the lock at its well-known /tmp name was opened
+    /// through whatever link was planted there: an existing target was
+    /// locked, a missing one created (by root, anywhere).
+    #[test]
+    fn a_planted_symlink_is_never_followed() {
+        let dir = scratch("planted");
+        std::fs::create_dir(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let link = dir.join("lock");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let err = HarnessLock::acquire_at(&link).err().expect("refused");
+        assert!(err.to_string().contains("is a symbolic link"), "{err}");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert!(free_for_others(&victim));
+
+        let dangling = dir.join("dangling");
+        let absent = dir.join("absent");
+        std::os::unix::fs::symlink(&absent, &dangling).unwrap();
+        assert!(HarnessLock::acquire_at(&dangling).is_err());
+        assert!(!absent.exists(), "created through a dangling link");
+
+        let fifo = dir.join("fifo");
+        let made = Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()));
+        let err = HarnessLock::acquire_at(&fifo).err().expect("refused");
+        assert!(err.to_string().ends_with("not a regular file"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

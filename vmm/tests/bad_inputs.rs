@@ -56,6 +56,8 @@ enum Says {
 enum Out {
     Pipe,
     DevFull,
+    /// No descriptor 1 at all (`>&-`).
+    Closed,
 }
 
 /// How the process must end.
@@ -116,6 +118,13 @@ const fn to_full(c: Case) -> Case {
     }
 }
 
+const fn closed(c: Case) -> Case {
+    Case {
+        stdout: Out::Closed,
+        ..c
+    }
+}
+
 const fn saving(c: Case) -> Case {
     Case { saves: true, ..c }
 }
@@ -160,6 +169,10 @@ const CASES: &[Case] = &[
     case("show: an ELF file", &["show", "{F}/bzImage"], 1, Line("not UTF-8 text")),
     case("show: unknown option", &["show", "{F}/report.json", "--bogus"], 2, Clap("unexpected argument '--bogus'")),
     case("show: control characters in a bad value", &["show", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("show: a 4 MB crossing name", &["show", "{F}/long-name.json"], 1, Line("a crossing name of 4194304 bytes, more than the 256 accepted")),
+    case("show: 2000 crossings", &["show", "{F}/many.json"], 1, Line("more than 1024 crossings in one report")),
+    case("compare: a 4 MB crossing name", &["compare", "{F}/long-name.json", "{F}/report.json"], 1, Line("a crossing name of 4194304 bytes")),
+    case("compare: 2000 crossings each", &["compare", "{F}/many.json", "{F}/many.json"], 1, Line("VM report {F}/many.json: results are not valid JSON: more than 1024 crossings in one report")),
     case("compare: control characters in a bad value", &["compare", "{F}/report.json", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
     case("baseline: control characters in a bad value", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/evil.json"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
     to_full(case("show: stdout /dev/full", &["show", "{F}/report.json"], 1, Line("cannot write to stdout: No space left on device"))),
@@ -175,18 +188,21 @@ const CASES: &[Case] = &[
     case("compare: --json a dangling symlink", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
     case("compare: --json a symlink out of its directory", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
     case("compare: --json under /proc", &["compare", "{F}/report.json", "{F}/report.json", "--json", "/proc/xvmm.json"], 1, Line("cannot write /proc/xvmm.json")),
+    case("compare: --json a FIFO nothing reads", &["compare", "{F}/report.json", "{F}/report.json", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     // --- xvmm report ---
     case("report: /dev/zero", &["report", "/dev/zero", "-o", "{F}/out.html"], 1, Line("result file /dev/zero: not a regular file")),
     case("report: FIFO", &["report", "{F}/fifo", "-o", "{F}/out.html"], 1, Line("fifo: not a regular file")),
     case("report: not JSON", &["report", "{F}/text", "-o", "{F}/out.html"], 1, Line("results are not valid JSON: expected value")),
     case("report: one good file, one missing", &["report", "{F}/report.json", "{F}/missing.json", "-o", "{F}/out.html"], 1, Line("result file {F}/missing.json: no such file")),
     case("report: control characters in a bad value", &["report", "{F}/evil.json", "-o", "{F}/out.html"], 1, Line("unknown variant `bare-m\\tal\\x7f\\x1b[2J`")),
+    case("report: a 4 MB crossing name", &["report", "{F}/long-name.json", "-o", "{F}/out.html"], 1, Line("a crossing name of 4194304 bytes")),
     case("report: 10 GiB sparse", &["report", "{F}/sparse-10g", "-o", "{F}/out.html"], 1, Line("is more than the")),
     case("report: no file", &["report", "-o", "{F}/out.html"], 2, Clap("<FILES>...")),
     case("report: -o a dangling symlink", &["report", "{F}/report.json", "-o", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
     case("report: -o a symlink out of its directory", &["report", "{F}/report.json", "-o", "{F}/link-out"], 1, Line("is a symbolic link out of its directory")),
     case("report: -o an existing directory", &["report", "{F}/report.json", "-o", "{F}/dir"], 1, Line("is a directory")),
     case("report: -o /dev/full", &["report", "{F}/report.json", "-o", "/dev/full"], 1, Line("No space left on device")),
+    case("report: -o a FIFO nothing reads", &["report", "{F}/report.json", "-o", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     // --- kernel hooks ---
     case("hooks: missing", &["kernel", "hooks", "{F}/missing"], 1, Line("no such file")),
     case("hooks: /dev/zero", &["kernel", "hooks", "/dev/zero"], 1, Line("not a regular file")),
@@ -214,6 +230,7 @@ const CASES: &[Case] = &[
     case("initramfs: -o /dev/full", &["initramfs", "-o", "/dev/full", "/init={F}/text"], 1, Line("No space left on device")),
     case("initramfs: -o in a missing directory", &["initramfs", "-o", "{F}/nodir/x.cpio", "/init={F}/text"], 1, Line("No such file or directory")),
     case("initramfs: -o a dangling symlink", &["initramfs", "-o", "{F}/dangling", "/init={F}/text"], 1, Line("is a dangling symbolic link")),
+    case("initramfs: -o a FIFO nothing reads", &["initramfs", "-o", "{F}/fifo", "/init={F}/text"], 1, Line("is a FIFO that nothing reads")),
     case("initramfs: no -o", &["initramfs", "/init={F}/text"], 2, Clap("--output <OUTPUT>")),
     // --- --kernel, --initrd, --baseline and the run's options ---
     case("kernel: missing", &["--kernel", "{F}/missing"], 1, Line("kernel: {F}/missing: no such file")),
@@ -234,6 +251,7 @@ const CASES: &[Case] = &[
     case("initrd: without --kernel", &["--initrd", "{F}/text"], 2, Clap("--kernel <KERNEL>")),
     case("baseline: /dev/zero", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "/dev/zero"], 1, Line("not a regular file")),
     case("baseline: wrong schema", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/schema.json"], 1, Line("results have schema \"not-xvmm\"")),
+    case("baseline: 2000 crossings", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--baseline", "{F}/many.json"], 1, Line("more than 1024 crossings in one report")),
     case("mem: 0", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "0"], 1, Line("too small")),
     case("mem: more than the host has", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "99999999"], 1, Line("more than the host can give")),
     case("mem: overflowing", &["--kernel", "{F}/bzImage", "--initrd", "{F}/text", "--mem", "18446744073709551615"], 1, Line("--mem")),
@@ -274,11 +292,23 @@ const CASES: &[Case] = &[
     case("json: symlink out of its directory", &["--samples", "10", "--json", "{F}/link-out"], 1, Line("out of its directory")),
     case("json: missing directory", &["--samples", "10", "--json", "{F}/nodir/r.json"], 1, Line("No such file or directory")),
     case("json: /proc", &["--samples", "10", "--json", "/proc/r.json"], 1, Line("cannot write /proc/r.json")),
+    case("json: a FIFO nothing reads", &["--samples", "10", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     saving(guest(case("json: /dev/full after a run", &["--samples", "10", "--warmup", "0", "--json", "/dev/full"], 1, Line("No space left on device")))),
     saving(case("machine: --json /dev/full", &["machine", "--json", "/dev/full"], 1, Line("No space left on device"))),
     case("machine: --json /", &["machine", "--json", "/"], 1, Line("is a directory")),
+    case("machine: --json a FIFO nothing reads", &["machine", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     to_full(case("machine: stdout /dev/full", &["machine"], 1, Line("cannot write to stdout: No space left on device"))),
     to_full(case("help: stdout /dev/full", &["--help"], 1, Line("cannot write to stdout"))),
+    // --- a stdout closed at start (`>&-`): as /dev/full, never a silent success ---
+    closed(case("help: stdout closed", &["--help"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("version: stdout closed", &["--version"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("show: stdout closed", &["show", "{F}/report.json"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("compare: stdout closed", &["compare", "{F}/report.json", "{F}/report.json"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    saving(closed(case("compare: --json - with stdout closed", &["compare", "{F}/report.json", "{F}/report.json", "--json", "-"], 1, LastLine("cannot write the results to stdout")))),
+    closed(case("machine: stdout closed", &["machine"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(case("json: /dev/stdout with stdout closed", &["machine", "--json", "/dev/stdout"], 1, Line("cannot write /dev/stdout: is a symbolic link to a directory"))),
+    guest(closed(case("run: stdout closed", &["--samples", "10", "--warmup", "0"], 1, Line("cannot write to stdout: Bad file descriptor")))),
+    saving(guest(closed(case("run: --json - with stdout closed", &["--samples", "10", "--warmup", "0", "--json", "-"], 1, LastLine("cannot write the results to stdout"))))),
     // --- guests that misbehave ---
     guest(case("guest: malformed results", &["--kernel", "{F}/bad-results", "--initrd", "{F}/text"], 1, Line("guest: malformed results: "))),
     guest(case("guest: results longer than the slot", &["--kernel", "{F}/huge-results", "--initrd", "{F}/text"], 1, Line("exceeds the results slot"))),
@@ -308,15 +338,22 @@ const CASES: &[Case] = &[
     xperf("xperf: --json dangling symlink", &["--json", "{F}/dangling"], 1, Line("is a dangling symbolic link")),
     xperf("xperf: --json symlink out of its directory", &["--json", "{F}/link-out"], 1, Line("out of its directory")),
     xperf("xperf: --json missing directory", &["--json", "{F}/nodir/x.json"], 1, Line("No such file or directory")),
+    xperf("xperf: --json a FIFO nothing reads", &["--json", "{F}/fifo", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("output: cannot write {F}/fifo: is a FIFO that nothing reads")),
     xperf("xperf: --cpu beyond CPU_SETSIZE", &["--cpu", "4000"], 2, Line("usage: --cpu 4000 is beyond CPU_SETSIZE")),
     xperf("xperf: --cpu that does not exist", &["--cpu", "1000", "--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("1000")),
-    xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device")),
+    saving(xperf("xperf: --json /dev/full", &["--json", "/dev/full", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("No space left on device"))),
     xperf("xperf characterize: --samples 0", &["characterize", "--samples", "0"], 2, Line("usage: --samples must be between 1 and 1000000, got 0")),
     xperf("xperf characterize: --samples missing value", &["characterize", "--samples"], 2, Line("usage: characterize --samples needs a value")),
     xperf("xperf characterize: --cpu not a number", &["characterize", "--cpu", "x"], 2, Line("usage: --cpu needs a CPU number, got \"x\"")),
     xperf("xperf characterize: --json empty", &["characterize", "--json="], 2, Line("usage: --json needs a file name")),
+    xperf("xperf characterize: --json a FIFO nothing reads", &["characterize", "--json", "{F}/fifo"], 1, Line("output: cannot write {F}/fifo: is a FIFO that nothing reads")),
     xperf("xperf characterize: escape sequence argument", &["characterize", "\x1b[2J\u{202e}"], 2, Line("usage: characterize: unknown argument \"\\u{1b}[2J\\u{202e}\"")),
-    to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device"))),
+    saving(to_full(xperf("xperf: stdout /dev/full", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: No space left on device")))),
+    closed(xperf("xperf: --help with stdout closed", &["--help"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(xperf("xperf: --version with stdout closed", &["--version"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(xperf("xperf characterize: --help with stdout closed", &["characterize", "--help"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    closed(xperf("xperf: stdout closed", &["--json", "/dev/null", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, Line("cannot write to stdout: Bad file descriptor"))),
+    saving(closed(xperf("xperf: --json - with stdout closed", &["--json", "-", "--samples", "2", "--warmup", "0", "--null-samples", "2"], 1, LastLine("cannot write to stdout: Bad file descriptor")))),
 ];
 
 /// Peak RSS allowed to a child.
@@ -369,6 +406,18 @@ fn fixtures() -> PathBuf {
             .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"")
             .as_bytes(),
     );
+    // A 4 MB crossing name; more crossings than a report may hold.
+    let mut long = sample_report();
+    long.crossings[0].name = "x".repeat(4 << 20);
+    file(&f, "long-name.json", long.to_json_pretty().as_bytes());
+    let mut many = sample_report();
+    many.crossings = (0..2000)
+        .map(|i| xvmm_results::Crossing {
+            name: format!("c{i}"),
+            ..many.crossings[0].clone()
+        })
+        .collect();
+    file(&f, "many.json", many.to_json_pretty().as_bytes());
     std::fs::create_dir(f.join("dir")).unwrap();
     let mkfifo = Command::new("mkfifo").arg(f.join("fifo")).status();
     assert!(mkfifo.is_ok_and(|s| s.success()), "mkfifo");
@@ -475,20 +524,6 @@ fn expand(arg: &str, f: &Path) -> std::ffi::OsString {
     }
 }
 
-/// The xperf binary beside xvmm, built if it is missing (a test run of the
-/// xvmm package alone does not build it).
-fn xperf_binary() -> PathBuf {
-    let xvmm = PathBuf::from(env!("CARGO_BIN_EXE_xvmm"));
-    let xperf = xvmm.with_file_name("xperf");
-    if !xperf.is_file() {
-        let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args(["build", "-p", "xperf", "--bin", "xperf"])
-            .status();
-        assert!(built.is_ok_and(|s| s.success()), "cannot build xperf");
-    }
-    xperf
-}
-
 /// What a finished child left: status, stdout, stderr, peak RSS (KiB) and time.
 struct Ran {
     pid: u32,
@@ -532,6 +567,17 @@ fn run(c: &Case, f: &Path, xperf: &Path) -> Ran {
                 .open("/dev/full")
                 .unwrap(),
         ),
+        Out::Closed => {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: close(2) only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::close(1);
+                    Ok(())
+                })
+            };
+            cmd.stdout(Stdio::null())
+        }
     };
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn");

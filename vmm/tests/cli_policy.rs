@@ -4,6 +4,8 @@
 //! errors, exit statuses.
 
 mod vm_support;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use vm_support::*;
@@ -338,4 +340,137 @@ fn a_cut_console_line_is_ended() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), "no newline\n");
+}
+
+/// Issue 20, item 5: a fallback file never follows a planted link and never
+/// removes what it did not make. xperf wrote its fallback through
+/// `write_atomically` to `$TMPDIR/xperf-results-<pid>.json`, following a
+/// link planted there to a file beside it (a root xperf replaced another
+/// user's file); xvmm removed a file planted at its fallback name. The shell
+/// plants at the names the old code used (its `$$` is the pid `exec`
+/// keeps); the working directory, /proc, takes no file, so the fallback
+/// goes to the temporary directory.
+#[test]
+fn fallback_files_leave_planted_files_alone() {
+    let dir = scratch("cli-planted");
+    let victim = file(&dir, "victim", b"precious");
+    let report = file(
+        &dir,
+        "r.json",
+        sample_report("getppid").to_json_pretty().as_bytes(),
+    );
+    let r = report.to_str().unwrap();
+    let plant = r#"ln -s victim "$TMPDIR/xperf-results-$$.json" || exit 99
+        s=$(date +%s)
+        for t in $s $((s + 1)) $((s + 2)); do echo planted > "$TMPDIR/xvmm-results-$t-$$.json"; done
+        exec "$@""#;
+    let xperf = xperf_binary();
+    let xperf_args = ["--json", "/dev/full", "--samples", "2", "--warmup", "0"];
+    let runs: [(&str, Vec<&str>); 2] = [
+        (
+            "xperf-results-",
+            [&[xperf.to_str().unwrap()][..], &xperf_args].concat(),
+        ),
+        (
+            "xvmm-results-",
+            vec![
+                env!("CARGO_BIN_EXE_xvmm"),
+                "compare",
+                r,
+                r,
+                "--json",
+                "/dev/full",
+            ],
+        ),
+    ];
+    for (prefix, argv) in runs {
+        let out = Command::new("sh")
+            .args(["-c", plant, "sh"])
+            .args(&argv)
+            .current_dir("/proc")
+            .env("TMPDIR", &dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{prefix}: {err}");
+        let victim_now = std::fs::read_to_string(&victim).unwrap();
+        assert!(victim_now == "precious", "{prefix}: victim replaced: {err}");
+        let planted: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .filter(|e| e.file_type().unwrap().is_file() && e.path() != report)
+            .collect();
+        assert_eq!(planted.len(), 3, "{prefix}: planted files removed: {err}");
+        for p in planted {
+            assert_eq!(std::fs::read_to_string(p.path()).unwrap(), "planted\n");
+            std::fs::remove_file(p.path()).unwrap();
+        }
+        let saved = Path::new(err.trim_end().split("saved to ").nth(1).unwrap_or_else(|| {
+            panic!("{prefix}: no fallback named: {err}");
+        }));
+        let private = saved.parent().unwrap();
+        assert_eq!(private.parent(), Some(dir.as_path()), "{err}");
+        let name = private.file_name().unwrap().to_string_lossy();
+        assert!(name.starts_with(prefix), "{err}");
+        let mode = std::fs::metadata(private).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{err}");
+        let json = std::fs::read_to_string(saved).unwrap();
+        serde_json::from_str::<serde_json::Value>(&json).unwrap();
+        std::fs::remove_dir_all(private).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 20, item 5: `--json /dev/stdout` into a pipe leads, through
+/// `/proc/self/fd/1`, to `pipe:[N]`, which is no path: it was refused as a
+/// dangling link. It is opened (by the kernel's lookup) before measuring.
+#[test]
+fn json_to_dev_stdout_into_a_pipe_is_written() {
+    let out = xvmm_to(Stdio::piped(), &["machine", "--json", "/dev/stdout"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let machine: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(machine["logical_cpus"].as_u64() > Some(0), "{machine}");
+}
+
+/// Issue 20, item 8: with stdout closed (`>&-`) every printing command
+/// ended 0 without a word. It fails as for /dev/full, in one line, and a
+/// result file opened meanwhile never takes descriptor 1 (the tables would
+/// land in it): the comparison file holds the JSON alone.
+#[test]
+fn a_closed_stdout_fails_and_keeps_result_files_whole() {
+    use std::os::unix::process::CommandExt;
+    let dir = scratch("cli-closed");
+    let report = file(
+        &dir,
+        "r.json",
+        sample_report("getppid").to_json_pretty().as_bytes(),
+    );
+    let r = report.to_str().unwrap();
+    let json = dir.join("cmp.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xvmm"));
+    cmd.args(["compare", r, r, "--json", json.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: close(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close(1);
+            Ok(())
+        })
+    };
+    let out = cmd.output().unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        "xvmm: io: cannot write to stdout: Bad file descriptor (os error 9)\n"
+    );
+    let cmp: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(cmp["schema"], "xvmm-comparison");
 }

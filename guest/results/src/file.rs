@@ -13,11 +13,15 @@
 //! named temporary is created with `O_CREAT | O_EXCL | O_NOFOLLOW` instead and
 //! removed if the write fails.
 //!
-//! A device, FIFO or socket (`/dev/stdout`, `/dev/null`, a shell's
-//! `>(jq .)`) is written in place: renaming over it would destroy it. A
-//! symbolic link is followed only to a regular file in the link's own
-//! directory (or to a device, FIFO or socket); a dangling link, or one that
-//! leads out of its directory, is refused rather than replaced.
+//! A device or FIFO (`/dev/stdout`, `/dev/null`, a shell's `>(jq .)`) is
+//! written in place: renaming over it would destroy it. It is opened once,
+//! at prepare, and that descriptor is what commit writes: the path is not
+//! looked up again after the measurement, when something else may have been
+//! put there. A FIFO is opened without blocking, so one that nothing reads
+//! is an error at once rather than a hang. A symbolic link is followed only
+//! to a regular file in the link's own directory (or to a device or FIFO);
+//! a dangling link, or one that leads out of its directory, is refused
+//! rather than replaced.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -32,8 +36,8 @@ use std::path::{Path, PathBuf};
 pub enum Output {
     /// A regular file (existing or new), replaced atomically at commit.
     File(AtomicFile),
-    /// A device, FIFO or socket, written in place at commit.
-    Special(PathBuf),
+    /// A device or FIFO, opened at prepare and written in place at commit.
+    Special(File),
 }
 
 impl Output {
@@ -53,20 +57,27 @@ impl Output {
                 path,
                 Some(meta.permissions().mode()),
             )?)),
-            Ok(_) => Output::special(path),
+            Ok(meta) => Output::special(path, &meta),
         }
     }
 
     fn through_link(link: &Path) -> io::Result<Output> {
-        let target = std::fs::canonicalize(link)
-            .map_err(|_| invalid("is a dangling symbolic link (its target does not exist)"))?;
-        let meta = std::fs::metadata(&target)?;
+        // stat, not canonicalize, first: `/dev/stdout` leads to
+        // `/proc/self/fd/1`, whose target (`pipe:[123]`) only the kernel can
+        // follow.
+        let meta = std::fs::metadata(link).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => {
+                invalid("is a dangling symbolic link (its target does not exist)")
+            }
+            _ => e,
+        })?;
         if meta.is_dir() {
             return Err(invalid("is a symbolic link to a directory"));
         }
         if !meta.is_file() {
-            return Output::special(&target);
+            return Output::special(link, &meta);
         }
+        let target = std::fs::canonicalize(link)?;
         let link_dir = std::fs::canonicalize(parent_of(link))?;
         if target.parent() != Some(link_dir.as_path()) {
             return Err(invalid(&format!(
@@ -80,20 +91,48 @@ impl Output {
         )?))
     }
 
-    fn special(path: &Path) -> io::Result<Output> {
-        let c = cstring(path.as_os_str())?;
-        // SAFETY: a valid NUL-terminated path.
-        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+    /// Opens the device or FIFO `path` (`meta`: what it was when looked at)
+    /// for the whole run. Non-blocking, so that a FIFO nobody reads fails
+    /// now (ENXIO); blocking again once open, so that a slow reader gets
+    /// all of the JSON.
+    fn special(path: &Path, meta: &std::fs::Metadata) -> io::Result<Output> {
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENXIO) if kind.is_fifo() => {
+                    invalid("is a FIFO that nothing reads (start its reader first)")
+                }
+                Some(libc::ENXIO) if kind.is_socket() => {
+                    invalid("is a socket, which cannot be written as a file")
+                }
+                _ => e,
+            })?;
+        // What was opened is what was looked at: a device or FIFO, not a
+        // regular file swapped in meanwhile (that is never written in place).
+        if file.metadata()?.is_file() {
+            return Err(invalid("changed while it was being opened"));
+        }
+        let fd = file.as_raw_fd();
+        // SAFETY: F_GETFL/F_SETFL on a descriptor we own.
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        if !cleared {
             return Err(io::Error::last_os_error());
         }
-        Ok(Output::Special(path.to_path_buf()))
+        Ok(Output::Special(file))
     }
 
     /// Writes `bytes` and makes them the destination's content.
     pub fn commit(self, bytes: &[u8]) -> io::Result<()> {
         match self {
             Output::File(f) => f.commit(bytes),
-            Output::Special(path) => OpenOptions::new().write(true).open(path)?.write_all(bytes),
+            Output::Special(mut file) => file.write_all(bytes),
         }
     }
 }
@@ -150,6 +189,37 @@ fn open_dir(dir: &Path) -> io::Result<File> {
         .open(dir)
 }
 
+/// Whether `e` says that the file system (or kernel) has no `O_TMPFILE`.
+fn no_tmpfile(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
+    )
+}
+
+/// Gives the unnamed (`O_TMPFILE`) file `tmp` the name `name` in `dir`.
+/// `linkat` creates a new name and fails if it exists: nothing planted
+/// there is followed or replaced.
+fn link_at(tmp: &File, dir: &File, name: &OsStr) -> io::Result<()> {
+    let source = CString::new(format!("/proc/self/fd/{}", tmp.as_raw_fd()))
+        .map_err(|_| invalid("descriptor path"))?;
+    let dest = cstring(name)?;
+    // SAFETY: valid descriptors and NUL-terminated paths.
+    let ret = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            source.as_ptr(),
+            dir.as_raw_fd(),
+            dest.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `openat(dir, name, flags, 0o666)`: the umask decides the final bits of a new file.
 fn open_at(dir: &File, name: &OsStr, flags: libc::c_int) -> io::Result<File> {
     let c = cstring(name)?;
@@ -183,12 +253,7 @@ impl AtomicFile {
         let (tmp, tmp_name) = match tried {
             Ok(tmp) => (tmp, None),
             // No O_TMPFILE on this file system: a fresh name, never followed.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)
-                ) =>
-            {
+            Err(e) if no_tmpfile(&e) => {
                 let tmp_name = temporary_name(&name);
                 let flags = libc::O_WRONLY
                     | libc::O_CREAT
@@ -231,24 +296,8 @@ impl AtomicFile {
 
     /// Gives the O_TMPFILE file a fresh name in its directory.
     fn link_unnamed(&self) -> io::Result<OsString> {
-        let source = CString::new(format!("/proc/self/fd/{}", self.tmp.as_raw_fd()))
-            .map_err(|_| invalid("descriptor path"))?;
         let tmp_name = temporary_name(&self.name);
-        let dest = cstring(&tmp_name)?;
-        // SAFETY: valid descriptors and NUL-terminated paths; linkat creates a
-        // new name and fails if it exists (nothing planted can be followed).
-        let ret = unsafe {
-            libc::linkat(
-                libc::AT_FDCWD,
-                source.as_ptr(),
-                self.dir.as_raw_fd(),
-                dest.as_ptr(),
-                libc::AT_SYMLINK_FOLLOW,
-            )
-        };
-        if ret != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        link_at(&self.tmp, &self.dir, &tmp_name)?;
         Ok(tmp_name)
     }
 
@@ -321,6 +370,163 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 /// Prepares and writes `path` in one go (see [`Output`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Output::prepare(path)?.commit(bytes)
+}
+
+/// How many fresh names a fallback tries in one directory: names are
+/// predictable, so someone may have taken a few.
+const FALLBACK_NAMES: usize = 16;
+
+/// Saves `bytes` that could not reach their destination, so that a
+/// measurement is never lost, and returns where they went: a new file
+/// `<prefix>-<time>-<pid>.json` in the current directory, else in a fresh
+/// private directory (`mkdtemp`, mode 0700) under the temporary directory.
+///
+/// The fallback runs when something already failed, in directories others
+/// may write to (`/tmp`, a shared working directory), so it never follows a
+/// symbolic link and never replaces or removes anything it did not create:
+/// a name that exists is skipped for the next one.
+pub fn save_fallback(prefix: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let stem = format!("{prefix}-{secs}-{}", std::process::id());
+    save_fallback_in(Path::new("."), &std::env::temp_dir(), prefix, &stem, bytes)
+}
+
+fn save_fallback_in(
+    here: &Path,
+    tmp: &Path,
+    prefix: &str,
+    stem: &str,
+    bytes: &[u8],
+) -> io::Result<PathBuf> {
+    let in_here = open_dir(here).and_then(|dir| create_fresh(&dir, stem, bytes));
+    let here_failed = match in_here {
+        Ok(name) => {
+            let dir = std::path::absolute(here).unwrap_or_else(|_| here.to_path_buf());
+            return Ok(dir.join(name));
+        }
+        Err(e) => e,
+    };
+    save_in_private_dir(tmp, prefix, stem, bytes).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "{}: {here_failed}; a private directory in {}: {e}",
+                here.display(),
+                tmp.display()
+            ),
+        )
+    })
+}
+
+/// The names a fallback tries: `STEM.json`, then `STEM-1.json`...
+fn fallback_names(stem: &str) -> impl Iterator<Item = OsString> + '_ {
+    (0..FALLBACK_NAMES).map(move |i| match i {
+        0 => format!("{stem}.json").into(),
+        i => format!("{stem}-{i}.json").into(),
+    })
+}
+
+/// Writes `bytes` to a new file in `dir` under the first free fallback name
+/// and returns that name. The bytes go to an unnamed file first, which gets
+/// its name only once complete (`linkat` never replaces, never follows), so
+/// a failure leaves nothing to clean up.
+fn create_fresh(dir: &File, stem: &str, bytes: &[u8]) -> io::Result<OsString> {
+    let flags = libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC;
+    let mut tmp = match open_at(dir, OsStr::new("."), flags) {
+        Ok(tmp) => tmp,
+        Err(e) if no_tmpfile(&e) => return create_named(dir, stem, bytes),
+        Err(e) => return Err(e),
+    };
+    tmp.write_all(bytes)?;
+    tmp.sync_all()?;
+    let mut last = io::Error::from_raw_os_error(libc::EEXIST);
+    for name in fallback_names(stem) {
+        match link_at(&tmp, dir, &name) {
+            Ok(()) => {
+                let _ = dir.sync_all();
+                return Ok(name);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = e,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// [`create_fresh`] where the file system has no `O_TMPFILE`: a new name
+/// (`O_EXCL | O_NOFOLLOW`), removed again if the write fails, and only
+/// while it is still the file made here.
+fn create_named(dir: &File, stem: &str, bytes: &[u8]) -> io::Result<OsString> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let mut last = io::Error::from_raw_os_error(libc::EEXIST);
+    for name in fallback_names(stem) {
+        let mut file = match open_at(dir, &name, flags) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                last = e;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let written = file.write_all(bytes).and_then(|()| file.sync_all());
+        if let Err(e) = written {
+            unlink_if_same(dir, &name, &file);
+            return Err(e);
+        }
+        return Ok(name);
+    }
+    Err(last)
+}
+
+/// Removes `name` from `dir` if it still is `file`.
+fn unlink_if_same(dir: &File, name: &OsStr, file: &File) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(ours), Ok(c)) = (file.metadata(), cstring(name)) else {
+        return;
+    };
+    // SAFETY: an all-zero stat is valid; fstatat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid directory descriptor, NUL-terminated name, a stat to fill.
+    let found = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if found == 0 && st.st_dev == ours.dev() && st.st_ino == ours.ino() {
+        // SAFETY: as above.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) };
+    }
+}
+
+/// The fallback's last resort: a directory no one else can have prepared
+/// (`mkdtemp`: new, mode 0700), removed again if the file cannot be written.
+fn save_in_private_dir(tmp: &Path, prefix: &str, stem: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let template = cstring(tmp.join(format!("{prefix}-XXXXXX")).as_os_str())?;
+    let mut buf = template.into_bytes_with_nul();
+    // SAFETY: a writable NUL-terminated template ending in XXXXXX.
+    if unsafe { libc::mkdtemp(buf.as_mut_ptr().cast()) }.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    buf.pop();
+    let dir_path = PathBuf::from(OsString::from_vec(buf));
+    let made = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&dir_path)
+        .and_then(|dir| create_fresh(&dir, stem, bytes));
+    match made {
+        Ok(name) => Ok(dir_path.join(name)),
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir_path);
+            Err(e)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -426,22 +632,83 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    fn mkfifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo").arg(path).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    }
+
+    /// The read end, opened without waiting for a writer.
+    fn fifo_reader(path: &Path) -> File {
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .unwrap()
+    }
+
     #[test]
     fn a_fifo_is_written_in_place_not_replaced() {
+        use std::io::Read;
         use std::os::unix::fs::FileTypeExt;
         let dir = scratch("fifo");
         let fifo = dir.join("pipe");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
-        let reader = {
-            let fifo = fifo.clone();
-            std::thread::spawn(move || std::fs::read(fifo).unwrap())
-        };
+        mkfifo(&fifo);
+        let mut reader = fifo_reader(&fifo);
         write_atomically(&fifo, b"through the pipe").unwrap();
-        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"through the pipe");
         let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "the FIFO was replaced by {kind:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 20, items 5 and 8: a device or FIFO output was looked up again
+    /// by path after the measurement (so whatever had been put at the path
+    /// by then was written, through a link too), and a FIFO that nothing
+    /// reads made the writer wait for ever.
+    #[test]
+    fn a_fifo_is_opened_once_before_measuring() {
+        use std::io::Read;
+        let dir = scratch("fifo-once");
+        let fifo = dir.join("pipe");
+        mkfifo(&fifo);
+        let start = std::time::Instant::now();
+        let err = Output::prepare(&fifo).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "is a FIFO that nothing reads (start its reader first)"
+        );
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
+
+        let mut reader = fifo_reader(&fifo);
+        let out = Output::prepare(&fifo).unwrap();
+        // While "measuring", the FIFO is swapped for a link to a victim.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::fs::remove_file(&fifo).unwrap();
+        std::os::unix::fs::symlink("victim", &fifo).unwrap();
+        out.commit(b"results").unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"results");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `/dev/stdout` into a pipe leads, through `/proc/self/fd/1`, to
+    /// `pipe:[N]`, which is no path: it was refused as a dangling link.
+    #[test]
+    fn a_link_to_a_pipe_only_the_kernel_can_follow_is_written() {
+        use std::io::Read;
+        let (mut read_end, write_end) = std::io::pipe().unwrap();
+        let link = PathBuf::from(format!("/proc/self/fd/{}", write_end.as_raw_fd()));
+        let out = Output::prepare(&link).unwrap();
+        drop(write_end);
+        out.commit(b"piped").unwrap();
+        let mut got = Vec::new();
+        read_end.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"piped");
     }
 
     #[test]
@@ -520,8 +787,7 @@ mod tests {
         }
         let dir = scratch("bounded");
         let fifo = dir.join("fifo");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        assert!(made.is_ok_and(|s| s.success()));
+        mkfifo(&fifo);
         let start = std::time::Instant::now();
         let err = read_bounded(&fifo, 1 << 20).unwrap_err();
         assert_eq!(err.to_string(), "not a regular file");
@@ -536,6 +802,93 @@ mod tests {
         std::fs::write(&big, b"ok").unwrap();
         assert_eq!(read_bounded(&big, 2).unwrap(), b"ok");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 20, item 5: xperf's fallback went through `write_atomically`,
+    /// which follows a link to a regular file in its directory, so a link
+    /// planted at the predictable `/tmp/xperf-results-<pid>.json` made a root
+    /// xperf replace another user's file; xvmm's removed a file planted at
+    /// its name. Every name tried here is taken by a link to a victim or by
+    /// someone's file: the fallback must leave them all alone.
+    #[test]
+    fn a_fallback_never_follows_removes_or_replaces_what_is_planted() {
+        let here = scratch("fallback-here");
+        let tmp = scratch("fallback-tmp");
+        let victim = here.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let names: Vec<OsString> = fallback_names("x-1-2").collect();
+        std::fs::write(here.join(&names[0]), b"someone's").unwrap();
+        std::os::unix::fs::symlink("victim", here.join(&names[1])).unwrap();
+        std::os::unix::fs::symlink(here.join("nowhere"), here.join(&names[2])).unwrap();
+        let saved = save_fallback_in(&here, &tmp, "x", "x-1-2", b"results").unwrap();
+        assert_eq!(saved, here.join(&names[3]));
+        assert_eq!(std::fs::read(&saved).unwrap(), b"results");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(here.join(&names[0])).unwrap(), b"someone's");
+        assert!(
+            !here.join("nowhere").exists(),
+            "a dangling link was followed"
+        );
+
+        // Without O_TMPFILE: the same, through O_EXCL | O_NOFOLLOW names.
+        let dir = open_dir(&here).unwrap();
+        let name = create_named(&dir, "x-1-2", b"again").unwrap();
+        assert_eq!(name, names[4]);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        assert_eq!(std::fs::read(here.join(&names[0])).unwrap(), b"someone's");
+        std::fs::remove_dir_all(&here).unwrap();
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// Where the working directory takes nothing, the fallback is a fresh
+    /// private directory: a link planted at the old fixed name in the
+    /// temporary directory is not followed.
+    #[test]
+    fn a_fallback_elsewhere_goes_to_a_fresh_private_directory() {
+        let tmp = scratch("fallback-private");
+        let victim = tmp.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        std::os::unix::fs::symlink("victim", tmp.join("x-1-2.json")).unwrap();
+        // Nothing can be created in /proc, not even by root.
+        let saved = save_fallback_in(Path::new("/proc"), &tmp, "x", "x-1-2", b"results").unwrap();
+        assert_eq!(std::fs::read(&saved).unwrap(), b"results");
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let private = saved.parent().unwrap();
+        assert_eq!(private.parent(), Some(tmp.as_path()));
+        let mode = std::fs::symlink_metadata(private)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o700, "{mode:o}");
+        assert_eq!(entries(private), ["x-1-2.json"]);
+
+        // Nowhere to go: one error naming both places, nothing left behind.
+        let err = save_fallback_in(Path::new("/proc"), Path::new("/proc"), "x", "s", b"r")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("/proc: ") && err.contains("a private directory in /proc"));
+        assert!(!err.contains('\n'), "{err}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_failed_fallback_removes_only_its_own_file() {
+        // /dev/full's ENOSPC cannot be had in a directory; a read-only
+        // descriptor's write fails alike, after the name was made.
+        let here = scratch("fallback-fail");
+        let dir = open_dir(&here).unwrap();
+        let name = OsString::from("x.json");
+        let file = open_at(&dir, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL).unwrap();
+        drop(file);
+        let file = File::open(here.join(&name)).unwrap();
+        std::fs::rename(here.join(&name), here.join("moved")).unwrap();
+        std::fs::write(here.join(&name), b"someone's").unwrap();
+        unlink_if_same(&dir, &name, &file);
+        assert_eq!(std::fs::read(here.join(&name)).unwrap(), b"someone's");
+        let moved = File::open(here.join("moved")).unwrap();
+        unlink_if_same(&dir, OsStr::new("moved"), &moved);
+        assert_eq!(entries(&here), ["x.json"]);
+        std::fs::remove_dir_all(&here).unwrap();
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod file;
 pub mod host_state;
 pub mod intervals;
 pub mod json;
+pub mod limits;
 pub mod machine;
 pub mod probes;
 pub mod quantum;
@@ -27,6 +28,7 @@ mod sample_format;
 pub mod signals;
 pub mod skip;
 pub mod stats;
+pub mod stdio;
 pub mod sweep;
 pub mod timeline;
 pub mod tracefs;
@@ -72,9 +74,10 @@ pub struct Report {
     pub method: Method,
     /// The stamp pair with nothing between it, in TSC ticks.
     pub null_overhead: Stats,
+    #[serde(deserialize_with = "limits::crossings")]
     pub crossings: Vec<Crossing>,
     /// VM-exit round trips (empty outside a VM).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "limits::exits")]
     pub exits: Vec<ExitTiming>,
     /// Host-side exit-to-entry times by exit reason, from the kvm tracepoints
     /// (only with `xvmm --trace`).
@@ -84,7 +87,11 @@ pub struct Report {
     #[serde(default)]
     pub notes: Vec<String>,
     /// What instrumentation adds to the crossings (`xperf probes` only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "limits::probes"
+    )]
     pub probes: Vec<Probe>,
     /// What `xperf characterize` found out about the machine (only there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -412,6 +419,7 @@ impl Sample {
 pub struct Crossing {
     /// Stable identifier: "pf", "int3", "syscall", "sysenter", "int-n",
     /// "pf-first-touch", "pf-refault", "getppid"...
+    #[serde(deserialize_with = "limits::crossing_name")]
     pub name: String,
     pub status: Status,
     pub samples_requested: u64,
@@ -593,6 +601,7 @@ impl Crossing {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ExitTiming {
     /// "cpuid", "pio-out", "pio-in", "mmio-write", "vmcall", "rdmsr", "wrmsr", "hlt"...
+    #[serde(deserialize_with = "limits::exit_name")]
     pub name: String,
     pub status: Status,
     pub samples_requested: u64,

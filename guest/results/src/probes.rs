@@ -48,8 +48,10 @@ pub mod mode {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Probe {
     /// One of [`mode`].
+    #[serde(deserialize_with = "crate::limits::probe_mode")]
     pub mode: String,
     /// "getppid" or "pf-refault".
+    #[serde(deserialize_with = "crate::limits::crossing_name")]
     pub crossing: String,
     /// `measured`, or `unsupported` with the reason (what the kernel lacks,
     /// or why the measurement was discarded).

@@ -62,10 +62,18 @@ enum JsonTo {
     File(PathBuf, xvmm_results::Output),
 }
 
+/// Writes to stdout; a stdout closed at start (`>&-`) fails as a full one.
+fn write_stdout(text: &str) -> std::io::Result<()> {
+    if xvmm_results::stdio::stdout_was_closed() {
+        return Err(xvmm_results::stdio::closed_error());
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).and_then(|()| out.flush())
+}
+
 /// Writes to stdout; a broken pipe is quiet, another failure is an error.
 fn print(text: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+    match write_stdout(text) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(Error::Output(format!("cannot write to stdout: {e}"))),
@@ -214,9 +222,14 @@ fn deliver(
     let written = write_file(json_to, &json, &mut lines);
     let text = xvmm_results::render::report(report) + &lines;
     if to_stdout {
-        // "-": stdout is the report alone; the table goes to stderr.
+        // "-": stdout is the report alone; the table goes to stderr. A
+        // report that cannot go there is saved (even when the reader left:
+        // it is the measurement, not a table).
         eprint!("{text}");
-        print(&format!("{json}\n"))?;
+        let text = format!("{json}\n");
+        if let Err(e) = write_stdout(&text) {
+            return Err(saved_instead("to stdout", &e, &text));
+        }
     } else {
         print(&text)?;
     }
@@ -252,22 +265,20 @@ fn write_file(json_to: Option<JsonTo>, json: &str, lines: &mut String) -> Result
             *lines += &format!("report written to {}\n", path.display());
             Ok(())
         }
-        Err(e) => {
-            let fallback =
-                std::env::temp_dir().join(format!("xperf-results-{}.json", std::process::id()));
-            let saved = xvmm_results::write_atomically(&fallback, text.as_bytes());
-            Err(Error::Output(match saved {
-                Ok(()) => format!(
-                    "cannot write {}: {e}; the report was saved to {}",
-                    path.display(),
-                    fallback.display()
-                ),
-                Err(e2) => format!(
-                    "cannot write {} ({e}) nor {} ({e2})",
-                    path.display(),
-                    fallback.display()
-                ),
-            }))
-        }
+        Err(e) => Err(saved_instead(&path.display().to_string(), &e, &text)),
     }
+}
+
+/// Saves the report `text` that could not be written to `what` in a
+/// fallback file; the error names both.
+fn saved_instead(what: &str, e: &std::io::Error, text: &str) -> Error {
+    Error::Output(
+        match xvmm_results::file::save_fallback("xperf-results", text.as_bytes()) {
+            Ok(saved) => format!(
+                "cannot write {what}: {e}; the report was saved to {}",
+                saved.display()
+            ),
+            Err(e2) => format!("cannot write {what} ({e}), nor to a fallback file ({e2})"),
+        },
+    )
 }

@@ -1,9 +1,9 @@
 //! Where results go, and what happens when they cannot get there.
 //!
 //! - stdout: a broken pipe (`xvmm | head`) ends output quietly; any other
-//!   failure (`> /dev/full`, a full disk) is remembered and reported once at
-//!   the end. Either way the run goes on, so that results are still written
-//!   and host state is still restored.
+//!   failure (`> /dev/full`, a full disk, a stdout closed at start: `>&-`)
+//!   is remembered and reported once at the end. Either way the run goes
+//!   on, so that results are still written and host state is still restored.
 //! - `--json` destinations are checked and opened before anything is measured
 //!   ([`JsonOutput::prepare`]). If one still fails at the end, the JSON goes to
 //!   a fallback file whose path is printed: a measurement is never lost.
@@ -49,8 +49,13 @@ impl Stdout {
         if !matches!(*health, Health::Fine) {
             return;
         }
-        let mut out = io::stdout().lock();
-        if let Err(e) = out.write_all(bytes).and_then(|()| out.flush()) {
+        let written = if xvmm_results::stdio::stdout_was_closed() {
+            Err(xvmm_results::stdio::closed_error())
+        } else {
+            let mut out = io::stdout().lock();
+            out.write_all(bytes).and_then(|()| out.flush())
+        };
+        if let Err(e) = written {
             *health = if e.kind() == io::ErrorKind::BrokenPipe {
                 Health::BrokenPipe
             } else {
@@ -128,7 +133,7 @@ impl JsonOutput {
                 Err(e) => (path.display().to_string(), e.to_string()),
             },
         };
-        match save_fallback(&text) {
+        match xvmm_results::file::save_fallback("xvmm-results", text.as_bytes()) {
             Ok(saved) => Err(Error::Io(format!(
                 "cannot write the results to {what} ({failure}); they were saved to {}",
                 saved.display()
@@ -138,32 +143,6 @@ impl JsonOutput {
             ))),
         }
     }
-}
-
-/// Writes `text` to a new file in the current directory, else in the
-/// temporary directory, and returns its path.
-fn save_fallback(text: &str) -> io::Result<PathBuf> {
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let name = format!("xvmm-results-{stamp}-{}.json", std::process::id());
-    let mut last = io::Error::other("no directory to try");
-    for dir in [PathBuf::from("."), std::env::temp_dir()] {
-        let path = dir.join(&name);
-        let created = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_all()));
-        match created {
-            Ok(()) => return Ok(std::fs::canonicalize(&path).unwrap_or(path)),
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                last = e;
-            }
-        }
-    }
-    Err(last)
 }
 
 /// `FILE.compare.json` next to a `--json FILE`.

@@ -209,6 +209,20 @@ pub fn xvmm_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("run xvmm")
 }
 
+/// The xperf binary beside xvmm, built if it is missing (a test run of the
+/// xvmm package alone does not build it).
+pub fn xperf_binary() -> PathBuf {
+    let xvmm = PathBuf::from(env!("CARGO_BIN_EXE_xvmm"));
+    let xperf = xvmm.with_file_name("xperf");
+    if !xperf.is_file() {
+        let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
+            .args(["build", "-p", "xperf", "--bin", "xperf"])
+            .status();
+        assert!(built.is_ok_and(|s| s.success()), "cannot build xperf");
+    }
+    xperf
+}
+
 /// stderr as text.
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
