@@ -45,13 +45,13 @@ impl Steps for StderrSteps {
     fn step(&self, index: usize, total: usize, what: &str) {
         if self.shown {
             // \r and "erase line": the next step replaces this one.
-            eprint!("\r\x1b[2Kxperf characterize [{}/{total}] {what}", index + 1);
+            crate::say!("\r\x1b[2Kxperf characterize [{}/{total}] {what}", index + 1);
         }
     }
 
     fn finish(&self) {
         if self.shown {
-            eprint!("\r\x1b[2K");
+            crate::say!("\r\x1b[2K");
         }
     }
 }
@@ -84,7 +84,7 @@ fn print(text: &str) -> Result<()> {
 pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
     if pid1 {
         for warning in crate::init::mount_pseudo_filesystems()? {
-            eprintln!("xperf: warning: {warning}");
+            crate::sayln!("xperf: warning: {warning}");
         }
     }
     let command = args::parse(argv)?;
@@ -146,10 +146,10 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
 fn recover_host_state() {
     let recovery = xvmm_results::host_state::journal::recover_orphans();
     for line in recovery.restored {
-        eprintln!("xperf: note: {}", xvmm_results::escape::visible(&line));
+        crate::sayln!("xperf: note: {}", xvmm_results::escape::visible(&line));
     }
     for line in recovery.failed {
-        eprintln!(
+        crate::sayln!(
             "xperf: warning: host state an earlier run left is not restored: {}",
             xvmm_results::escape::visible(&line)
         );
@@ -176,7 +176,7 @@ fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
     };
     // Progress on stderr: one line per mode (a person, or the harness, can
     // see where a long run is).
-    let outcome = crate::probes::run(&config, &mut |line| eprintln!("xperf probes: {line}"))?;
+    let outcome = crate::probes::run(&config, &mut |line| crate::sayln!("xperf probes: {line}"))?;
     let written = deliver(&outcome.report, region, json_to);
     // The handlers stay until here: later signals are recorded, not fatal.
     drop(outcome.signals);
@@ -225,7 +225,7 @@ fn deliver(
         // "-": stdout is the report alone; the table goes to stderr. A
         // report that cannot go there is saved (even when the reader left:
         // it is the measurement, not a table).
-        eprint!("{text}");
+        crate::say!("{text}");
         let text = format!("{json}\n");
         if let Err(e) = write_stdout(&text) {
             return Err(saved_instead("to stdout", &e, &text));

@@ -28,9 +28,9 @@ pub fn mount_pseudo_filesystems() -> Result<Vec<String>> {
 pub fn finish(code: i32) -> ! {
     let byte = u8::try_from(code).unwrap_or(u8::MAX);
     if let Err(e) = channel::exit_vm(byte) {
-        eprintln!("xperf: {e}");
+        crate::sayln!("xperf: {e}");
     }
     let failed = sys::reboot(libc::RB_POWER_OFF);
-    eprintln!("xperf: {failed}");
+    crate::sayln!("xperf: {failed}");
     sys::park()
 }

@@ -6,6 +6,26 @@
 //! library is shared by the `xperf` binary, the VMM's built-in initramfs and
 //! the benches.
 
+/// `eprint!` that never panics: a write to a failing stderr
+/// (`2>/dev/full`, a closed descriptor) has nowhere to be reported, and
+/// `eprint!` would panic, which aborts the release build.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that never panics (see [`say!`]).
+#[macro_export]
+macro_rules! sayln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod abi;
 pub mod app;
 pub mod args;

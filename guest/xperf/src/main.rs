@@ -12,7 +12,7 @@ fn main() {
     let code = match xperf::app::run(argv, pid1) {
         Ok(()) => 0,
         Err(err) => {
-            eprintln!("xperf: {err}");
+            xperf::sayln!("xperf: {err}");
             err.exit_code()
         }
     };

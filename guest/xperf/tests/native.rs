@@ -201,3 +201,20 @@ fn bad_input_is_one_line_and_nonzero() {
         assert!(!stderr.contains("panicked"));
     }
 }
+
+/// stderr on a full device: the error line cannot be written, and xperf
+/// must still end with its own status, not abort on a panic of `eprintln!`.
+#[test]
+fn a_failing_stderr_does_not_abort_xperf() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_xperf"))
+        .arg("--no-such-option")
+        .stdout(std::process::Stdio::null())
+        .stderr(full)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{status:?}");
+}
