@@ -4,13 +4,6 @@ fn main() {
     std::process::exit(xvmm::app::main());
 }
 
-/// Runs before the standard library's start-up, which would hide a closed
-/// stdout behind /dev/null (`xvmm_results::stdio`).
-#[used]
-#[link_section = ".init_array"]
-static RECORD_STDIO: extern "C" fn() = {
-    extern "C" fn record() {
-        xvmm_results::stdio::record_at_start();
-    }
-    record
-};
+// Runs before the standard library's start-up, which would hide a closed
+// stdout behind /dev/null (`xvmm_results::stdio`).
+xvmm_results::record_stdio_at_start!();

@@ -157,18 +157,6 @@ fn a_killed_traced_xvmm_is_undone_by_the_next_start() {
     std::fs::remove_dir_all(&f).unwrap();
 }
 
-fn xperf_binary() -> PathBuf {
-    let xvmm = PathBuf::from(env!("CARGO_BIN_EXE_xvmm"));
-    let xperf = xvmm.with_file_name("xperf");
-    if !xperf.is_file() {
-        let built = Command::new(option_env!("CARGO").unwrap_or("cargo"))
-            .args(["build", "-p", "xperf", "--bin", "xperf"])
-            .status();
-        assert!(built.is_ok_and(|s| s.success()), "cannot build xperf");
-    }
-    xperf
-}
-
 /// xperf probes in tracepoint mode (this host's kernel has tracepoints; the
 /// int3 mode with `kprobes-optimization` at 0 runs in the nested harness,
 /// harness/tests/probes.rs), killed while it measures; the next start is

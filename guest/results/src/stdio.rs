@@ -46,6 +46,22 @@ pub fn record_at_start() {
     }
 }
 
+/// Declares the constructor that calls [`record_at_start`] before the
+/// standard library's start-up; each binary invokes it once, at top level.
+#[macro_export]
+macro_rules! record_stdio_at_start {
+    () => {
+        #[used]
+        #[link_section = ".init_array"]
+        static RECORD_STDIO: extern "C" fn() = {
+            extern "C" fn record() {
+                $crate::stdio::record_at_start();
+            }
+            record
+        };
+    };
+}
+
 fn closed_at_start(fd: u8) -> bool {
     CLOSED_AT_START.load(Ordering::Relaxed) & (1 << fd) != 0
 }

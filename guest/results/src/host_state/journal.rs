@@ -251,40 +251,36 @@ pub(crate) fn forget_locked(dir: &Path, change: &Change) {
     }
 }
 
-fn read_journals(dir: &Path) -> Vec<(PathBuf, JournalFile)> {
+/// Every `<prefix>*.json` of `dir` that parses as a `T` (others are
+/// someone else's, or half-written by a process killed mid-rename).
+fn read_records<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    prefix: &str,
+    limit: u64,
+) -> Vec<(PathBuf, T)> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !(name.starts_with("journal-") && name.ends_with(".json")) {
+        if !(name.starts_with(prefix) && name.ends_with(".json")) {
             continue;
         }
         let path = entry.path();
-        if let Ok(bytes) = crate::file::read_bounded(&path, 1 << 20) {
-            if let Ok(j) = serde_json::from_slice::<JournalFile>(&bytes) {
-                out.push((path, j));
+        if let Ok(bytes) = crate::file::read_bounded(&path, limit) {
+            if let Ok(record) = serde_json::from_slice::<T>(&bytes) {
+                out.push((path, record));
             }
         }
     }
     out
 }
 
+fn read_journals(dir: &Path) -> Vec<(PathBuf, JournalFile)> {
+    read_records(dir, "journal-", 1 << 20)
+}
+
 pub(crate) fn read_mount_records(dir: &Path) -> Vec<(PathBuf, MountRecord)> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with("mount-") && name.ends_with(".json")) {
-            continue;
-        }
-        let path = entry.path();
-        if let Ok(bytes) = crate::file::read_bounded(&path, 1 << 16) {
-            if let Ok(r) = serde_json::from_slice::<MountRecord>(&bytes) {
-                out.push((path, r));
-            }
-        }
-    }
-    out
+    read_records(dir, "mount-", 1 << 16)
 }
 
 /// Whether a live process other than this one records using the mount.
