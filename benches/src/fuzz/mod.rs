@@ -30,7 +30,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "static_binary",
-        parses: "the static-xperf check (PT_INTERP)",
+        parses: "the static-xperf check, against an ELF model",
     },
     Target {
         name: "report",
