@@ -80,6 +80,18 @@ pub const TARGETS: &[Target] = &[
         name: "drop_request",
         parses: "the guest's page-drop requests (--host-fault-delay)",
     },
+    Target {
+        name: "trace_record",
+        parses: "tracefs text records (xperf probes, --trace)",
+    },
+    Target {
+        name: "cli_args",
+        parses: "xvmm's command line and its value parsers",
+    },
+    Target {
+        name: "init_plan",
+        parses: "the harness's test plan and step results",
+    },
 ];
 
 /// What libFuzzer said about one run of a target.
