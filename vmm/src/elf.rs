@@ -2,7 +2,7 @@
 //! `object` crate (fuzzed upstream) instead of hand-written header arithmetic.
 //! Users: the kernel image check (`boot::image`, program headers and the PVH
 //! note), the hook finder (`kernel::hooks`, sections and symbols) and the
-//! static-binary check (`linux::builtin`, `PT_INTERP`).
+//! static-binary check (`linux::builtin`, `PT_INTERP` and `DT_NEEDED`).
 //!
 //! Every offset and size the file states is checked against the file before
 //! it is used, and nothing is allocated from a size the file claims: memory
@@ -15,12 +15,12 @@
 //! [`MAX_NOTE_BYTES`] of notes.
 
 use object::elf::{
-    FileHeader32, FileHeader64, ProgramHeader64, SectionHeader64, ELFCLASS32, ELFCLASS64,
-    ELFDATA2LSB, ELFDATA2MSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC, PT_INTERP, PT_LOAD, PT_NOTE,
-    SHF_ALLOC, SHT_PROGBITS, SHT_SYMTAB,
+    Dyn64, FileHeader32, FileHeader64, ProgramHeader64, SectionHeader64, DT_NEEDED, DT_NULL,
+    ELFCLASS32, ELFCLASS64, ELFDATA2LSB, ELFDATA2MSB, ELFMAG, EM_X86_64, ET_DYN, ET_EXEC,
+    PT_DYNAMIC, PT_INTERP, PT_LOAD, PT_NOTE, SHF_ALLOC, SHT_PROGBITS, SHT_SYMTAB,
 };
 use object::read::elf::{
-    FileHeader, NoteIterator, ProgramHeader, SectionHeader, SectionTable, Sym,
+    Dyn, FileHeader, NoteIterator, ProgramHeader, SectionHeader, SectionTable, Sym,
 };
 use object::read::{ReadCache, ReadRef, StringTable};
 use object::{LittleEndian, SectionIndex};
@@ -232,6 +232,38 @@ impl<'data, R: ReadRef<'data>> ElfFile<'data, R> {
     /// dynamically linked executable).
     pub fn has_interpreter(&self) -> bool {
         self.segments.iter().any(|p| p.p_type(LE) == PT_INTERP)
+    }
+
+    /// Whether a `PT_DYNAMIC` segment names a shared library (`DT_NEEDED`
+    /// before its `DT_NULL`): such a file needs a loader even without
+    /// `PT_INTERP` (a shared library such as libm). A static-pie has a
+    /// `PT_DYNAMIC` for its own relocations, with no `DT_NEEDED`. A
+    /// segment's trailing partial entry is no entry; every `PT_DYNAMIC`
+    /// must lie in the file.
+    pub fn needs_libraries(&self) -> Result<bool> {
+        let mut needs = false;
+        for (index, p) in self.segments.iter().enumerate() {
+            if p.p_type(LE) != PT_DYNAMIC {
+                continue;
+            }
+            let bytes = p.data(LE, self.data).map_err(|()| {
+                let (offset, size) = p.file_range(LE);
+                ElfError::SegmentOutside {
+                    index,
+                    end: offset.saturating_add(size),
+                    file_size: self.size,
+                }
+            })?;
+            let count = bytes.len() / std::mem::size_of::<Dyn64<LittleEndian>>();
+            let entries = object::pod::slice_from_bytes::<Dyn64<LittleEndian>>(bytes, count)
+                .map_or(&[][..], |(entries, _)| entries);
+            needs |= entries
+                .iter()
+                .map(|d| d.tag(LE))
+                .take_while(|&tag| tag != DT_NULL)
+                .any(|tag| tag == DT_NEEDED);
+        }
+        Ok(needs)
     }
 
     /// The physical address range `start..end` of the `PT_LOAD` segments with

@@ -30,7 +30,7 @@ pub const TARGETS: &[Target] = &[
     },
     Target {
         name: "static_binary",
-        parses: "the static-xperf check (PT_INTERP)",
+        parses: "the static-xperf check, against an ELF model",
     },
     Target {
         name: "report",
@@ -79,6 +79,18 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "drop_request",
         parses: "the guest's page-drop requests (--host-fault-delay)",
+    },
+    Target {
+        name: "trace_record",
+        parses: "tracefs text records (xperf probes, --trace)",
+    },
+    Target {
+        name: "cli_args",
+        parses: "xvmm's command line and its value parsers",
+    },
+    Target {
+        name: "init_plan",
+        parses: "the harness's test plan and step results",
     },
 ];
 

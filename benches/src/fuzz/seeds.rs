@@ -248,6 +248,8 @@ fn elves(src: &Sources) -> Vec<Seed> {
         src.target.join("x86_64-unknown-linux-gnu/release/xperf"),
         PathBuf::from("/bin/true"),
         PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+        // A shared library: no PT_INTERP, but DT_NEEDED.
+        PathBuf::from("/usr/lib/x86_64-linux-gnu/libm.so.6"),
     ];
     for path in candidates {
         if let Some(small) = std::fs::read(&path).ok().and_then(|b| shrink_elf(&b, 128)) {

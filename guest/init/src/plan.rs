@@ -33,8 +33,16 @@ pub struct Step {
     pub argv: Vec<String>,
 }
 
+/// A field holds no tab (between fields) and no line end: a CR before the
+/// newline would be taken for part of a CRLF.
 fn valid_field(s: &str) -> bool {
-    !s.contains('\t') && !s.contains('\n')
+    !s.contains(['\t', '\n', '\r'])
+}
+
+/// A step name is one word (the result line `l1-init` prints splits its
+/// fields at whitespace) that does not start a comment.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains(char::is_whitespace) && !name.starts_with('#')
 }
 
 impl Step {
@@ -54,11 +62,14 @@ impl Step {
                 .is_some_and(|m| m.starts_with(INTERRUPT))
     }
 
-    /// The step as one plan line; errors if a field holds a tab or newline.
+    /// The step as one plan line; errors if a field holds a tab or line
+    /// end, or the name is not one word.
     pub fn to_line(&self) -> Result<String, String> {
-        let name_ok = !self.name.is_empty() && !self.name.contains(char::is_whitespace);
+        let name_ok = valid_name(&self.name);
         let fields_ok = self.argv.iter().chain(&self.marker).all(|f| valid_field(f));
-        if !name_ok || !fields_ok || self.argv.is_empty() {
+        // `-` in the marker field says there is none.
+        let marker_ok = self.marker.as_deref() != Some("-");
+        if !name_ok || !fields_ok || !marker_ok || self.argv.is_empty() {
             return Err(format!("step {:?} cannot be written to a plan", self.name));
         }
         let mut fields = vec![
@@ -82,6 +93,12 @@ pub fn parse(text: &str) -> Result<Vec<Step>, String> {
         let f: Vec<&str> = line.split('\t').collect();
         if f.len() < 5 {
             return Err(format!("plan line {}: fewer than 5 fields", i + 1));
+        }
+        if !valid_name(f[0]) {
+            return Err(format!("plan line {}: bad step name {:?}", i + 1, f[0]));
+        }
+        if line.contains('\r') {
+            return Err(format!("plan line {}: a carriage return in a field", i + 1));
         }
         let timeout_secs = f[1]
             .parse()
@@ -269,6 +286,32 @@ mod tests {
         assert!(parse("a\t1\t-\twalk\t/x\n")
             .unwrap_err()
             .contains("bad mode"));
+        // Found by the init_plan fuzz target: a name with a space was
+        // read, and its result line then split it (or forged a field).
+        assert!(parse("a elapsed_ms=1\t1\t-\trun\t/x\n")
+            .unwrap_err()
+            .contains("bad step name"));
+        assert!(parse("\t1\t-\trun\t/x\n")
+            .unwrap_err()
+            .contains("bad step name"));
+        // Also found by it: a name starting with `#` was written, and the
+        // line read back as a comment.
+        let mut s = step();
+        s.name = "#1".into();
+        assert!(s.to_line().is_err());
+        // And an argument ending in CR: the plan's CRLF swallowed it. A
+        // CR inside a field is refused both ways; CRLF line ends are read.
+        let mut s = step();
+        s.argv.push("cr\r".into());
+        assert!(s.to_line().is_err());
+        assert!(parse("a\t1\t-\trun\tc\rr\n")
+            .unwrap_err()
+            .contains("carriage return"));
+        assert_eq!(parse("a\t1\t-\trun\t/x\r\n").unwrap()[0].argv, ["/x"]);
+        // And a marker `-`, which reads back as none.
+        let mut s = step();
+        s.marker = Some("-".into());
+        assert!(s.to_line().is_err());
         let mut s = step();
         s.argv.push("tab\there".into());
         assert!(s.to_line().is_err());

@@ -71,15 +71,25 @@ fn usage_error(e: &clap::Error) -> i32 {
             }
         }
         _ => {
-            let text = e.render().to_string();
-            let text = text.strip_prefix("error: ").unwrap_or(&text);
-            output::eprint(&format!("xvmm: usage: {text}"));
-            if !text.ends_with('\n') {
-                output::eprint("\n");
-            }
+            output::eprint(&format!("xvmm: usage: {}", usage_message(e)));
             exit::USAGE
         }
     }
+}
+
+/// What a usage error prints after `xvmm: usage: `: clap's whole message,
+/// each line escaped. clap's plain rendering drops escape sequences from
+/// an argument it quotes but keeps a bidirectional override (found by the
+/// `cli_args` fuzz target).
+pub fn usage_message(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let mut out = String::with_capacity(text.len() + 1);
+    for line in text.lines() {
+        out.push_str(&xvmm_results::escape::visible(line));
+        out.push('\n');
+    }
+    out
 }
 
 /// Runs what the command line asks for.
@@ -129,6 +139,21 @@ fn recover_host_state() {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser as _;
+
+    #[test]
+    fn usage_errors_are_escaped_line_by_line() {
+        let e = super::cli::Cli::try_parse_from(["xvmm", "--mem", "5\u{202e}\x1b[2J"]).unwrap_err();
+        let text = super::usage_message(&e);
+        assert!(text.contains("'5\\u{202e}"), "{text}");
+        assert!(
+            !text.contains('\u{202e}') && !text.contains('\x1b'),
+            "{text}"
+        );
+        assert!(text.ends_with("try '--help'.\n"), "{text}");
+        assert_eq!(text.lines().count(), 3, "{text}");
+    }
+
     #[test]
     fn no_new_privileges_once_set() {
         super::forbid_new_privileges();

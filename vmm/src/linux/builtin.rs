@@ -9,8 +9,9 @@
 //! 3. the static build's directory beside it:
 //!    `<target>/x86_64-unknown-linux-gnu/{<profile>,release}/xperf`.
 //!
-//! A candidate is used only if its ELF has no `PT_INTERP`: the initramfs has
-//! no dynamic loader or libraries. A workspace `cargo build --release` puts a
+//! A candidate is used only if its ELF has no `PT_INTERP` and names no
+//! shared library (`DT_NEEDED`): the initramfs has no dynamic loader or
+//! libraries. A workspace `cargo build --release` puts a
 //! dynamic xperf next to xvmm, so dynamic candidates are skipped and the static
 //! one under the target-triple directory is found.
 //!
@@ -33,7 +34,8 @@ pub const BUILD_HINT: &str = "build it with: RUSTFLAGS=\"-C target-feature=+crt-
 /// Boot parameter of the patch series that turns the stamps on at boot.
 pub const STAMPS_PARAM: &str = "xperf_stamps=1";
 
-/// Whether `elf` is an x86-64 ELF executable without a program interpreter.
+/// Whether `elf` is an x86-64 ELF executable that runs with nothing else in
+/// the initramfs: no program interpreter and no shared library to load.
 /// `Err` when it is not an ELF64 x86-64 executable at all (read by
 /// [`crate::elf`], which checks every header field against the file).
 pub fn elf_is_static(elf: &[u8]) -> std::result::Result<bool, String> {
@@ -41,7 +43,8 @@ pub fn elf_is_static(elf: &[u8]) -> std::result::Result<bool, String> {
     if !file.is_executable() {
         return Err(format!("ELF type {} is not an executable", file.kind()));
     }
-    Ok(!file.has_interpreter())
+    let needs_libraries = file.needs_libraries().map_err(|e| e.to_string())?;
+    Ok(!file.has_interpreter() && !needs_libraries)
 }
 
 /// Where to look for xperf, in order, given xvmm's own directory.
@@ -85,10 +88,17 @@ fn load_static(path: &Path) -> Result<Xperf> {
             path: path.to_path_buf(),
             bytes,
         }),
-        Ok(false) => Err(Error::Initrd(format!(
-            "{} is dynamically linked (has PT_INTERP) and cannot be the guest's /init; {BUILD_HINT}",
-            path.display()
-        ))),
+        Ok(false) => {
+            let why = if ElfFile::parse(&bytes).is_ok_and(|f| f.has_interpreter()) {
+                "has PT_INTERP"
+            } else {
+                "needs shared libraries: DT_NEEDED"
+            };
+            Err(Error::Initrd(format!(
+                "{} is dynamically linked ({why}) and cannot be the guest's /init; {BUILD_HINT}",
+                path.display()
+            )))
+        }
         Err(why) => Err(Error::Initrd(format!("{}: {why}", path.display()))),
     }
 }
@@ -212,6 +222,9 @@ mod tests {
     const PT_INTERP: u32 = 3;
     const PT_NOTE: u32 = 4;
     const PT_PHDR: u32 = 6;
+    const PT_DYNAMIC: u32 = 2;
+    const DT_NEEDED: i64 = 1;
+    const DT_RELA: i64 = 7;
 
     /// A minimal ELF64 x86-64 executable with `types` as its program headers
     /// (e_phnum at 0x38; 0x3a is e_shentsize, 0 here: no section headers).
@@ -284,6 +297,56 @@ mod tests {
             elf_is_static(&object_file),
             Err("ELF type 1 is not an executable".to_string())
         );
+    }
+
+    /// An executable whose second program header is a PT_DYNAMIC holding
+    /// one entry per tag (each with value 0).
+    fn with_dynamic(tags: &[i64]) -> Vec<u8> {
+        let mut e = elf(&[PT_LOAD, PT_DYNAMIC]);
+        let at = e.len() as u64;
+        for t in tags {
+            e.extend_from_slice(&t.to_le_bytes());
+            e.extend_from_slice(&0u64.to_le_bytes());
+        }
+        let ph = 64 + 56;
+        e[ph + 8..ph + 16].copy_from_slice(&at.to_le_bytes());
+        e[ph + 32..ph + 40].copy_from_slice(&(16 * tags.len() as u64).to_le_bytes());
+        e
+    }
+
+    /// Found while writing the static_binary fuzz target's model: a shared library
+    /// (no PT_INTERP, DT_NEEDED libc) passed as static and would have been
+    /// the guest's /init.
+    #[test]
+    fn static_check_looks_for_needed_libraries() {
+        // A static-pie: PT_DYNAMIC for its own relocations only.
+        assert_eq!(elf_is_static(&with_dynamic(&[DT_RELA, 0])), Ok(true));
+        assert_eq!(elf_is_static(&with_dynamic(&[])), Ok(true));
+        assert_eq!(
+            elf_is_static(&with_dynamic(&[DT_RELA, DT_NEEDED, 0])),
+            Ok(false)
+        );
+        // Without DT_NULL, to the segment's end; after it, nothing counts.
+        assert_eq!(elf_is_static(&with_dynamic(&[DT_NEEDED])), Ok(false));
+        assert_eq!(elf_is_static(&with_dynamic(&[0, DT_NEEDED])), Ok(true));
+        // A trailing partial entry is none.
+        let mut partial = with_dynamic(&[DT_RELA]);
+        partial.extend_from_slice(&DT_NEEDED.to_le_bytes());
+        partial[64 + 56 + 32..64 + 56 + 40].copy_from_slice(&24u64.to_le_bytes());
+        assert_eq!(elf_is_static(&partial), Ok(true));
+        let mut outside = with_dynamic(&[DT_NEEDED]);
+        outside.truncate(outside.len() - 1);
+        let err = elf_is_static(&outside).unwrap_err();
+        assert!(err.contains("segment 1 needs bytes"), "{err}");
+        if let Ok(libm) = std::fs::read("/usr/lib/x86_64-linux-gnu/libm.so.6") {
+            assert_eq!(elf_is_static(&libm), Ok(false));
+            let dir = std::env::temp_dir().join(format!("xvmm-libm-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("xperf"), &libm).unwrap();
+            let err = find_xperf(Some(dir.join("xperf")), None).unwrap_err();
+            std::fs::remove_dir_all(&dir).unwrap();
+            assert!(err.to_string().contains("DT_NEEDED"), "{err}");
+        }
     }
 
     #[test]
