@@ -380,15 +380,21 @@ fn a_killed_run_is_undone_by_the_next_start() {
         Some(Outcome::Exited(0)),
         "{out:?}"
     );
+    // One line for the killed process, the mount it made included.
     let notes: Vec<&&str> = out
         .iter()
-        .filter(|l| l.starts_with("xperf: note: restored what xperf (pid "))
+        .filter(|l| l.starts_with("xperf: note: "))
         .collect();
     assert_eq!(notes.len(), 1, "{out:?}");
+    assert!(
+        notes[0].starts_with("xperf: note: restored what xperf (pid "),
+        "{out:?}"
+    );
     for undone in [
         "removed tracefs instance xperf-",
         "removed dynamic event xperf/",
         "/proc/sys/debug/kprobes-optimization back to 1",
+        "unmounted debugfs at /sys/kernel/debug",
     ] {
         assert!(notes[0].contains(undone), "{undone:?} not in {}", notes[0]);
     }

@@ -109,8 +109,13 @@ fn check_recovered(
         "{note}"
     );
     assert!(
-        stderr.contains("unmounted tracefs at /sys/kernel/tracing"),
-        "{stderr}"
+        note.contains("unmounted tracefs at /sys/kernel/tracing"),
+        "the killed run's mount is named in its line: {stderr}"
+    );
+    assert_eq!(
+        stderr.lines().filter(|l| l.contains(": note: ")).count(),
+        1,
+        "one line for the killed process: {stderr}"
     );
     assert!(!has_instance(instance));
     assert!(!journal_of(pid).exists());

@@ -68,6 +68,9 @@ pub(crate) struct MountRecord {
     pub mount_id: u64,
     /// The mount namespace it was made in (only there can it be unmounted).
     pub namespace: u64,
+    /// The process that made it (0 in records of older versions).
+    #[serde(default)]
+    pub pid: u32,
 }
 
 /// What a recovery did: one line per process whose leftovers were undone,
@@ -110,11 +113,13 @@ pub(crate) fn lock_in(dir: &Path) -> Result<Lock> {
     let file = open_lock_file(dir)?;
     // SAFETY: flock on a descriptor we own.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(err(format!(
-            "locking {}/lock: {}",
-            dir.display(),
-            io::Error::last_os_error()
-        )));
+        let e = io::Error::last_os_error();
+        // A kernel without CONFIG_FILE_LOCKING (a tinyconfig guest, where
+        // xperf runs alone as /init) has no flock: the process's own lock
+        // is all there is, and all there needs to be.
+        if e.raw_os_error() != Some(libc::ENOSYS) {
+            return Err(err(format!("locking {}/lock: {e}", dir.display())));
+        }
     }
     Ok(Lock {
         _guard: Some(guard),
@@ -450,7 +455,7 @@ fn undo_changes(changes: &[Change], sweep: bool) -> (Vec<String>, Vec<String>) {
 
 /// Unmounts the mounts our processes made that no live process uses any
 /// more (only those made in this thread's mount namespace can be).
-fn release_unused_mounts(dir: &Path) -> (Vec<String>, Vec<String>) {
+fn release_unused_mounts(dir: &Path) -> (Vec<(u32, String)>, Vec<String>) {
     let (mut done, mut failed) = (Vec::new(), Vec::new());
     let namespace = mounts::namespace_id().ok();
     for (path, record) in read_mount_records(dir) {
@@ -467,10 +472,13 @@ fn release_unused_mounts(dir: &Path) -> (Vec<String>, Vec<String>) {
         }
         match mounts::unmount_recorded(&record) {
             Ok(true) => {
-                done.push(format!(
-                    "unmounted {} at {}",
-                    record.kind.fstype(),
-                    record.point.display()
+                done.push((
+                    record.pid,
+                    format!(
+                        "unmounted {} at {}",
+                        record.kind.fstype(),
+                        record.point.display()
+                    ),
                 ));
                 let _ = fs::remove_file(&path);
             }
@@ -508,11 +516,23 @@ pub(crate) fn recover_orphans_in(dir: &Path) -> Recovery {
     let (done, failed) = undo_changes(&all, sweep_wanted());
     recovery.failed.extend(failed);
     let mut leftover = done;
-    for (path, j) in &dead {
-        if recovery.failed.is_empty() {
+    // The dead journals first: a mount they used is then nobody's.
+    if recovery.failed.is_empty() {
+        for (path, _) in &dead {
             let _ = fs::remove_file(path);
         }
-        let mine: Vec<String> = describe_changes(&j.changes, &mut leftover);
+    }
+    let (mut unmounted, unmount_failed) = release_unused_mounts(dir);
+    recovery.failed.extend(unmount_failed);
+    for (_, j) in &dead {
+        let mut mine: Vec<String> = describe_changes(&j.changes, &mut leftover);
+        mine.extend(
+            unmounted
+                .iter()
+                .filter(|(pid, _)| *pid == j.pid)
+                .map(|(_, line)| line.clone()),
+        );
+        unmounted.retain(|(pid, _)| *pid != j.pid);
         if !mine.is_empty() {
             recovery.restored.push(format!(
                 "restored what {} (pid {}, no longer running) left: {}",
@@ -522,9 +542,7 @@ pub(crate) fn recover_orphans_in(dir: &Path) -> Recovery {
             ));
         }
     }
-    let (unmounted, unmount_failed) = release_unused_mounts(dir);
-    leftover.extend(unmounted);
-    recovery.failed.extend(unmount_failed);
+    leftover.extend(unmounted.into_iter().map(|(_, line)| line));
     recovery.restored.extend(leftover);
     drop(lock);
     recovery

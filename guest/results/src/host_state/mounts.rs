@@ -336,6 +336,7 @@ impl FsUse {
             point: point.clone(),
             mount_id: mine.id,
             namespace: ns,
+            pid: std::process::id(),
         };
         let bytes = serde_json::to_vec(&record).map_err(|e| err(e.to_string()))?;
         let written =
