@@ -200,3 +200,109 @@ fn a_killed_xperf_probes_is_undone_by_the_next_start() {
     check_recovered(&stderr, "xvmm", pid, &instance, &before);
     std::fs::remove_dir_all(&f).unwrap();
 }
+
+/// Two traced runs at once, in two processes: the mount the first made is
+/// the second's too, so the first to end must leave it (the second still
+/// reads its instance through it), and the last one unmounts it.
+#[test]
+fn two_traced_runs_share_the_mount_and_the_last_unmounts_it() {
+    let Some(_serial) = prepared() else { return };
+    let f = fixture_dir("two");
+    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
+    std::fs::write(f.join("initrd"), b"text").unwrap();
+    let before = state();
+    let traced = || {
+        Command::new(env!("CARGO_BIN_EXE_xvmm"))
+            .arg("--kernel")
+            .arg(f.join("spin"))
+            .arg("--initrd")
+            .arg(f.join("initrd"))
+            .args(["--timeout", "60", "--trace"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = traced();
+    let first_instance = format!("xvmm-{}", first.id());
+    wait_for("the first run's instance", || has_instance(&first_instance));
+    let second = traced();
+    let second_instance = format!("xvmm-{}", second.id());
+    wait_for("the second run's instance", || {
+        has_instance(&second_instance)
+    });
+    let tracefs_mounts = || {
+        mounts::mount_table()
+            .unwrap()
+            .iter()
+            .filter(|m| m.fstype == "tracefs")
+            .count()
+    };
+    assert_eq!(tracefs_mounts(), 1, "one mount, shared");
+    let interrupt = |child: Child| {
+        // SAFETY: our own child, not reaped yet.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        child.wait_with_output().unwrap()
+    };
+    let out = interrupt(first);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!has_instance(&first_instance));
+    assert_eq!(tracefs_mounts(), 1, "the second run still uses the mount");
+    assert!(has_instance(&second_instance));
+    let out = interrupt(second);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        !stderr.contains("tracing:"),
+        "the second run's trace broke: {stderr}"
+    );
+    assert_eq!(tracefs_mounts(), 0, "the last user unmounted it");
+    let diff = snapshot::differences(&before, &state());
+    assert!(diff.is_empty(), "host state not as before: {diff:?}");
+    std::fs::remove_dir_all(&f).unwrap();
+}
+
+/// The mount a traced xvmm made, used meanwhile by another process that
+/// holds no file open in it (this test, as `xperf probes` between two
+/// modes): when xvmm ends, the mount must stay (an unmount would succeed,
+/// no file being busy), and this process, its last user, unmounts it.
+#[test]
+fn a_mount_is_left_to_another_process_that_still_uses_it() {
+    use xvmm_results::host_state::mounts::{FsKind, FsUse};
+    let Some(_serial) = prepared() else { return };
+    let f = fixture_dir("handover");
+    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
+    std::fs::write(f.join("initrd"), b"text").unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .arg("--kernel")
+        .arg(f.join("spin"))
+        .arg("--initrd")
+        .arg(f.join("initrd"))
+        .args(["--timeout", "60", "--trace"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let instance = format!("xvmm-{}", child.id());
+    wait_for("xvmm's instance", || has_instance(&instance));
+    assert!(tracefs_mounted_here(), "xvmm mounted tracefs");
+    let ours = FsUse::acquire(FsKind::Tracefs, None).expect("the mount xvmm made");
+    // SAFETY: our own child, not reaped yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait_with_output().unwrap().status;
+    assert_eq!(status.code(), Some(130));
+    assert!(
+        tracefs_mounted_here() && ours.root().join("instances").is_dir(),
+        "xvmm unmounted tracefs under a live user"
+    );
+    drop(ours);
+    assert!(!tracefs_mounted_here(), "the last user unmounts it");
+    std::fs::remove_dir_all(&f).unwrap();
+}
