@@ -40,6 +40,30 @@ fn fixture_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// A fixture directory with a guest that spins forever and an initrd.
+fn spin_fixture(tag: &str) -> PathBuf {
+    let f = fixture_dir(tag);
+    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
+    std::fs::write(f.join("initrd"), b"text").unwrap();
+    f
+}
+
+/// xvmm running the spinning guest of `f` until its timeout (124), traced
+/// or not; stdin, stdout and stderr are the caller's to set.
+fn spin(f: &std::path::Path, timeout: &str, trace: bool) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_xvmm"));
+    c.arg("--kernel")
+        .arg(f.join("spin"))
+        .arg("--initrd")
+        .arg(f.join("initrd"))
+        .args(["--timeout", timeout])
+        .stdin(Stdio::null());
+    if trace {
+        c.arg("--trace");
+    }
+    c
+}
+
 fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cond() {
@@ -124,41 +148,38 @@ fn check_recovered(
     assert!(diff.is_empty(), "host state not as before: {diff:?}");
 }
 
+/// Waits for `child` to make `instance`, kills it, starts xvmm again (a
+/// short untraced run, which ends at its timeout, 124) and checks that it
+/// undid what the killed run left; returns that start's stderr.
+fn kill_then_start_again(
+    child: Child,
+    instance: &str,
+    f: &std::path::Path,
+    before: &[(String, String)],
+) -> String {
+    wait_for("the run's instance", || has_instance(instance));
+    let pid = kill_and_check_leftovers(child, instance);
+    let out = spin(f, "1", false).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    check_recovered(&stderr, "xvmm", pid, instance, before);
+    stderr
+}
+
 #[test]
 fn a_killed_traced_xvmm_is_undone_by_the_next_start() {
     let Some(_serial) = prepared() else { return };
-    let f = fixture_dir("xvmm");
-    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
-    std::fs::write(f.join("initrd"), b"text").unwrap();
+    let f = spin_fixture("xvmm");
     let before = state();
     assert!(!tracefs_mounted_here(), "tracefs starts unmounted here");
-    let xvmm = env!("CARGO_BIN_EXE_xvmm");
-    let spin = |timeout: &str, trace: bool| {
-        let mut c = Command::new(xvmm);
-        c.arg("--kernel")
-            .arg(f.join("spin"))
-            .arg("--initrd")
-            .arg(f.join("initrd"))
-            .args(["--timeout", timeout])
-            .stdin(Stdio::null());
-        if trace {
-            c.arg("--trace");
-        }
-        c
-    };
-    let child = spin("60", true)
+    let child = spin(&f, "60", true)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let instance = format!("xvmm-{}", child.id());
-    wait_for("the traced run's instance", || has_instance(&instance));
-    let pid = kill_and_check_leftovers(child, &instance);
-    // The next start: a short run (it ends at its timeout, 124).
-    let out = spin("1", false).output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(124), "{stderr}");
-    check_recovered(&stderr, "xvmm", pid, &instance, &before);
+    let stderr = kill_then_start_again(child, &instance, &f, &before);
+    assert!(stderr.contains("restored what xvmm (pid"), "{stderr}");
     std::fs::remove_dir_all(&f).unwrap();
 }
 
@@ -169,7 +190,7 @@ fn a_killed_traced_xvmm_is_undone_by_the_next_start() {
 #[test]
 fn a_killed_xperf_probes_is_undone_by_the_next_start() {
     let Some(_serial) = prepared() else { return };
-    let f = fixture_dir("xperf");
+    let f = spin_fixture("xperf");
     let before = state();
     let child = Command::new(xperf_binary())
         .args(["probes", "--modes", "tracepoint", "--samples", "1000000"])
@@ -181,23 +202,8 @@ fn a_killed_xperf_probes_is_undone_by_the_next_start() {
         .spawn()
         .unwrap();
     let instance = format!("xperf-{}", child.id());
-    wait_for("xperf's instance", || has_instance(&instance));
-    let pid = kill_and_check_leftovers(child, &instance);
-    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
-    std::fs::write(f.join("initrd"), b"text").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))
-        .arg("--kernel")
-        .arg(f.join("spin"))
-        .arg("--initrd")
-        .arg(f.join("initrd"))
-        .args(["--timeout", "1"])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(124), "{stderr}");
+    let stderr = kill_then_start_again(child, &instance, &f, &before);
     assert!(stderr.contains("restored what xperf (pid"), "{stderr}");
-    check_recovered(&stderr, "xvmm", pid, &instance, &before);
     std::fs::remove_dir_all(&f).unwrap();
 }
 
@@ -207,18 +213,10 @@ fn a_killed_xperf_probes_is_undone_by_the_next_start() {
 #[test]
 fn two_traced_runs_share_the_mount_and_the_last_unmounts_it() {
     let Some(_serial) = prepared() else { return };
-    let f = fixture_dir("two");
-    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
-    std::fs::write(f.join("initrd"), b"text").unwrap();
+    let f = spin_fixture("two");
     let before = state();
     let traced = || {
-        Command::new(env!("CARGO_BIN_EXE_xvmm"))
-            .arg("--kernel")
-            .arg(f.join("spin"))
-            .arg("--initrd")
-            .arg(f.join("initrd"))
-            .args(["--timeout", "60", "--trace"])
-            .stdin(Stdio::null())
+        spin(&f, "60", true)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -276,16 +274,8 @@ fn two_traced_runs_share_the_mount_and_the_last_unmounts_it() {
 fn a_mount_is_left_to_another_process_that_still_uses_it() {
     use xvmm_results::host_state::mounts::{FsKind, FsUse};
     let Some(_serial) = prepared() else { return };
-    let f = fixture_dir("handover");
-    std::fs::write(f.join("spin"), bzimage(SPIN)).unwrap();
-    std::fs::write(f.join("initrd"), b"text").unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_xvmm"))
-        .arg("--kernel")
-        .arg(f.join("spin"))
-        .arg("--initrd")
-        .arg(f.join("initrd"))
-        .args(["--timeout", "60", "--trace"])
-        .stdin(Stdio::null())
+    let f = spin_fixture("handover");
+    let child = spin(&f, "60", true)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
