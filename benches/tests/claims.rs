@@ -17,6 +17,7 @@
 //! - the binary trace reader reads exits faster than the text reader.
 
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 use xvmm::microguest::guest::{KernelStamps, Kind};
 use xvmm::microguest::machine::MachineConfig;
@@ -29,6 +30,15 @@ use xvmm_benches::linearity::{
 use xvmm_benches::perf;
 use xvmm_results::sweep::{self, StampSweep, SweepFit, SweepPhase};
 use xvmm_results::{quantum, tsc, Stats};
+
+/// Every claim here is a timing: two at once on a 2-CPU machine would time
+/// each other (xperf's getppid came out 28 % above perf's while a linearity
+/// sweep ran beside it), so they take turns.
+static TIMING: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn quantum_here() -> f64 {
     quantum::estimate(&tsc::back_to_back(100_000)).expect("the TSC moves")
@@ -76,6 +86,7 @@ fn check_with_controls(
 
 #[test]
 fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
+    let _turn = one_at_a_time();
     let q = quantum_here();
     let decided = linearity::native_decision(3, 100_000, Some(q));
     let mut all = INTERCEPT_PHASES.to_vec();
@@ -86,6 +97,7 @@ fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
 
 #[test]
 fn microguest_stamps_are_linear_and_a_wrong_correction_is_caught() {
+    let _turn = one_at_a_time();
     if !Path::new("/dev/kvm").exists() {
         eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
         return;
@@ -110,6 +122,7 @@ fn microguest_stamps_are_linear_and_a_wrong_correction_is_caught() {
 /// the kernel pair costs what emulation costs, over 20 user pairs.
 #[test]
 fn microguest_kernel_stamps_are_linear_and_a_wrong_correction_is_caught() {
+    let _turn = one_at_a_time();
     if !Path::new("/dev/kvm").exists() {
         eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
         return;
@@ -178,6 +191,7 @@ fn kernel_linearity(plain: bool, c: u64, timeout: Duration) {
 
 #[test]
 fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
+    let _turn = one_at_a_time();
     if std::env::var("XVMM_SKIP_PERF").is_ok_and(|v| v == "1") {
         eprintln!(
             "{}",
@@ -186,9 +200,9 @@ fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
         return;
     }
     let config = xperf::measure::Config {
-        samples: 20_000,
-        warmup: 1_000,
-        null_samples: 100_000,
+        samples: 5_000,
+        warmup: 500,
+        null_samples: 20_000,
         cpu: None,
         raw: false,
         vmm_channel: false,
@@ -198,24 +212,43 @@ fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
         host_miss: 0,
         channel: None,
     };
-    // Pins this thread; perf inherits the affinity.
-    let report = xperf::measure::run(&config).expect("xperf measures");
-    let rt = report
-        .crossing(xperf::measure::GETPPID)
-        .and_then(|c| c.round_trip.as_ref())
-        .expect("a getppid round trip");
-    let xperf_ticks = rt.corrected.median as f64;
-    let perf_ticks = perf::perf_fastest_ticks(150, perf::CHECK_LOOPS, report.host.tsc_khz)
-        .unwrap_or_else(|e| panic!("{e}; set XVMM_SKIP_PERF=1 to skip this check"));
+    // Seven short rounds, each xperf then perf at once, compared round by
+    // round: the host's load drifts over seconds (perf's fastest moved from
+    // 456 to 584 ticks between runs on an idle guest), so only
+    // back-to-back figures see the same host; the median round decides.
+    let mut rounds: Vec<(f64, f64, f64)> = (0..7)
+        .map(|_| {
+            // Pins this thread; perf inherits the affinity.
+            let report = xperf::measure::run(&config).expect("xperf measures");
+            let rt = report
+                .crossing(xperf::measure::GETPPID)
+                .and_then(|c| c.round_trip.as_ref())
+                .expect("a getppid round trip");
+            let xperf_ticks = rt.corrected.median as f64;
+            let perf_ticks = perf::perf_fastest_ticks(20, perf::CHECK_LOOPS, report.host.tsc_khz)
+                .unwrap_or_else(|e| panic!("{e}; set XVMM_SKIP_PERF=1 to skip this check"));
+            (
+                perf::relative(xperf_ticks, perf_ticks),
+                xperf_ticks,
+                perf_ticks,
+            )
+        })
+        .collect();
+    rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (diff, xperf_ticks, perf_ticks) = rounds[rounds.len() / 2];
     let bare = perf::loop_ticks(perf::raw_getppid, 30, perf::PERF_LOOPS) as f64;
-    let diff = perf::relative(xperf_ticks, perf_ticks);
+    let all: Vec<String> = rounds
+        .iter()
+        .map(|r| format!("{:+.1}", r.0 * 100.0))
+        .collect();
     println!(
-        "xperf getppid {xperf_ticks} ticks (stamps subtracted), perf bench fastest {perf_ticks:.0} ticks ({:+.1} %), bare-syscall loop {bare:.0} ticks",
-        diff * 100.0
+        "median round: xperf getppid {xperf_ticks} ticks (stamps subtracted), perf bench fastest {perf_ticks:.0} ticks ({:+.1} %; rounds {} %), bare-syscall loop {bare:.0} ticks",
+        diff * 100.0,
+        all.join(" ")
     );
     assert!(
         diff.abs() <= perf::TOLERANCE,
-        "xperf {xperf_ticks} vs perf {perf_ticks:.0}: {:+.1} %",
+        "xperf {xperf_ticks} vs perf {perf_ticks:.0}: {:+.1} % in the median of 7 rounds",
         diff * 100.0
     );
 }
@@ -224,6 +257,7 @@ fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
 /// best of three runs counts (a busy neighbour only ever adds time).
 #[test]
 fn attribution_of_a_million_samples_and_exits_takes_under_two_seconds() {
+    let _turn = one_at_a_time();
     use xvmm_benches::attribution::{synthetic, time_attribution};
     let mut best = Duration::MAX;
     for _ in 0..3 {
@@ -244,6 +278,7 @@ fn attribution_of_a_million_samples_and_exits_takes_under_two_seconds() {
 /// 1.5x, in whatever profile the tests run. The best of three runs of each.
 #[test]
 fn binary_trace_reader_beats_the_text_reader() {
+    let _turn = one_at_a_time();
     use xvmm_benches::trace::{read_pages, read_text, synthetic_pages, synthetic_text};
     let n = 200_000;
     let decoder = xvmm::host_trace::example_decoder().unwrap();
