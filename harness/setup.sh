@@ -5,7 +5,8 @@
 # cross-check bench) and Chromium with a font (the `xvmm report` browser
 # test). Idempotent: asks apt only for what is missing. Sourced
 # by ../run.sh and ../test.sh; run it directly to set up a machine. Also the
-# nightly toolchain and cargo-fuzz for the fuzz targets (xvmm_setup_fuzz). The only
+# nightly toolchain and cargo-fuzz for the fuzz targets (xvmm_setup_fuzz), cargo-mutants
+# (xvmm_setup_mutants). The only
 # place that installs packages: xvmm itself (`xvmm kernel build`) only checks
 # and names what is missing.
 set -euo pipefail
@@ -110,6 +111,7 @@ xvmm_setup() {
         done
     fi
     xvmm_setup_fuzz
+    xvmm_setup_mutants
 }
 
 # The fuzzers (fuzz/, README "Fuzzing"): a nightly toolchain and cargo-fuzz.
@@ -126,6 +128,19 @@ xvmm_setup_fuzz() {
         echo "setup: installing cargo-fuzz" >&2
         cargo install --locked cargo-fuzz \
             || echo "setup: cargo-fuzz did not install: the fuzz targets will not run" >&2
+    fi
+}
+
+# Mutation testing (benches/src/bin/mutants.rs, README "Mutation testing") and
+# the suite's check that README's equivalent mutants still exist. Pinned:
+# the mutants' descriptions README quotes are cargo-mutants' own wording.
+XVMM_MUTANTS_VERSION=27.1.0
+xvmm_setup_mutants() {
+    command -v cargo >/dev/null 2>&1 || return 0
+    if ! cargo mutants --version 2>/dev/null | grep -qx "cargo-mutants $XVMM_MUTANTS_VERSION"; then
+        echo "setup: installing cargo-mutants $XVMM_MUTANTS_VERSION" >&2
+        cargo install --locked "cargo-mutants@$XVMM_MUTANTS_VERSION" \
+            || echo "setup: cargo-mutants did not install: the equivalent-mutants test will fail" >&2
     fi
 }
 

@@ -5,5 +5,6 @@
 pub mod attribution;
 pub mod fuzz;
 pub mod linearity;
+pub mod mutants;
 pub mod perf;
 pub mod trace;
