@@ -572,16 +572,25 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
     };
     let name = xvmm_results::async_pf::PF_HOST_MISS;
     // Whatever goes wrong here, the crossings measured before are kept.
-    let m =
-        match crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page) {
-            Ok(m) => m,
-            Err(e) => {
-                report
-                    .crossings
-                    .push(Crossing::unsupported(name, config.host_miss, e.to_string()));
-                return Ok(());
-            }
-        };
+    match crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page) {
+        Ok(m) => record_host_miss(config, &m, correction, report),
+        Err(e) => {
+            report
+                .crossings
+                .push(Crossing::unsupported(name, config.host_miss, e.to_string()))
+        }
+    }
+    Ok(())
+}
+
+/// pf-host-miss's crossing, async-PF figures and notes in the report.
+fn record_host_miss(
+    config: &Config,
+    m: &crate::host_miss::Measured,
+    correction: u64,
+    report: &mut Report,
+) {
+    let name = xvmm_results::async_pf::PF_HOST_MISS;
     if let Some(why) = &m.stopped {
         report.notes.push(format!(
             "pf-host-miss stopped after {} of {} rounds: {why}",
@@ -614,10 +623,17 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
     ));
     report.async_pf = Some(xvmm_results::async_pf::AsyncPf {
         spinner: m.spinner_figures(config.raw),
-        guest: m.guest,
+        guest: m.guest.clone(),
         ..Default::default()
     });
-    Ok(())
+}
+
+/// What the setup found goes into the report: the machine, and its notes
+/// ahead of those the measurement added.
+fn take_setup(report: &mut Report, setup: Setup) {
+    report.machine = Some(setup.machine);
+    let added = std::mem::replace(&mut report.notes, setup.notes);
+    report.notes.extend(added);
 }
 
 /// getppid's round trip in core cycles where a PMU can be read from user
@@ -705,8 +721,7 @@ pub fn run(config: &Config) -> Result<Report> {
     report.stamp_costs = Some(costs);
     report.calibration = cal.finish();
     report.run_id = config.run_id.clone();
-    report.machine = Some(setup.machine);
-    report.notes = setup.notes;
+    take_setup(&mut report, setup);
     Ok(report)
 }
 
@@ -780,6 +795,64 @@ mod tests {
         let plain = batched(None::<&mut FakeHooks>, 3, 73, || 73 + BATCH * 150).unwrap();
         assert_eq!((plain.correction, plain.per_crossing.median), (73, 150));
         assert_eq!(plain.kernel_keeps, BATCH_KEEPS_NO_HOOKS);
+    }
+
+    fn config(rounds: u32) -> Config {
+        Config {
+            samples: 4,
+            warmup: 0,
+            null_samples: 10,
+            cpu: None,
+            raw: false,
+            vmm_channel: true,
+            rounds,
+            calibrate: 0,
+            run_id: None,
+            host_miss: 4,
+            channel: None,
+        }
+    }
+
+    /// pf-host-miss's own notes (rounds stopped early, no spinner) survive
+    /// the setup's notes joining the report.
+    #[test]
+    fn host_miss_notes_are_kept_beside_the_setups() {
+        let m = crate::host_miss::Measured {
+            rounds: vec![vec![5000, 6000, 7000, 8000]],
+            stopped: Some("the VMM refused the drop".into()),
+            spinner_ran: false,
+            ..Default::default()
+        };
+        let setup = Setup {
+            cpu: 0,
+            machine: Machine::default(),
+            host_facts: Default::default(),
+            environment: Environment::LinuxVm,
+            mode: Mode::RoundTrip("no hooks".into()),
+            notes: vec!["from the setup".into()],
+        };
+        let mut report = Report::new(
+            "xperf".into(),
+            Environment::LinuxVm,
+            Default::default(),
+            Method::standard(0, 4),
+        );
+        record_host_miss(&config(3), &m, 70, &mut report);
+        take_setup(&mut report, setup);
+        let notes = &report.notes;
+        assert_eq!(notes.first().map(String::as_str), Some("from the setup"));
+        let has = |text: &str| notes.iter().any(|n| n.contains(text));
+        assert!(
+            has("pf-host-miss stopped after 1 of 3 rounds: the VMM refused the drop"),
+            "{notes:?}"
+        );
+        assert!(has("the spinner could not be pinned"), "{notes:?}");
+        assert!(
+            has("all 0 samples may take an async page fault"),
+            "{notes:?}"
+        );
+        assert_eq!(report.crossings.len(), 1);
+        assert!(report.machine.is_some());
     }
 
     #[test]
