@@ -3,8 +3,8 @@
 //! the kernel log. Inside a guest these come from a kernel the host does not
 //! control, so any bytes. Input: texts separated by NUL bytes, each given to
 //! every parser; the first two also as the /proc/stat readings before and
-//! after a run. Results stay within their bounds and the steal-time text is
-//! one line.
+//! after a run (all CPUs' and cpu0's, cpu1's). Results stay within their
+//! bounds and the steal-time text is one line.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -42,6 +42,12 @@ fuzz_target!(|data: &[u8]| {
     let parts: Vec<&str> = text.split('\0').collect();
     for part in &parts {
         parse_all(part);
+    }
+    if let (Some(before), Some(after)) = (parts.first(), parts.get(1)) {
+        for cpu in [None, Some(0), Some(1)] {
+            let (Ok(line) | Err(line)) = facts::steal_report(before, after, cpu);
+            assert_one_line(&line, "steal_report");
+        }
     }
     let stat = |i: usize| parts.get(i).and_then(|t| facts::parse_proc_stat(t));
     if let Some(before) = stat(0) {

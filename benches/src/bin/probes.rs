@@ -207,7 +207,7 @@ fn baselines(reports: &[(String, Report)], prefix: &str, crossing: &str) -> Vec<
         .collect()
 }
 
-fn added(report: &Report, m: &str, crossing: &str) -> Option<u64> {
+fn added(report: &Report, m: &str, crossing: &str) -> Option<i64> {
     report
         .probes
         .iter()

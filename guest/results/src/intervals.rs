@@ -50,6 +50,10 @@ pub struct Batched {
     pub correction: u64,
     /// Ticks per crossing: (batch - correction) / K, per batch.
     pub per_crossing: Stats,
+    /// What the kernel still runs of its stamps on each crossing of a batch
+    /// and is not subtracted (empty: every stamp is in `correction`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernel_keeps: String,
 }
 
 impl Batched {
@@ -63,7 +67,14 @@ impl Batched {
             per_batch: k,
             correction,
             per_crossing: Stats::from_samples(&per),
+            kernel_keeps: String::new(),
         }
+    }
+
+    /// The same, saying what stays in each crossing unsubtracted.
+    pub fn keeping(mut self, kernel_keeps: &str) -> Batched {
+        self.kernel_keeps = kernel_keeps.into();
+        self
     }
 }
 

@@ -67,12 +67,18 @@ pub struct Probe {
     /// The hits the samples must show: one per sample, 0 for a control mode.
     #[serde(default)]
     pub hits_expected: u64,
+    /// Hits each probed sample holds: 1, 2 for getppid's tracepoint
+    /// (sys_enter and sys_exit), 0 for a control. Older reports: 1.
+    #[serde(default = "one")]
+    pub hits_per_sample: u64,
     /// Ticks each probed sample took beyond the median of the no-probe
-    /// samples of its round (saturating at 0).
-    pub added_ticks: Option<Stats>,
+    /// samples of its round, per hit (divided by `hits_per_sample` where
+    /// that is above 1), signed: a probed sample faster than the median
+    /// counts below 0, so mean and p99 are not pushed up.
+    pub added_ticks: Option<SignedStats>,
     /// 95 % bootstrap interval of the added median (`xvmm_results::bootstrap`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub added_median_ci: Option<MedianCi>,
+    pub added_median_ci: Option<SignedCi>,
     /// Median of the probed samples minus the median of the no-probe ones,
     /// signed (the figure that can show "no cost" honestly).
     #[serde(default)]
@@ -101,6 +107,7 @@ impl Probe {
             iterations: 0,
             hits: 0,
             hits_expected: 0,
+            hits_per_sample: 1,
             added_ticks: None,
             added_median_ci: None,
             median_difference: None,
@@ -111,13 +118,107 @@ impl Probe {
         }
     }
 
-    /// The median added ticks of a measured row.
-    pub fn added_median(&self) -> Option<u64> {
+    /// The median added ticks (per hit) of a measured row.
+    pub fn added_median(&self) -> Option<i64> {
         match self.status {
             Status::Measured => self.added_ticks.as_ref().map(|s| s.median),
             _ => None,
         }
     }
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// Order statistics of signed values (ticks added by a probe), as
+/// [`Stats`] gives them for unsigned ones (nearest rank).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SignedStats {
+    pub count: u64,
+    pub min: i64,
+    pub median: i64,
+    pub p99: i64,
+    pub max: i64,
+    pub mean: f64,
+    /// Population standard deviation.
+    pub stddev: f64,
+}
+
+impl SignedStats {
+    pub fn from_samples(samples: &[i64]) -> SignedStats {
+        if samples.is_empty() {
+            return SignedStats::default();
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let n = sorted.len();
+        let mean = sorted.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+        let variance = sorted
+            .iter()
+            .map(|&v| (v as f64 - mean) * (v as f64 - mean))
+            .sum::<f64>()
+            / n as f64;
+        let rank = |pct: f64| {
+            let r = ((pct / 100.0) * n as f64).ceil() as usize;
+            sorted[r.clamp(1, n) - 1]
+        };
+        SignedStats {
+            count: n as u64,
+            min: sorted[0],
+            median: rank(50.0),
+            p99: rank(99.0),
+            max: sorted[n - 1],
+            mean,
+            stddev: variance.sqrt(),
+        }
+    }
+
+    /// The same statistics of every value divided by `k` (at least 1):
+    /// order statistics rounded to the nearest tick (division keeps the
+    /// order), mean and spread exact.
+    pub fn per(mut self, k: u64) -> SignedStats {
+        let k = k.max(1);
+        let div = |v: i64| div_nearest(v, k);
+        (self.min, self.median, self.p99, self.max) = (
+            div(self.min),
+            div(self.median),
+            div(self.p99),
+            div(self.max),
+        );
+        self.mean /= k as f64;
+        self.stddev /= k as f64;
+        self
+    }
+}
+
+/// `v / k` rounded to the nearest integer (halves away from 0).
+fn div_nearest(v: i64, k: u64) -> i64 {
+    let k = i128::from(k);
+    let v = i128::from(v);
+    let q = (2 * v.abs() + k) / (2 * k);
+    (if v < 0 { -q } else { q }) as i64
+}
+
+/// A 95 % confidence interval of a signed median, in ticks.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedCi {
+    pub low: i64,
+    pub high: i64,
+}
+
+/// The bootstrap interval of the median of signed `values` (in the order
+/// taken), divided by `k`: the values are shifted to start at 0, which
+/// moves every median by the same amount.
+fn signed_median_ci(values: &[i64], k: u64) -> Option<SignedCi> {
+    let min = *values.iter().min()?;
+    let shifted: Vec<u64> = values.iter().map(|&v| v.abs_diff(min)).collect();
+    let ci: MedianCi = crate::bootstrap::median_ci(&shifted)?;
+    let back = |u: u64| div_nearest(min.saturating_add_unsigned(u), k);
+    Some(SignedCi {
+        low: back(ci.low),
+        high: back(ci.high),
+    })
 }
 
 /// The samples of one round: without the probe, then with it (raw ticks).
@@ -130,13 +231,15 @@ pub struct Round {
 /// Added-cost statistics of alternating rounds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddedCost {
-    pub added: Stats,
-    /// 95 % interval of the added median.
-    pub added_median_ci: Option<MedianCi>,
+    /// Per hit, signed.
+    pub added: SignedStats,
+    /// 95 % interval of the added median (per hit).
+    pub added_median_ci: Option<SignedCi>,
     pub median_difference: i64,
     pub baseline: Stats,
     pub probed: Stats,
-    /// Probed samples faster than their round's baseline median (counted as 0).
+    /// Probed samples faster than their round's baseline median (negative
+    /// added values).
     pub below_baseline: u64,
 }
 
@@ -144,10 +247,11 @@ fn signed(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// Each probed sample minus the median of its own round's no-probe samples:
+/// Each probed sample minus the median of its own round's no-probe samples,
+/// divided by the `hits` each sample holds (1 where it is 0, a control):
 /// drift between rounds cancels, and the spread of the probed samples stays
 /// visible. `None` when a round lacks samples on either side.
-pub fn added_cost(rounds: &[Round]) -> Option<AddedCost> {
+pub fn added_cost(rounds: &[Round], hits: u64) -> Option<AddedCost> {
     if rounds.is_empty() {
         return None;
     }
@@ -157,12 +261,14 @@ pub fn added_cost(rounds: &[Round]) -> Option<AddedCost> {
         if r.baseline.is_empty() || r.probed.is_empty() {
             return None;
         }
-        let base = Stats::from_samples(&r.baseline).median;
+        let base = signed(Stats::from_samples(&r.baseline).median);
         for &p in &r.probed {
-            below += u64::from(p < base);
-            added.push(p.saturating_sub(base));
+            let d = signed(p).saturating_sub(base);
+            below += u64::from(d < 0);
+            added.push(d);
         }
     }
+    let hits = hits.max(1);
     let all = |side: fn(&Round) -> &Vec<u64>| -> Vec<u64> {
         rounds
             .iter()
@@ -172,8 +278,8 @@ pub fn added_cost(rounds: &[Round]) -> Option<AddedCost> {
     let baseline = Stats::from_samples(&all(|r| &r.baseline));
     let probed = Stats::from_samples(&all(|r| &r.probed));
     Some(AddedCost {
-        added_median_ci: crate::bootstrap::median_ci(&added),
-        added: Stats::from_samples(&added),
+        added_median_ci: signed_median_ci(&added, hits),
+        added: SignedStats::from_samples(&added).per(hits),
         median_difference: signed(probed.median) - signed(baseline.median),
         baseline,
         probed,
@@ -203,9 +309,9 @@ pub fn hooks_off(crossing: &str, patched_runs: &[Stats], plain_runs: &[Stats]) -
         );
     }
     let (patched_stats, plain_stats) = (Stats::from_samples(&patched), Stats::from_samples(&plain));
-    let added: Vec<u64> = patched
+    let added: Vec<i64> = patched
         .iter()
-        .map(|v| v.saturating_sub(plain_stats.median))
+        .map(|&v| signed(v) - signed(plain_stats.median))
         .collect();
     let difference = signed(patched_stats.median) - signed(plain_stats.median);
     let noise = spread(&patched).max(spread(&plain));
@@ -217,7 +323,7 @@ pub fn hooks_off(crossing: &str, patched_runs: &[Stats], plain_runs: &[Stats]) -
         plain.len()
     );
     probe.iterations = patched_runs.iter().map(|s| s.count).sum();
-    probe.added_ticks = Some(Stats::from_samples(&added));
+    probe.added_ticks = Some(SignedStats::from_samples(&added));
     probe.median_difference = Some(difference);
     probe.baseline = Some(plain_stats);
     probe.probed = Some(patched_stats);
@@ -274,8 +380,8 @@ pub fn vm_explanation(mode_name: &str) -> &'static str {
 pub struct ProbeComparisonRow {
     pub mode: String,
     pub crossing: String,
-    pub vm_added_median: Option<u64>,
-    pub bare_added_median: Option<u64>,
+    pub vm_added_median: Option<i64>,
+    pub bare_added_median: Option<i64>,
     /// VM over bare metal.
     pub ratio: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,7 +421,7 @@ pub fn compare_probes(vm: &[Probe], bare: &[Probe]) -> Vec<ProbeComparisonRow> {
             );
             ProbeComparisonRow {
                 ratio: match (vm_added, bare_added) {
-                    (Some(v), Some(b)) if b > 0 => Some(v as f64 / b as f64),
+                    (Some(v), Some(b)) if v > 0 && b > 0 => Some(v as f64 / b as f64),
                     _ => None,
                 },
                 note: why_missing(v, "VM").or_else(|| why_missing(b, "bare metal")),
@@ -345,21 +451,63 @@ mod tests {
                 probed: vec![1150, 1150, 1090],
             },
         ];
-        let c = added_cost(&rounds).unwrap();
+        let c = added_cost(&rounds, 1).unwrap();
         assert_eq!(c.added.count, 6);
         assert_eq!(c.added.median, 50);
-        assert_eq!(c.added.min, 0, "1090 is below its round's 1100");
+        assert_eq!(c.added.min, -10, "1090 is below its round's 1100");
         assert_eq!(c.below_baseline, 1);
         assert_eq!((c.baseline.count, c.probed.count), (6, 6));
         assert_eq!(c.median_difference, 160 - 110, "medians of all six");
         let ci = c.added_median_ci.expect("an interval of the added median");
         assert!(ci.low <= 50 && 50 <= ci.high, "{ci:?}");
-        assert!(added_cost(&[]).is_none());
-        assert!(added_cost(&[Round {
-            baseline: vec![1],
-            probed: vec![]
-        }])
+        assert!(added_cost(&[], 1).is_none());
+        assert!(added_cost(
+            &[Round {
+                baseline: vec![1],
+                probed: vec![]
+            }],
+            1
+        )
         .is_none());
+    }
+
+    /// A probe that costs nothing: probed samples scatter around the
+    /// baseline's median both ways. Clamping the faster ones at 0 would
+    /// report a positive mean and p99; the signed values average to 0.
+    #[test]
+    fn added_cost_keeps_samples_below_the_baseline_signed() {
+        let rounds = [Round {
+            baseline: vec![1000; 9],
+            probed: vec![960, 970, 980, 990, 1000, 1010, 1020, 1030, 1040],
+        }];
+        let c = added_cost(&rounds, 1).unwrap();
+        assert_eq!((c.added.min, c.added.median, c.added.max), (-40, 0, 40));
+        assert!(c.added.mean.abs() < 1e-9, "mean {}", c.added.mean);
+        assert_eq!(c.below_baseline, 4);
+        let ci = c.added_median_ci.unwrap();
+        assert!(ci.low < 0 && ci.high > 0, "{ci:?}");
+    }
+
+    /// getppid's tracepoint: each sample holds sys_enter and sys_exit, so
+    /// the added ticks per hit are half the sample's.
+    #[test]
+    fn added_cost_is_per_hit() {
+        let rounds = [Round {
+            baseline: vec![1000, 1000, 1000],
+            probed: vec![1600, 1602, 1601],
+        }];
+        let c = added_cost(&rounds, 2).unwrap();
+        assert_eq!((c.added.min, c.added.median, c.added.max), (300, 301, 301));
+        assert!(
+            (c.added.mean - 1803.0 / 6.0).abs() < 1e-9,
+            "{}",
+            c.added.mean
+        );
+        assert_eq!(c.median_difference, 601, "raw medians, per sample");
+        // A control (0 hits per sample): per sample.
+        assert_eq!(added_cost(&rounds, 0).unwrap().added.median, 601);
+        let ci = c.added_median_ci.unwrap();
+        assert!(ci.low >= 300 && ci.high <= 301, "{ci:?}");
     }
 
     #[test]
@@ -391,10 +539,10 @@ mod tests {
         assert!(matches!(none.status, Status::Unsupported { .. }));
     }
 
-    fn measured(mode: &str, crossing: &str, added: u64) -> Probe {
+    fn measured(mode: &str, crossing: &str, added: i64) -> Probe {
         let mut p = Probe::unsupported(mode, crossing, String::new());
         p.status = Status::Measured;
-        p.added_ticks = Some(Stats::from_samples(&[added]));
+        p.added_ticks = Some(SignedStats::from_samples(&[added]));
         p
     }
 

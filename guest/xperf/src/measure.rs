@@ -456,15 +456,64 @@ fn stamp_costs(r: &Rounds, quantum: Option<f64>) -> StampCosts {
     costs
 }
 
+/// Switches the kernel's stamps off for the batch and on again after it.
+pub(crate) trait HookSwitch {
+    fn off(&mut self) -> Result<()>;
+    fn on(&mut self) -> Result<()>;
+}
+
+impl HookSwitch for StampPage {
+    fn off(&mut self) -> Result<()> {
+        self.unregister()
+    }
+    fn on(&mut self) -> Result<()> {
+        self.reregister()
+    }
+}
+
+/// What stays in each crossing of a batch taken with the hooks off.
+pub const BATCH_KEEPS_HOOKS_OFF: &str = "the boot-time SYSCALL entry stamp (a jump out of line, \
+    RDTSC and a store to the TSS) on each crossing: the hooks are unregistered for the batch, \
+    as for stamp_costs.hooks' off figure; only the user pair is subtracted";
+/// What stays in each crossing of a batch on a kernel without the hooks.
+pub const BATCH_KEEPS_NO_HOOKS: &str = "nothing of xperf's: the kernel takes no stamps";
+
 /// The batched getppid, when its round trip is under 20 TSC quanta.
-fn batched_getppid(samples: usize, correction: u64) -> Batched {
-    let batches: Vec<u64> = (0..samples.div_ceil(10).max(10))
-        .map(|_| {
-            let s = stamp::getppid_batch(BATCH);
-            s.close.saturating_sub(s.open)
-        })
-        .collect();
-    Batched::new(BATCH, correction, &batches)
+fn batched_getppid(mode: &mut Mode, samples: usize, correction: u64) -> Result<Batched> {
+    let batches = samples.div_ceil(10).max(10);
+    let batch = || {
+        let s = stamp::getppid_batch(BATCH);
+        s.close.saturating_sub(s.open)
+    };
+    match mode {
+        Mode::Split(page) => batched(Some(page), batches, correction, batch),
+        Mode::RoundTrip(_) => batched(None::<&mut StampPage>, batches, correction, batch),
+    }
+}
+
+/// `batches` batches of [`BATCH`] crossings, with the hooks (where there is
+/// a `switch`) off: subtracting K times a kernel stamp pair measured
+/// back-to-back would multiply its error (a TSC quantum or more) by K, and
+/// the hooks' full cost on a crossing is only known as a difference of two
+/// medians. With the hooks off the user pair is all that is left to
+/// subtract, once per batch (README "Method").
+fn batched<S: HookSwitch>(
+    switch: Option<&mut S>,
+    batches: usize,
+    correction: u64,
+    mut batch: impl FnMut() -> u64,
+) -> Result<Batched> {
+    let Some(switch) = switch else {
+        let times: Vec<u64> = (0..batches).map(|_| batch()).collect();
+        return Ok(Batched::new(BATCH, correction, &times).keeping(BATCH_KEEPS_NO_HOOKS));
+    };
+    switch.off()?;
+    // One unrecorded batch: the first syscalls after the static key flipped
+    // run through freshly patched text.
+    std::hint::black_box(batch());
+    let times: Vec<u64> = (0..batches).map(|_| batch()).collect();
+    switch.on()?;
+    Ok(Batched::new(BATCH, correction, &times).keeping(BATCH_KEEPS_HOOKS_OFF))
 }
 
 /// Where the patched kernel's stamps sit (patches/linux-6.12).
@@ -523,16 +572,25 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
     };
     let name = xvmm_results::async_pf::PF_HOST_MISS;
     // Whatever goes wrong here, the crossings measured before are kept.
-    let m =
-        match crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page) {
-            Ok(m) => m,
-            Err(e) => {
-                report
-                    .crossings
-                    .push(Crossing::unsupported(name, config.host_miss, e.to_string()));
-                return Ok(());
-            }
-        };
+    match crate::host_miss::measure(config.host_miss, config.rounds, setup.cpu, region, page) {
+        Ok(m) => record_host_miss(config, &m, correction, report),
+        Err(e) => {
+            report
+                .crossings
+                .push(Crossing::unsupported(name, config.host_miss, e.to_string()))
+        }
+    }
+    Ok(())
+}
+
+/// pf-host-miss's crossing, async-PF figures and notes in the report.
+fn record_host_miss(
+    config: &Config,
+    m: &crate::host_miss::Measured,
+    correction: u64,
+    report: &mut Report,
+) {
+    let name = xvmm_results::async_pf::PF_HOST_MISS;
     if let Some(why) = &m.stopped {
         report.notes.push(format!(
             "pf-host-miss stopped after {} of {} rounds: {why}",
@@ -565,10 +623,17 @@ fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Repor
     ));
     report.async_pf = Some(xvmm_results::async_pf::AsyncPf {
         spinner: m.spinner_figures(config.raw),
-        guest: m.guest,
+        guest: m.guest.clone(),
         ..Default::default()
     });
-    Ok(())
+}
+
+/// What the setup found goes into the report: the machine, and its notes
+/// ahead of those the measurement added.
+fn take_setup(report: &mut Report, setup: Setup) {
+    report.machine = Some(setup.machine);
+    let added = std::mem::replace(&mut report.notes, setup.notes);
+    report.notes.extend(added);
 }
 
 /// getppid's round trip in core cycles where a PMU can be read from user
@@ -633,9 +698,10 @@ pub fn run(config: &Config) -> Result<Report> {
             .is_some_and(|rt| xvmm_results::quantum::is_coarse(rt.corrected.median, quantum));
         if coarse {
             getppid.batched = Some(batched_getppid(
+                &mut setup.mode,
                 usize_of(config.samples)?,
                 corr.user_round_trip,
-            ));
+            )?);
         }
     }
     match &setup.mode {
@@ -655,8 +721,7 @@ pub fn run(config: &Config) -> Result<Report> {
     report.stamp_costs = Some(costs);
     report.calibration = cal.finish();
     report.run_id = config.run_id.clone();
-    report.machine = Some(setup.machine);
-    report.notes = setup.notes;
+    take_setup(&mut report, setup);
     Ok(report)
 }
 
@@ -679,6 +744,115 @@ mod tests {
 
     fn taken(sample: Sample, verdict: Verdict) -> Taken {
         Taken { sample, verdict }
+    }
+
+    /// Plays the stamp page: whether the hooks are on, and every switch.
+    struct FakeHooks {
+        on: std::rc::Rc<std::cell::Cell<bool>>,
+        switched: Vec<bool>,
+    }
+
+    impl HookSwitch for FakeHooks {
+        fn off(&mut self) -> Result<()> {
+            self.on.set(false);
+            self.switched.push(false);
+            Ok(())
+        }
+        fn on(&mut self) -> Result<()> {
+            self.on.set(true);
+            self.switched.push(true);
+            Ok(())
+        }
+    }
+
+    /// The batch is taken with the hooks off, so its correction is the user
+    /// pair alone (README "Method"): a batch taken with them on would hold
+    /// K kernel stamp pairs and the hook work that `correction` leaves in.
+    #[test]
+    fn batched_getppid_is_taken_with_the_hooks_off_and_subtracts_the_user_pair() {
+        let on = std::rc::Rc::new(std::cell::Cell::new(true));
+        let mut hooks = FakeHooks {
+            on: on.clone(),
+            switched: Vec::new(),
+        };
+        let corr = Corrections::derive(73, Some((40, 30)));
+        // Each crossing 150 ticks natively, 40 more while the hooks stamp it.
+        let mut seen_on = 0;
+        let b = batched(Some(&mut hooks), 12, corr.user_round_trip, || {
+            seen_on += u64::from(on.get());
+            let per = if on.get() { 190 } else { 150 };
+            73 + BATCH * per
+        })
+        .unwrap();
+        assert_eq!(seen_on, 0, "every batch with the hooks off");
+        assert_eq!(hooks.switched, [false, true], "off once, then on again");
+        assert!(on.get());
+        assert_eq!(b.correction, corr.user_round_trip);
+        assert_eq!(b.correction, 73);
+        assert_eq!((b.per_crossing.median, b.per_crossing.count), (150, 12));
+        assert_eq!(b.kernel_keeps, BATCH_KEEPS_HOOKS_OFF);
+        // No hooks: nothing to switch, nothing kept.
+        let plain = batched(None::<&mut FakeHooks>, 3, 73, || 73 + BATCH * 150).unwrap();
+        assert_eq!((plain.correction, plain.per_crossing.median), (73, 150));
+        assert_eq!(plain.kernel_keeps, BATCH_KEEPS_NO_HOOKS);
+    }
+
+    fn config(rounds: u32) -> Config {
+        Config {
+            samples: 4,
+            warmup: 0,
+            null_samples: 10,
+            cpu: None,
+            raw: false,
+            vmm_channel: true,
+            rounds,
+            calibrate: 0,
+            run_id: None,
+            host_miss: 4,
+            channel: None,
+        }
+    }
+
+    /// pf-host-miss's own notes (rounds stopped early, no spinner) survive
+    /// the setup's notes joining the report.
+    #[test]
+    fn host_miss_notes_are_kept_beside_the_setups() {
+        let m = crate::host_miss::Measured {
+            rounds: vec![vec![5000, 6000, 7000, 8000]],
+            stopped: Some("the VMM refused the drop".into()),
+            spinner_ran: false,
+            ..Default::default()
+        };
+        let setup = Setup {
+            cpu: 0,
+            machine: Machine::default(),
+            host_facts: Default::default(),
+            environment: Environment::LinuxVm,
+            mode: Mode::RoundTrip("no hooks".into()),
+            notes: vec!["from the setup".into()],
+        };
+        let mut report = Report::new(
+            "xperf".into(),
+            Environment::LinuxVm,
+            Default::default(),
+            Method::standard(0, 4),
+        );
+        record_host_miss(&config(3), &m, 70, &mut report);
+        take_setup(&mut report, setup);
+        let notes = &report.notes;
+        assert_eq!(notes.first().map(String::as_str), Some("from the setup"));
+        let has = |text: &str| notes.iter().any(|n| n.contains(text));
+        assert!(
+            has("pf-host-miss stopped after 1 of 3 rounds: the VMM refused the drop"),
+            "{notes:?}"
+        );
+        assert!(has("the spinner could not be pinned"), "{notes:?}");
+        assert!(
+            has("all 0 samples may take an async page fault"),
+            "{notes:?}"
+        );
+        assert_eq!(report.crossings.len(), 1);
+        assert!(report.machine.is_some());
     }
 
     #[test]

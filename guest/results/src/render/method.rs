@@ -189,6 +189,9 @@ pub fn crossing_notes(c: &Crossing, quantum: Option<f64>) -> Vec<String> {
             "batched: {} crossings per stamp pair, {} ticks per crossing (median, {} batches)",
             b.per_batch, b.per_crossing.median, b.per_crossing.count
         ));
+        if !b.kernel_keeps.is_empty() {
+            notes.push(format!("batched, left in: {}", visible(&b.kernel_keeps)));
+        }
     } else if c.round_trip.as_ref().is_some_and(|rt| {
         rt.corrected.count > 0 && quantum::is_coarse(rt.corrected.median, quantum)
     }) {
@@ -224,4 +227,28 @@ pub fn stamp_point_lines(report: &Report) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Batched;
+
+    #[test]
+    fn a_batched_figure_says_what_it_leaves_in() {
+        let mut c = Crossing::from_round_trips("getppid", 3, &[400, 410, 420], 70, "x".into());
+        c.batched = Some(Batched::new(100, 70, &[15_070]));
+        let notes = crossing_notes(&c, Some(24.45));
+        assert!(
+            notes.contains(&"batched: 100 crossings per stamp pair, 150 ticks per crossing (median, 1 batches)".to_string()),
+            "{notes:?}"
+        );
+        assert!(!notes.iter().any(|n| n.starts_with("batched, left in")));
+        c.batched = c.batched.map(|b| b.keeping("the boot-time \x1b[0mstamp"));
+        let notes = crossing_notes(&c, Some(24.45));
+        assert!(
+            notes.contains(&"batched, left in: the boot-time \\x1b[0mstamp".to_string()),
+            "{notes:?}"
+        );
+    }
 }

@@ -1,8 +1,8 @@
 //! The instrumentation tables: `xperf probes` rows of a report, and the
 //! VM/bare-metal ratio per mode of a comparison.
 
-use super::method::{flagged, quantum_of};
-use super::{cell, nanoseconds, status_text, table::Table};
+use super::method::quantum_of;
+use super::{status_text, table::Table};
 use crate::escape::visible;
 use crate::probes::{mode, vm_explanation, Probe, ProbeComparisonRow};
 use crate::{Report, Status};
@@ -12,12 +12,37 @@ fn ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.2}x"))
 }
 
-/// The measured added median of `mode` on `crossing`, if any row has it.
-fn added_of(probes: &[Probe], mode_name: &str, crossing: &str) -> Option<u64> {
+/// The measured row of `mode` on `crossing`, if there is one.
+fn row_of<'a>(probes: &'a [Probe], mode_name: &str, crossing: &str) -> Option<&'a Probe> {
     probes
         .iter()
         .find(|p| p.mode == mode_name && p.crossing == crossing)
-        .and_then(Probe::added_median)
+        .filter(|p| p.added_median().is_some())
+}
+
+/// The measured added median (per hit) of `mode` on `crossing`.
+fn added_of(probes: &[Probe], mode_name: &str, crossing: &str) -> Option<i64> {
+    row_of(probes, mode_name, crossing).and_then(Probe::added_median)
+}
+
+/// Signed ticks, `*` when under 20 TSC quanta either way.
+fn flagged(value: Option<i64>, quantum: Option<f64>) -> String {
+    match value {
+        Some(v) if crate::quantum::is_coarse(v.unsigned_abs(), quantum) => format!("{v}*"),
+        Some(v) => v.to_string(),
+        None => "-".into(),
+    }
+}
+
+fn cell(value: Option<i64>) -> String {
+    value.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn nanoseconds(ticks: Option<i64>, tsc_khz: u64) -> String {
+    match ticks {
+        Some(t) if tsc_khz > 0 => format!("{:.0}", t as f64 * 1e6 / tsc_khz as f64),
+        _ => "-".into(),
+    }
 }
 
 fn hits_cell(p: &Probe) -> String {
@@ -38,11 +63,17 @@ fn row_notes(p: &Probe, probes: &[Probe]) -> Vec<String> {
         notes.push(visible(&p.probe).into_owned());
     }
     if p.mode == mode::TRACEPOINT {
+        // The control's shift is per sample (it has no hits): compare per
+        // sample, then give the tracepoint's own part per hit again.
         let shift = added_of(probes, mode::SYSCALL_SLOW_PATH, &p.crossing);
         if let (Some(all), Some(shift)) = (p.added_median(), shift) {
+            let hits = p.hits_per_sample.max(1);
+            let sample = i128::from(all) * i128::from(hits);
+            let own = sample - i128::from(shift);
             notes.push(format!(
-                "of which the slow-path shift is {shift} and the tracepoint itself {:+} ticks",
-                i128::from(all) - i128::from(shift)
+                "per sample ({hits} hit(s)) {sample}, of which the slow-path shift is {shift} and \
+                 the tracepoint itself {own:+} ticks ({:+} per hit)",
+                own / i128::from(hits)
             ));
         }
     }
@@ -50,11 +81,11 @@ fn row_notes(p: &Probe, probes: &[Probe]) -> Vec<String> {
     notes
 }
 
-/// The added median's 95 % interval, "low-high".
+/// The added median's 95 % interval, "low..high" (either may be negative).
 fn ci_cell(p: &Probe) -> String {
     p.added_median_ci
         .as_ref()
-        .map_or_else(|| "-".into(), |ci| format!("{}-{}", ci.low, ci.high))
+        .map_or_else(|| "-".into(), |ci| format!("{}..{}", ci.low, ci.high))
 }
 
 /// One row per (mode, crossing) of a report's `probes`: hits found against
@@ -98,7 +129,7 @@ pub fn probes_table(report: &Report) -> String {
             flagged(added.map(|s| s.p99), quantum),
             nanoseconds(added.map(|s| s.median), tsc_khz),
             ratio(x_int3),
-            cell(p.baseline.as_ref().map(|s| s.median)),
+            super::cell(p.baseline.as_ref().map(|s| s.median)),
         ]);
         for note in row_notes(p, probes) {
             t.note(note);
@@ -146,16 +177,17 @@ pub fn probe_comparison_table(rows: &[ProbeComparisonRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probes::SignedStats;
     use crate::Stats;
 
-    fn measured(mode_name: &str, added: &[u64], hits: u64, expected: u64) -> Probe {
+    fn measured(mode_name: &str, added: &[i64], hits: u64, expected: u64) -> Probe {
         let mut p = Probe::unsupported(mode_name, "getppid", String::new());
         p.status = Status::Measured;
-        p.added_ticks = Some(Stats::from_samples(added));
+        p.added_ticks = Some(SignedStats::from_samples(added));
         let (low, high) = (added.iter().min(), added.iter().max());
         p.added_median_ci = low
             .zip(high)
-            .map(|(&low, &high)| crate::MedianCi { low, high });
+            .map(|(&low, &high)| crate::probes::SignedCi { low, high });
         p.baseline = Some(Stats::from_samples(&[500]));
         p.hits = hits;
         p.hits_expected = expected;
@@ -173,8 +205,11 @@ mod tests {
 
     #[test]
     fn rows_show_hits_added_cost_and_ratio_to_int3() {
+        let mut tracepoint = measured(mode::TRACEPOINT, &[300, 300, 330], 6, 6);
+        tracepoint.hits_per_sample = 2;
         let probes = vec![
-            measured(mode::TRACEPOINT, &[300, 300, 330], 3, 3),
+            tracepoint,
+            measured(mode::FUNCTION, &[-30, -5, 20], 3, 3),
             measured(mode::SYSCALL_SLOW_PATH, &[100, 100, 110], 0, 0),
             measured(mode::KPROBE_INT3, &[2000, 2000, 2100], 3, 3),
             measured(mode::KPROBE_OPTIMIZED, &[200, 200, 210], 2, 3),
@@ -196,7 +231,7 @@ mod tests {
                 "2/3",
                 "BAD",
                 "200",
-                "200-210",
+                "200..210",
                 "210",
                 "100",
                 "0.10x",
@@ -207,7 +242,17 @@ mod tests {
         // Under 20 quanta of 10 ticks: flagged.
         assert_eq!(row(&text, "syscall-slow-path")[4], "100*");
         assert_eq!(row(&text, "syscall-slow-path")[2..4], ["0", "(control)"]);
-        assert!(text.contains("slow-path shift is 100 and the tracepoint itself +200 ticks"));
+        // The tracepoint's 300 per hit is 600 per sample (two hits); the
+        // control's 100 is per sample.
+        assert!(
+            text.contains(
+                "per sample (2 hit(s)) 600, of which the slow-path shift is 100 and the \
+                 tracepoint itself +500 ticks (+250 per hit)"
+            ),
+            "{text}"
+        );
+        // A probe that costs nothing shows signed figures.
+        assert_eq!(row(&text, "function")[4..7], ["-5*", "-30..20", "20*"]);
         assert!(
             text.contains("unsupported: no \\x1b[31mFPROBE_EVENTS"),
             "{text}"

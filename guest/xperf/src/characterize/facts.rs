@@ -77,7 +77,16 @@ pub struct CpuTimes {
 
 /// The aggregate `cpu` line of /proc/stat; `None` when absent or malformed.
 pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    parse_proc_stat_cpu(text, None)
+}
+
+/// The `cpuN` line of /proc/stat (the aggregate `cpu` line for `None`);
+/// `None` when absent or malformed.
+pub fn parse_proc_stat_cpu(text: &str, cpu: Option<u32>) -> Option<CpuTimes> {
+    let name = cpu.map_or_else(|| "cpu".to_string(), |c| format!("cpu{c}"));
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
     let fields: Vec<u64> = line
         .split_whitespace()
         .skip(1)
@@ -94,17 +103,174 @@ pub fn parse_proc_stat(text: &str) -> Option<CpuTimes> {
     })
 }
 
-/// Steal time between two readings, as one line.
-pub fn steal_text(before: CpuTimes, after: CpuTimes) -> Result<String, String> {
+/// The share of time stolen between two readings: (percent, steal, total).
+fn share(before: CpuTimes, after: CpuTimes) -> Result<(f64, u64, u64), String> {
     let total = after.total.checked_sub(before.total);
     let steal = after.steal.checked_sub(before.steal);
     match (total, steal) {
-        (Some(total), Some(steal)) if total > 0 => Ok(format!(
-            "{:.2} % of all CPUs' time stolen by the hypervisor during the run ({steal} of {total} ticks)",
-            steal as f64 * 100.0 / total as f64
-        )),
+        (Some(total), Some(steal)) if total > 0 => {
+            Ok((steal as f64 * 100.0 / total as f64, steal, total))
+        }
         (Some(0), _) => Err("no CPU time passed between the two readings of /proc/stat".into()),
         _ => Err("the /proc/stat counters went backwards during the run".into()),
+    }
+}
+
+/// Steal time between two readings, as one line.
+pub fn steal_text(before: CpuTimes, after: CpuTimes) -> Result<String, String> {
+    let (pct, steal, total) = share(before, after)?;
+    Ok(format!(
+        "{pct:.2} % of all CPUs' time stolen by the hypervisor during the run ({steal} of {total} ticks)"
+    ))
+}
+
+/// Steal time between two /proc/stat texts: the measured CPU's own share
+/// (its `cpuN` line), beside all CPUs' (diluted by idle CPUs), as one line.
+pub fn steal_report(before: &str, after: &str, cpu: Option<u32>) -> Result<String, String> {
+    let all = |t: &str| parse_proc_stat(t).ok_or("/proc/stat has no readable cpu line");
+    let all = steal_text(all(before)?, all(after)?)?;
+    let Some(cpu) = cpu else {
+        return Ok(all);
+    };
+    let own = match (
+        parse_proc_stat_cpu(before, Some(cpu)),
+        parse_proc_stat_cpu(after, Some(cpu)),
+    ) {
+        (Some(a), Some(b)) => share(a, b),
+        _ => return Ok(format!("{all}; no cpu{cpu} line in /proc/stat")),
+    };
+    Ok(match own {
+        Ok((pct, steal, total)) => format!(
+            "{pct:.2} % of cpu{cpu}'s time (the measured CPU) stolen by the hypervisor during \
+             the run ({steal} of {total} ticks); {all}"
+        ),
+        Err(why) => format!("{all}; cpu{cpu}: {why}"),
+    })
+}
+
+/// Where a CPU sits: its package and NUMA node (`None`: not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuPlace {
+    pub cpu: u32,
+    pub package: Option<u32>,
+    pub node: Option<u32>,
+}
+
+/// The places of the `online` CPUs under a sysfs root (normally `/sys`):
+/// `devices/system/cpu/cpuN/topology/physical_package_id` and the
+/// `cpulist` of each `devices/system/node/nodeM`.
+pub fn cpu_places(sys: &Path, online: &[u32]) -> Vec<CpuPlace> {
+    let mut node_of = std::collections::BTreeMap::new();
+    let nodes = sys.join("devices/system/node");
+    for entry in std::fs::read_dir(&nodes).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(node) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("node"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        for cpu in parse_cpu_list(&read_trimmed(entry.path().join("cpulist"))) {
+            node_of.entry(cpu).or_insert(node);
+        }
+    }
+    online
+        .iter()
+        .map(|&cpu| CpuPlace {
+            cpu,
+            // -1 where the firmware does not say.
+            package: read_trimmed(sys.join(format!(
+                "devices/system/cpu/cpu{cpu}/topology/physical_package_id"
+            )))
+            .parse::<u32>()
+            .ok(),
+            node: node_of.get(&cpu).copied(),
+        })
+        .collect()
+}
+
+/// The CPU pairs whose TSCs are compared (at most `max`): the first CPU
+/// against the first CPU of every other (package, NUMA node), so that every
+/// package and node boundary is crossed, then against a CPU of its own
+/// package and node (firmware can still set TSC_ADJUST per CPU). Without
+/// any topology, the first CPU against the next ones.
+pub fn skew_pairs(places: &[CpuPlace], max: usize) -> Vec<(u32, u32)> {
+    let Some((first, others)) = places.split_first() else {
+        return Vec::new();
+    };
+    if places
+        .iter()
+        .all(|p| p.package.is_none() && p.node.is_none())
+    {
+        return others
+            .iter()
+            .take(max)
+            .map(|o| (first.cpu, o.cpu))
+            .collect();
+    }
+    let group = |p: &CpuPlace| (p.package, p.node);
+    let mut seen = vec![group(first)];
+    let mut pairs = Vec::new();
+    for o in others {
+        if !seen.contains(&group(o)) {
+            seen.push(group(o));
+            pairs.push((first.cpu, o.cpu));
+        }
+    }
+    if let Some(same) = others.iter().find(|o| group(o) == group(first)) {
+        pairs.push((first.cpu, same.cpu));
+    }
+    pairs.truncate(max);
+    pairs
+}
+
+/// The clock the TSC rate is measured against, and what that means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateClock {
+    /// `CLOCK_MONOTONIC` or `CLOCK_MONOTONIC_RAW`.
+    pub clock: libc::clockid_t,
+    /// The clock, the clocksource, and whether the clock is TSC-derived.
+    pub text: String,
+}
+
+/// Clocksources whose reading is the TSC scaled (paravirtual clocks read
+/// the TSC and the hypervisor's scale): a clock built on them cannot
+/// measure the TSC's rate, only give the kernel's own calibration back.
+pub const TSC_CLOCKSOURCES: [&str; 5] = [
+    "tsc",
+    "tsc-early",
+    "kvm-clock",
+    "hyperv_clocksource_tsc_page",
+    "xen",
+];
+
+/// The clock to measure the TSC rate against, from the current clocksource
+/// in `dir` (normally /sys/devices/system/clocksource/clocksource0): over a
+/// TSC-based clocksource CLOCK_MONOTONIC (NTP-slewed, the one thing not
+/// taken from the TSC), saying so; over another one (hpet, acpi_pm)
+/// CLOCK_MONOTONIC_RAW, that counter's own rate without NTP's corrections.
+pub fn rate_clock(dir: &Path) -> RateClock {
+    let current = read_trimmed(dir.join("current_clocksource"));
+    if current.is_empty() {
+        return RateClock {
+            clock: libc::CLOCK_MONOTONIC,
+            text: "CLOCK_MONOTONIC (clocksource unknown: it may itself be TSC-derived)".into(),
+        };
+    }
+    if TSC_CLOCKSOURCES.contains(&current.as_str()) {
+        return RateClock {
+            clock: libc::CLOCK_MONOTONIC,
+            text: format!(
+                "CLOCK_MONOTONIC, itself TSC-derived under clocksource {current}: this gives the \
+                 kernel's TSC calibration back (with NTP's frequency correction), not an \
+                 independent rate"
+            ),
+        };
+    }
+    RateClock {
+        clock: libc::CLOCK_MONOTONIC_RAW,
+        text: format!("CLOCK_MONOTONIC_RAW, clocksource {current}, not TSC-based"),
     }
 }
 
@@ -373,6 +539,171 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         assert_eq!(parse_proc_stat("cpu 1 2 3\n"), None);
         assert_eq!(parse_proc_stat("intr 5\n"), None);
         assert_eq!(parse_proc_stat("cpu  a b c d e f g h\n"), None);
+    }
+
+    /// cpu1 (the measured CPU) lost 20 of its 200 ticks; the other CPU
+    /// idled, so all CPUs lost 20 of 400.
+    #[test]
+    fn steal_of_the_measured_cpu_beside_all_cpus() {
+        let stat = |steal: u64, busy: u64, idle0: u64| {
+            format!(
+                "cpu  {busy} 0 0 {} 0 0 0 {steal} 0 0\n\
+                 cpu0 0 0 0 {idle0} 0 0 0 0 0 0\n\
+                 cpu1 {busy} 0 0 0 0 0 0 {steal} 0 0\nintr 5\n",
+                idle0
+            )
+        };
+        let (before, after) = (stat(10, 100, 100), stat(30, 280, 300));
+        assert_eq!(
+            parse_proc_stat_cpu(&after, Some(1)),
+            Some(CpuTimes {
+                total: 310,
+                steal: 30
+            })
+        );
+        assert_eq!(parse_proc_stat_cpu(&after, Some(0)).unwrap().total, 300);
+        assert_eq!(parse_proc_stat_cpu(&after, Some(7)), None);
+        assert_eq!(parse_proc_stat_cpu(&after, None), parse_proc_stat(&after));
+        let line = steal_report(&before, &after, Some(1)).unwrap();
+        assert!(
+            line.starts_with("10.00 % of cpu1's time (the measured CPU)"),
+            "{line}"
+        );
+        assert!(line.contains("5.00 % of all CPUs' time"), "{line}");
+        // Without the measured CPU's line, all CPUs' share alone, saying so.
+        let line = steal_report(&before, &after, Some(7)).unwrap();
+        assert!(line.starts_with("5.00 % of all CPUs' time"), "{line}");
+        assert!(line.contains("no cpu7 line"), "{line}");
+        assert!(steal_report("intr 5\n", &after, Some(1)).is_err());
+    }
+
+    /// A sysfs tree with `packages[i]` the package of cpu i and `nodes` the
+    /// NUMA nodes' CPU lists.
+    fn topology(name: &str, packages: &[u32], nodes: &[&str]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("xperf-topo-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (cpu, package) in packages.iter().enumerate() {
+            let dir = root.join(format!("devices/system/cpu/cpu{cpu}/topology"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("physical_package_id"), format!("{package}\n")).unwrap();
+        }
+        for (node, list) in nodes.iter().enumerate() {
+            let dir = root.join(format!("devices/system/node/node{node}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("cpulist"), format!("{list}\n")).unwrap();
+        }
+        root
+    }
+
+    /// Every package and node other than the first CPU's is paired with it.
+    fn crossed(places: &[CpuPlace], pairs: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
+        let place = |cpu: u32| *places.iter().find(|p| p.cpu == cpu).unwrap();
+        let (mut packages, mut nodes) = (Vec::new(), Vec::new());
+        for &(a, b) in pairs {
+            let (a, b) = (place(a), place(b));
+            for (p, q) in [(a, b), (b, a)] {
+                if p.package != q.package && !packages.contains(&p.package.unwrap()) {
+                    packages.push(p.package.unwrap());
+                }
+                if p.node != q.node && !nodes.contains(&p.node.unwrap()) {
+                    nodes.push(p.node.unwrap());
+                }
+            }
+        }
+        packages.sort_unstable();
+        nodes.sort_unstable();
+        (packages, nodes)
+    }
+
+    #[test]
+    fn skew_pairs_cross_every_package_and_node() {
+        // Two packages of 12 CPUs, numbered package by package.
+        let packages: Vec<u32> = (0..24).map(|c| c / 12).collect();
+        let root = topology("two-packages", &packages, &["0-11", "12-23"]);
+        let online: Vec<u32> = (0..24).collect();
+        let places = cpu_places(&root, &online);
+        assert_eq!(places[13].package, Some(1));
+        assert_eq!(places[13].node, Some(1));
+        let pairs = skew_pairs(&places, 8);
+        assert_eq!(crossed(&places, &pairs), (vec![0, 1], vec![0, 1]));
+        assert!(pairs.len() <= 8, "{pairs:?}");
+        // And one pair inside the first package (TSCs of one package can
+        // still differ when firmware wrote TSC_ADJUST).
+        assert!(pairs.iter().any(|&(a, b)| a < 12 && b < 12), "{pairs:?}");
+        std::fs::remove_dir_all(&root).unwrap();
+
+        // One package, four NUMA nodes of 8 CPUs (sub-NUMA clustering).
+        let root = topology("snc", &[0; 32], &["0-7", "8-15", "16-23", "24-31"]);
+        let online: Vec<u32> = (0..32).collect();
+        let places = cpu_places(&root, &online);
+        let pairs = skew_pairs(&places, 8);
+        assert_eq!(crossed(&places, &pairs).1, [0, 1, 2, 3], "{pairs:?}");
+        std::fs::remove_dir_all(&root).unwrap();
+
+        // Four packages, CPUs interleaved, no NUMA directory, cpu0 offline:
+        // the pairs start from the first online CPU.
+        let packages: Vec<u32> = (0..64).map(|c| c % 4).collect();
+        let root = topology("interleaved", &packages, &[]);
+        let online: Vec<u32> = (1..64).collect();
+        let places = cpu_places(&root, &online);
+        assert!(places.iter().all(|p| p.node.is_none()));
+        let pairs = skew_pairs(&places, 8);
+        assert!(pairs.iter().all(|&(a, _)| a == 1), "{pairs:?}");
+        let packages_crossed: Vec<u32> = {
+            let mut v: Vec<u32> = pairs.iter().map(|&(_, b)| b % 4).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        assert_eq!(packages_crossed, [0, 1, 2, 3], "{pairs:?}");
+        std::fs::remove_dir_all(&root).unwrap();
+
+        // Without topology files: CPUs in order, up to the limit.
+        let bare = cpu_places(Path::new("/nonexistent"), &[0, 1, 2]);
+        assert_eq!(skew_pairs(&bare, 8), [(0, 1), (0, 2)]);
+        assert!(skew_pairs(&bare[..1], 8).is_empty());
+    }
+
+    #[test]
+    fn the_tsc_rate_is_measured_against_a_clock_not_derived_from_it() {
+        let dir = |name: &str, current: Option<&str>| {
+            let d = std::env::temp_dir().join(format!("xperf-cs-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            if let Some(c) = current {
+                std::fs::write(d.join("current_clocksource"), format!("{c}\n")).unwrap();
+            }
+            d
+        };
+        for source in ["tsc", "kvm-clock", "hyperv_clocksource_tsc_page"] {
+            let d = dir(source, Some(source));
+            let c = rate_clock(&d);
+            assert_eq!(c.clock, libc::CLOCK_MONOTONIC, "{source}");
+            assert!(
+                c.text
+                    .contains(&format!("itself TSC-derived under clocksource {source}")),
+                "{}",
+                c.text
+            );
+            std::fs::remove_dir_all(&d).unwrap();
+        }
+        for source in ["hpet", "acpi_pm"] {
+            let d = dir(source, Some(source));
+            let c = rate_clock(&d);
+            assert_eq!(c.clock, libc::CLOCK_MONOTONIC_RAW, "{source}");
+            assert!(
+                c.text
+                    .contains(&format!("clocksource {source}, not TSC-based")),
+                "{}",
+                c.text
+            );
+            std::fs::remove_dir_all(&d).unwrap();
+        }
+        let d = dir("none", None);
+        let c = rate_clock(&d);
+        assert_eq!(c.clock, libc::CLOCK_MONOTONIC);
+        assert!(c.text.contains("clocksource unknown"), "{}", c.text);
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     fn dmi(vendor: &str, product: &str) -> Dmi {

@@ -1,7 +1,7 @@
 //! The metrics of each group, taken and read here; what they mean is decided
 //! by the pure functions of [`super::facts`] and [`super::timing`].
 
-use super::facts::{self, CpuTimes, Dmi};
+use super::facts::{self, Dmi};
 use super::skew::{self, Skew};
 use super::timing;
 use crate::stamp;
@@ -20,12 +20,16 @@ const TICKS: &str = "ticks";
 /// Calibration windows for the measured TSC rate.
 const RATE_WINDOWS: usize = 10;
 const RATE_WINDOW: Duration = Duration::from_millis(100);
-/// At most this many CPU pairs are ping-ponged (cpu0 against each other).
-const MAX_SKEW_PAIRS: usize = 8;
+/// At most this many CPU pairs are ping-ponged ([`facts::skew_pairs`]).
+const MAX_SKEW_PAIRS: usize = 32;
 const SKEW_ROUNDS: u64 = 2000;
 const SKEW_LIMIT: Duration = Duration::from_secs(20);
 /// Bursts of pauses (each [`timing::CHUNKS_PER_BURST`] chunks).
 const PAUSE_BURSTS: u64 = 100;
+/// Pauses per run that calibrates the control loop: far below Intel's PLE
+/// window (4096 cycles) and AMD's pause filter count.
+const SHORT_PAUSES: u32 = 16;
+const SHORT_RUNS: usize = 64;
 
 /// Why a root-only figure is missing, or the kernel log.
 pub type KernelLog = Result<String, String>;
@@ -181,31 +185,36 @@ pub fn rdtsc(n: usize, null: u64, cpuid_exit: Option<u64>) -> Vec<Metric> {
 }
 
 /// Pause loops: ticks per chunk of pauses, and whether spinning exits
-/// (against control loops of the same length without pause). A spike is a
-/// chunk over its burst's median by half a cpuid exit (about what any exit
-/// costs), or 1500 ticks when that is unknown.
+/// (against control loops of the same native length without pause). A
+/// spike is a chunk over its burst's median by half a cpuid exit (about
+/// what any exit costs), or 1500 ticks when that is unknown.
 pub fn pause(samples: u64, null: u64, hypervisor: bool, cpuid_exit: Option<u64>) -> Metric {
     let bursts = PAUSE_BURSTS.min(samples.max(1));
     let chunk = timing::PAUSES_PER_CHUNK;
-    // One unrecorded burst (faults in code and stack), which also gives the
-    // pause chunk's length for the control loop.
-    let pause_median = timing::median(&timing::burst(null, || stamp::pause_pair(chunk)));
-    let per_spin = timing::median(&timing::burst(null, || stamp::spin_pair(4096))) / 4096;
-    let spins = u32::try_from(pause_median / per_spin.max(1))
-        .unwrap_or(u32::MAX)
-        .max(1);
+    // One unrecorded burst (faults in code and stack).
+    std::hint::black_box(timing::burst(null, || stamp::pause_pair(chunk)));
+    let spins = control_spins(null);
     let extra = cpuid_exit.map_or(1500, |e| (e / 2).max(100));
-    let (mut chunks, mut pause_spikes, mut control_spikes) = (Vec::new(), 0, 0);
+    let (mut chunks, mut controls, mut pause_spikes, mut control_spikes) =
+        (Vec::new(), Vec::new(), 0, 0);
     for _ in 0..bursts {
         let burst = timing::burst(null, || stamp::pause_pair(chunk));
         pause_spikes += timing::spikes(&burst, extra);
         chunks.extend(burst);
         let control = timing::burst(null, || stamp::spin_pair(spins));
         control_spikes += timing::spikes(&control, extra);
+        controls.extend(control);
     }
     let unit = format!("ticks/{chunk} pauses");
     let m = Metric::from_samples(EXITS, "pause", &unit, &chunks);
-    let verdict = timing::pause_verdict(pause_spikes, control_spikes, bursts as usize, extra);
+    let verdict = timing::pause_verdict(&timing::PauseLoops {
+        bursts: bursts as usize,
+        extra,
+        pause_spikes,
+        control_spikes,
+        pause_median: timing::median(&chunks),
+        control_median: timing::median(&controls),
+    });
     if hypervisor {
         m.with_value(verdict)
     } else {
@@ -213,8 +222,27 @@ pub fn pause(samples: u64, null: u64, hypervisor: bool, cpuid_exit: Option<u64>)
     }
 }
 
+/// The control loop's length: a chunk of pauses' native cost, from runs of
+/// [`SHORT_PAUSES`] pauses each after a `dec; jnz` gap (past any pause-loop
+/// detector's gap, so they never add up to a spinning loop that exits),
+/// and the ticks per control iteration.
+fn control_spins(null: u64) -> u32 {
+    const GAP: u32 = 4096;
+    let short: Vec<u64> = (0..SHORT_RUNS)
+        .map(|_| {
+            std::hint::black_box(stamp::spin_pair(GAP));
+            let (open, close) = stamp::pause_pair(SHORT_PAUSES);
+            close.saturating_sub(open).saturating_sub(null)
+        })
+        .collect();
+    let per_spin =
+        timing::median(&timing::burst(null, || stamp::spin_pair(GAP))) as f64 / f64::from(GAP);
+    timing::control_spins(timing::median(&short), SHORT_PAUSES, per_spin)
+}
+
 /// TSC flags, the rate CPUID (and, as root, the kernel) reports, and the rate
-/// measured against CLOCK_MONOTONIC.
+/// measured against a clock ([`facts::rate_clock`]: CLOCK_MONOTONIC_RAW
+/// where the clocksource is not TSC-based, CLOCK_MONOTONIC otherwise).
 pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let flags = if cpuinfo.is_empty() {
@@ -254,8 +282,9 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
         Ok((khz, line)) => Metric::fact(TIME, "tsc-khz-kernel", format!("{khz} kHz ({line})")),
         Err(reason) => Metric::missing(TIME, "tsc-khz-kernel", reason.clone()),
     };
+    let clock = facts::rate_clock(Path::new("/sys/devices/system/clocksource/clocksource0"));
     let rates: Vec<u64> = (0..RATE_WINDOWS)
-        .map(|_| xvmm_results::tsc::calibrate_khz(RATE_WINDOW))
+        .map(|_| xvmm_results::tsc::calibrate_khz_on(clock.clock, RATE_WINDOW))
         .collect();
     let measured = Metric::from_samples(TIME, "tsc-khz-measured", "kHz", &rates);
     let against = reported
@@ -263,13 +292,15 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
         .or_else(|| kernel.as_ref().ok().map(|(k, _)| (*k, "the kernel")));
     let measured = match (measured.measured().map(|s| s.median), against) {
         (Some(m), Some((r, from))) if r > 0 => measured.with_value(format!(
-            "{:+.0} ppm against {from}'s {r} kHz ({RATE_WINDOWS} windows of {} ms against CLOCK_MONOTONIC)",
+            "{:+.0} ppm against {from}'s {r} kHz ({RATE_WINDOWS} windows of {} ms against {})",
             (m as f64 - r as f64) * 1e6 / r as f64,
-            RATE_WINDOW.as_millis()
+            RATE_WINDOW.as_millis(),
+            clock.text
         )),
         (Some(_), _) => measured.with_value(format!(
-            "no reported rate to compare with ({RATE_WINDOWS} windows of {} ms against CLOCK_MONOTONIC)",
-            RATE_WINDOW.as_millis()
+            "no reported rate to compare with ({RATE_WINDOWS} windows of {} ms against {})",
+            RATE_WINDOW.as_millis(),
+            clock.text
         )),
         (None, _) => measured,
     };
@@ -284,18 +315,19 @@ fn words(list: &[&str]) -> String {
     }
 }
 
-/// TSC skew of the first online CPU against each other one (up to
-/// [`MAX_SKEW_PAIRS`]).
+/// TSC skew between pairs of online CPUs chosen from the topology
+/// ([`facts::skew_pairs`]: every package and NUMA node crossed).
 pub fn tsc_skew(samples: u64) -> Vec<Metric> {
     let cpus = facts::parse_cpu_list(&facts::read_trimmed("/sys/devices/system/cpu/online"));
-    let Some((&first, others)) = cpus.split_first() else {
+    let Some(&first) = cpus.first() else {
         return vec![Metric::missing(
             TIME,
             "tsc-skew",
             "/sys/devices/system/cpu/online is not readable",
         )];
     };
-    if others.is_empty() {
+    let pairs = facts::skew_pairs(&facts::cpu_places(Path::new("/sys"), &cpus), MAX_SKEW_PAIRS);
+    if pairs.is_empty() {
         return vec![Metric::missing(
             TIME,
             "tsc-skew",
@@ -303,17 +335,16 @@ pub fn tsc_skew(samples: u64) -> Vec<Metric> {
         )];
     }
     let rounds = SKEW_ROUNDS.min(samples.max(1));
-    others
+    pairs
         .iter()
-        .take(MAX_SKEW_PAIRS)
-        .map(|&other| {
-            let name = format!("tsc-skew cpu{first}-cpu{other}");
-            match skew::ping_pong(first, other, rounds, SKEW_LIMIT) {
+        .map(|&(a, b)| {
+            let name = format!("tsc-skew cpu{a}-cpu{b}");
+            match skew::ping_pong(a, b, rounds, SKEW_LIMIT) {
                 Err(reason) => Metric::missing(TIME, &name, reason),
                 Ok(rounds) => match Skew::from_rounds(&rounds) {
                     None => Metric::missing(TIME, &name, "no rounds"),
                     Some(s) => Metric::from_samples(TIME, &name, TICKS, &s.estimates)
-                        .with_value(s.describe(first, other)),
+                        .with_value(s.describe(a, b)),
                 },
             }
         })
@@ -343,14 +374,18 @@ pub fn crossings(crossings: &[Crossing]) -> Vec<Metric> {
     out
 }
 
-/// /proc/stat's aggregate line now, or why not.
-pub fn proc_stat() -> Result<CpuTimes, String> {
-    let text = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
-    facts::parse_proc_stat(&text).ok_or_else(|| "/proc/stat has no readable cpu line".into())
+/// /proc/stat now, or why not.
+pub fn proc_stat() -> Result<String, String> {
+    std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))
 }
 
-/// CPU, microcode, CPUs, memory, kernel, mitigations, KPTI, steal time.
-pub fn machine(m: &Machine, stat_before: Result<CpuTimes, String>) -> Vec<Metric> {
+/// CPU, microcode, CPUs, memory, kernel, mitigations, KPTI, steal time (of
+/// the `measured` CPU and of all).
+pub fn machine(
+    m: &Machine,
+    stat_before: Result<String, String>,
+    measured: Option<u32>,
+) -> Vec<Metric> {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let fact_or =
         |name: &str, value: Option<String>, reason: &str| match value.filter(|v| !v.is_empty()) {
@@ -377,7 +412,7 @@ pub fn machine(m: &Machine, stat_before: Result<CpuTimes, String>) -> Vec<Metric
     let version = facts::read_trimmed("/proc/sys/kernel/version");
     let kernel = (!m.kernel_release.is_empty()).then(|| format!("{} {version}", m.kernel_release));
     let steal = match (stat_before, proc_stat()) {
-        (Ok(a), Ok(b)) => facts::steal_text(a, b),
+        (Ok(a), Ok(b)) => facts::steal_report(&a, &b, measured),
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
     vec![

@@ -100,7 +100,11 @@ pub fn run(config: &Config, steps: &dyn Steps) -> Result<Report> {
     metrics.push(cpuid);
     metrics.push(pause);
     metrics.extend(groups::crossings(&report.crossings));
-    metrics.extend(groups::machine(&machine, stat_before));
+    metrics.extend(groups::machine(
+        &machine,
+        stat_before,
+        report.method.pinned_cpu,
+    ));
     steps.finish();
     report.characterize = Some(Characterization {
         started_unix: started,

@@ -172,25 +172,62 @@ pub fn spikes(chunks: &[u64], extra: u64) -> usize {
     chunks.iter().filter(|&&c| c > threshold).count()
 }
 
+/// What the pause bursts and their control loops gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PauseLoops {
+    pub bursts: usize,
+    /// Ticks over a burst's median that make a chunk a spike.
+    pub extra: u64,
+    pub pause_spikes: usize,
+    pub control_spikes: usize,
+    /// Median of every pause chunk, and of every control loop.
+    pub pause_median: u64,
+    pub control_median: u64,
+}
+
 /// Whether pause exits: a hypervisor with pause-loop exiting intercepts a
-/// spinning loop of pauses, so the pause bursts show far more exit-sized
-/// spikes than control bursts of the same length without pauses (which only
-/// interrupts hit).
-pub fn pause_verdict(
-    pause_spikes: usize,
-    control_spikes: usize,
-    bursts: usize,
-    extra: u64,
-) -> String {
+/// spinning loop of pauses. Where only some chunks exit, the pause bursts
+/// show far more exit-sized spikes than control loops of the same native
+/// length without pause (which only interrupts hit); where every chunk
+/// exits, the exit sits inside every burst's median and makes no spike, but
+/// the pause chunks' median then lies an exit above the control loops'.
+pub fn pause_verdict(p: &PauseLoops) -> String {
     let total = CHUNKS_PER_BURST as u32 * PAUSES_PER_CHUNK;
+    let (pause_spikes, control_spikes, bursts, extra) =
+        (p.pause_spikes, p.control_spikes, p.bursts, p.extra);
     let counts = format!(
         "{pause_spikes} chunks over the median by {extra}+ ticks in {bursts} bursts of {total} pauses, \
-         {control_spikes} in as many control loops without pause"
+         {control_spikes} in as many control loops without pause; chunk median {} ticks against \
+         {} for the control loop",
+        p.pause_median, p.control_median
     );
-    if pause_spikes > control_spikes.saturating_mul(2) + bursts / 10 + 2 {
+    let spiky = pause_spikes > control_spikes.saturating_mul(2) + bursts / 10 + 2;
+    // The control's length is calibrated, so allow it an eighth of error.
+    let margin = extra.max(p.control_median / 8);
+    let every = p.control_median > 0 && p.pause_median > p.control_median.saturating_add(margin);
+    if every {
+        format!(
+            "exits (pause-loop exiting) in most chunks: the median chunk costs {} ticks more \
+             than its control (over {margin}); {counts}",
+            p.pause_median - p.control_median
+        )
+    } else if spiky {
         format!("exits (pause-loop exiting): {counts}")
     } else {
         format!("does not exit: {counts}")
+    }
+}
+
+/// Iterations of a control loop as long as [`PAUSES_PER_CHUNK`] pauses
+/// natively, from the median of `short` pauses timed alone (too few to
+/// reach any pause-loop exiting window) and the ticks per `dec; jnz`.
+pub fn control_spins(short_median: u64, short: u32, per_spin_ticks: f64) -> u32 {
+    let chunk = short_median as f64 * f64::from(PAUSES_PER_CHUNK) / f64::from(short.max(1));
+    let spins = (chunk / per_spin_ticks.max(1e-3)).round();
+    if spins >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        (spins as u32).max(1)
     }
 }
 
@@ -224,9 +261,56 @@ mod tests {
         assert!(cpuid_verdict(1200, "KVMKVMKVM").starts_with("exits"));
         assert!(cpuid_verdict(24, "TCGTCGTCGTCG").contains("too cheap for a VM exit"));
         assert!(cpuid_verdict(100, "").contains("natively"));
-        assert!(pause_verdict(250, 20, 100, 1500).starts_with("exits"));
-        assert!(pause_verdict(30, 20, 100, 1500).starts_with("does not exit"));
-        assert!(pause_verdict(0, 0, 0, 1500).starts_with("does not exit"));
+    }
+
+    fn loops(pause_spikes: usize, control_spikes: usize, medians: (u64, u64)) -> PauseLoops {
+        PauseLoops {
+            bursts: 100,
+            extra: 1500,
+            pause_spikes,
+            control_spikes,
+            pause_median: medians.0,
+            control_median: medians.1,
+        }
+    }
+
+    #[test]
+    fn pause_verdict_counts_spikes_and_compares_medians() {
+        let same = (9000, 9000);
+        assert!(pause_verdict(&loops(250, 20, same)).starts_with("exits"));
+        assert!(pause_verdict(&loops(30, 20, same)).starts_with("does not exit"));
+        let none = PauseLoops {
+            bursts: 0,
+            ..loops(0, 0, same)
+        };
+        assert!(pause_verdict(&none).starts_with("does not exit"));
+        // Every 128-pause chunk exits: the exit sits in the median of every
+        // burst, so no chunk is a spike, but the chunks cost an exit more
+        // than control loops of the same native length.
+        let every = pause_verdict(&loops(0, 0, (9000 + 3000, 9000)));
+        assert!(every.starts_with("exits"), "{every}");
+        assert!(every.contains("12000") && every.contains("9000"), "{every}");
+        assert!(
+            control_spins(1000, 16, 0.5) == 16_000,
+            "128 pauses at 1000 ticks per 16: 8000 ticks, 2 spins a tick"
+        );
+        assert_eq!(control_spins(0, 16, 1.0), 1);
+        assert_eq!(control_spins(u64::MAX, 1, 0.0), u32::MAX);
+        // A pause chunk a little slower than its control is no exit.
+        let close = pause_verdict(&loops(0, 0, (9400, 9000)));
+        assert!(close.starts_with("does not exit"), "{close}");
+        // Natively a cheap cpuid makes `extra` small; a calibration error
+        // of under an eighth of the chunk is still no exit.
+        let native = PauseLoops {
+            extra: 100,
+            ..loops(0, 0, (9800, 9000))
+        };
+        assert!(pause_verdict(&native).starts_with("does not exit"));
+        let native = PauseLoops {
+            extra: 100,
+            ..loops(0, 0, (11_000, 9000))
+        };
+        assert!(pause_verdict(&native).starts_with("exits"));
     }
 
     #[test]

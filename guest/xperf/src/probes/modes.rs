@@ -106,6 +106,14 @@ pub struct Plan {
     pub optimization: Option<bool>,
 }
 
+impl Plan {
+    /// Hits each probed sample holds: one per matcher, `per_sample` times
+    /// (0 for a control).
+    pub fn hits_per_sample(&self) -> u64 {
+        self.matchers.len() as u64 * self.per_sample
+    }
+}
+
 /// What the kernel offered when the probes were created.
 #[derive(Debug, Default)]
 pub struct Kernel {
@@ -286,16 +294,19 @@ fn inside_kprobe(p: &mut Plan, c: &Context) -> Result<(), String> {
     } else {
         (INT3, 2_000)
     };
-    p.probe = format!(
-        "kprobe {group}/{name} at {}+{off:#x}, kprobes-optimization={}",
-        t.symbol,
-        u8::from(optimized)
-    );
+    // Without OPTPROBES every kprobe is an int3 one and there is no sysctl
+    // to write (writing it would fail and lose the row).
+    let sysctl = if optimized || k.optprobes {
+        p.optimization = Some(optimized);
+        format!("kprobes-optimization={}", u8::from(optimized))
+    } else {
+        "int3 always (no kprobes-optimization sysctl: kernel without CONFIG_OPTPROBES)".into()
+    };
+    p.probe = format!("kprobe {group}/{name} at {}+{off:#x}, {sysctl}", t.symbol);
     p.switches.push(event_switch(group, &name));
     p.matchers.push(Matcher::Event(name));
     p.site = c.site(true, Armed::Byte(byte), settle);
     p.list = c.list('k', off, Some(optimized), Some(false));
-    p.optimization = Some(optimized);
     Ok(())
 }
 
@@ -450,6 +461,41 @@ mod tests {
             "p:xperf/peek __x64_sys_getpid s0=@__x64_sys_getppid+5:x8 e0=@__x64_sys_getppid:x8 \
              e1=@__x64_sys_getppid:x8"
         );
+    }
+
+    /// Without CONFIG_OPTPROBES there is no kprobes-optimization sysctl to
+    /// write, and every kprobe is an int3 one: the int3 row needs no sysctl.
+    #[test]
+    fn int3_needs_no_optimization_sysctl_without_optprobes() {
+        let crosser = Crosser::new(Kind::Getppid, 0, 1).unwrap();
+        let t = target(Kind::Getppid, Ok(5));
+        let mut k = Kernel {
+            kprobes: true,
+            optprobes: false,
+            ..Kernel::default()
+        };
+        k.events.insert("getppid_kprobe".into(), Ok(()));
+        let context = Context {
+            group: "xperf",
+            index: 0,
+            target: &t,
+            crosser: &crosser,
+            kernel: &k,
+        };
+        let p = plan(mode::KPROBE_INT3, &context).unwrap();
+        assert_eq!(p.optimization, None, "no sysctl to write");
+        assert!(!p.probe.contains("kprobes-optimization=0"), "{}", p.probe);
+        assert!(p.probe.contains("OPTPROBES"), "{}", p.probe);
+        k.optprobes = true;
+        let context = Context {
+            group: "xperf",
+            index: 0,
+            target: &t,
+            crosser: &crosser,
+            kernel: &k,
+        };
+        let p = plan(mode::KPROBE_INT3, &context).unwrap();
+        assert_eq!(p.optimization, Some(false));
     }
 
     #[test]

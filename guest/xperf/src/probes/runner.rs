@@ -171,12 +171,12 @@ impl Runner<'_> {
 
     /// What `kprobes/list` says about the plan's probe; an error when it
     /// contradicts the mode.
-    fn check_list(&mut self, plan: &Plan) -> Result<Option<String>, Stop> {
+    fn check_list(&mut self, plan: &Plan) -> Result<Listed, Stop> {
         let Some(want) = &plan.list else {
-            return Ok(None);
+            return Ok(Listed::NotAsked);
         };
         let Some(list) = self.session.debugfs("kprobes/list") else {
-            return Ok(Some("kprobes/list not readable (no debugfs)".into()));
+            return Ok(Listed::Unreadable);
         };
         let found = parse::kprobe_list(&list, want.kind, want.address, &want.names, want.offset);
         let symbol = want.names.first().map(String::as_str).unwrap_or("?");
@@ -208,7 +208,7 @@ impl Runner<'_> {
             // Not on ftrace or not optimizable: what this kernel cannot do.
             return Err(Stop::Unsupported(why));
         }
-        Ok(Some(format!(
+        Ok(Listed::Shown(format!(
             "kprobes/list: {}",
             if flags.is_empty() { "int3" } else { &flags }
         )))
@@ -234,11 +234,12 @@ impl Runner<'_> {
         // shows when the mode is really in place.
         let listed = self.check_list(plan)?;
         let byte = self.settle(plan, true)?;
+        confirmed(plan, &listed, &byte)?;
         if first {
             if !byte.is_empty() {
                 notes.push(format!("probed instruction starts with {byte} when on"));
             }
-            notes.extend(listed);
+            notes.extend(listed.note());
         }
         Ok(())
     }
@@ -322,34 +323,140 @@ impl Runner<'_> {
         crosser: &mut Crosser,
         probe: &mut Probe,
     ) -> Result<Vec<Round>, Stop> {
-        let mut rounds = Vec::new();
-        for r in 0..self.rounds {
-            if let Some(s) = signals::stop_requested() {
-                return Err(Stop::Signal(s));
-            }
-            let (baseline, quiet) = self.chunk(crosser, plan, 0)?;
-            if quiet.inside.iter().any(|&n| n > 0) {
-                return Err(Stop::Failed(format!(
-                    "the probe fired {} times while off",
-                    quiet.inside.iter().sum::<u64>()
-                )));
-            }
-            self.on(plan, r == 0, &mut probe.notes)?;
-            let (probed, tally) = self.chunk(crosser, plan, plan.per_sample)?;
-            self.off(plan)?;
-            let n = probed.len() as u64;
-            probe.iterations += n;
-            if plan.per_sample == 0 {
-                probe.hits += tally.inside.iter().sum::<u64>();
-            } else {
-                probe.hits += tally.exact;
-                probe.hits_expected += n;
-            }
-            rounds.push(sampling::round(&baseline, &probed));
-        }
-        probe.rounds = self.rounds;
-        Ok(rounds)
+        let rounds = self.rounds;
+        let mut live = Live {
+            runner: self,
+            plan,
+            crosser,
+        };
+        drive(&mut live, rounds, plan, probe)
     }
+}
+
+/// What `kprobes/list` said about a plan's probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listed {
+    /// The plan has nothing to look up there.
+    NotAsked,
+    /// No debugfs: the list could not be read.
+    Unreadable,
+    /// Listed as the mode wants it (flags in words).
+    Shown(String),
+}
+
+impl Listed {
+    fn note(&self) -> Option<String> {
+        match self {
+            Listed::NotAsked => None,
+            Listed::Unreadable => Some("kprobes/list not readable (no debugfs)".into()),
+            Listed::Shown(text) => Some(text.clone()),
+        }
+    }
+}
+
+/// Whether what was read proves the plan's mode is in place: an optimized
+/// kprobe must show `[OPTIMIZED]` in kprobes/list or its jump in the text
+/// (the peek); without either the row would only claim its mode.
+pub fn confirmed(plan: &Plan, listed: &Listed, byte: &str) -> Result<(), Stop> {
+    // check_list already refused a listing without [OPTIMIZED]; settle
+    // already refused a byte other than the jump: what is read is proof.
+    let shown = matches!(listed, Listed::Shown(_));
+    if plan.optimization != Some(true) || shown || !byte.is_empty() {
+        return Ok(());
+    }
+    Err(Stop::Unsupported(format!(
+        "{}: neither kprobes/list's [OPTIMIZED] ({}) nor the jump in the probed instruction \
+         (no peek probe) could be read, so the probe may be an int3 one: not measured as {}",
+        plan.mode,
+        match listed {
+            Listed::Unreadable => "no debugfs",
+            _ => "not looked up",
+        },
+        plan.mode
+    )))
+}
+
+/// The two halves of one round, as [`drive`] asks for them.
+pub trait Halves {
+    /// A chunk without the probe (which must stay silent).
+    fn baseline(&mut self) -> Result<Vec<(u64, u64)>, Stop>;
+    /// The probe switched on (its notes taken in the `first` round), a
+    /// chunk with it and its records' tally, the probe switched off.
+    fn probed(
+        &mut self,
+        first: bool,
+        notes: &mut Vec<String>,
+    ) -> Result<(Vec<(u64, u64)>, Tally), Stop>;
+}
+
+/// The live halves: the runner's session, the plan's switches, the crosser.
+struct Live<'r, 'a, 'p> {
+    runner: &'r mut Runner<'a>,
+    plan: &'p Plan,
+    crosser: &'p mut Crosser,
+}
+
+impl Halves for Live<'_, '_, '_> {
+    fn baseline(&mut self) -> Result<Vec<(u64, u64)>, Stop> {
+        let (baseline, quiet) = self.runner.chunk(self.crosser, self.plan, 0)?;
+        if quiet.inside.iter().any(|&n| n > 0) {
+            return Err(Stop::Failed(format!(
+                "the probe fired {} times while off",
+                quiet.inside.iter().sum::<u64>()
+            )));
+        }
+        Ok(baseline)
+    }
+
+    fn probed(
+        &mut self,
+        first: bool,
+        notes: &mut Vec<String>,
+    ) -> Result<(Vec<(u64, u64)>, Tally), Stop> {
+        self.runner.on(self.plan, first, notes)?;
+        let chunk = self
+            .runner
+            .chunk(self.crosser, self.plan, self.plan.per_sample)?;
+        self.runner.off(self.plan)?;
+        Ok(chunk)
+    }
+}
+
+/// Every round of `plan`: a no-probe and a probed chunk, the hits counted.
+pub fn drive(
+    halves: &mut impl Halves,
+    rounds: u64,
+    plan: &Plan,
+    probe: &mut Probe,
+) -> Result<Vec<Round>, Stop> {
+    let mut out = Vec::new();
+    for r in 0..rounds {
+        if let Some(s) = signals::stop_requested() {
+            return Err(Stop::Signal(s));
+        }
+        // Odd rounds take the probed half first: what the first half
+        // leaves behind (caches, the settled text) then favours each side
+        // equally often.
+        let (baseline, (probed, tally)) = if r % 2 == 0 {
+            let baseline = halves.baseline()?;
+            (baseline, halves.probed(r == 0, &mut probe.notes)?)
+        } else {
+            let probed = halves.probed(false, &mut probe.notes)?;
+            (halves.baseline()?, probed)
+        };
+        let n = probed.len() as u64;
+        probe.iterations += n;
+        if plan.per_sample == 0 {
+            probe.hits += tally.inside.iter().sum::<u64>();
+        } else {
+            // Every hit of the samples that had exactly theirs.
+            probe.hits += tally.exact * plan.hits_per_sample();
+            probe.hits_expected += n * plan.hits_per_sample();
+        }
+        out.push(sampling::round(&baseline, &probed));
+    }
+    probe.rounds = rounds;
+    Ok(out)
 }
 
 /// Fills a finished row, or marks it failed when its hits are not exact.
@@ -362,7 +469,7 @@ fn finish(probe: &mut Probe, rounds: &[Round], plan: &Plan) {
             )
         } else {
             format!(
-                "only {} of {} probed samples had exactly one hit of each kind: a probe that did not fire is no cheap probe",
+                "only {} of {} hits came in probed samples with exactly one hit of each kind: a probe that did not fire is no cheap probe",
                 probe.hits, probe.hits_expected
             )
         };
@@ -371,7 +478,8 @@ fn finish(probe: &mut Probe, rounds: &[Round], plan: &Plan) {
         };
         return;
     }
-    let Some(cost) = added_cost(rounds) else {
+    probe.hits_per_sample = plan.hits_per_sample();
+    let Some(cost) = added_cost(rounds, plan.hits_per_sample()) else {
         probe.status = Status::Unsupported {
             reason: "no samples".into(),
         };
@@ -385,8 +493,160 @@ fn finish(probe: &mut Probe, rounds: &[Round], plan: &Plan) {
     probe.probed = Some(cost.probed);
     if cost.below_baseline > 0 {
         probe.notes.push(format!(
-            "{} probed samples were faster than their round's no-probe median (counted as 0 added)",
+            "{} probed samples were faster than their round's no-probe median (negative added ticks, kept)",
             cost.below_baseline
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvmm_results::probes::mode;
+
+    fn plan(m: &'static str, matchers: Vec<Matcher>, per_sample: u64) -> Plan {
+        Plan {
+            mode: m,
+            probe: String::new(),
+            switches: Vec::new(),
+            matchers,
+            per_sample,
+            site: None,
+            list: None,
+            optimization: None,
+        }
+    }
+
+    /// Chunks of `n` samples: 1000 ticks without the probe, `added` more
+    /// with it, every probed sample with exactly its hits; the halves in
+    /// the order asked for.
+    struct Fake {
+        n: u64,
+        added: u64,
+        matchers: usize,
+        order: Vec<&'static str>,
+        firsts: Vec<bool>,
+    }
+
+    fn windows(n: u64, round_trip: u64) -> Vec<(u64, u64)> {
+        (0..n)
+            .map(|i| (i * 10_000, i * 10_000 + round_trip))
+            .collect()
+    }
+
+    impl Halves for Fake {
+        fn baseline(&mut self) -> Result<Vec<(u64, u64)>, Stop> {
+            self.order.push("baseline");
+            Ok(windows(self.n, 1000))
+        }
+        fn probed(
+            &mut self,
+            first: bool,
+            _notes: &mut Vec<String>,
+        ) -> Result<(Vec<(u64, u64)>, Tally), Stop> {
+            self.order.push("probed");
+            self.firsts.push(first);
+            let tally = Tally {
+                exact: self.n,
+                inside: vec![self.n; self.matchers],
+                outside: 0,
+            };
+            Ok((windows(self.n, 1000 + self.added), tally))
+        }
+    }
+
+    fn fake(n: u64, added: u64, matchers: usize) -> Fake {
+        Fake {
+            n,
+            added,
+            matchers,
+            order: Vec::new(),
+            firsts: Vec::new(),
+        }
+    }
+
+    /// Whatever the first half of a round leaves behind (a warm cache, a
+    /// settled text) helps the second: the order alternates so that it
+    /// helps both sides alike.
+    #[test]
+    fn rounds_alternate_which_half_comes_first() {
+        let p = plan(mode::KPROBE_INT3, vec![Matcher::Event("k".into())], 1);
+        let mut f = fake(3, 500, 1);
+        let mut probe = Probe::unsupported(p.mode, "getppid", String::new());
+        let rounds = drive(&mut f, 4, &p, &mut probe).unwrap();
+        assert_eq!(
+            f.order,
+            [
+                "baseline", "probed", "probed", "baseline", "baseline", "probed", "probed",
+                "baseline"
+            ]
+        );
+        assert_eq!(f.firsts, [true, false, false, false]);
+        assert_eq!(rounds.len(), 4);
+        assert!(rounds
+            .iter()
+            .all(|r| r.baseline == [1000; 3] && r.probed == [1500; 3]));
+        assert_eq!((probe.rounds, probe.iterations), (4, 12));
+    }
+
+    /// getppid's tracepoint: sys_enter and sys_exit in every sample, two
+    /// hits, so the added ticks per hit are half the sample's.
+    #[test]
+    fn a_getppid_tracepoint_sample_counts_as_two_hits() {
+        let nr = libc::SYS_getppid as u64;
+        let p = plan(
+            mode::TRACEPOINT,
+            vec![Matcher::SysEnter(nr), Matcher::SysExit(nr)],
+            1,
+        );
+        let mut f = fake(5, 600, 2);
+        let mut probe = Probe::unsupported(p.mode, "getppid", String::new());
+        let rounds = drive(&mut f, 2, &p, &mut probe).unwrap();
+        finish(&mut probe, &rounds, &p);
+        assert_eq!(probe.status, Status::Measured, "{probe:?}");
+        assert_eq!(probe.hits_per_sample, 2);
+        assert_eq!((probe.hits, probe.hits_expected), (20, 20));
+        assert_eq!(probe.added_median(), Some(300));
+        assert_eq!(probe.median_difference, Some(600), "per sample");
+        // One kprobe: one hit per sample.
+        let k = plan(mode::KPROBE_INT3, vec![Matcher::Event("k".into())], 1);
+        let mut f = fake(5, 600, 1);
+        let mut probe = Probe::unsupported(k.mode, "getppid", String::new());
+        let rounds = drive(&mut f, 2, &k, &mut probe).unwrap();
+        finish(&mut probe, &rounds, &k);
+        assert_eq!((probe.hits_per_sample, probe.hits), (1, 10));
+        assert_eq!(probe.added_median(), Some(600));
+        // A sample missing one of its two hits fails the row.
+        let mut probe = Probe::unsupported(p.mode, "getppid", String::new());
+        let mut f = fake(5, 600, 2);
+        let rounds = drive(&mut f, 1, &p, &mut probe).unwrap();
+        probe.hits -= 2;
+        finish(&mut probe, &rounds, &p);
+        assert!(probe
+            .status
+            .why_not()
+            .unwrap()
+            .contains(crate::probes::FAILED));
+    }
+
+    #[test]
+    fn an_optimized_row_needs_the_list_or_the_jump() {
+        let mut opt = plan(mode::KPROBE_OPTIMIZED, vec![Matcher::Event("k".into())], 1);
+        opt.optimization = Some(true);
+        let shown = Listed::Shown("kprobes/list: [OPTIMIZED]".into());
+        for (listed, byte) in [(&Listed::Unreadable, ""), (&Listed::NotAsked, "")] {
+            match confirmed(&opt, listed, byte) {
+                Err(Stop::Unsupported(why)) => {
+                    assert!(why.contains("neither"), "{why}");
+                    assert!(why.contains("[OPTIMIZED]") && why.contains("jump"), "{why}");
+                }
+                other => panic!("{listed:?} {byte:?}: {other:?}"),
+            }
+        }
+        assert!(confirmed(&opt, &shown, "").is_ok());
+        assert!(confirmed(&opt, &Listed::Unreadable, "0xe9").is_ok());
+        // An int3 probe with nothing read is still an int3 probe.
+        let int3 = plan(mode::KPROBE_INT3, vec![Matcher::Event("k".into())], 1);
+        assert!(confirmed(&int3, &Listed::Unreadable, "").is_ok());
     }
 }
