@@ -158,9 +158,11 @@ impl Mapping {
         (self.scale(host) + i128::from(self.offset_at(host))).rem_euclid(1i128 << 64)
     }
 
-    /// The guest time at host time `host` under `offset`, not wrapped.
+    /// The guest time at host time `host` under `offset`, not wrapped (not
+    /// even the product: a window's end at `u64::MAX` must stay on top).
     fn unwrapped(&self, host: u64, offset: i64) -> i128 {
-        self.scale(host) + i128::from(offset)
+        let product = (u128::from(host) * u128::from(self.ratio_fixed)) >> self.frac_bits;
+        i128::try_from(product).unwrap_or(i128::MAX) + i128::from(offset)
     }
 
     /// Stretches of host time with one offset: `(first, last, offset)`.
@@ -452,7 +454,11 @@ mod tests {
             m.guest_ranges(4000, 9500),
             [(3000, 3999), (3000, 6999), (9010, 9510)]
         );
-        // A window to the end of time stays above every guest time.
+        // A window to the end of time stays above every guest time, even
+        // when the ratio is above 1 (the guest's counter would wrap).
+        let fast = Mapping::scaled(0, 5_000_000, 1_000_000, TscScaling::SVM).unwrap();
+        let (_, top) = fast.guest_ranges(0, u64::MAX)[0];
+        assert!(top > i128::from(u64::MAX), "{top}");
         assert_eq!(
             Mapping::unscaled(-10).guest_ranges(0, u64::MAX),
             [(-10, i128::from(u64::MAX) - 10)]
