@@ -75,7 +75,7 @@ fn joined(trace: &TraceSummary) {
         offset_after: Some(0),
         ..Default::default()
     };
-    add_timeline(&mut r, trace, &tsc, "f");
+    add_timeline(&mut r, trace, &tsc, "f", 4);
     let t = r.timeline.as_ref().expect("a timeline");
     assert!(!t.verified || t.violations == 0);
     for i in [&r.crossings[0].u2k, &r.crossings[0].round_trip] {
@@ -83,6 +83,9 @@ fn joined(trace: &TraceSummary) {
             .as_ref()
             .and_then(|i| i.host.as_ref())
             .expect("attributed");
+        // Every sample is counted, once: with exits, exit-free or
+        // unattributable (out of order included).
+        assert_eq!(h.samples, 8);
         assert_eq!(
             h.samples_with_exits + h.exit_free.count + h.unattributable,
             h.samples

@@ -345,11 +345,13 @@ fn vm_timeline_is_verified_and_exits_land_in_their_samples() {
     println!("{}", xvmm_results::render::timeline_lines(t));
     println!(
         "{}",
-        xvmm_results::render::attribution_table(&r.vm.crossings, t.verified)
+        xvmm_results::render::attribution_table(&r.vm.crossings, t.verdict())
     );
-    assert!(t.verified, "{t:?}");
+    // KVM's own offset (L1 is Linux 6.12), checked: verified, not inferred.
+    assert!(t.verified && !t.offset_inferred, "{t:?}");
     assert_eq!(t.violations, 0);
     assert_eq!(t.checks, xvmm::linux::CALIBRATIONS, "{t:?}");
+    assert_eq!(t.calibrations, xvmm::linux::CALIBRATIONS, "{t:?}");
     assert!(t.bound_ticks > 0);
     let m = t
         .measured_offset

@@ -289,6 +289,9 @@ pub struct ExitAggregator {
     last_ts: u64,
     lost_since: Option<u64>,
     lost: u64,
+    /// A loss was marked without its count (a page's missed-events flag
+    /// with no room for the count, or a page that did not decode).
+    lost_uncounted: bool,
     /// Exits never followed by an entry, or entries without an exit.
     pub unpaired: u64,
 }
@@ -338,6 +341,7 @@ impl ExitAggregator {
             }
             TraceEvent::Lost { count } => {
                 self.lost += count;
+                self.lost_uncounted |= count == 0;
                 // The exits in flight may have lost their entries.
                 self.unpaired += self.pending.len() as u64;
                 self.pending.clear();
@@ -415,15 +419,27 @@ impl ExitAggregator {
         exits
     }
 
-    /// Everything collected, once the trace has ended.
+    /// Everything collected, once the trace has ended; `lost` is what the
+    /// ring buffer's overrun counters counted. Losses they count beyond
+    /// what the stream marked (when every mark had its count) fell where
+    /// nobody can say: the whole run is then one lost window.
     pub fn finish(mut self, lost: u64) -> TraceSummary {
         if let Some(from) = self.lost_since.take() {
             self.trace.lost.push((from, u64::MAX));
+        }
+        let lost_unplaced = if self.lost_uncounted {
+            0
+        } else {
+            lost.saturating_sub(self.lost)
+        };
+        if lost_unplaced > 0 {
+            self.trace.lost = vec![(0, u64::MAX)];
         }
         TraceSummary {
             exits: self.summary(),
             unpaired: self.unpaired,
             lost: lost.max(self.lost),
+            lost_unplaced,
             trace: self.trace,
             calibrations: self.calibrations,
             offset_changes: self.offset_changes,
@@ -441,6 +457,9 @@ pub struct TraceSummary {
     pub unpaired: u64,
     /// Events the kernel dropped because the buffer overflowed.
     pub lost: u64,
+    /// Of those, the ones the overrun counters count and the stream never
+    /// marked (see [`ExitAggregator::finish`]).
+    pub lost_unplaced: u64,
     /// Every exit, for attribution.
     pub trace: HostTrace,
     /// The guest's calibration exits (writes to [`PORT_CALIBRATE`]).
@@ -955,6 +974,34 @@ mod tests {
                 offset: -3
             }]
         );
+    }
+
+    #[test]
+    fn overruns_the_stream_never_marked_leave_no_window_vouched_for() {
+        let run = || {
+            let mut agg = ExitAggregator::default();
+            agg.push(exit(1, 100, "io"));
+            agg.push(entry(1, 150));
+            agg
+        };
+        // The counters saw 3 lost events, the stream marked none: where
+        // they fell is unknown.
+        let done = run().finish(3);
+        assert_eq!((done.lost, done.lost_unplaced), (3, 3));
+        assert_eq!(done.trace.lost, [(0, u64::MAX)]);
+        // Marked in the stream with their count: their windows are enough.
+        let mut agg = run();
+        agg.push(TraceEvent::Lost { count: 3 });
+        agg.push(exit(1, 400, "io"));
+        assert_eq!(agg.finish(3).trace.lost, [(150, 400)]);
+        // A mark without its count may hold the counters' excess.
+        let mut agg = run();
+        agg.push(TraceEvent::Lost { count: 0 });
+        agg.push(exit(1, 400, "io"));
+        let done = agg.finish(3);
+        assert_eq!((done.trace.lost, done.lost_unplaced), (vec![(150, 400)], 0));
+        // Nothing lost: nothing marked.
+        assert_eq!(run().finish(0).trace.lost, []);
     }
 
     /// A private instance for a test, removed again when dropped.

@@ -16,6 +16,7 @@ use std::fs::OpenOptions;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use xvmm_results::timeline::TscScaling;
 
 /// Environment variable naming the KVM device to open instead of /dev/kvm (for tests).
 pub const KVM_DEVICE_ENV: &str = "XVMM_KVM_DEVICE";
@@ -171,11 +172,45 @@ impl Vm {
     pub fn read_results(&self, len: u64) -> Result<xvmm_results::Report> {
         parse_results(&self.read_results_bytes(len)?)
     }
+
+    /// The VM's default TSC rate (`KVM_GET_TSC_KHZ` on the VM, Linux 6.0
+    /// and later): on a host with a constant TSC, the host kernel's own
+    /// `tsc_khz`, the divisor of KVM's scaling ratio. `None` where this KVM
+    /// cannot say.
+    pub fn tsc_khz(&self) -> Option<u32> {
+        // SAFETY: the ioctl takes no argument and returns the rate.
+        let ret = unsafe { vmm_sys_util::ioctl::ioctl(&self.fd, ioctls::KVM_GET_TSC_KHZ()) };
+        u32::try_from(ret).ok().filter(|&khz| khz > 0)
+    }
+}
+
+/// How this host's KVM scales a guest's TSC: SVM's ratio under kvm_amd,
+/// VMX's under kvm_intel, and the loaded `tsc_tolerance_ppm`. `None` when
+/// neither vendor module is loaded (PVM has no TSC scaling).
+pub fn kvm_tsc_scaling() -> Option<TscScaling> {
+    let module = |name: &str| std::path::Path::new("/sys/module").join(name).exists();
+    let tolerance = std::fs::read_to_string("/sys/module/kvm/parameters/tsc_tolerance_ppm")
+        .ok()
+        .and_then(|t| t.trim().parse().ok());
+    tsc_scaling_of(module("kvm_amd"), module("kvm_intel"), tolerance)
+}
+
+fn tsc_scaling_of(amd: bool, intel: bool, tolerance_ppm: Option<u32>) -> Option<TscScaling> {
+    let vendor = match (amd, intel) {
+        (true, false) => TscScaling::SVM,
+        (false, true) => TscScaling::VMX,
+        _ => return None,
+    };
+    Some(TscScaling {
+        tolerance_ppm: tolerance_ppm.unwrap_or(vendor.tolerance_ppm),
+        ..vendor
+    })
 }
 
 mod ioctls {
     const KVMIO: u32 = 0xae;
     vmm_sys_util::ioctl_io_nr!(KVM_REINJECT_CONTROL, KVMIO, 0x71);
+    vmm_sys_util::ioctl_io_nr!(KVM_GET_TSC_KHZ, KVMIO, 0xa3);
 }
 
 /// Turns off KVM's catch-up of missed PIT ticks. With it on, a guest that falls
@@ -277,6 +312,16 @@ mod tests {
         let text = "MemTotal:       24684000 kB\nMemFree:  100 kB\nMemAvailable:   1000 kB\nSwapFree:   24 kB\n";
         assert_eq!(parse_meminfo_available(text), Some(1024 * 1024));
         assert_eq!(parse_meminfo_available("MemTotal: 5 kB\n"), None);
+    }
+
+    #[test]
+    fn the_vendor_module_picks_kvms_ratio_and_the_loaded_tolerance_applies() {
+        assert_eq!(tsc_scaling_of(true, false, None), Some(TscScaling::SVM));
+        assert_eq!(tsc_scaling_of(false, true, None), Some(TscScaling::VMX));
+        let strict = tsc_scaling_of(true, false, Some(10)).unwrap();
+        assert_eq!((strict.frac_bits, strict.tolerance_ppm), (32, 10));
+        assert_eq!(tsc_scaling_of(false, false, Some(250)), None);
+        assert_eq!(tsc_scaling_of(true, true, None), None);
     }
 
     #[test]

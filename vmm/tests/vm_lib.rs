@@ -171,6 +171,20 @@ fn collect_outs(vm: &Vm, vcpu: &mut Vcpu, code: &[u8]) -> Vec<u32> {
 const OUT_EAX: [u8; 2] = [0xe7, 0x10]; // out 0x10, eax
 const EXIT: [u8; 7] = [0x66, 0xba, 0x01, 0x05, 0xb0, 0x00, 0xee]; // PORT_EXIT <- 0
 
+/// KVM's divisor for `--tsc-khz` comes from the VM: on this host (constant
+/// TSC) it is the rate an unscaled vCPU gets, the host kernel's `tsc_khz`.
+#[test]
+fn the_vm_reports_the_host_kernels_tsc_rate() {
+    let vm = Vm::new(&VmConfig {
+        mem_bytes: 16 << 20,
+        irqchip: false,
+    })
+    .unwrap();
+    let vcpu = Vcpu::new(&vm, &VcpuConfig::boot()).unwrap();
+    assert!(vcpu.tsc_khz > 100_000, "{}", vcpu.tsc_khz);
+    assert_eq!(vm.tsc_khz(), Some(vcpu.tsc_khz));
+}
+
 #[test]
 fn guest_sees_kvm_cpuid_leaves() {
     let vm = Vm::new(&VmConfig {

@@ -7,8 +7,8 @@
 //! stamp, in_kernel between the kernel stamps, k2u from the kernel's exit
 //! stamp to the user stamp after, the round trip from user stamp to user
 //! stamp. A sample whose window the trace cannot vouch for (events lost
-//! there, an offset rewrite inside it, stamps out of order, on a vCPU the
-//! trace does not know) is unattributable: never counted exit-free.
+//! there, an offset rewrite inside it, stamps out of order or unfilled, on a
+//! vCPU the trace does not know) is unattributable: counted, never exit-free.
 //!
 //! Exits are searched by binary search in per-vCPU arrays sorted by guest
 //! time, so a run is `O((samples + exits) log exits)`.
@@ -51,7 +51,7 @@ pub struct ReasonCost {
 /// The host's part of one segment of a crossing.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 pub struct SegmentHost {
-    /// Samples looked at (valid stamps).
+    /// Samples looked at: every sample the guest sent.
     pub samples: u64,
     /// Samples with at least one exit in the segment.
     pub samples_with_exits: u64,
@@ -107,8 +107,9 @@ pub struct Index<'a> {
     trace: &'a HostTrace,
     mapping: &'a Mapping,
     vcpus: BTreeMap<u32, VcpuExits>,
-    /// Lost windows in guest time, sorted by start.
-    lost: Vec<(i128, i128)>,
+    /// Guest times no sample may touch, sorted by start: where events were
+    /// lost, and where an offset change leaves the offset in force unknown.
+    unvouched: Vec<(i128, i128)>,
 }
 
 impl<'a> Index<'a> {
@@ -131,25 +132,27 @@ impl<'a> Index<'a> {
             v.host_ticks.push(e.entry.saturating_sub(e.exit));
             v.reason.push(e.reason);
         }
-        let mut lost: Vec<(i128, i128)> = trace
+        // Each lost window under the offsets in force in it.
+        let mut unvouched: Vec<(i128, i128)> = trace
             .lost
             .iter()
-            .map(|&(a, b)| (mapping.to_guest(a), mapping.to_guest(b)))
+            .flat_map(|&(a, b)| mapping.guest_ranges(a, b))
+            .chain(mapping.jumps())
             .collect();
-        lost.sort_unstable();
+        unvouched.sort_unstable();
         Index {
             trace,
             mapping,
             vcpus,
-            lost,
+            unvouched,
         }
     }
 
-    /// Whether a lost-event window overlaps `[a, b]`.
-    fn lost_within(&self, a: i128, b: i128) -> bool {
+    /// Whether `[a, b]` touches a guest time no sample may touch.
+    fn unvouched_within(&self, a: i128, b: i128) -> bool {
         // Windows are short and few; any window starting before b and ending after a.
-        let before_end = self.lost.partition_point(|w| w.0 <= b);
-        self.lost[..before_end].iter().any(|w| w.1 >= a)
+        let before_end = self.unvouched.partition_point(|w| w.0 <= b);
+        self.unvouched[..before_end].iter().any(|w| w.1 >= a)
     }
 
     /// Exits of `vcpu` mapped into `[a, b)`: index range.
@@ -166,25 +169,7 @@ impl<'a> Index<'a> {
         if !self.vcpus.contains_key(&vcpu) && !self.vcpus.is_empty() {
             return true;
         }
-        let (a, b) = (i128::from(s.u2k_u), i128::from(s.k2u_u));
-        if self.lost_within(a, b) {
-            return true;
-        }
-        // An offset rewrite inside the window: the window's two ends map
-        // through different offsets; take the host times the base offset gives.
-        if !self.mapping.changes.is_empty() {
-            let host = |g: i128| self.host_time_of(g);
-            return self.mapping.changes_within(host(a), host(b));
-        }
-        false
-    }
-
-    /// Approximate host time of guest time `g` (for offset-change checks).
-    fn host_time_of(&self, g: i128) -> u64 {
-        let unscaled = g - i128::from(self.mapping.offset);
-        let host = (unscaled << crate::timeline::RATIO_FRAC_BITS)
-            / i128::from(self.mapping.ratio_fixed.max(1));
-        u64::try_from(host.max(0)).unwrap_or(u64::MAX)
+        self.unvouched_within(i128::from(s.u2k_u), i128::from(s.k2u_u))
     }
 }
 
@@ -209,9 +194,8 @@ struct Placed {
 /// Fills `host` on every segment of every crossing with kept samples; the
 /// vCPU of a sample is its CPU, or `single_vcpu` when it has none.
 pub fn attribute(report: &mut Report, index: &Index, single_vcpu: Option<u32>) {
-    let rounds = report.method.rounds;
     for c in &mut report.crossings {
-        attribute_crossing(c, index, single_vcpu, rounds);
+        attribute_crossing(c, index, single_vcpu);
     }
 }
 
@@ -225,8 +209,9 @@ fn interval_mut<'c>(c: &'c mut Crossing, name: &str) -> Option<&'c mut Interval>
 }
 
 /// Why a crossing's samples cannot be attributed at all.
-fn refusal(c: &Crossing, samples: &[Sample], rounds: u32) -> Option<String> {
-    let allowed = c.samples_requested.saturating_mul(u64::from(rounds.max(1)));
+fn refusal(c: &Crossing, samples: &[Sample]) -> Option<String> {
+    // `samples_requested` counts every round already.
+    let allowed = c.samples_requested;
     (samples.len() as u64 > allowed).then(|| {
         format!(
             "{} samples where {} were requested: the guest's results are not trusted",
@@ -236,11 +221,11 @@ fn refusal(c: &Crossing, samples: &[Sample], rounds: u32) -> Option<String> {
     })
 }
 
-fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>, rounds: u32) {
+fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>) {
     let Some(samples) = c.samples.take() else {
         return;
     };
-    let refused = refusal(c, &samples, rounds);
+    let refused = refusal(c, &samples);
     let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
     // What each sample is, once for all its segments.
     let judged: Vec<Judged> = samples
@@ -268,8 +253,8 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>,
 /// What a sample is to attribution, whatever the segment.
 #[derive(Clone, Copy)]
 enum Judged {
-    /// Stamps not usable for the segments looked at: not counted.
-    Unordered,
+    /// Stamps out of order or unfilled, or a window the trace cannot
+    /// vouch for: counted, never exit-free.
     Unattributable,
     /// Attributable, on this vCPU.
     On(u32),
@@ -279,12 +264,11 @@ fn judge(s: &Sample, split: bool, index: &Index, single_vcpu: Option<u32>) -> Ju
     let ordered = if split {
         s.validate().is_ok()
     } else {
-        s.u2k_u < s.k2u_u
+        s.u2k_u < s.k2u_u && s.k2u_u != crate::UNFILLED
     };
     let vcpu = s.cpu.or(single_vcpu);
     match vcpu {
-        _ if !ordered => Judged::Unordered,
-        Some(v) if !index.unattributable(s, vcpu) => Judged::On(v),
+        Some(v) if ordered && !index.unattributable(s, vcpu) => Judged::On(v),
         _ => Judged::Unattributable,
     }
 }
@@ -301,7 +285,6 @@ fn segment_host(
     let mut placed = Vec::with_capacity(samples.len());
     for (s, j) in samples.iter().zip(judged) {
         let vcpu = match *j {
-            Judged::Unordered => continue,
             Judged::Unattributable => {
                 host.samples += 1;
                 host.unattributable += 1;
@@ -468,7 +451,7 @@ mod tests {
     #[test]
     fn lost_windows_offset_changes_and_bad_stamps_make_samples_unattributable() {
         let mut samples: Vec<Sample> = (1..=5).map(|k| sample(k * 1000, Some(0))).collect();
-        samples[4].k2u_k = samples[4].u2k_k - 1; // out of order: not looked at
+        samples[4].k2u_k = samples[4].u2k_k - 1; // out of order: unattributable
         let mut r = report(samples);
         let mut t = trace(vec![]);
         t.lost = vec![(1050, 1060)]; // inside sample 1 (offset 0)
@@ -479,8 +462,8 @@ mod tests {
         }];
         attribute(&mut r, &Index::new(&t, &m), None);
         let rt = host(&r, "round_trip");
-        assert_eq!(rt.samples, 4);
-        assert_eq!(rt.unattributable, 2);
+        assert_eq!(rt.samples, 5);
+        assert_eq!(rt.unattributable, 3);
         assert_eq!(rt.exit_free.count, 2, "unattributable is never exit-free");
     }
 
@@ -525,5 +508,91 @@ mod tests {
         let u2k = host(&r, "u2k");
         assert_eq!(u2k.exit_free.median, 100);
         assert_eq!((u2k.excess_ticks, u2k.excess_host_ticks), (1000, 900));
+    }
+
+    #[test]
+    fn a_sample_more_than_requested_over_all_rounds_is_refused() {
+        // Three rounds of 4: samples_requested counts all rounds (12).
+        let samples: Vec<Sample> = (1..=13).map(|k| sample(k * 1000, Some(0))).collect();
+        let mut r = report(samples);
+        r.method.rounds = 3;
+        r.crossings[0].samples_requested = 12;
+        let (t, m) = (trace(vec![]), Mapping::unscaled(0));
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let why = host(&r, "round_trip").reason.clone();
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("13 samples where 12")),
+            "{why:?}"
+        );
+        // Exactly the 12 asked for are attributed.
+        let mut r = report((1..=12).map(|k| sample(k * 1000, Some(0))).collect());
+        r.method.rounds = 3;
+        r.crossings[0].samples_requested = 12;
+        attribute(&mut r, &Index::new(&t, &m), None);
+        assert_eq!(host(&r, "round_trip").reason, None);
+        assert_eq!(host(&r, "round_trip").samples, 12);
+    }
+
+    #[test]
+    fn each_sample_is_judged_under_the_offset_in_force_when_it_ran() {
+        // Offset 0, then -5000 from host 10_000 (guest 10_000 -> 5_000:
+        // guest times 5_000..10_000 happen twice), then -3000 from host
+        // 20_000 (guest 15_000 -> 17_000: 15_000..17_000 never happen).
+        let mut m = Mapping::unscaled(0);
+        m.changes = vec![
+            OffsetChange {
+                host_tsc: 10_000,
+                offset: -5000,
+            },
+            OffsetChange {
+                host_tsc: 20_000,
+                offset: -3000,
+            },
+        ];
+        let window = |a: u64, b: u64| Sample {
+            u2k_u: a,
+            u2k_k: a + 1,
+            k2u_k: b - 1,
+            k2u_u: b,
+            cpu: Some(0),
+            interrupts: None,
+        };
+        let samples = vec![
+            window(1_000, 1_400),   // host 1_000: before any rewrite
+            window(11_000, 11_400), // host 16_000: inside the second stretch
+            window(14_800, 17_100), // host 19_800..20_100: across the second rewrite
+            window(19_900, 20_100), // host 22_900: inside the third stretch
+            window(9_900, 10_100),  // read before or after the first rewrite: unknown
+        ];
+        let mut r = report(samples);
+        // One exit in each of the whole samples, at its own offset.
+        let t = trace(vec![
+            exit(1_100, 10, 0),
+            exit(16_100, 10, 0),
+            exit(22_950, 10, 0),
+        ]);
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!((rt.samples, rt.unattributable), (5, 2), "{rt:?}");
+        assert_eq!(
+            (rt.samples_with_exits, rt.exit_free.count),
+            (3, 0),
+            "{rt:?}"
+        );
+    }
+
+    #[test]
+    fn out_of_order_and_unfilled_samples_count_as_unattributable() {
+        let mut samples: Vec<Sample> = (1..=4).map(|k| sample(k * 1000, Some(0))).collect();
+        samples[1].k2u_k = samples[1].u2k_k - 1;
+        samples[2].u2k_k = crate::UNFILLED;
+        let mut r = report(samples);
+        let (t, m) = (trace(vec![]), Mapping::unscaled(0));
+        attribute(&mut r, &Index::new(&t, &m), None);
+        for segment in ["u2k", "in_kernel", "k2u", "round_trip"] {
+            let h = host(&r, segment);
+            assert_eq!((h.samples, h.unattributable, h.exit_free.count), (4, 2, 2));
+        }
     }
 }

@@ -1,10 +1,12 @@
 //! One TSC timeline for the guest's stamps and the host's exit trace.
 //!
 //! KVM runs a guest on `guest = scale(host) + offset`: `scale` multiplies by
-//! the TSC ratio (1 without scaling; a fixed-point number in hardware, 8.32 on
-//! AMD, 16.48 on Intel), and the offset is in guest ticks. The offset can be
-//! rewritten while the guest runs (`kvm:kvm_write_tsc_offset`), so a
-//! [`Mapping`] is piecewise: one offset per stretch of host time.
+//! the TSC ratio, a fixed-point number with 32 fraction bits on SVM and 48
+//! on VMX, computed by KVM from the requested rate and the host kernel's own
+//! `tsc_khz` ([`TscScaling`]; 1 without scaling), and the offset is in guest
+//! ticks. The offset can be rewritten while the guest runs
+//! (`kvm:kvm_write_tsc_offset`), so a [`Mapping`] is piecewise: one offset
+//! per stretch of host time.
 //!
 //! A mapping is never assumed. The guest brackets K calibration exits with
 //! its own stamps; the host traces each exit and entry. Every pair must order
@@ -15,9 +17,70 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Fraction bits of the fixed-point ratio used for mapping (Intel's 48: AMD's
-/// 32-bit fractions are exact in it).
+/// Fraction bits of an unscaled mapping's ratio (any width holds 1 exactly).
 pub const RATIO_FRAC_BITS: u32 = 48;
+
+/// How a KVM scales a guest's TSC (`set_tsc_khz` and `kvm_scale_tsc` in
+/// arch/x86/kvm/x86.c): its ratio's fraction bits and largest ratio (the
+/// vendor module's `kvm_caps`), and the tolerance within which a requested
+/// rate is not scaled at all (the `tsc_tolerance_ppm` module parameter).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TscScaling {
+    pub frac_bits: u32,
+    /// KVM refuses ratios at or above this.
+    pub max_ratio: u64,
+    pub tolerance_ppm: u32,
+}
+
+/// kvm's `tsc_tolerance_ppm` default.
+pub const KVM_TSC_TOLERANCE_PPM: u32 = 250;
+
+impl TscScaling {
+    /// kvm_amd: 8.32, below `SVM_TSC_RATIO_MAX`.
+    pub const SVM: TscScaling = TscScaling {
+        frac_bits: 32,
+        max_ratio: 0x0000_00ff_ffff_ffff,
+        tolerance_ppm: KVM_TSC_TOLERANCE_PPM,
+    };
+    /// kvm_intel: 16.48, below `KVM_VMX_TSC_MULTIPLIER_MAX`.
+    pub const VMX: TscScaling = TscScaling {
+        frac_bits: 48,
+        max_ratio: u64::MAX,
+        tolerance_ppm: KVM_TSC_TOLERANCE_PPM,
+    };
+
+    /// The ratio KVM runs a guest asked for `guest_khz` with on a host
+    /// kernel whose `tsc_khz` is `host_khz`: `1 << frac_bits` (no scaling)
+    /// within the tolerance, else `mul_u64_u32_div(1 << frac_bits,
+    /// guest_khz, host_khz)`; an error where KVM refuses the rate.
+    pub fn ratio(&self, guest_khz: u32, host_khz: u32) -> Result<u64, String> {
+        let one = 1u64 << self.frac_bits;
+        if guest_khz == 0 {
+            return Ok(one);
+        }
+        if host_khz == 0 {
+            return Err("the host kernel's TSC rate is unknown".into());
+        }
+        // adjust_tsc_khz(): u64 arithmetic, truncated to u32.
+        let ppm = i64::from(self.tolerance_ppm);
+        let adjust = |sign: i64| {
+            let factor = u64::try_from(1_000_000 + sign * ppm).unwrap_or(0);
+            (u64::from(host_khz) * factor / 1_000_000) as u32
+        };
+        if (adjust(-1)..=adjust(1)).contains(&guest_khz) {
+            return Ok(one);
+        }
+        let ratio = ((u128::from(one) * u128::from(guest_khz)) / u128::from(host_khz)) as u64;
+        if ratio == 0 || ratio >= self.max_ratio {
+            return Err(format!(
+                "KVM refuses {guest_khz} kHz on a {host_khz} kHz host (ratio {ratio:#x} \
+                 with {} fraction bits)",
+                self.frac_bits
+            ));
+        }
+        Ok(ratio)
+    }
+}
 
 /// An offset KVM wrote while the guest ran, at a host TSC time.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,8 +92,9 @@ pub struct OffsetChange {
 /// Host TSC to guest TSC.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {
-    /// The ratio in 16.48 fixed point.
+    /// The ratio in fixed point, `frac_bits` of fraction.
     pub ratio_fixed: u64,
+    pub frac_bits: u32,
     /// The offset in force before the first change.
     pub offset: i64,
     /// Later offsets, in host time order.
@@ -42,32 +106,37 @@ impl Mapping {
     pub fn unscaled(offset: i64) -> Mapping {
         Mapping {
             ratio_fixed: 1 << RATIO_FRAC_BITS,
+            frac_bits: RATIO_FRAC_BITS,
             offset,
             changes: Vec::new(),
         }
     }
 
-    /// A mapping for a guest running at `guest_khz` on a host TSC of
-    /// `host_khz` (KVM's ratio is this quotient, rounded to its fraction).
-    pub fn scaled(offset: i64, guest_khz: u64, host_khz: u64) -> Mapping {
-        if guest_khz == 0 || host_khz == 0 || guest_khz == host_khz {
-            return Mapping::unscaled(offset);
-        }
-        let fixed = (u128::from(guest_khz) << RATIO_FRAC_BITS) / u128::from(host_khz);
-        Mapping {
-            ratio_fixed: u64::try_from(fixed).unwrap_or(u64::MAX),
+    /// The mapping KVM gives a guest asked for `guest_khz` on a host kernel
+    /// whose `tsc_khz` is `host_khz` (see [`TscScaling::ratio`]).
+    pub fn scaled(
+        offset: i64,
+        guest_khz: u32,
+        host_khz: u32,
+        scaling: TscScaling,
+    ) -> Result<Mapping, String> {
+        Ok(Mapping {
+            ratio_fixed: scaling.ratio(guest_khz, host_khz)?,
+            frac_bits: scaling.frac_bits,
             offset,
             changes: Vec::new(),
-        }
+        })
     }
 
     pub fn ratio(&self) -> f64 {
-        self.ratio_fixed as f64 / (1u64 << RATIO_FRAC_BITS) as f64
+        self.ratio_fixed as f64 / (1u128 << self.frac_bits) as f64
     }
 
-    /// `host` scaled by the ratio, without the offset.
+    /// `host` scaled by the ratio, without the offset: KVM's
+    /// `mul_u64_u64_shr(host, ratio, frac_bits)`, truncated to 64 bits as
+    /// the hardware's counter is.
     pub fn scale(&self, host: u64) -> i128 {
-        ((u128::from(host) * u128::from(self.ratio_fixed)) >> RATIO_FRAC_BITS) as i128
+        i128::from(((u128::from(host) * u128::from(self.ratio_fixed)) >> self.frac_bits) as u64)
     }
 
     /// Host ticks as guest ticks (a duration: no offset).
@@ -87,6 +156,61 @@ impl Mapping {
     /// it (a negative offset larger than the host TSC wraps it to the top).
     pub fn to_guest(&self, host: u64) -> i128 {
         (self.scale(host) + i128::from(self.offset_at(host))).rem_euclid(1i128 << 64)
+    }
+
+    /// The guest time at host time `host` under `offset`, not wrapped (not
+    /// even the product: a window's end at `u64::MAX` must stay on top).
+    fn unwrapped(&self, host: u64, offset: i64) -> i128 {
+        let product = (u128::from(host) * u128::from(self.ratio_fixed)) >> self.frac_bits;
+        i128::try_from(product).unwrap_or(i128::MAX) + i128::from(offset)
+    }
+
+    /// Stretches of host time with one offset: `(first, last, offset)`.
+    fn stretches(&self) -> Vec<(u64, u64, i64)> {
+        let mut out = Vec::with_capacity(self.changes.len() + 1);
+        let (mut from, mut offset) = (0u64, self.offset);
+        for c in &self.changes {
+            if c.host_tsc > from {
+                out.push((from, c.host_tsc - 1, offset));
+            }
+            (from, offset) = (c.host_tsc, c.offset);
+        }
+        out.push((from, u64::MAX, offset));
+        out
+    }
+
+    /// The guest times host times `[from, to]` map to, one range per
+    /// stretch of one offset they overlap (not wrapped: a window's end at
+    /// `u64::MAX` stays above every guest time).
+    pub fn guest_ranges(&self, from: u64, to: u64) -> Vec<(i128, i128)> {
+        self.stretches()
+            .into_iter()
+            .filter(|&(first, last, _)| first <= to && from <= last)
+            .map(|(first, last, offset)| {
+                (
+                    self.unwrapped(from.max(first), offset),
+                    self.unwrapped(to.min(last), offset),
+                )
+            })
+            .collect()
+    }
+
+    /// For each offset change, the guest times between the last one read
+    /// before it and the first one read after it. A guest window that
+    /// touches one is not known to lie under a single offset: it may
+    /// straddle the change, or (when the offset went back) its times were
+    /// read twice, once under each offset.
+    pub fn jumps(&self) -> Vec<(i128, i128)> {
+        let mut previous = self.offset;
+        self.changes
+            .iter()
+            .map(|c| {
+                let before = self.unwrapped(c.host_tsc, previous);
+                let after = self.unwrapped(c.host_tsc, c.offset);
+                previous = c.offset;
+                (before.min(after), before.max(after))
+            })
+            .collect()
     }
 
     /// Whether an offset change falls in the host-time window `[from, to]`.
@@ -191,14 +315,34 @@ pub struct Timeline {
     pub offset_source: String,
     /// Guest ticks per host tick.
     pub ratio: f64,
-    /// Calibration pairs checked.
+    /// KVM's ratio in fixed point, and its fraction bits (32 on SVM, 48 on
+    /// VMX) when the guest TSC was scaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_fixed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ratio_frac_bits: Option<u32>,
+    /// The host kernel's `tsc_khz` as KVM reported it (`KVM_GET_TSC_KHZ`
+    /// on the VM): KVM's divisor, and the rate `measured_khz` is taken in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_khz: Option<u64>,
+    /// Calibration pairs checked: the exits both sides saw.
     pub checks: u64,
+    /// Calibration exits there were: those asked for, or more if either
+    /// side saw more.
+    #[serde(default)]
+    pub calibrations: u64,
     pub violations: u64,
     /// The largest calibration slack in ticks (see [`Verification`]).
     pub bound_ticks: u64,
-    /// Checks ran, none failed, nothing else made the timeline unusable.
+    /// KVM's own offset was checked, enough calibration exits matched,
+    /// none failed, nothing else made the timeline unusable.
     pub verified: bool,
-    /// Why it is not verified.
+    /// The offset was inferred from the calibration exits themselves, so
+    /// they cannot contradict it: at best the timeline is consistent, never
+    /// verified.
+    #[serde(default)]
+    pub offset_inferred: bool,
+    /// Why it is neither verified nor consistent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Offsets KVM wrote during the run, with their host times.
@@ -220,6 +364,56 @@ pub struct Timeline {
     pub unmatched: u64,
     /// Trace events the host's ring buffer lost.
     pub lost_events: u64,
+    /// Host-time windows in which events were lost: their samples are
+    /// unattributable.
+    #[serde(default)]
+    pub lost_windows: u64,
+    /// Lost events the overrun counters count and the stream never marked:
+    /// where they fell is unknown, so no sample of the run is attributable.
+    #[serde(default)]
+    pub lost_unplaced: u64,
+}
+
+/// What a timeline can be trusted for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// KVM's offset and rate, checked by calibration exits that could have
+    /// contradicted them.
+    Verified,
+    /// An offset inferred from the calibration exits, which agree with it
+    /// by construction.
+    Consistent,
+    NotVerified,
+}
+
+impl Timeline {
+    pub fn verdict(&self) -> Verdict {
+        match (self.verified, self.offset_inferred, &self.reason) {
+            (true, false, None) => Verdict::Verified,
+            (false, true, None) => Verdict::Consistent,
+            _ => Verdict::NotVerified,
+        }
+    }
+}
+
+/// The share of calibration exits that must be seen by both sides for a
+/// timeline to be checked at all, in percent.
+pub const MIN_MATCHED_PERCENT: u64 = 90;
+
+/// Why `matched` calibration pairs out of `calibrations` are too few to
+/// check a timeline with, if they are.
+pub fn too_few_matched(matched: u64, calibrations: u64) -> Option<String> {
+    if matched == 0 {
+        return Some("no calibration exit was seen by both the guest and the host".into());
+    }
+    (u128::from(matched) * 100 < u128::from(calibrations) * u128::from(MIN_MATCHED_PERCENT)).then(
+        || {
+            format!(
+                "only {matched} of {calibrations} calibration exits were seen by both the guest \
+                 and the host (at least {MIN_MATCHED_PERCENT} % must be)"
+            )
+        },
+    )
 }
 
 #[cfg(test)]
@@ -253,16 +447,91 @@ mod tests {
         assert_eq!(m.to_guest(9001), 9011);
         assert!(m.changes_within(4000, 5000));
         assert!(!m.changes_within(5001, 8999));
+        // At host 5000 the guest goes back from 4000 to 3000 (3000..4000
+        // is read twice); at 9000 it jumps on from 7000 to 9010.
+        assert_eq!(m.jumps(), [(3000, 4000), (7000, 9010)]);
+        assert_eq!(
+            m.guest_ranges(4000, 9500),
+            [(3000, 3999), (3000, 6999), (9010, 9510)]
+        );
+        // A window to the end of time stays above every guest time, even
+        // when the ratio is above 1 (the guest's counter would wrap).
+        let fast = Mapping::scaled(0, 5_000_000, 1_000_000, TscScaling::SVM).unwrap();
+        let (_, top) = fast.guest_ranges(0, u64::MAX)[0];
+        assert!(top > i128::from(u64::MAX), "{top}");
+        assert_eq!(
+            Mapping::unscaled(-10).guest_ranges(0, u64::MAX),
+            [(-10, i128::from(u64::MAX) - 10)]
+        );
         // Below zero the guest's counter wraps, as the hardware's does.
         assert_eq!(Mapping::unscaled(-10).to_guest(3), (1i128 << 64) - 7);
     }
 
+    /// KVM's guest TSC for a guest asked for `g` kHz on a host kernel
+    /// with `tsc_khz` = `h`, written from arch/x86/kvm/x86.c (Linux 6.12)
+    /// apart from [`TscScaling`]: `set_tsc_khz`'s
+    /// `mul_u64_u32_div(1ULL << frac, user_tsc_khz, tsc_khz)`, then
+    /// `kvm_scale_tsc` (`mul_u64_u64_shr(tsc, ratio, frac)`) plus the offset.
+    fn kvm_guest_tsc(host: u64, offset: i64, g: u32, h: u32, frac: u32) -> i128 {
+        let ratio = ((1u128 << frac) * u128::from(g) / u128::from(h)) as u64;
+        let scaled = ((u128::from(host) * u128::from(ratio)) >> frac) as u64;
+        i128::from(scaled.wrapping_add(offset as u64))
+    }
+
+    const HOST_TSC: u64 = 200_000_000_000_000;
+
     #[test]
-    fn scaling_uses_the_fixed_point_ratio() {
-        let m = Mapping::scaled(0, 1_000_000, 2_000_000);
-        assert_eq!(m.to_guest(2_000_000_000_000), 1_000_000_000_000);
-        assert!((m.ratio() - 0.5).abs() < 1e-12);
-        assert_eq!(Mapping::scaled(7, 0, 5).ratio_fixed, 1 << RATIO_FRAC_BITS);
+    fn scaling_is_kvms_ratio_on_svm_and_on_vmx() {
+        // A 2445 MHz AMD host (this project's CI) asked for 1 GHz, and a
+        // 2600 MHz Intel host asked for 3 GHz.
+        let svm = Mapping::scaled(-7, 1_000_000, 2_445_000, TscScaling::SVM).unwrap();
+        assert_eq!(
+            svm.to_guest(HOST_TSC),
+            kvm_guest_tsc(HOST_TSC, -7, 1_000_000, 2_445_000, 32)
+        );
+        assert_eq!(svm.ratio_fixed, (1u64 << 32) * 1_000_000 / 2_445_000);
+        let vmx = Mapping::scaled(-7, 3_000_000, 2_600_000, TscScaling::VMX).unwrap();
+        assert_eq!(
+            vmx.to_guest(HOST_TSC),
+            kvm_guest_tsc(HOST_TSC, -7, 3_000_000, 2_600_000, 48)
+        );
+        // The two fractions differ by thousands of ticks at this host TSC:
+        // mapping an SVM guest with 48 bits would misplace every exit.
+        let svm_as_vmx = Mapping::scaled(-7, 1_000_000, 2_445_000, TscScaling::VMX).unwrap();
+        let apart = svm_as_vmx.to_guest(HOST_TSC) - svm.to_guest(HOST_TSC);
+        assert!(apart > 10_000, "{apart}");
+        assert!((svm.ratio() - 1_000.0 / 2_445.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_rate_within_kvms_tolerance_is_not_scaled() {
+        // 100 kHz above a 2445 MHz host is 41 ppm: KVM keeps ratio 1.
+        for scaling in [TscScaling::SVM, TscScaling::VMX] {
+            let m = Mapping::scaled(-7, 2_445_100, 2_445_000, scaling).unwrap();
+            assert_eq!(m.ratio_fixed, 1 << scaling.frac_bits);
+            assert_eq!(m.to_guest(HOST_TSC), i128::from(HOST_TSC - 7));
+        }
+        // The window's edges as adjust_tsc_khz() truncates them:
+        // 2_445_000 * 999_750 / 1e6 = 2_444_388.75 -> 2_444_388, and
+        // 2_445_000 * 1_000_250 / 1e6 = 2_445_611.25 -> 2_445_611.
+        let one = 1u64 << 32;
+        let svm = TscScaling::SVM;
+        assert_eq!(svm.ratio(2_444_388, 2_445_000), Ok(one));
+        assert_ne!(svm.ratio(2_444_387, 2_445_000), Ok(one));
+        assert_eq!(svm.ratio(2_445_611, 2_445_000), Ok(one));
+        assert_ne!(svm.ratio(2_445_612, 2_445_000), Ok(one));
+        // A module loaded with a narrower tolerance scales the same rate.
+        let strict = TscScaling {
+            tolerance_ppm: 10,
+            ..svm
+        };
+        assert_ne!(strict.ratio(2_445_100, 2_445_000), Ok(one));
+        // No rate asked: the default ratio; no host rate known, or a ratio
+        // KVM refuses: an error, never a guess.
+        assert_eq!(Mapping::unscaled(7).ratio_fixed, 1 << RATIO_FRAC_BITS);
+        assert_eq!(svm.ratio(0, 2_445_000), Ok(one));
+        assert!(svm.ratio(1_000_000, 0).is_err());
+        assert!(svm.ratio(1_000_000_000, 3).is_err());
     }
 
     #[test]
@@ -286,13 +555,26 @@ mod tests {
     }
 
     #[test]
+    fn nine_in_ten_calibration_exits_must_match() {
+        assert!(too_few_matched(1, 256).unwrap().contains("only 1 of 256"));
+        assert!(too_few_matched(230, 256).is_some());
+        assert_eq!(too_few_matched(231, 256), None);
+        assert_eq!(too_few_matched(9, 10), None);
+        assert!(too_few_matched(8, 9).is_some());
+        assert!(too_few_matched(0, 0)
+            .unwrap()
+            .contains("no calibration exit"));
+    }
+
+    #[test]
     fn the_rate_is_measured_only_across_a_long_enough_span() {
         // A guest at half the host rate, offset 0.
         let p = |host: u64| pair(host / 2 - 5, host / 2 + 30, host, host + 40);
-        let far = verify(&Mapping::scaled(0, 1, 2), &[p(1_000), p(100_000_000)]);
+        let half = Mapping::scaled(0, 1_000_000, 2_000_000, TscScaling::SVM).unwrap();
+        let far = verify(&half, &[p(1_000), p(100_000_000)]);
         assert_eq!(far.violations, 0);
         assert!((far.measured_ratio.unwrap() - 0.5).abs() < 1e-6);
-        let near = verify(&Mapping::scaled(0, 1, 2), &[p(1_000), p(2_000)]);
+        let near = verify(&half, &[p(1_000), p(2_000)]);
         assert_eq!(near.measured_ratio, None);
         assert_eq!(verify(&Mapping::unscaled(0), &[]).offset_range, None);
     }

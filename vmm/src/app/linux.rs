@@ -315,10 +315,18 @@ fn joined(
         return Some(report);
     };
     if tsc.host_khz == 0 {
+        // Not KVM's own divisor: a scaled run's ratio may then be off.
         tsc.host_khz = host.tsc_khz;
+        if tsc.requested_khz.is_some() {
+            report.notes.push(format!(
+                "KVM did not report the host kernel's TSC rate (KVM_GET_TSC_KHZ on the VM, \
+                 Linux 6.0 and later): the timeline's ratio uses the probed {} kHz",
+                host.tsc_khz
+            ));
+        }
     }
     match &run_id {
-        Some(id) => linux::add_timeline(&mut report, trace, &tsc, id),
+        Some(id) => linux::add_timeline(&mut report, trace, &tsc, id, linux::CALIBRATIONS),
         None => report.notes.push(
             "no timeline: the guest was not asked for a run id and calibration exits \
              (a user initrd or an xperf subcommand), so its samples cannot be joined with \

@@ -7,7 +7,7 @@
 use crate::host_trace::TraceSummary;
 use std::collections::HashMap;
 use xvmm_results::attribution::{self, Index};
-use xvmm_results::timeline::{self, CalibrationPair, Mapping, Timeline};
+use xvmm_results::timeline::{self, CalibrationPair, Mapping, Timeline, TscScaling};
 use xvmm_results::Report;
 
 /// Calibration exits xvmm asks a traced xperf for.
@@ -24,8 +24,11 @@ pub struct TscFacts {
     pub guest_khz: u32,
     pub requested_offset: Option<i64>,
     pub requested_khz: Option<u32>,
-    /// The host's TSC rate.
+    /// The host kernel's `tsc_khz` as KVM reports it on the VM, the divisor
+    /// of its ratio (0: unknown; the caller may fill in a probed rate).
     pub host_khz: u64,
+    /// How this KVM scales (`None`: not known, e.g. no vendor module).
+    pub scaling: Option<TscScaling>,
 }
 
 /// Calibration exits both sides know, by index; and how many only one does.
@@ -52,40 +55,76 @@ fn pairs(report: &Report, trace: &TraceSummary) -> (Vec<CalibrationPair>, u64) {
     (out, unmatched + host.len() as u64)
 }
 
-/// The mapping to check: KVM's offset when it reports one, else the middle
-/// of the offsets the calibration allows (then only their consistency is
-/// checked, and the report says so).
-fn mapping(tsc: &TscFacts, trace: &TraceSummary, pairs: &[CalibrationPair]) -> (Mapping, String) {
-    let scaled = |offset| match tsc.requested_khz {
-        Some(_) => Mapping::scaled(offset, u64::from(tsc.guest_khz), tsc.host_khz),
-        None => Mapping::unscaled(offset),
+/// The mapping KVM ran the guest with at `offset`: its ratio, when
+/// `--tsc-khz` asked for a rate, computed as KVM computes it; an error
+/// where that cannot be done here (the ratio 1 is used then).
+fn kvm_mapping(tsc: &TscFacts, offset: i64) -> Result<Mapping, String> {
+    let Some(khz) = tsc.requested_khz else {
+        return Ok(Mapping::unscaled(offset));
     };
-    let (mut m, source) = match tsc.offset_before {
-        Some(offset) => (scaled(offset), "KVM_VCPU_TSC_OFFSET".to_string()),
+    let scaling = tsc
+        .scaling
+        .ok_or("KVM's TSC ratio is unknown here (neither kvm_amd nor kvm_intel is loaded)")?;
+    let host = u32::try_from(tsc.host_khz).unwrap_or(0);
+    Mapping::scaled(offset, khz, host, scaling)
+        .map_err(|why| format!("KVM's TSC ratio cannot be computed: {why}"))
+}
+
+/// The mapping to check, where its offset came from, whether that was
+/// inferred from the pairs themselves, and why no exact mapping could be
+/// made (if it could not): KVM's offset when it reports one, else the
+/// middle of the offsets the calibration allows.
+struct Chosen {
+    mapping: Mapping,
+    source: String,
+    inferred: bool,
+    failure: Option<String>,
+}
+
+fn mapping(tsc: &TscFacts, trace: &TraceSummary, pairs: &[CalibrationPair]) -> Chosen {
+    let failure = kvm_mapping(tsc, 0).err();
+    let make = |offset| kvm_mapping(tsc, offset).unwrap_or_else(|_| Mapping::unscaled(offset));
+    let (mut mapping, source, inferred) = match tsc.offset_before {
+        Some(offset) => (make(offset), "KVM_VCPU_TSC_OFFSET".to_string(), false),
         None => {
-            let range = timeline::verify(&scaled(0), pairs).offset_range;
+            let range = timeline::verify(&make(0), pairs).offset_range;
             let offset = range.map_or(0, |r| r.low / 2 + r.high / 2);
             (
-                scaled(offset),
+                make(offset),
                 "the calibration exits (this KVM cannot report its offset)".into(),
+                true,
             )
         }
     };
-    m.changes = trace.offset_changes.clone();
-    m.changes.sort_by_key(|c| c.host_tsc);
-    (m, source)
+    mapping.changes = trace.offset_changes.clone();
+    mapping.changes.sort_by_key(|c| c.host_tsc);
+    Chosen {
+        mapping,
+        source,
+        inferred,
+        failure,
+    }
 }
 
 /// Why the timeline cannot be trusted, if it cannot.
-fn refusal(report: &Report, run_id: &str, v: &timeline::Verification) -> Option<String> {
+fn refusal(
+    report: &Report,
+    run_id: &str,
+    v: &timeline::Verification,
+    calibrations: u64,
+    failure: Option<&str>,
+) -> Option<String> {
     if report.run_id.as_deref() != Some(run_id) {
         return Some(format!(
             "the results carry run id {:?}, this run's is {run_id:?}: they are not from this run",
             report.run_id.as_deref().unwrap_or("none")
         ));
     }
-    if v.checks == 0 {
-        return Some("no calibration exit was seen by both the guest and the host".into());
+    if let Some(why) = failure {
+        return Some(why.to_string());
+    }
+    if let Some(why) = timeline::too_few_matched(v.checks, calibrations) {
+        return Some(why);
     }
     (v.violations > 0).then(|| {
         format!(
@@ -97,15 +136,19 @@ fn refusal(report: &Report, run_id: &str, v: &timeline::Verification) -> Option<
 
 /// Verifies the timeline of a traced run, writes it into `report`, and
 /// attributes every traced exit to the samples (when the guest kept them).
-pub fn add_timeline(report: &mut Report, trace: &TraceSummary, tsc: &TscFacts, run_id: &str) {
+/// `calibrations` is how many calibration exits the guest was asked for.
+pub fn add_timeline(
+    report: &mut Report,
+    trace: &TraceSummary,
+    tsc: &TscFacts,
+    run_id: &str,
+    calibrations: u64,
+) {
     let (pairs, unmatched) = pairs(report, trace);
-    let (mapping, offset_source) = mapping(tsc, trace, &pairs);
-    let v = timeline::verify(&mapping, &pairs);
-    let reason = refusal(report, run_id, &v);
-    let measured_khz = v
-        .measured_ratio
-        .filter(|_| tsc.host_khz > 0)
-        .map(|r| (r * tsc.host_khz as f64).round() as u64);
+    let chosen = mapping(tsc, trace, &pairs);
+    let v = timeline::verify(&chosen.mapping, &pairs);
+    let calibrations = calibrations.max(v.checks + unmatched);
+    let reason = refusal(report, run_id, &v, calibrations, chosen.failure.as_deref());
     if tsc.offset_before.is_some() && tsc.offset_before != tsc.offset_after {
         report.notes.push(format!(
             "KVM's TSC offset was {} before the run and {} after ({} rewrites traced)",
@@ -114,22 +157,34 @@ pub fn add_timeline(report: &mut Report, trace: &TraceSummary, tsc: &TscFacts, r
             trace.offset_changes.len()
         ));
     }
+    let mapping = chosen.mapping;
+    let scaled = mapping.ratio_fixed != 1 << mapping.frac_bits;
     report.timeline = Some(Timeline {
         offset: mapping.offset,
-        offset_source,
+        offset_source: chosen.source,
         ratio: mapping.ratio(),
+        ratio_fixed: scaled.then_some(mapping.ratio_fixed),
+        ratio_frac_bits: scaled.then_some(mapping.frac_bits),
+        host_khz: (tsc.host_khz > 0).then_some(tsc.host_khz),
         checks: v.checks,
+        calibrations,
         violations: v.violations,
         bound_ticks: v.bound_ticks,
-        verified: reason.is_none(),
+        verified: reason.is_none() && !chosen.inferred,
+        offset_inferred: chosen.inferred,
         reason: reason.clone(),
         offset_changes: mapping.changes.clone(),
         measured_offset: v.offset_range,
         requested_offset: tsc.requested_offset,
-        measured_khz,
+        measured_khz: v
+            .measured_ratio
+            .filter(|_| tsc.host_khz > 0)
+            .map(|r| (r * tsc.host_khz as f64).round() as u64),
         requested_khz: tsc.requested_khz,
         unmatched,
         lost_events: trace.lost,
+        lost_windows: trace.trace.lost.len() as u64,
+        lost_unplaced: trace.lost_unplaced,
     });
     // Results from another run are not joined at all; an unverified
     // timeline is joined and marked as such wherever it shows.
@@ -146,7 +201,7 @@ mod tests {
     use super::*;
     use crate::host_trace::HostCalibration;
     use xvmm_results::attribution::{HostExitEvent, HostTrace};
-    use xvmm_results::timeline::GuestCalibration;
+    use xvmm_results::timeline::{GuestCalibration, Verdict};
     use xvmm_results::{Corrections, Crossing, Environment, Method, Sample};
 
     /// A guest at offset -1000 with two calibration exits and one getppid
@@ -212,7 +267,7 @@ mod tests {
     #[test]
     fn a_consistent_run_is_verified_and_attributed() {
         let (mut r, trace, tsc) = run();
-        add_timeline(&mut r, &trace, &tsc, "ab");
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(t.verified, "{t:?}");
         assert_eq!((t.checks, t.violations, t.bound_ticks), (2, 0, 100));
@@ -227,21 +282,21 @@ mod tests {
     fn a_wrong_offset_another_run_or_no_calibration_is_never_verified() {
         let (mut r, trace, mut tsc) = run();
         tsc.offset_before = Some(0);
-        add_timeline(&mut r, &trace, &tsc, "ab");
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(!t.verified);
         assert_eq!(t.violations, 2);
         assert!(t.reason.as_deref().unwrap().contains("2 of 2"));
 
         let (mut r, trace, tsc) = run();
-        add_timeline(&mut r, &trace, &tsc, "cd");
+        add_timeline(&mut r, &trace, &tsc, "cd", 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(t.reason.as_deref().unwrap().contains("not from this run"));
         assert!(r.crossings[0].u2k.as_ref().unwrap().host.is_none());
 
         let (mut r, mut trace, tsc) = run();
         trace.calibrations.clear();
-        add_timeline(&mut r, &trace, &tsc, "ab");
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
         let t = r.timeline.as_ref().unwrap();
         assert_eq!((t.checks, t.unmatched), (0, 2));
         assert!(!t.verified);
@@ -251,10 +306,108 @@ mod tests {
     fn without_kvm_offset_the_calibration_gives_it() {
         let (mut r, trace, mut tsc) = run();
         tsc.offset_before = None;
-        add_timeline(&mut r, &trace, &tsc, "ab");
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
         let t = r.timeline.as_ref().unwrap();
-        assert!(t.verified);
+        assert_eq!(t.verdict(), Verdict::Consistent, "{t:?}");
+        assert!(t.offset_inferred && !t.verified);
         assert!(t.offset_source.contains("calibration"));
         assert!((-1080..=-920).contains(&t.offset), "{}", t.offset);
+    }
+
+    #[test]
+    fn an_inferred_offset_is_consistent_never_verified() {
+        let (mut r, trace, mut tsc) = run();
+        tsc.offset_before = None;
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let t = r.timeline.as_ref().unwrap();
+        assert!(!t.verified, "{t:?}");
+        let text = xvmm_results::render::timeline_lines(t);
+        assert!(text.contains(": consistent (offset inferred)"), "{text}");
+        // Pairs no single offset satisfies are not even consistent.
+        let (mut r, mut trace, mut tsc) = run();
+        tsc.offset_before = None;
+        trace.calibrations[1].exit += 5_000;
+        trace.calibrations[1].entry += 5_000;
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let t = r.timeline.as_ref().unwrap();
+        assert_eq!(t.verdict(), Verdict::NotVerified, "{t:?}");
+        let text = xvmm_results::render::timeline_lines(t);
+        assert!(
+            text.contains("NOT VERIFIED") && !text.contains("consistent"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_scaled_guest_is_mapped_with_kvms_own_ratio() {
+        // An SVM host whose kernel runs its TSC at 2_445_000 kHz, the guest
+        // asked for 1 GHz: guest = floor(host * r / 2^32) - 1000, r =
+        // floor(2^32 * 1e6 / 2_445_000), exits around host TSC 2e14.
+        let (mut r, mut trace, mut tsc) = run();
+        let ratio = (1u128 << 32) * 1_000_000 / 2_445_000;
+        let guest = |host: u64| ((u128::from(host) * ratio) >> 32) as u64 - 1000;
+        for (i, c) in trace.calibrations.iter_mut().enumerate() {
+            c.exit = 200_000_000_000_000 + i as u64 * 1_000_000_000;
+            c.entry = c.exit + 60;
+            r.calibration[i] = GuestCalibration(i as u32, guest(c.exit) - 20, guest(c.entry) + 20);
+        }
+        (tsc.requested_khz, tsc.host_khz) = (Some(1_000_000), 2_445_000);
+        tsc.scaling = Some(TscScaling::SVM);
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let t = r.timeline.as_ref().unwrap();
+        assert!(t.verified, "{t:?}");
+        assert_eq!(
+            (t.ratio_fixed, t.ratio_frac_bits),
+            (Some(ratio as u64), Some(32))
+        );
+        assert_eq!(t.measured_khz, Some(1_000_000));
+        // The same run taken for VMX's 48-bit fraction misses by 20 k ticks.
+        tsc.scaling = Some(TscScaling::VMX);
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        assert_eq!(r.timeline.as_ref().unwrap().violations, 2);
+        // Without the vendor's ratio nothing is guessed.
+        tsc.scaling = None;
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let t = r.timeline.as_ref().unwrap();
+        assert!(
+            t.reason.as_deref().unwrap().contains("ratio is unknown"),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn one_matched_calibration_exit_in_ten_verifies_nothing() {
+        let (mut r, mut trace, tsc) = run();
+        r.calibration = (0..10)
+            .map(|i| {
+                GuestCalibration(
+                    i,
+                    9_000 + u64::from(i) * 10_000,
+                    9_100 + u64::from(i) * 10_000,
+                )
+            })
+            .collect();
+        trace.calibrations.truncate(1);
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let t = r.timeline.as_ref().unwrap();
+        assert_eq!((t.checks, t.unmatched, t.violations), (1, 9, 0));
+        assert!(!t.verified, "{t:?}");
+        assert!(
+            t.reason.as_deref().unwrap().contains("only 1 of 10"),
+            "{t:?}"
+        );
+    }
+
+    #[test]
+    fn events_lost_where_the_stream_cannot_say_leave_every_sample_unattributable() {
+        let (mut r, mut trace, tsc) = run();
+        (trace.lost, trace.lost_unplaced) = (4, 4);
+        trace.trace.lost = vec![(0, u64::MAX)];
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let host = r.crossings[0].u2k.as_ref().unwrap().host.as_ref().unwrap();
+        assert_eq!((host.samples, host.unattributable), (1, 1));
+        let text = xvmm_results::render::timeline_lines(r.timeline.as_ref().unwrap());
+        assert!(text.contains("4 trace events lost"), "{text}");
+        assert!(text.contains("unattributable"), "{text}");
     }
 }

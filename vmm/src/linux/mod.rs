@@ -319,12 +319,13 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
         guest_khz: vcpu.tsc_khz,
         requested_offset: cfg.tsc_offset,
         requested_khz: cfg.tsc_khz,
-        // The caller knows the host (`Machine::probe`); unscaled, they agree.
-        host_khz: if cfg.tsc_khz.is_none() {
-            u64::from(vcpu.tsc_khz)
-        } else {
-            0
-        },
+        // KVM's divisor; where this KVM cannot say, the caller falls back
+        // to `Machine::probe` (unscaled, the vCPU's rate is the host's).
+        host_khz: vm
+            .tsc_khz()
+            .or(cfg.tsc_khz.is_none().then_some(vcpu.tsc_khz))
+            .map_or(0, u64::from),
+        scaling: crate::vm::kvm_tsc_scaling(),
     };
     let mut notes = Vec::new();
     let end = outcome

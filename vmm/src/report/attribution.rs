@@ -8,6 +8,7 @@ use super::document::{Block, Cell, Chart, Table};
 use super::sections::{capped, MAX_TABLE_ROWS};
 use xvmm_results::attribution::SEGMENTS;
 use xvmm_results::render::timeline_lines;
+use xvmm_results::timeline::Verdict;
 use xvmm_results::{Crossing, Interval, Report};
 
 /// Exits by reason, most host time first.
@@ -90,12 +91,17 @@ pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
         .take(MAX_TABLE_ROWS)
         .collect();
     blocks.push(Block::Chart(Chart::Bars(BarChart {
-        caption: if t.verified {
-            "Median of all samples (bar) and of the exit-free ones (dot)".into()
-        } else {
-            "UNVERIFIED TIMELINE: median of all samples (bar) and of the exit-free ones (dot)"
-                .into()
-        },
+        caption: match t.verdict() {
+            Verdict::Verified => "Median of all samples (bar) and of the exit-free ones (dot)",
+            Verdict::Consistent => {
+                "OFFSET INFERRED (consistent, not verified): median of all samples (bar) and of \
+                 the exit-free ones (dot)"
+            }
+            Verdict::NotVerified => {
+                "UNVERIFIED TIMELINE: median of all samples (bar) and of the exit-free ones (dot)"
+            }
+        }
+        .into(),
         unit: "ticks".into(),
         series: vec![],
         bars,
@@ -162,10 +168,15 @@ mod tests {
             offset: 0,
             offset_source: "KVM_VCPU_TSC_OFFSET".into(),
             ratio: 1.0,
+            ratio_fixed: None,
+            ratio_frac_bits: None,
+            host_khz: None,
             checks: 4,
+            calibrations: 4,
             violations: 1,
             bound_ticks: 10,
             verified: false,
+            offset_inferred: false,
             reason: Some("1 of 4".into()),
             offset_changes: vec![],
             measured_offset: None,
@@ -174,6 +185,8 @@ mod tests {
             requested_khz: None,
             unmatched: 0,
             lost_events: 0,
+            lost_windows: 0,
+            lost_unplaced: 0,
         });
         timeline_blocks(&r, &mut blocks);
         let Block::Paragraph(p) = &blocks[1] else {
@@ -184,6 +197,23 @@ mod tests {
             panic!("{blocks:?}")
         };
         assert!(chart.caption.starts_with("UNVERIFIED"));
+        // An inferred offset's chart says so, and is not called verified.
+        let t = r.timeline.as_mut().unwrap();
+        (t.violations, t.reason, t.offset_inferred) = (0, None, true);
+        let mut inferred = Vec::new();
+        timeline_blocks(&r, &mut inferred);
+        let Block::Chart(Chart::Bars(chart)) = &inferred[2] else {
+            panic!("{inferred:?}")
+        };
+        assert!(
+            chart.caption.starts_with("OFFSET INFERRED"),
+            "{}",
+            chart.caption
+        );
+        let Block::Paragraph(p) = &inferred[1] else {
+            panic!("{inferred:?}")
+        };
+        assert!(p.contains("consistent (offset inferred)"), "{p}");
         assert_eq!(chart.bars[0].mark, Some(100.0));
         let Block::Table(t) = &blocks[3] else {
             panic!("{blocks:?}")

@@ -303,7 +303,7 @@ pub fn report(report: &Report) -> String {
     if let Some(t) = &report.timeline {
         out.push('\n');
         out += &timeline_lines(t);
-        out += &attribution_table(&report.crossings, t.verified);
+        out += &attribution_table(&report.crossings, t.verdict());
     }
     if let Some(a) = &report.async_pf {
         out.push('\n');

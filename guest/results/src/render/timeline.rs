@@ -5,30 +5,31 @@ use super::table::Table;
 use super::{cell, median};
 use crate::attribution::{SegmentHost, SEGMENTS};
 use crate::escape::visible;
-use crate::timeline::Timeline;
+use crate::timeline::{Timeline, Verdict};
 use crate::{Crossing, ExitTiming};
 use std::fmt::Write as _;
 
 /// The mapping, how it was checked, and requested vs measured controls.
 pub fn timeline_lines(t: &Timeline) -> String {
     let mut out = String::new();
-    let verdict = if t.verified {
-        "verified".to_string()
-    } else {
-        format!(
+    let verdict = match t.verdict() {
+        Verdict::Verified => "verified".to_string(),
+        Verdict::Consistent => "consistent (offset inferred)".to_string(),
+        Verdict::NotVerified => format!(
             "NOT VERIFIED: {}",
             visible(t.reason.as_deref().unwrap_or("unknown"))
-        )
+        ),
     };
     let _ = writeln!(
         out,
-        "timeline: guest TSC = host TSC x {:.6} {} {} (offset from {}); {} calibration exits, \
-         {} violations, bound {} ticks: {verdict}",
+        "timeline: guest TSC = host TSC x {:.6} {} {} (offset from {}); {} of {} calibration \
+         exits matched, {} violations, bound {} ticks: {verdict}",
         t.ratio,
         if t.offset < 0 { '-' } else { '+' },
         t.offset.unsigned_abs(),
         visible(&t.offset_source),
         t.checks,
+        t.calibrations.max(t.checks),
         t.violations,
         t.bound_ticks,
     );
@@ -42,26 +43,61 @@ pub fn timeline_lines(t: &Timeline) -> String {
             r.low, r.high
         );
     }
-    if t.requested_khz.is_some() || t.measured_khz.is_some() {
-        let show = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} kHz"));
-        let _ = writeln!(
-            out,
-            "  TSC rate: requested {}, measured {}",
-            show(t.requested_khz.map(u64::from)),
-            show(t.measured_khz)
-        );
-    }
-    if !t.offset_changes.is_empty() || t.unmatched > 0 || t.lost_events > 0 {
-        let _ = writeln!(
-            out,
-            "  {} offset rewrites during the run, {} calibration exits seen by one side only, \
-             {} trace events lost",
-            t.offset_changes.len(),
-            t.unmatched,
-            t.lost_events
-        );
-    }
+    rate_line(t, &mut out);
+    lost_line(t, &mut out);
     out
+}
+
+/// Requested against measured rate, and KVM's ratio when it scaled.
+fn rate_line(t: &Timeline, out: &mut String) {
+    if t.requested_khz.is_none() && t.measured_khz.is_none() {
+        return;
+    }
+    let show = |v: Option<u64>| v.map_or("-".to_string(), |v| format!("{v} kHz"));
+    let kvm = match (t.ratio_fixed, t.ratio_frac_bits) {
+        (Some(fixed), Some(bits)) => format!(
+            "; KVM's ratio {fixed:#x} / 2^{bits} on a {} host",
+            show(t.host_khz)
+        ),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        out,
+        "  TSC rate: requested {}, measured {}{kvm}",
+        show(t.requested_khz.map(u64::from)),
+        show(t.measured_khz)
+    );
+}
+
+/// Offset rewrites, one-sided calibration exits, lost events and what
+/// they cost attribution.
+fn lost_line(t: &Timeline, out: &mut String) {
+    if t.offset_changes.is_empty() && t.unmatched == 0 && t.lost_events == 0 {
+        return;
+    }
+    let _ = write!(
+        out,
+        "  {} offset rewrites during the run, {} calibration exits seen by one side only, \
+         {} trace events lost",
+        t.offset_changes.len(),
+        t.unmatched,
+        t.lost_events
+    );
+    if t.lost_unplaced > 0 {
+        let _ = write!(
+            out,
+            " ({} counted by the ring buffer's overrun counters and never marked in the \
+             stream: where they fell is unknown, so every sample is unattributable)",
+            t.lost_unplaced
+        );
+    } else if t.lost_windows > 0 {
+        let _ = write!(
+            out,
+            " (in {} windows: the samples there are unattributable)",
+            t.lost_windows
+        );
+    }
+    out.push('\n');
 }
 
 /// Exits by reason, most host time first: `npf 3/1200, intr 1/90`.
@@ -79,8 +115,9 @@ fn reasons(h: &SegmentHost) -> String {
 }
 
 /// Per crossing segment: samples with exits, the exit-free median next to
-/// all samples', and the exits by reason (count / host ticks).
-pub fn attribution_table(crossings: &[Crossing], verified: bool) -> String {
+/// all samples', and the exits by reason (count / host ticks), under a
+/// heading that says how far the timeline can be trusted.
+pub fn attribution_table(crossings: &[Crossing], verdict: Verdict) -> String {
     let mut t = Table::new(&[
         "crossing",
         "segment",
@@ -115,11 +152,18 @@ pub fn attribution_table(crossings: &[Crossing], verified: bool) -> String {
     if !any {
         return String::new();
     }
-    let mut out = String::from(if verified {
-        "host exits by sample segment (corrected guest ticks; an exit belongs to the segment \
-         its kvm_exit falls in)\n"
-    } else {
-        "host exits by sample segment -- UNVERIFIED TIMELINE: placements may be wrong\n"
+    let mut out = String::from(match verdict {
+        Verdict::Verified => {
+            "host exits by sample segment (corrected guest ticks; an exit belongs to the segment \
+             its kvm_exit falls in)\n"
+        }
+        Verdict::Consistent => {
+            "host exits by sample segment -- OFFSET INFERRED from the calibration exits: \
+             placements agree with them, not verified\n"
+        }
+        Verdict::NotVerified => {
+            "host exits by sample segment -- UNVERIFIED TIMELINE: placements may be wrong\n"
+        }
     });
     out += &t.render();
     out
@@ -184,10 +228,15 @@ mod tests {
             offset: -5,
             offset_source: "KVM_VCPU_TSC_OFFSET".into(),
             ratio: 1.0,
+            ratio_fixed: None,
+            ratio_frac_bits: None,
+            host_khz: Some(2_000_000),
             checks: 256,
+            calibrations: 256,
             violations: u64::from(!verified),
             bound_ticks: 900,
             verified,
+            offset_inferred: false,
             reason: (!verified).then(|| "1 of 256 \x1b[2J".into()),
             offset_changes: vec![],
             measured_offset: Some(OffsetRange { low: -9, high: -1 }),
@@ -196,19 +245,76 @@ mod tests {
             requested_khz: Some(2_000_000),
             unmatched: 0,
             lost_events: 0,
+            lost_windows: 0,
+            lost_unplaced: 0,
         }
     }
 
     #[test]
     fn the_timeline_line_says_verified_or_why_not_escaped() {
         let ok = timeline_lines(&timeline(true));
-        assert!(ok.contains("256 calibration exits, 0 violations, bound 900 ticks: verified"));
+        assert!(
+            ok.contains(
+                "256 of 256 calibration exits matched, 0 violations, bound 900 ticks: verified"
+            ),
+            "{ok}"
+        );
         assert!(ok.contains("host TSC x 1.000000 - 5 (offset from KVM_VCPU_TSC_OFFSET)"));
         assert!(ok.contains("requested -5, the guest ran with one in [-9, -1]"));
-        assert!(ok.contains("requested 2000000 kHz, measured 2000100 kHz"));
+        assert!(
+            ok.contains("requested 2000000 kHz, measured 2000100 kHz\n"),
+            "{ok}"
+        );
         let bad = timeline_lines(&timeline(false));
         assert!(bad.contains("NOT VERIFIED: 1 of 256 \\x1b[2J"), "{bad}");
         assert!(!bad.contains('\x1b'));
+        assert!(
+            !bad.contains("verified\n") && !bad.contains("consistent"),
+            "{bad}"
+        );
+    }
+
+    #[test]
+    fn an_inferred_offset_reads_consistent_and_a_refused_one_does_not() {
+        let mut t = timeline(false);
+        (t.reason, t.violations, t.offset_inferred) = (None, 0, true);
+        let text = timeline_lines(&t);
+        assert!(
+            text.contains("bound 900 ticks: consistent (offset inferred)\n"),
+            "{text}"
+        );
+        assert!(!text.contains(": verified"), "{text}");
+        // Inferred and refused (too few matched): not verified.
+        t.reason = Some("only 1 of 256".into());
+        let text = timeline_lines(&t);
+        assert!(text.contains("NOT VERIFIED: only 1 of 256"), "{text}");
+        assert!(!text.contains("consistent"), "{text}");
+        // A timeline marked verified with an inferred offset is not believed.
+        let mut odd = timeline(true);
+        odd.offset_inferred = true;
+        assert_eq!(odd.verdict(), Verdict::NotVerified);
+    }
+
+    #[test]
+    fn kvms_ratio_and_lost_windows_are_shown() {
+        let mut t = timeline(true);
+        (t.ratio_fixed, t.ratio_frac_bits) = (Some(0x6_8b2d_29b5), Some(32));
+        let text = timeline_lines(&t);
+        assert!(
+            text.contains("KVM's ratio 0x68b2d29b5 / 2^32 on a 2000000 kHz host"),
+            "{text}"
+        );
+        (t.lost_events, t.lost_windows) = (7, 2);
+        let text = timeline_lines(&t);
+        assert!(
+            text.contains(
+                "7 trace events lost (in 2 windows: the samples there are unattributable)"
+            ),
+            "{text}"
+        );
+        t.lost_unplaced = 3;
+        let text = timeline_lines(&t);
+        assert!(text.contains("so every sample is unattributable"), "{text}");
     }
 
     #[test]
@@ -235,13 +341,18 @@ mod tests {
             },
         );
         c.round_trip.as_mut().unwrap().host = Some(host);
-        let text = attribution_table(&[c.clone()], true);
+        let text = attribution_table(&[c.clone()], Verdict::Verified);
         let row = text.lines().find(|l| l.starts_with("getppid")).unwrap();
         assert!(row.contains("npf 2/50, intr 1/5"), "{row}");
         assert!(text.starts_with("host exits by sample segment (corrected"));
-        assert!(attribution_table(&[c], false).contains("UNVERIFIED"));
+        assert!(!text.contains("UNVERIFIED") && !text.contains("INFERRED"));
+        let unverified = attribution_table(&[c.clone()], Verdict::NotVerified);
+        assert!(unverified.contains("UNVERIFIED TIMELINE"), "{unverified}");
+        let consistent = attribution_table(&[c], Verdict::Consistent);
+        assert!(consistent.contains("OFFSET INFERRED"), "{consistent}");
+        assert!(!consistent.contains("UNVERIFIED"), "{consistent}");
         let plain = Crossing::from_round_trips("x", 1, &[1], 0, "no hooks".into());
-        assert_eq!(attribution_table(&[plain], true), "");
+        assert_eq!(attribution_table(&[plain], Verdict::Verified), "");
     }
 
     #[test]
