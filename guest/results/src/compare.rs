@@ -93,9 +93,23 @@ fn diff(vm: Option<u64>, bare: Option<u64>) -> Option<i64> {
         .checked_sub(i64::try_from(bare?).ok()?)
 }
 
-fn ratio(vm: Option<u64>, bare: Option<u64>) -> Option<f64> {
+/// VM over bare metal; `scale` turns a ratio of ticks into one of
+/// nanoseconds (bare-metal kHz over VM kHz; 1 when both share one rate).
+fn ratio(vm: Option<u64>, bare: Option<u64>, scale: f64) -> Option<f64> {
     let (vm, bare) = (vm?, bare?);
-    (bare > 0).then(|| vm as f64 / bare as f64)
+    (bare > 0).then(|| vm as f64 / bare as f64 * scale)
+}
+
+/// Bare-metal kHz over VM kHz when the two TSC rates differ by more than
+/// 0.1 % (a 3 GHz tick is not a 2 GHz one), else 1: within that, ticks
+/// are compared as measured.
+fn tick_scale(vm: &Report, bare: &Report) -> f64 {
+    let (v, b) = (vm.host.tsc_khz, bare.host.tsc_khz);
+    if v == 0 || b == 0 || (v.abs_diff(b) as f64) <= 0.001 * b as f64 {
+        1.0
+    } else {
+        b as f64 / v as f64
+    }
 }
 
 /// Picks one interval of a crossing.
@@ -221,6 +235,7 @@ fn rows_of(
     v: Option<&Crossing>,
     b: Option<&Crossing>,
     timeline_verified: Option<bool>,
+    scale: f64,
 ) -> Vec<ComparisonRow> {
     let note = why_missing(v, "VM").or_else(|| why_missing(b, "bare metal"));
     let mut rows = Vec::new();
@@ -246,8 +261,8 @@ fn rows_of(
             bare_p99,
             diff_median: diff(vm_median, bare_median),
             diff_p99: diff(vm_p99, bare_p99),
-            ratio_median: ratio(vm_median, bare_median),
-            ratio_p99: ratio(vm_p99, bare_p99),
+            ratio_median: ratio(vm_median, bare_median, scale),
+            ratio_p99: ratio(vm_p99, bare_p99, scale),
             note: note.clone(),
             without_exits: without,
             exits,
@@ -272,7 +287,9 @@ fn environment_notes(vm: &Report, bare: &Report) -> Vec<String> {
         let skew = vm.host.tsc_khz.abs_diff(bare.host.tsc_khz) as f64 / bare.host.tsc_khz as f64;
         if skew > 0.001 {
             notes.push(format!(
-                "TSC rates differ ({} vs {} kHz): tick counts are not directly comparable",
+                "TSC rates differ ({} vs {} kHz): ratios are of nanoseconds (each file's ticks \
+                 over its own rate); medians and differences are each file's ticks, not directly \
+                 comparable",
                 vm.host.tsc_khz, bare.host.tsc_khz
             ));
         }
@@ -334,6 +351,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
     let all_names = names(vm, bare);
     let mut notes = environment_notes(vm, bare);
     notes.extend(depth_notes(vm, bare, &all_names));
+    let scale = tick_scale(vm, bare);
     let rows = all_names
         .into_iter()
         .flat_map(|name| {
@@ -342,6 +360,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
                 vm_index.get(name).copied(),
                 bare_index.get(name).copied(),
                 vm.timeline.as_ref().map(|t| t.verified),
+                scale,
             )
         })
         .collect();
@@ -560,6 +579,39 @@ mod tests {
         let exits = row.exits.as_ref().unwrap();
         assert!((exits.ticks - 200.0).abs() < 1e-9, "{exits:?}");
         assert!((exits.by_reason["npf"] - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ratios_across_tsc_rates_are_of_nanoseconds() {
+        // The same tick counts at 3 GHz (VM) and 2 GHz (bare metal): the VM
+        // took two thirds of the time.
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        vm.host.tsc_khz = 3_000_000;
+        let bare = fixtures::report(Environment::BareMetal, 1);
+        let c = compare(&vm, &bare);
+        let rt = c
+            .rows
+            .iter()
+            .find(|r| r.crossing == "pf" && r.interval == "round_trip")
+            .unwrap();
+        assert_eq!(rt.vm_median, rt.bare_median);
+        assert!(
+            (rt.ratio_median.unwrap() - 2.0 / 3.0).abs() < 1e-9,
+            "{:?}",
+            rt.ratio_median
+        );
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("ratios are of nanoseconds")),
+            "{:?}",
+            c.notes
+        );
+        // Within 0.1 %: one rate, ratios of ticks.
+        vm.host.tsc_khz = 2_001_000;
+        let c = compare(&vm, &bare);
+        assert_eq!(c.rows[2].ratio_median, Some(1.0), "{:?}", c.rows[2]);
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
     }
 
     #[test]
