@@ -98,12 +98,12 @@ fn main() {
             println!("\nTSC quantum on real KVM (TCG-emulated): {quantum:?} ticks");
             if let Some(costs) = &report.stamp_costs {
                 println!(
-                    "stamp pairs (medians): user {}, kernel {:?}, inner kernel {:?}; corrections {:?} (add up: {})",
+                    "stamp pairs (medians): user {}, kernel {:?}, inner kernel {:?}; corrections {:?} (derivation problems: {:?})",
                     costs.user_pair.stats.median,
                     costs.kernel_pair.as_ref().map(|p| p.stats.median),
                     costs.kernel_pair_inner.as_ref().map(|p| p.stats.median),
                     costs.corrections,
-                    costs.corrections.add_up()
+                    costs.derivation_problems()
                 );
                 if let Some(sweep) = &costs.user_sweep {
                     println!("user pair sweep: {}", sweep.reason);

@@ -226,6 +226,8 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>)
         return;
     };
     let refused = refusal(c, &samples);
+    let all = samples;
+    let samples = in_statistics(&all, &c.samples_rejected);
     let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
     // What each sample is, once for all its segments.
     let judged: Vec<Judged> = samples
@@ -247,7 +249,18 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>)
             None => segment_host(&samples, &judged, window, interval, index),
         });
     }
-    c.samples = Some(samples);
+    c.samples = Some(all);
+}
+
+/// The samples the producer did not reject: the set the statistics, and so
+/// the decomposition against them, are over.
+fn in_statistics(samples: &[Sample], rejected: &[u64]) -> Vec<Sample> {
+    let rejected: std::collections::HashSet<u64> = rejected.iter().copied().collect();
+    (0u64..)
+        .zip(samples)
+        .filter(|(i, _)| !rejected.contains(i))
+        .map(|(_, s)| *s)
+        .collect()
 }
 
 /// What a sample is to attribution, whatever the segment.

@@ -3,7 +3,7 @@
 
 use crate::attribution::SegmentHost;
 use crate::probes::{compare_probes, ProbeComparisonRow};
-use crate::{Crossing, Environment, Interval, Report, Stats};
+use crate::{Crossing, Environment, Interval, MedianCi, Report, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -34,8 +34,9 @@ pub struct ComparisonRow {
     /// bare-metal median (only when the VM run was traced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub without_exits: Option<WithoutExits>,
-    /// What exits add: the VM's mean over all samples minus its mean over
-    /// the exit-free ones, split by exit reason in proportion to host time.
+    /// What exits add: the VM's mean over the attributed samples minus its
+    /// mean over their exit-free ones, split by exit reason in proportion to
+    /// host time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exits: Option<ExitsPart>,
     /// Whether the VM run's timeline was verified (see `timeline`).
@@ -43,8 +44,10 @@ pub struct ComparisonRow {
     pub timeline_verified: Option<bool>,
 }
 
-/// The part of a difference no exit explains, with a 95 % interval from
-/// the two medians' bootstrap intervals (conservative: ends against ends).
+/// The part of a difference no exit explains, with an approximate 95 %
+/// interval of that difference: the two medians' bootstrap intervals
+/// combined for independent runs ([`difference_interval`]). Within-run
+/// scatter only: how far two runs on different days differ is not in it.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct WithoutExits {
     pub ticks: i64,
@@ -54,7 +57,9 @@ pub struct WithoutExits {
     pub ci_high: Option<i64>,
 }
 
-/// The part of a difference exits explain, in guest ticks per sample.
+/// The part of a difference exits explain, in guest ticks per sample: the
+/// mean over the attributed samples minus the mean over their exit-free
+/// ones (the unattributable samples are in neither).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ExitsPart {
     pub ticks: f64,
@@ -88,9 +93,23 @@ fn diff(vm: Option<u64>, bare: Option<u64>) -> Option<i64> {
         .checked_sub(i64::try_from(bare?).ok()?)
 }
 
-fn ratio(vm: Option<u64>, bare: Option<u64>) -> Option<f64> {
+/// VM over bare metal; `scale` turns a ratio of ticks into one of
+/// nanoseconds (bare-metal kHz over VM kHz; 1 when both share one rate).
+fn ratio(vm: Option<u64>, bare: Option<u64>, scale: f64) -> Option<f64> {
     let (vm, bare) = (vm?, bare?);
-    (bare > 0).then(|| vm as f64 / bare as f64)
+    (bare > 0).then(|| vm as f64 / bare as f64 * scale)
+}
+
+/// Bare-metal kHz over VM kHz when the two TSC rates differ by more than
+/// 0.1 % (a 3 GHz tick is not a 2 GHz one), else 1: within that, ticks
+/// are compared as measured.
+fn tick_scale(vm: &Report, bare: &Report) -> f64 {
+    let (v, b) = (vm.host.tsc_khz, bare.host.tsc_khz);
+    if v == 0 || b == 0 || (v.abs_diff(b) as f64) <= 0.001 * b as f64 {
+        1.0
+    } else {
+        b as f64 / v as f64
+    }
 }
 
 /// Picks one interval of a crossing.
@@ -115,18 +134,34 @@ fn measured(c: Option<&Crossing>, field: IntervalField) -> Option<&Interval> {
         .filter(|i| i.corrected.count > 0)
 }
 
+/// The interval of `a - b`, two medians of independent runs, from each
+/// one's 95 % interval: each side's distance to its end is combined in
+/// quadrature (MOVER, Zou & Donner 2008), which is what the percentiles of
+/// independent bootstrap differences come to when the two are about
+/// normal. Subtracting the ends (a's low minus b's high) would cover the
+/// difference ~99 % of the time, not 95 %. Widened to whole ticks.
+pub fn difference_interval(a: u64, a_ci: MedianCi, b: u64, b_ci: MedianCi) -> (i64, i64) {
+    let f = |v: u64| v as f64;
+    let d = f(a) - f(b);
+    let below = (f(a) - f(a_ci.low)).hypot(f(b_ci.high) - f(b));
+    let above = (f(a_ci.high) - f(a)).hypot(f(b) - f(b_ci.low));
+    // Saturating casts: medians of untrusted files may be anything.
+    ((d - below).floor() as i64, (d + above).ceil() as i64)
+}
+
 /// The exit-free part: VM exit-free median minus bare-metal median.
 fn without_exits(host: &SegmentHost, bare: &Interval) -> Option<WithoutExits> {
     if host.exit_free.count == 0 {
         return None;
     }
     let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let ticks = as_i64(host.exit_free.median).saturating_sub(as_i64(bare.corrected.median));
-    let (ci_low, ci_high) = match (&host.exit_free_median_ci, &bare.median_ci) {
-        (Some(v), Some(b)) => (
-            Some(as_i64(v.low).saturating_sub(as_i64(b.high))),
-            Some(as_i64(v.high).saturating_sub(as_i64(b.low))),
-        ),
+    let (v, b) = (host.exit_free.median, bare.corrected.median);
+    let ticks = as_i64(v).saturating_sub(as_i64(b));
+    let (ci_low, ci_high) = match (host.exit_free_median_ci, bare.median_ci) {
+        (Some(v_ci), Some(b_ci)) => {
+            let (low, high) = difference_interval(v, v_ci, b, b_ci);
+            (Some(low), Some(high))
+        }
         _ => (None, None),
     };
     Some(WithoutExits {
@@ -136,12 +171,21 @@ fn without_exits(host: &SegmentHost, bare: &Interval) -> Option<WithoutExits> {
     })
 }
 
-/// The exits' part: mean of all minus mean of the exit-free, by host time.
-fn exits_part(vm: &Interval, host: &SegmentHost) -> Option<ExitsPart> {
-    if host.exit_free.count == 0 {
+/// The exits' part: the attributed samples' mean minus their exit-free
+/// ones' mean, by host time. Both from the attribution's own set: the
+/// interval's mean also holds the unattributable samples. With n attributed
+/// samples, w of them with exits, the sum over those w of (value - exit-free
+/// median) is `excess_ticks`, so the attributed mean minus the exit-free
+/// mean is (excess + w (median - mean)) / n.
+fn exits_part(host: &SegmentHost) -> Option<ExitsPart> {
+    let attributed = host.samples.saturating_sub(host.unattributable);
+    if host.exit_free.count == 0 || attributed == 0 {
         return None;
     }
-    let ticks = vm.corrected.mean - host.exit_free.mean;
+    let with = host.samples_with_exits as f64;
+    let free = &host.exit_free;
+    let ticks =
+        (host.excess_ticks as f64 + with * (free.median as f64 - free.mean)) / attributed as f64;
     let total = host.host_ticks_total as f64;
     let by_reason = host
         .exits
@@ -191,6 +235,7 @@ fn rows_of(
     v: Option<&Crossing>,
     b: Option<&Crossing>,
     timeline_verified: Option<bool>,
+    scale: f64,
 ) -> Vec<ComparisonRow> {
     let note = why_missing(v, "VM").or_else(|| why_missing(b, "bare metal"));
     let mut rows = Vec::new();
@@ -204,7 +249,7 @@ fn rows_of(
         let (vi, bi) = (measured(v, field), measured(b, field));
         let host = vi.and_then(|i| i.host.as_ref());
         let (without, exits) = match (vi, host, bi) {
-            (Some(vi), Some(h), Some(bi)) => (without_exits(h, bi), exits_part(vi, h)),
+            (Some(_), Some(h), Some(bi)) => (without_exits(h, bi), exits_part(h)),
             _ => (None, None),
         };
         rows.push(ComparisonRow {
@@ -216,8 +261,8 @@ fn rows_of(
             bare_p99,
             diff_median: diff(vm_median, bare_median),
             diff_p99: diff(vm_p99, bare_p99),
-            ratio_median: ratio(vm_median, bare_median),
-            ratio_p99: ratio(vm_p99, bare_p99),
+            ratio_median: ratio(vm_median, bare_median, scale),
+            ratio_p99: ratio(vm_p99, bare_p99, scale),
             note: note.clone(),
             without_exits: without,
             exits,
@@ -242,7 +287,9 @@ fn environment_notes(vm: &Report, bare: &Report) -> Vec<String> {
         let skew = vm.host.tsc_khz.abs_diff(bare.host.tsc_khz) as f64 / bare.host.tsc_khz as f64;
         if skew > 0.001 {
             notes.push(format!(
-                "TSC rates differ ({} vs {} kHz): tick counts are not directly comparable",
+                "TSC rates differ ({} vs {} kHz): ratios are of nanoseconds (each file's ticks \
+                 over its own rate); medians and differences are each file's ticks, not directly \
+                 comparable",
                 vm.host.tsc_khz, bare.host.tsc_khz
             ));
         }
@@ -304,6 +351,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
     let all_names = names(vm, bare);
     let mut notes = environment_notes(vm, bare);
     notes.extend(depth_notes(vm, bare, &all_names));
+    let scale = tick_scale(vm, bare);
     let rows = all_names
         .into_iter()
         .flat_map(|name| {
@@ -312,6 +360,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
                 vm_index.get(name).copied(),
                 bare_index.get(name).copied(),
                 vm.timeline.as_ref().map(|t| t.verified),
+                scale,
             )
         })
         .collect();
@@ -331,6 +380,7 @@ mod tests {
     use super::*;
     use crate::fixtures;
     use crate::render::comparison_table;
+    use crate::{Corrections, Sample};
 
     #[test]
     fn comparison_gives_difference_and_ratio() {
@@ -363,17 +413,20 @@ mod tests {
         use crate::attribution::ReasonCost;
         let mut vm = fixtures::report(Environment::LinuxVm, 2);
         let bare = fixtures::report(Environment::BareMetal, 1);
-        // VM u2k: corrected 150..152, mean 151; say the exit-free samples
-        // have median 120 and mean 121, and two reasons share the host time 3:1.
+        // VM u2k: corrected 150..152; say attribution saw 5 samples, one
+        // unattributable, three exit-free (median 121, mean 121.33) and one
+        // 200 ticks above that median with exits, two reasons sharing the
+        // host time 3:1.
         let u2k = vm.crossings[0].u2k.as_mut().unwrap();
         let mut host = SegmentHost {
-            samples: 3,
+            samples: 5,
+            unattributable: 1,
             samples_with_exits: 1,
-            exit_free: Stats::from_samples(&[120, 121, 122]),
+            exit_free: Stats::from_samples(&[120, 121, 123]),
+            excess_ticks: 200,
             host_ticks_total: 400,
             ..Default::default()
         };
-        host.exit_free.mean = 121.0;
         host.exits.insert(
             "npf".into(),
             ReasonCost {
@@ -399,8 +452,11 @@ mod tests {
         assert_eq!(row.diff_median, Some(151 - 51));
         assert_eq!(row.without_exits.as_ref().unwrap().ticks, 121 - 51);
         let exits = row.exits.as_ref().unwrap();
-        let all_mean = vm.crossings[0].u2k.as_ref().unwrap().corrected.mean;
-        assert!((exits.ticks - (all_mean - 121.0)).abs() < 1e-9);
+        // Attributed: 120, 121, 123 and 321, mean 171.25; exit-free 364 / 3.
+        assert!(
+            (exits.ticks - (171.25 - 364.0 / 3.0)).abs() < 1e-9,
+            "{exits:?}"
+        );
         assert!((exits.by_reason["npf"] - 0.75 * exits.ticks).abs() < 1e-9);
         // Untraced rows have no split; the table shows one only when traced.
         let k2u = c.rows.iter().find(|r| r.interval == "k2u").unwrap();
@@ -408,6 +464,154 @@ mod tests {
         let table = comparison_table(&c);
         assert!(table.contains("what the VM adds, decomposed"), "{table}");
         assert!(!comparison_table(&compare(&bare, &bare)).contains("decomposed"));
+    }
+
+    /// `n` independent values spread evenly around `center` (+-50), from a
+    /// SplitMix64 stream: their true median is `center`.
+    fn draw(center: u64, n: usize, seed: &mut u64) -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                *seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = *seed;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                center - 50 + (z ^ (z >> 31)) % 101
+            })
+            .collect()
+    }
+
+    /// The decomposition's interval for VM exit-free values against
+    /// bare-metal values.
+    fn difference_ci(vm: &[u64], bare: &[u64]) -> (i64, i64, i64) {
+        let host = SegmentHost {
+            samples: vm.len() as u64,
+            exit_free: Stats::from_samples(vm),
+            exit_free_median_ci: crate::bootstrap::median_ci(vm),
+            ..Default::default()
+        };
+        let w = without_exits(&host, &Interval::from_raw(bare, 0)).unwrap();
+        (w.ticks, w.ci_low.unwrap(), w.ci_high.unwrap())
+    }
+
+    #[test]
+    fn the_difference_interval_covers_the_true_difference_95_percent_of_the_time() {
+        // 400 pairs of independent runs, VM exit-free median 1100, bare metal
+        // 1000: the interval should hold 100 in about 95 % of them. Ends
+        // against ends of two 95 % intervals hold it in about 99 %.
+        let mut seed = 21;
+        let covered = (0..400)
+            .filter(|_| {
+                let vm = draw(1100, 300, &mut seed);
+                let bare = draw(1000, 300, &mut seed);
+                let (_, low, high) = difference_ci(&vm, &bare);
+                low <= 100 && 100 <= high
+            })
+            .count();
+        assert!((360..=392).contains(&covered), "covered {covered} of 400");
+    }
+
+    #[test]
+    fn the_difference_interval_is_not_the_sum_of_both_widths() {
+        // Two runs of the same spread: the difference's interval is about
+        // sqrt(2) times one median's, not twice it.
+        let mut seed = 5;
+        let (vm, bare) = (draw(1100, 300, &mut seed), draw(1000, 300, &mut seed));
+        let one = |v: &[u64]| {
+            let ci = crate::bootstrap::median_ci(v).unwrap();
+            (ci.high - ci.low) as f64
+        };
+        let (ticks, low, high) = difference_ci(&vm, &bare);
+        assert!(low <= ticks && ticks <= high, "{low} {ticks} {high}");
+        let width = (high - low) as f64;
+        let single = (one(&vm) + one(&bare)) / 2.0;
+        assert!(
+            width < 1.7 * single && width > 1.2 * single,
+            "{width} against {single} for one median"
+        );
+    }
+
+    #[test]
+    fn the_exits_part_is_over_the_attributed_samples_only() {
+        use crate::attribution::{attribute, HostExitEvent, HostTrace, Index};
+        use crate::timeline::Mapping;
+        // u2k of 100 ticks four times, 1100 once (an exit of 900 inside), and
+        // 10100 once where the trace lost events: unattributable, so in
+        // neither part. The exits part is the attributed mean (300) minus
+        // the exit-free mean (100).
+        let sample = |k: u64, u2k: u64| Sample {
+            u2k_u: k * 100_000,
+            u2k_k: k * 100_000 + u2k,
+            k2u_k: k * 100_000 + u2k + 10,
+            k2u_u: k * 100_000 + u2k + 20,
+            cpu: Some(0),
+            interrupts: None,
+        };
+        let samples: Vec<Sample> = [100, 100, 100, 100, 1100, 10_100]
+            .iter()
+            .zip(1..)
+            .map(|(&u2k, k)| sample(k, u2k))
+            .collect();
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        let mut c = Crossing::from_samples("pf", 6, &samples, &Corrections::default(), true);
+        c.samples = Some(samples);
+        vm.crossings[0] = c;
+        let trace = HostTrace {
+            reasons: vec!["npf".into()],
+            exits: vec![HostExitEvent {
+                vcpu: 0,
+                exit: 500_050,
+                entry: 500_950,
+                reason: 0,
+            }],
+            lost: vec![(600_010, 600_020)],
+        };
+        let m = Mapping::unscaled(0);
+        attribute(&mut vm, &Index::new(&trace, &m), None);
+        let host = vm.crossings[0].u2k.as_ref().unwrap().host.clone().unwrap();
+        assert_eq!((host.samples, host.unattributable), (6, 1), "fixture");
+        let bare = fixtures::report(Environment::BareMetal, 1);
+        let c = compare(&vm, &bare);
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.crossing == "pf" && r.interval == "u2k")
+            .unwrap();
+        let exits = row.exits.as_ref().unwrap();
+        assert!((exits.ticks - 200.0).abs() < 1e-9, "{exits:?}");
+        assert!((exits.by_reason["npf"] - 200.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ratios_across_tsc_rates_are_of_nanoseconds() {
+        // The same tick counts at 3 GHz (VM) and 2 GHz (bare metal): the VM
+        // took two thirds of the time.
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        vm.host.tsc_khz = 3_000_000;
+        let bare = fixtures::report(Environment::BareMetal, 1);
+        let c = compare(&vm, &bare);
+        let rt = c
+            .rows
+            .iter()
+            .find(|r| r.crossing == "pf" && r.interval == "round_trip")
+            .unwrap();
+        assert_eq!(rt.vm_median, rt.bare_median);
+        assert!(
+            (rt.ratio_median.unwrap() - 2.0 / 3.0).abs() < 1e-9,
+            "{:?}",
+            rt.ratio_median
+        );
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("ratios are of nanoseconds")),
+            "{:?}",
+            c.notes
+        );
+        // Within 0.1 %: one rate, ratios of ticks.
+        vm.host.tsc_khz = 2_001_000;
+        let c = compare(&vm, &bare);
+        assert_eq!(c.rows[2].ratio_median, Some(1.0), "{:?}", c.rows[2]);
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
     }
 
     #[test]

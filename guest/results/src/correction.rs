@@ -151,11 +151,6 @@ impl Corrections {
             user_round_trip: a,
         }
     }
-
-    /// Whether the parts' corrections sum to the round trip's.
-    pub fn add_up(&self) -> bool {
-        self.u2k + self.k2u + self.in_kernel == self.round_trip
-    }
 }
 
 /// Corrections of VM exits timed at CPL0 (see the module text).
@@ -182,10 +177,6 @@ impl ExitCorrections {
             in_vmm: h_rev,
             vmm_to_guest: halves - halves / 2,
         }
-    }
-
-    pub fn add_up(&self) -> bool {
-        self.guest_to_vmm + self.in_vmm + self.vmm_to_guest == self.round_trip_via_vmm
     }
 }
 
@@ -274,6 +265,40 @@ impl StampCosts {
             .as_ref()
             .map_or(self.user_pair.median(), |s| s.correction)
     }
+
+    /// Where the corrections a report applied are not the ones its own pair
+    /// costs give: each derived again from `A` ([`Self::user_cost`]) and
+    /// the kernel and VMM pairs' medians. (That the parts sum to the round
+    /// trip holds for any derived set; what a file says it subtracted
+    /// against what it says it measured does not.)
+    pub fn derivation_problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        let kernel = self
+            .kernel_pair
+            .as_ref()
+            .zip(self.kernel_pair_inner.as_ref())
+            .map(|(c, b)| (c.median(), b.median()));
+        let expected = Corrections::derive(self.user_cost(), kernel);
+        if self.corrections != expected {
+            p.push(format!(
+                "crossing corrections {:?} are not those of user pair {} and the kernel pairs {kernel:?}: {expected:?}",
+                self.corrections,
+                self.user_cost()
+            ));
+        }
+        let vmm = self.vmm_pair.as_ref().zip(self.vmm_pair_reverse.as_ref());
+        let expected =
+            self.kernel_pair.as_ref().zip(vmm).map(|(c, (h, h_rev))| {
+                ExitCorrections::derive(c.median(), h.median(), h_rev.median())
+            });
+        if self.exit_corrections != expected {
+            p.push(format!(
+                "exit corrections {:?} are not those of the kernel and VMM pairs: {expected:?}",
+                self.exit_corrections
+            ));
+        }
+        p
+    }
 }
 
 /// Why a measured crossing's corrected parts do not add up to its corrected
@@ -350,14 +375,13 @@ mod tests {
     use crate::{Crossing, Interval, Sample};
 
     #[test]
-    fn crossing_corrections_add_up_and_follow_the_derivation() {
+    fn crossing_corrections_follow_the_derivation() {
         // A = 73, C = 40 (odd sum), B = 30.
         let c = Corrections::derive(73, Some((40, 30)));
         assert_eq!((c.u2k, c.k2u), (56, 57));
         assert_eq!(c.in_kernel, 30);
         assert_eq!(c.round_trip, 143);
         assert_eq!(c.user_round_trip, 73);
-        assert!(c.add_up());
         let none = Corrections::derive(73, None);
         assert_eq!(
             (none.round_trip, none.user_round_trip, none.u2k),
@@ -366,12 +390,40 @@ mod tests {
     }
 
     #[test]
-    fn exit_corrections_add_up() {
+    fn corrections_that_do_not_follow_from_the_pairs_are_named() {
+        let p = |m: u64| PairCost::from_rounds("a", "b", &[vec![m]]);
+        let costs = StampCosts::new(p(73), Some((p(40), p(30))), Some((p(44), p(20))));
+        assert_eq!(costs.derivation_problems(), Vec::<String>::new());
+        // Parts that still sum to the round trip, but one tick moved from
+        // k2u to u2k: not what A = 73, C = 40 give.
+        let mut moved = costs.clone();
+        moved.corrections.u2k += 1;
+        moved.corrections.k2u -= 1;
+        let p1 = moved.derivation_problems();
+        assert!(
+            p1.len() == 1 && p1[0].starts_with("crossing corrections"),
+            "{p1:?}"
+        );
+        // A stale exit correction (the VMM pair re-measured, not re-derived).
+        let mut stale = costs.clone();
+        stale.vmm_pair_reverse = Some(p(25));
+        let p2 = stale.derivation_problems();
+        assert!(
+            p2.len() == 1 && p2[0].starts_with("exit corrections"),
+            "{p2:?}"
+        );
+        // Corrections from another A (60) than the report's user pair (73).
+        let mut swept = costs.clone();
+        swept.corrections = Corrections::derive(60, Some((40, 30)));
+        assert_eq!(swept.derivation_problems().len(), 1);
+    }
+
+    #[test]
+    fn exit_corrections_follow_the_derivation() {
         let e = ExitCorrections::derive(41, 73, 30);
         assert_eq!(e.round_trip, 41);
         assert_eq!(e.round_trip_via_vmm, 144);
         assert_eq!((e.guest_to_vmm, e.in_vmm, e.vmm_to_guest), (57, 30, 57));
-        assert!(e.add_up());
     }
 
     /// Samples whose true parts are known: each stamp costs `pre` before
@@ -450,7 +502,7 @@ mod tests {
         assert_eq!(costs.user_cost(), 38);
         assert_eq!(costs.corrections, Corrections::derive(38, Some((40, 30))));
         assert_eq!(costs.corrections.round_trip, before.round_trip - 4);
-        assert!(costs.corrections.add_up());
+        assert_eq!(costs.derivation_problems(), Vec::<String>::new());
         assert_eq!(costs.exit_corrections, exits, "exits hold no user stamp");
         // An older report without the field still reads.
         let mut json = serde_json::to_value(&costs).unwrap();

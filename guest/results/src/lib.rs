@@ -445,6 +445,12 @@ pub struct Crossing {
     /// samples-per-round), only when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub samples: Option<Vec<Sample>>,
+    /// Indices into `samples` of those the producer rejected before the
+    /// shared validation (xperf: a KVM async page fault, a sequence counter
+    /// off by more than one, a migration): in neither the statistics nor
+    /// the attribution, which must cover the same samples.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples_rejected: Vec<u64>,
     /// Samples dropped because their stamps came from different CPUs.
     #[serde(default)]
     pub samples_migrated: u64,
@@ -483,6 +489,7 @@ impl Crossing {
             in_kernel: None,
             round_trip: None,
             samples: None,
+            samples_rejected: Vec::new(),
             samples_migrated: 0,
             interrupts_counted: false,
             samples_interrupted: 0,

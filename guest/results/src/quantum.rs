@@ -7,7 +7,7 @@
 //! The estimate comes from the differences of back-to-back counter reads
 //! ([`crate::tsc::back_to_back`], or the microguest's own loop): they fall in
 //! clusters at multiples of the step (24/25, 49, 73/74... on this build
-//! machine, whose step is 2445 MHz / 100 MHz = 24.45 ticks), or in one wide
+//! machine, whose step alternates 24 and 25 ticks, about 2445 MHz / 100 MHz), or in one wide
 //! cluster when the counter moves every tick (the reads themselves take
 //! longer than a step). A step that is not a whole number of ticks shows as
 //! two neighbouring values (24 and 25), hence clusters of values at most one
@@ -90,7 +90,15 @@ pub fn estimate(diffs: &[u64]) -> Option<f64> {
         .filter(|c| c.count as f64 >= MIN_SHARE * positive)
         .collect();
     let first = significant.first()?;
-    if first.values.len() > 2 {
+    let zeros = diffs.len() as f64 - positive;
+    // A step shows only as values the counter skips: zeros (it stood still
+    // through a read), or a second cluster a whole step further. One cluster
+    // of one or two neighbouring values with no zeros is what a steady read
+    // latency gives on a counter that moves every tick (18.4 ticks: 18 and
+    // 19) as much as a step equal to the latency; nothing shows a step, so
+    // the values' common divisor is the resolution.
+    let lone = significant.len() == 1 && zeros < MIN_SHARE * diffs.len() as f64;
+    if first.values.len() > 2 || lone {
         // A wide cluster: the counter resolves single ticks (or a common
         // divisor of the values it shows).
         return Some(first.values.iter().fold(0, |g, &v| gcd(g, v)) as f64);
@@ -165,6 +173,26 @@ mod tests {
             .collect();
         let q = estimate(&diffs).unwrap();
         assert!((q - 24.45).abs() < 0.1, "{q}");
+        // Another day's 200k reads, with rarer long gaps of 5 and 6 steps:
+        // the step alternates 24 and 25 ticks, 24.5 on average.
+        let measured = [
+            (24, 81_297),
+            (25, 81_311),
+            (49, 35_802),
+            (73, 634),
+            (74, 594),
+            (98, 23),
+            (122, 124),
+            (123, 121),
+            (147, 75),
+        ];
+        let diffs: Vec<u64> = measured
+            .iter()
+            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
+            .collect();
+        let q = estimate(&diffs).unwrap();
+        assert!((q - 24.5).abs() < 0.02, "{q}");
+        assert!(is_coarse(98, Some(q)), "four steps are flagged");
     }
 
     #[test]
@@ -174,6 +202,30 @@ mod tests {
         // Only even values: a counter moving by two.
         let diffs: Vec<u64> = (0..5000).map(|i| 30 + 2 * (i % 5)).collect();
         assert_eq!(estimate(&diffs), Some(2.0));
+    }
+
+    #[test]
+    fn a_steady_read_latency_on_a_one_tick_counter_is_not_a_step() {
+        // A counter moving every tick, read every 18.4 ticks: 18 or 19 every
+        // time, the same two neighbours a 18.4-tick step would give; but no
+        // read ever saw the counter stand still or skip a step, so nothing
+        // shows a step larger than one tick.
+        let diffs = stepped(1.0, 18.4, 20_000);
+        assert!(diffs.iter().all(|&d| d == 18 || d == 19), "fixture");
+        let q = estimate(&diffs).unwrap();
+        assert!((q - 1.0).abs() < 0.01, "{q}");
+        assert!(!is_coarse(98, Some(q)), "a one-tick counter flags nothing");
+    }
+
+    #[test]
+    fn a_25_tick_counter_at_any_read_latency() {
+        // Reads slower than a step (25/50), much slower (75/100), and
+        // faster than a step (mostly 0, sometimes 25).
+        for latency in [30.0, 80.0, 10.0] {
+            let q = estimate(&stepped(25.0, latency, 20_000)).unwrap();
+            assert!((q - 25.0).abs() < 0.1, "latency {latency}: {q}");
+            assert!(is_coarse(98, Some(q)) && !is_coarse(500, Some(q)));
+        }
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct Config {
 struct Kept {
     rounds: Vec<Vec<Sample>>,
     all: Vec<Sample>,
+    /// Indices into `all` of the samples a verdict rejected.
+    rejected: Vec<u64>,
     async_pf: u64,
     seq: u64,
     migrated: u64,
@@ -62,12 +64,15 @@ struct Kept {
 impl Kept {
     fn add_round(&mut self, taken: &[Taken]) {
         let mut round = Vec::with_capacity(taken.len());
-        for t in taken {
+        for (i, t) in taken.iter().enumerate() {
             match t.verdict {
                 Verdict::Keep => round.push(t.sample),
                 Verdict::AsyncPf => self.async_pf += 1,
                 Verdict::SeqMismatch => self.seq += 1,
                 Verdict::Migrated => self.migrated += 1,
+            }
+            if t.verdict != Verdict::Keep {
+                self.rejected.push((self.all.len() + i) as u64);
             }
         }
         self.all.extend(taken.iter().map(|t| t.sample));
@@ -95,6 +100,7 @@ fn split_crossing(
     rejected(&mut crossing, kept);
     if raw {
         crossing.samples = Some(kept.all.clone());
+        crossing.samples_rejected = kept.rejected.clone();
     }
     crossing
 }
@@ -137,6 +143,7 @@ fn round_trip_crossing(
     rejected(&mut crossing, kept);
     if raw {
         crossing.samples = Some(kept.all.clone());
+        crossing.samples_rejected = kept.rejected.clone();
     }
     crossing
 }
@@ -884,6 +891,54 @@ mod tests {
         assert_eq!(c.u2k.as_ref().unwrap().corrected.min, 250);
         assert_eq!(c.samples.as_ref().map(Vec::len), Some(7));
         assert!(c.interrupts_counted && c.clean.is_some());
+    }
+
+    /// Each segment's attributed samples after `attribute` with an empty
+    /// trace on vCPU 0: (samples looked at, exit-free).
+    fn attributed(c: Crossing) -> Vec<(u64, u64)> {
+        use xvmm_results::attribution::{attribute, HostTrace, Index};
+        use xvmm_results::timeline::Mapping;
+        let mut r = Report::new(
+            "t".into(),
+            xvmm_results::Environment::LinuxVm,
+            Default::default(),
+            xvmm_results::Method::standard(0, c.samples_requested),
+        );
+        r.crossings.push(c);
+        let (trace, mapping) = (HostTrace::default(), Mapping::unscaled(0));
+        attribute(&mut r, &Index::new(&trace, &mapping), Some(0));
+        let c = &r.crossings[0];
+        [&c.u2k, &c.in_kernel, &c.k2u, &c.round_trip]
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.host.as_ref())
+            .map(|h| (h.samples, h.exit_free.count))
+            .collect()
+    }
+
+    #[test]
+    fn attribution_sees_only_the_samples_in_the_statistics() {
+        // Stamps in order all, but xperf rejected the last three: they are
+        // kept with --raw, and must stay out of the attribution as they stay
+        // out of the statistics the decomposition compares it with.
+        let all = [
+            taken(s(100, 400, 900, 1200), Verdict::Keep),
+            taken(s(2100, 2450, 2950, 3300), Verdict::Keep),
+            taken(s(4100, 4400, 4900, 99_000), Verdict::AsyncPf),
+            taken(s(100_100, 100_400, 100_900, 101_200), Verdict::SeqMismatch),
+            taken(s(102_100, 102_400, 102_900, 103_200), Verdict::Migrated),
+        ];
+        let mut kept = Kept::default();
+        kept.add_round(&all);
+        let corr = Corrections::derive(50, Some((50, 10)));
+        let c = split_crossing(PF_FIRST_TOUCH, 5, &kept, &corr, true);
+        assert_eq!(c.samples_valid, 2);
+        let segments = attributed(c);
+        assert_eq!(segments.len(), 4);
+        assert!(segments.iter().all(|&s| s == (2, 2)), "{segments:?}");
+        // Round trips only: the same.
+        let c = round_trip_crossing(PF_FIRST_TOUCH, 5, &kept, 50, true, "no hooks");
+        assert_eq!(attributed(c), [(2, 2)]);
     }
 
     #[test]

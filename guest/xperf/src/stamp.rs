@@ -397,18 +397,55 @@ mod tests {
     }
 
     #[test]
-    fn store_pair_writes_the_byte_and_names_the_cpu() {
+    fn store_pair_writes_the_byte() {
         let mut cell = [0u8; 64];
         // SAFETY: a live, writable local buffer.
         let s = unsafe { store_pair(cell.as_mut_ptr().wrapping_add(5)) };
         assert!(s.open < s.close);
         assert_eq!(cell[5], 1);
+    }
+
+    #[test]
+    fn the_stamps_name_the_cpu_the_thread_is_pinned_to() {
+        // Pinned, the thread cannot move: TSC_AUX's low 12 bits (Linux
+        // writes node << 12 | cpu) must name the CPU the kernel reports.
         // SAFETY: no arguments.
         let cpu = unsafe { libc::sched_getcpu() };
-        // The thread may move between the stamps and sched_getcpu, rarely.
-        if let Some(c) = s.cpu() {
-            assert!(c < 4096, "{c} {cpu}");
+        assert!(cpu >= 0);
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+        // sched_setaffinity only touch it and this thread's affinity.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set),
+                0
+            );
         }
+        let mut cell = [0u8; 64];
+        for _ in 0..100 {
+            // SAFETY: a live, writable local buffer.
+            let s = unsafe { store_pair(cell.as_mut_ptr()) };
+            assert_eq!(s.cpu(), Some(cpu as u32), "{s:?}");
+        }
+        // The node bits above the mask are not the CPU; differing CPUs are
+        // no CPU.
+        let node1 = |cpu: u32| (1 << 12) | cpu;
+        let s = Stamps {
+            open: 1,
+            close: 2,
+            aux_open: node1(3),
+            aux_close: node1(3),
+        };
+        assert_eq!(s.cpu(), Some(3));
+        assert_eq!(
+            Stamps {
+                aux_close: node1(4),
+                ..s
+            }
+            .cpu(),
+            None
+        );
     }
 
     #[test]

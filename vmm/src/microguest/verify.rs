@@ -7,17 +7,26 @@
 //!   up: a crossing's corrected u2k, in_kernel and k2u to its round trip, an
 //!   exit's three host-side parts to its round trip (in the means);
 //! - the user pair's cost is the one its linearity sweep decided (the null
-//!   pair, or the sweep's intercept), and the crossings' corrections are
-//!   the ones it and the kernel pairs give;
+//!   pair, or the sweep's intercept), the crossings' corrections are the
+//!   ones it and the kernel pairs give, and the exits' the ones the kernel
+//!   and VMM pairs give;
 //! - every row has as many per-round medians as the run had rounds, and its
 //!   median's confidence interval holds the median;
-//! - an exit's raw round trip is never below the kernel stamp pair that
-//!   brackets it.
+//! - an exit costs more than an instruction that does not exit: its
+//!   corrected median's interval lies above [`MIN_EXIT_TICKS`] (the kernel
+//!   pair that brackets it is subtracted; that a pair with an exit inside
+//!   outlasts the pair alone would hold with no exit at all).
 
 use xvmm_results::correction::parts_mismatch;
 use xvmm_results::{
     Corrections, Crossing, Environment, ExitTiming, Interval, Report, StampCosts, Status,
 };
+
+/// What an exit costs at least, in ticks: the most a native instruction
+/// costs (`xperf characterize`'s trap threshold), far below any VM exit
+/// measured (hardware: ~1000 cycles and up; PVM here: cpuid 12 520, hlt
+/// 7 055 corrected ticks, 2026-11-26).
+pub const MIN_EXIT_TICKS: u64 = 300;
 
 /// Crossings a microguest report lists, in order.
 pub const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
@@ -46,15 +55,8 @@ pub fn problems(report: &Report) -> Vec<String> {
         p.push("no stamp costs".into());
         return p;
     };
-    let kernel_pair = costs.kernel_pair.as_ref().map_or(0, |k| k.stats.median);
     if costs.kernel_pair.is_none() || costs.kernel_pair_inner.is_none() {
         p.push("the kernel stamp pairs were not measured".into());
-    }
-    if !costs.corrections.add_up() {
-        p.push(format!(
-            "crossing corrections do not add up: {:?}",
-            costs.corrections
-        ));
     }
     p.extend(user_cost_problems(costs));
     let rounds = report.method.rounds as usize;
@@ -74,7 +76,7 @@ pub fn problems(report: &Report) -> Vec<String> {
         p.push("no VM exits listed".into());
     }
     for e in &report.exits {
-        exit_problems(e, kernel_pair, rounds, &mut p);
+        exit_problems(e, rounds, &mut p);
     }
     p
 }
@@ -96,19 +98,7 @@ fn user_cost_problems(costs: &StampCosts) -> Vec<String> {
             p.push(format!("user pair sweep: {why}"));
         }
     }
-    let kernel = costs
-        .kernel_pair
-        .as_ref()
-        .zip(costs.kernel_pair_inner.as_ref())
-        .map(|(c, b)| (c.median(), b.median()));
-    let expected = Corrections::derive(costs.user_cost(), kernel);
-    if costs.corrections != expected {
-        p.push(format!(
-            "crossing corrections {:?} are not those of user pair {} and the kernel pairs {kernel:?}: {expected:?}",
-            costs.corrections,
-            costs.user_cost()
-        ));
-    }
+    p.extend(costs.derivation_problems());
     p
 }
 
@@ -183,19 +173,24 @@ fn crossing_problems(c: &Crossing, rounds: usize, p: &mut Vec<String>) {
     }
 }
 
-/// What is wrong with one exit row; `kernel_pair` is the median of the
-/// kernel stamp pair that brackets every exit.
-fn exit_problems(e: &ExitTiming, kernel_pair: u64, rounds: usize, p: &mut Vec<String>) {
+/// What is wrong with one exit row.
+fn exit_problems(e: &ExitTiming, rounds: usize, p: &mut Vec<String>) {
     match &e.status {
         Status::Measured => match &e.round_trip {
-            Some(rt) if rt.raw.count > 0 && kernel_pair < rt.raw.min => {
+            Some(rt) if rt.raw.count > 0 => {
                 interval_problems(&format!("{} round trip", e.name), rt, rounds, p);
                 split_problems(e, rt, p);
+                let low = rt.median_ci.map_or(rt.corrected.median, |ci| ci.low);
+                if low <= MIN_EXIT_TICKS {
+                    p.push(format!(
+                        "{}: the round trip's corrected median ({}, 95 % interval from {low}) is \
+                         not above {MIN_EXIT_TICKS} ticks, what an instruction that does not exit \
+                         costs at most: did it exit?",
+                        e.name, rt.corrected.median
+                    ));
+                }
             }
-            Some(rt) => p.push(format!(
-                "{}: the kernel stamp pair ({kernel_pair}) is not below the round trip (min {}, {} samples)",
-                e.name, rt.raw.min, rt.raw.count
-            )),
+            Some(_) => p.push(format!("{}: measured without a sample", e.name)),
             None => p.push(format!("{}: measured without a round trip", e.name)),
         },
         Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
@@ -385,15 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn exits_are_checked_against_the_kernel_pair_and_their_parts() {
-        let mut r = good();
-        let costs = r.stamp_costs.as_mut().unwrap();
-        costs.kernel_pair = Some(pair(&[5000]));
-        assert!(has(
-            &problems(&r),
-            "cpuid: the kernel stamp pair (5000) is not below"
-        ));
-
+    fn exits_are_checked_against_their_parts() {
         let mut r = good();
         let split = r.exits[1].split.as_mut().unwrap();
         split.in_vmm.corrected.mean += 10.0;
@@ -402,6 +389,24 @@ mod tests {
         let mut r = good();
         r.exits[1].split.as_mut().unwrap().in_vmm.correction = Some(0);
         assert!(has(&problems(&r), "pio-out: the parts' corrections sum"));
+    }
+
+    #[test]
+    fn an_exit_no_dearer_than_a_native_instruction_is_named() {
+        // rdmsr of an MSR the hypervisor passes through: the kernel pair
+        // (40) plus ~60 ticks of native work, above the pair in every
+        // sample, but no exit took place.
+        let mut r = good();
+        let c = r.stamp_costs.as_ref().unwrap().exit_corrections.unwrap();
+        r.exits.push(exit(
+            "rdmsr",
+            &[&[100, 110], &[95, 105]],
+            c.round_trip,
+            None,
+        ));
+        let p = problems(&r);
+        assert!(has(&p, "rdmsr: the round trip's corrected median"), "{p:?}");
+        assert!(!has(&p, "cpuid:") && !has(&p, "pio-out:"), "{p:?}");
     }
 
     #[test]

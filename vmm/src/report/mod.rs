@@ -10,6 +10,7 @@
 
 mod async_pf;
 mod attribution;
+pub mod basis;
 pub mod charts;
 pub mod document;
 pub mod html;

@@ -7,6 +7,7 @@
 //! untrusted: its number of crossings or metrics is not ours to pick), and
 //! tables and charts are cut at fixed sizes with the number left out said.
 
+use super::basis::{Basis, Unit};
 use super::charts::{self, Bar, BarChart, Bin, Distribution, Line, TrendChart};
 use super::document::{Block, Cell, Chart, Document, Section, Table};
 use super::Input;
@@ -287,21 +288,23 @@ fn short(text: &str) -> String {
     s
 }
 
-/// A metric as a matrix cell, with its ratio against `base` (the first
-/// column's metric; `None` in the first column) when both are measured.
-fn matrix_cell(m: Option<&Metric>, base: Option<&Metric>) -> Cell {
+/// A metric as a matrix cell, with its ratio against the first column's
+/// (see [`Basis::ratio`]; `Ok(None)` in the first column).
+fn matrix_cell(m: Option<&Metric>, ratio: Result<Option<f64>, String>) -> Cell {
     let Some(m) = m else {
         return Cell::with_title("-", "not in this file");
     };
     if let Some(s) = m.measured() {
         let mut text = format!("{} {}", s.median, m.unit);
-        if let Some(r) = ratio(base, Some(m)) {
-            text += &format!(" ({r:.2}x)");
-        }
-        let title = format!(
+        let mut title = format!(
             "n {}, min {}, median {}, p99 {}, mean {:.0}",
             s.count, s.min, s.median, s.p99, s.mean
         );
+        match ratio {
+            Ok(Some(r)) => text += &format!(" ({r:.2}x)"),
+            Ok(None) => {}
+            Err(why) => title += &format!("; no ratio: {why}"),
+        }
         return Cell::with_title(
             text,
             m.value
@@ -322,6 +325,7 @@ fn matrix_section(inputs: &[Input]) -> Option<Section> {
         return None;
     }
     let chars: Vec<&Characterization> = cols.iter().map(|(_, _, c)| *c).collect();
+    let basis = Basis::of(&cols.iter().map(|(_, i, _)| &i.report).collect::<Vec<_>>());
     let indexes: Vec<HashMap<&str, &Metric>> = chars.iter().map(|c| index(c)).collect();
     let mut rows = Vec::new();
     let mut bars = Vec::new();
@@ -331,9 +335,9 @@ fn matrix_section(inputs: &[Input]) -> Option<Section> {
         let mut row = vec![Cell::from(format!("{group}: {name}"))];
         for (k, idx) in indexes.iter().enumerate() {
             let m = idx.get(name).copied();
-            row.push(matrix_cell(m, first.filter(|_| k > 0)));
-            let ratio = ratio(first, m).filter(|_| k > 0);
-            if let Some(r) = ratio.filter(|_| first.is_some_and(|f| f.unit == "ticks")) {
+            let ratio = basis.ratio(first.filter(|_| k > 0), k, m);
+            let timed = first.is_some_and(|f| f.unit == "ticks");
+            if let Some(r) = ratio.clone().ok().flatten().filter(|_| timed) {
                 let label = if cols.len() > 2 {
                     format!("{name} · {}", cols[k].1.label)
                 } else {
@@ -348,21 +352,27 @@ fn matrix_section(inputs: &[Input]) -> Option<Section> {
                     whisker: None,
                 });
             }
+            row.push(matrix_cell(m, ratio));
         }
         rows.push(row);
     }
     let mut header = vec!["metric".to_string()];
     header.extend(cols.iter().map(|(i, input, _)| column(*i, input)));
     let mut blocks = vec![Block::Paragraph(format!(
-        "Each characterization file is a column; ratios are against the first ({}). Hover a cell for its statistics, its meaning or why it is missing.",
-        column(cols[0].0, cols[0].1)
+        "Each characterization file is a column; ratios are against the first ({}). {} Hover a cell for its statistics, its meaning or why it is missing.",
+        column(cols[0].0, cols[0].1),
+        basis.describe()
     ))];
     blocks.push(Block::Chart(Chart::Bars(BarChart {
         caption: format!(
             "Median against {} (1.0 = the same)",
             short(&cols[0].1.label)
         ),
-        unit: "ratio of medians".into(),
+        unit: match basis.unit {
+            Unit::Ticks => "ratio of medians (TSC ticks)",
+            Unit::Nanoseconds => "ratio of medians (nanoseconds)",
+        }
+        .into(),
         series: cols[1..]
             .iter()
             .map(|(i, input, _)| column(*i, input))
@@ -385,13 +395,6 @@ fn matrix_section(inputs: &[Input]) -> Option<Section> {
         title: "Characterizations side by side".into(),
         blocks,
     })
-}
-
-/// `m`'s median over `first`'s, both measured and the base non-zero.
-fn ratio(first: Option<&Metric>, m: Option<&Metric>) -> Option<f64> {
-    let base = first?.measured()?.median;
-    let value = m?.measured()?.median;
-    (base > 0).then(|| value as f64 / base as f64)
 }
 
 // ----------------------------------------------------------------- trend
@@ -451,6 +454,7 @@ fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Secti
     let span = runs[runs.len() - 1].2.started_unix.saturating_sub(t0);
     let (unit, per) = time_unit(span);
     let indexes: Vec<HashMap<&str, &Metric>> = runs.iter().map(|r| index(r.2)).collect();
+    let basis = Basis::of(&runs.iter().map(|r| &r.1.report).collect::<Vec<_>>());
     let timed: Vec<&Metric> = runs[0]
         .2
         .metrics
@@ -465,11 +469,10 @@ fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Secti
             points: runs
                 .iter()
                 .zip(&indexes)
-                .filter_map(|(r, idx)| {
-                    Some((
-                        since(r.2),
-                        ratio(Some(m), idx.get(m.name.as_str()).copied())?,
-                    ))
+                .enumerate()
+                .filter_map(|(k, (r, idx))| {
+                    let ratio = basis.ratio(Some(m), k, idx.get(m.name.as_str()).copied());
+                    Some((since(r.2), ratio.ok()??))
                 })
                 .collect(),
         })
@@ -485,10 +488,8 @@ fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Secti
         .map(|m| {
             let mut row = vec![Cell::from(m.name.as_str())];
             row.extend(indexes.iter().enumerate().map(|(k, idx)| {
-                matrix_cell(
-                    idx.get(m.name.as_str()).copied(),
-                    Some(*m).filter(|_| k > 0),
-                )
+                let this = idx.get(m.name.as_str()).copied();
+                matrix_cell(this, basis.ratio(Some(*m).filter(|_| k > 0), k, this))
             }));
             row
         })
@@ -496,16 +497,21 @@ fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Secti
     let host = &runs[0].2.hostname;
     let mut blocks = vec![
         Block::Paragraph(format!(
-            "{} characterizations of the same machine ({}, {}) over {:.1} {unit}: medians relative to the first run.",
+            "{} characterizations of the same machine ({}, {}) over {:.1} {unit}: medians relative to the first run. {}",
             runs.len(),
             or_dash(host),
             or_dash(&runs[0].1.report.host.cpu_model),
-            span as f64 / per
+            span as f64 / per,
+            basis.describe()
         )),
         Block::Chart(Chart::Trend(TrendChart {
             caption: "Median relative to the first run".into(),
             x_unit: format!("{unit} since the first run"),
-            y_unit: "ratio".into(),
+            y_unit: match basis.unit {
+                Unit::Ticks => "ratio (TSC ticks)",
+                Unit::Nanoseconds => "ratio (nanoseconds)",
+            }
+            .into(),
             lines,
             reference: Some(1.0),
         })),
@@ -1211,6 +1217,62 @@ mod tests {
         guest.host.hypervisor_signature = "KVMKVMKVM".into();
         let doc = document(&[input("a", characterized("x", 1, 5)), input("b", guest)]);
         assert_eq!(ids(&doc), ["inputs", "matrix", "file-1", "file-2"]);
+    }
+
+    /// The matrix's `exits: cpuid` row.
+    fn cpuid_row(doc: &Document) -> Vec<Cell> {
+        let matrix = doc.sections.iter().find(|s| s.id == "matrix").unwrap();
+        let Some(Block::Table(t)) = matrix.blocks.iter().find(|b| matches!(b, Block::Table(_)))
+        else {
+            panic!("no matrix table");
+        };
+        t.rows
+            .iter()
+            .find(|r| r[0].text == "exits: cpuid")
+            .unwrap()
+            .clone()
+    }
+
+    fn matrix_text(doc: &Document) -> String {
+        let matrix = doc.sections.iter().find(|s| s.id == "matrix").unwrap();
+        format!("{:?}", matrix.blocks)
+    }
+
+    #[test]
+    fn machines_with_different_tsc_rates_compare_in_nanoseconds() {
+        // 3000 ticks at 3 GHz and 2000 ticks at 2 GHz: both 1 us.
+        let mut fast = characterized("fast", 1, 3000);
+        fast.host.tsc_khz = 3_000_000;
+        let mut slow = characterized("slow", 2, 2000);
+        slow.host.tsc_khz = 2_000_000;
+        let doc = document(&[input("slow", slow.clone()), input("fast", fast.clone())]);
+        let row = cpuid_row(&doc);
+        assert_eq!(row[2].text, "3000 ticks (1.00x)", "{row:?}");
+        let text = matrix_text(&doc);
+        assert!(text.contains("ratios of nanoseconds"), "{text}");
+        // One TSC rate (within 0.1 %): ticks, and the page says so.
+        fast.host.tsc_khz = 2_001_000;
+        let doc = document(&[input("slow", slow.clone()), input("fast", fast.clone())]);
+        assert_eq!(cpuid_row(&doc)[2].text, "3000 ticks (1.50x)");
+        assert!(matrix_text(&doc).contains("ratios of TSC ticks"));
+        // A file without a rate cannot be converted: no ratio, and why.
+        fast.host.tsc_khz = 0;
+        let doc = document(&[input("slow", slow), input("fast", fast)]);
+        let row = cpuid_row(&doc);
+        assert_eq!(row[2].text, "3000 ticks", "{row:?}");
+        assert!(row[2].title.as_deref().unwrap().contains("no TSC rate"));
+    }
+
+    #[test]
+    fn metrics_in_different_units_get_no_ratio() {
+        let mut a = characterized("a", 1, 1000);
+        let mut b = characterized("b", 2, 1000);
+        for (r, chunk) in [(&mut a, 128), (&mut b, 64)] {
+            let c = r.characterize.as_mut().unwrap();
+            c.metrics[0].unit = format!("ticks/{chunk} pauses");
+        }
+        let row = cpuid_row(&document(&[input("a", a), input("b", b)]));
+        assert_eq!(row[2].text, "1000 ticks/64 pauses", "{row:?}");
     }
 
     #[test]

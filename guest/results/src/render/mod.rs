@@ -486,8 +486,8 @@ fn decomposition_table(c: &Comparison) -> String {
     }
     let mut out = String::from(
         "\nwhat the VM adds, decomposed: without exits = VM exit-free median - bare-metal median \
-         (95 % CI); exits = VM mean of all samples - VM mean of exit-free samples, split by \
-         host time\n",
+         (approx. 95 % CI of the difference, within-run scatter only); exits = mean of the \
+         attributed samples - mean of their exit-free ones, split by host time\n",
     );
     if rows.iter().any(|r| r.timeline_verified == Some(false)) {
         out += "UNVERIFIED TIMELINE: the exit placements behind this split may be wrong\n";
