@@ -45,10 +45,10 @@ fn quantum_here() -> f64 {
     quantum::estimate(&tsc::back_to_back(100_000)).expect("the TSC moves")
 }
 
-/// Long chains timed natively: what one imul costs, independently of any
+/// Chains timed natively: what one imul costs, independently of any
 /// sweep (`linearity::ChainCost`).
 fn chain_cost() -> ChainCost {
-    ChainCost::native(41)
+    ChainCost::native(201)
 }
 
 /// Checks the correction a run decided (`decided`) against the short and
