@@ -25,7 +25,8 @@ use xvmm::microguest::measure::{self, user_intervals, user_or_kernel_intervals};
 use xvmm::microguest::platform::{self, Platform};
 use xvmm::vcpu::RunControl;
 use xvmm_benches::linearity::{
-    self, check, wrong_corrections, Verdict, INTERCEPT_PHASES, LONG_PHASE,
+    self, check, control_step, wrong_chain_costs, wrong_corrections, ChainCost, Verdict,
+    INTERCEPT_PHASES, LONG_PHASE,
 };
 use xvmm_benches::perf;
 use xvmm_results::sweep::{self, StampSweep, SweepFit, SweepPhase};
@@ -44,15 +45,25 @@ fn quantum_here() -> f64 {
     quantum::estimate(&tsc::back_to_back(100_000)).expect("the TSC moves")
 }
 
+/// Chains timed natively: what one imul costs, independently of any
+/// sweep (`linearity::ChainCost`).
+fn chain_cost() -> ChainCost {
+    ChainCost::native(201)
+}
+
 /// Checks the correction a run decided (`decided`) against the short and
-/// long phases of an independent sweep, prints it, and requires the wrong
-/// corrections to fail the same check.
+/// long phases of an independent sweep and the sweep's slope against the
+/// chain's independent cost (`before` and `after` the sweep), prints it,
+/// and requires the wrong corrections (one quantum either side, where the
+/// sweeps resolve a quantum) and wrong chain costs to fail the same check.
 fn check_with_controls(
     what: &str,
     phases: Vec<SweepPhase>,
     decided: &StampSweep,
     q: f64,
+    (before, after): (ChainCost, ChainCost),
 ) -> Verdict {
+    let chain = ChainCost::pooled(before, after);
     let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
     let short = SweepFit::new(short.to_vec(), Some(q)).expect("short phases");
     let long = &long[0];
@@ -73,13 +84,28 @@ fn check_with_controls(
         long.lengths,
         long.medians
     );
-    let verdict = check(&short, long, decided.correction, decided, Some(q))
+    println!("{what}: chain cost before {before:?}, after {after:?}");
+    let verdict = check(&short, long, decided.correction, decided, Some(q), chain)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     println!("{what}: {verdict:?}");
+    let step = control_step(&verdict, Some(q));
+    println!(
+        "{what}: controls {step:.1} ticks either side ({})",
+        if step <= q {
+            "one quantum"
+        } else {
+            "the sweeps resolve less than a quantum"
+        }
+    );
     for (wrong, why) in wrong_corrections(&verdict, Some(q)) {
-        let result = check(&short, long, wrong, decided, Some(q));
+        let result = check(&short, long, wrong, decided, Some(q), chain);
         println!("{what}: control {why} ({wrong}): {result:?}");
         assert!(result.is_err(), "{what}: {why} ({wrong}) must fail");
+    }
+    for wrong in wrong_chain_costs(&verdict) {
+        let result = check(&short, long, decided.correction, decided, Some(q), wrong);
+        println!("{what}: control chain cost {wrong:?}: {result:?}");
+        assert!(result.is_err(), "{what}: chain cost {wrong:?} must fail");
     }
     verdict
 }
@@ -91,8 +117,9 @@ fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
     let decided = linearity::native_decision(3, 100_000, Some(q));
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
+    let before = chain_cost();
     let phases = linearity::native_phases(&all, 24_000);
-    check_with_controls("native", phases, &decided, q);
+    check_with_controls("native", phases, &decided, q, (before, chain_cost()));
 }
 
 #[test]
@@ -109,10 +136,12 @@ fn microguest_stamps_are_linear_and_a_wrong_correction_is_caught() {
         .unwrap_or_else(|e| panic!("the run's decision: {e}"));
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
+    let before = chain_cost();
     let phases = measure::user_sweep(&all, 500, 8000, timeout)
         .unwrap_or_else(|e| panic!("the long sweep: {e}"));
     assert_eq!(phases.len(), all.len(), "every phase measured");
-    check_with_controls("microguest", phases, &decided, q);
+    let chains = (before, chain_cost());
+    check_with_controls("microguest", phases, &decided, q, chains);
 }
 
 /// The same for the kernel stamp pair at CPL0, where CPL0 runs natively
@@ -181,11 +210,14 @@ fn kernel_linearity(plain: bool, c: u64, timeout: Duration) {
     let decided = sweep::decide(c, SweepFit::new(run, Some(q)).unwrap(), Some(q));
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
+    let before = chain_cost();
+    let phases = chains(&all);
     check_with_controls(
         &format!("kernel (plain RDTSC: {plain})"),
-        chains(&all),
+        phases,
         &decided,
         q,
+        (before, chain_cost()),
     );
 }
 

@@ -195,17 +195,20 @@ fn with_async_pf_on_the_guest_gets_async_faults_the_host_traced() {
     assert!(not_present > 0, "{:?}", a.host);
     assert!(a.host.try_async_get_page.unwrap_or(0) >= not_present);
     let received = a.guest.async_pf_received.expect("pf_async from the hooks");
-    assert!(received > 0, "{:?}", a.guest);
+    // Every touch is of a page the host dropped, with interrupts on at
+    // CPL3: each one goes async.
+    assert_eq!(received, SAMPLES * ROUNDS, "{:?}", a.guest);
     assert!(a.guest.page_ready.unwrap_or(0) > 0, "{:?}", a.guest);
-    // Joined per sample on the verified timeline: the host's and the
-    // guest's views of which touches went async agree.
+    // Joined per sample on the verified timeline: every touch the guest
+    // saw go async holds the host's "not present" in its own window.
     let timeline = r.on.timeline.as_ref().expect("timeline");
     assert!(timeline.verified, "{timeline:?}");
-    let agreeing = a.host.samples_agreeing.expect("joined");
-    assert!(
-        agreeing * 100 >= (SAMPLES * ROUNDS) * 95,
-        "host and guest agree on {agreeing} of {} touches",
-        SAMPLES * ROUNDS
+    let guest_async = a.guest.sample_async.iter().filter(|&&g| g == 1).count() as u64;
+    assert!(guest_async > 0, "{:?}", a.guest);
+    let agreeing = a.host.samples_async_agreeing.expect("joined");
+    assert_eq!(
+        agreeing, guest_async,
+        "the host traced {agreeing} of the {guest_async} touches the guest saw go async"
     );
 }
 

@@ -327,7 +327,8 @@ fn guest_tsc_rate_on_real_kvm_is_applied_or_refused_in_one_line() {
 /// Issue 12, the microguest part: on L1's real KVM every exit kind's traced
 /// split has guest->host, in host and host->guest positive in at least
 /// 99.9 % of its split samples (a negative part would disprove the
-/// mapping), and an exit served in the VMM process (pio-out) spends longer
+/// mapping), adding up to each split sample's round trip within 2 TSC
+/// quanta, and an exit served in the VMM process (pio-out) spends longer
 /// in the host than one KVM serves itself (cpuid). TCG-emulated times:
 /// relations only.
 #[test]
@@ -341,6 +342,11 @@ fn microguest_exits_split_at_the_host_tracepoints() {
     let report =
         xvmm_results::Report::from_json(&out).unwrap_or_else(|e| panic!("{e}; output:\n{out}"));
     println!("{}", xvmm_results::render::traced_exit_table(&report.exits));
+    let q = report
+        .machine
+        .as_ref()
+        .and_then(|m| m.tsc_quantum_ticks)
+        .expect("the TSC quantum");
     let mut in_host = std::collections::HashMap::new();
     for e in report.exits.iter().filter(|e| e.round_trip.is_some()) {
         let t = e
@@ -348,6 +354,15 @@ fn microguest_exits_split_at_the_host_tracepoints() {
             .as_ref()
             .unwrap_or_else(|| panic!("{}: not traced: {:?}", e.name, report.notes));
         assert!(t.split > 0, "{}: {t:?}", e.name);
+        // Per split sample: guest->host + in host + host->guest (host
+        // tracepoints mapped onto the guest clock) against the sample's own
+        // round trip (guest stamps), within 2 quanta.
+        assert!(
+            t.parts_sum_worst as f64 <= 2.0 * q,
+            "{}: the parts miss a sample's round trip by {} ticks (quantum {q:.1}): {t:?}",
+            e.name,
+            t.parts_sum_worst
+        );
         assert!(t.positive_share() >= 0.999, "{}: {t:?}", e.name);
         in_host.insert(e.name.as_str(), t.in_host.median);
     }

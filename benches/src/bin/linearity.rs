@@ -81,11 +81,14 @@ fn main() {
     println!("native user pair: {}", decided.reason);
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
+    let before = linearity::ChainCost::native(201);
     let phases = linearity::native_phases(&all, 24_000);
+    let chain = linearity::ChainCost::pooled(before, linearity::ChainCost::native(201));
     let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
     match SweepFit::new(short.to_vec(), Some(q)) {
         Some(short) => {
-            match linearity::check(&short, &long[0], decided.correction, &decided, Some(q)) {
+            let c = decided.correction;
+            match linearity::check(&short, &long[0], c, &decided, Some(q), chain) {
                 Ok(v) => println!("native sweep: {v:?}"),
                 Err(e) => println!("native sweep: FAILS: {e}"),
             }

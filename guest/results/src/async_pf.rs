@@ -67,6 +67,11 @@ pub struct AsyncPfHost {
     /// Samples where that host view and the guest's own (`sample_async`) agree.
     #[serde(default)]
     pub samples_agreeing: Option<u64>,
+    /// Of the samples where the guest saw an async PF, those whose window
+    /// also holds the host's `not present` (agreement where there is
+    /// something to agree on, not where neither side saw one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples_async_agreeing: Option<u64>,
 }
 
 /// What xperf saw.

@@ -87,7 +87,8 @@ impl PairCost {
 }
 
 /// What the kernel stamps add to one crossing, measured directly: its round
-/// trip with the hooks on and off, alternated round by round.
+/// trip with the hooks on and off, alternated (the microguest round by
+/// round, xperf in blocks within each round).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct HooksCost {
     pub crossing: String,
@@ -99,6 +100,13 @@ pub struct HooksCost {
     /// What still runs with the hooks "off" (boot-time entry stamps...).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub off_keeps: String,
+    /// What the hooks add to the round trip by their own instruction
+    /// sequences: the median of everything the crossing passes only with
+    /// the hooks on (jump sites, stamp stubs, the C code's pick-up and
+    /// delivery), timed between the user stamps, less the same with every
+    /// site a NOP (xperf's `hookseq`). Absent where not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<i64>,
 }
 
 impl HooksCost {
@@ -113,7 +121,71 @@ impl HooksCost {
             off_median,
             delta: on_median as i64 - off_median as i64,
             off_keeps: off_keeps.into(),
+            predicted: None,
         }
+    }
+
+    /// The same with the hooks' own sequences timed on (`on`) and off
+    /// (`off`): `predicted` is the difference of their medians.
+    pub fn with_prediction(mut self, on: &[u64], off: &[u64]) -> HooksCost {
+        let on = Stats::from_samples(on).median as i64;
+        self.predicted = Some(on - Stats::from_samples(off).median as i64);
+        self
+    }
+
+    /// Ticks `delta` may be off `predicted` by: one TSC quantum (one tick
+    /// where unknown) for each of the two on/off differences, whose medians
+    /// sit on the counter's steps.
+    pub fn tolerance(quantum: Option<f64>) -> f64 {
+        2.0 * quantum
+            .filter(|q| q.is_finite() && *q >= 1.0)
+            .unwrap_or(1.0)
+    }
+
+    /// Why the round trip's on/off difference is not what the hooks' own
+    /// sequences add (`None` when it is, within [`HooksCost::tolerance`]).
+    pub fn unexplained(&self, quantum: Option<f64>) -> Option<String> {
+        let Some(predicted) = self.predicted else {
+            return Some(format!(
+                "{}: the hooks' own sequences were not timed",
+                self.crossing
+            ));
+        };
+        let tolerance = HooksCost::tolerance(quantum);
+        ((self.delta - predicted).abs() as f64 > tolerance).then(|| {
+            format!(
+                "{}: hooks on - off {} ticks, the hooks' sequences add {predicted} (tolerance {tolerance:.1})",
+                self.crossing, self.delta
+            )
+        })
+    }
+}
+
+/// The kernel stamp pairs timed with the hooks' own instruction sequences
+/// (xperf's `hookseq`: the stubs, the jumps to them and back, the parked
+/// registers, the sequence bump and the stores) where `kernel_pair` and
+/// `kernel_pair_inner` hold the SYSCALL kind's; the #PF kind's here, and
+/// `PR_XPERF_KPAIR`'s bare TSC reads for comparison.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct HookSequences {
+    /// What was run, and how it differs from the kernel's text.
+    pub source: String,
+    /// Return stamp (IRET path) then #PF entry stamp, and the reverse.
+    pub pf_pair: PairCost,
+    pub pf_inner: PairCost,
+    /// `PR_XPERF_KPAIR`: `lfence; rdtsc` then `rdtsc`, and the reverse.
+    pub bare_pair: PairCost,
+    pub bare_inner: PairCost,
+}
+
+impl HookSequences {
+    /// The corrections of a #PF crossing: `A` as `costs` decided it, the
+    /// #PF kind's pairs as `C` and `B`.
+    pub fn pf_corrections(&self, costs: &StampCosts) -> Corrections {
+        Corrections::derive(
+            costs.user_cost(),
+            Some((self.pf_pair.median(), self.pf_inner.median())),
+        )
     }
 }
 
@@ -210,6 +282,10 @@ pub struct StampCosts {
     /// then the null pair's median).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_sweep: Option<StampSweep>,
+    /// Where `kernel_pair` and `kernel_pair_inner` were timed with the
+    /// hooks' own sequences: the #PF kind's pairs and the bare reads'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_sequences: Option<HookSequences>,
 }
 
 impl StampCosts {
@@ -241,6 +317,7 @@ impl StampCosts {
             exit_corrections,
             hooks: Vec::new(),
             user_sweep: None,
+            hook_sequences: None,
         }
     }
 
@@ -509,6 +586,48 @@ mod tests {
         json.as_object_mut().unwrap().remove("user_sweep");
         let old: StampCosts = serde_json::from_value(json).unwrap();
         assert_eq!((old.user_cost(), old.user_sweep), (42, None));
+    }
+
+    /// The harness's bare-metal figures before the hooks' own sequences
+    /// were timed: on - off 613 ticks against the bare kernel pairs' 98.
+    /// With a prediction of the hooks' work the two must meet within a
+    /// quantum per difference; without one the figure is unexplained.
+    #[test]
+    fn the_hooks_on_off_difference_must_be_what_their_sequences_add() {
+        let on = [1000, 1613, 1613, 1613, 2000];
+        let off = [900, 1000, 1000, 1000, 1100];
+        let h = HooksCost::new("getppid", &on, &off, "");
+        assert_eq!(h.delta, 613);
+        assert!(h.unexplained(Some(24.5)).unwrap().contains("not timed"));
+        let explained = h.clone().with_prediction(&[100, 700, 700], &[90, 100, 110]);
+        assert_eq!(explained.predicted, Some(600));
+        assert_eq!(explained.unexplained(Some(24.5)), None);
+        // Two quanta off (the bare pairs' 98 would be 21 quanta off): refused.
+        let far = h.clone().with_prediction(&[650], &[100]);
+        let why = far.unexplained(Some(24.5)).unwrap();
+        assert!(why.contains("613") && why.contains("550"), "{why}");
+        assert_eq!(HooksCost::tolerance(None), 2.0);
+        // Older reports without the field still read.
+        let mut json = serde_json::to_value(&h).unwrap();
+        json.as_object_mut().unwrap().remove("predicted");
+        let old: HooksCost = serde_json::from_value(json).unwrap();
+        assert_eq!(old.predicted, None);
+    }
+
+    #[test]
+    fn pf_crossings_take_the_pf_hooks_pairs() {
+        let p = |m: u64| PairCost::from_rounds("a", "b", &[vec![m]]);
+        let costs = StampCosts::new(p(49), Some((p(25), p(49))), None);
+        let seq = HookSequences {
+            source: "s".into(),
+            pf_pair: p(74),
+            pf_inner: p(98),
+            bare_pair: p(25),
+            bare_inner: p(24),
+        };
+        let pf = seq.pf_corrections(&costs);
+        assert_eq!(pf, Corrections::derive(49, Some((74, 98))));
+        assert_ne!(pf, costs.corrections);
     }
 
     #[test]

@@ -31,6 +31,13 @@ pub struct TracedExit {
     /// `KVM_RUN` returning to it being called again), inside `in_host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_vmm: Option<Stats>,
+    /// The largest distance, over the split samples, between the three
+    /// parts' sum and the sample's own round trip (guest ticks): the parts
+    /// come from the host's tracepoints mapped onto the guest's clock, the
+    /// round trip from the guest's stamps alone, so a mapping that moves
+    /// the exit and the entry differently shows here.
+    #[serde(default)]
+    pub parts_sum_worst: u64,
     /// The probe effect: median round trips of the traced rounds and of
     /// the untraced ones, alternated, and traced minus untraced.
     pub round_trip_traced_median: u64,
@@ -48,6 +55,8 @@ pub struct Parts {
     pub more_exits: u64,
     pub negative: u64,
     pub samples: u64,
+    /// See [`TracedExit::parts_sum_worst`].
+    pub parts_sum_worst: u64,
 }
 
 impl Parts {
@@ -60,6 +69,7 @@ impl Parts {
         self.more_exits += other.more_exits;
         self.negative += other.negative;
         self.samples += other.samples;
+        self.parts_sum_worst = self.parts_sum_worst.max(other.parts_sum_worst);
     }
 }
 
@@ -91,6 +101,9 @@ pub fn split(samples: &[Option<(u64, u64)>], exits: &[(u64, u64)], mapping: &Map
                     p.negative += 1;
                     continue;
                 }
+                let sum = g2h + i128::from(host) + h2g;
+                let off = u64::try_from((sum - (b - a)).unsigned_abs()).unwrap_or(u64::MAX);
+                p.parts_sum_worst = p.parts_sum_worst.max(off);
                 p.guest_to_host.push(u64::try_from(g2h).unwrap_or(u64::MAX));
                 p.in_host.push(host);
                 p.host_to_guest.push(u64::try_from(h2g).unwrap_or(u64::MAX));
@@ -115,6 +128,7 @@ impl TracedExit {
             no_exit: parts.no_exit,
             more_exits: parts.more_exits,
             negative: parts.negative,
+            parts_sum_worst: parts.parts_sum_worst,
             guest_to_host: Stats::from_samples(&parts.guest_to_host),
             in_host: Stats::from_samples(&parts.in_host),
             host_to_guest: Stats::from_samples(&parts.host_to_guest),
@@ -166,6 +180,16 @@ mod tests {
             ),
             (vec![50], vec![200], vec![50])
         );
+        assert_eq!(p.parts_sum_worst, 0, "one offset: the parts add up");
+        // KVM rewrote the offset between the exit and the entry: the parts,
+        // each mapped with its own offset, no longer add up to the sample.
+        let mut moved = Mapping::unscaled(-1000);
+        moved.changes.push(crate::timeline::OffsetChange {
+            host_tsc: 1200,
+            offset: -1030,
+        });
+        let q = split(&samples[..1], &exits, &moved);
+        assert_eq!(q.parts_sum_worst, 30, "{q:?}");
         let t = TracedExit::new(&p, &[20], &[300, 310], &[280, 290]);
         assert_eq!(t.split, 1);
         assert_eq!(t.probe_effect_ticks, 310 - 290);

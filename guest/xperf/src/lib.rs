@@ -32,6 +32,7 @@ pub mod args;
 pub mod calibrate;
 pub mod characterize;
 pub mod error;
+pub mod hookseq;
 pub mod host;
 pub mod host_miss;
 pub mod init;

@@ -9,10 +9,11 @@
 use crate::abi::{self, Hooks, StampPage};
 use crate::calibrate::Calibrator;
 use crate::error::{Error, Result};
+use crate::hookseq;
 use crate::host;
 use crate::sampling::{take, Mode, Region, Taken, Verdict};
 use crate::stamp;
-use xvmm_results::correction::{HooksCost, PairCost};
+use xvmm_results::correction::{HookSequences, HooksCost, PairCost};
 use xvmm_results::{
     Batched, Corrections, Crossing, Environment, KernelStamps, Machine, Method, Report, Sample,
     StampCosts, StampPoint,
@@ -317,8 +318,12 @@ struct Rounds {
     kernel_pair_inner: Vec<Vec<u64>>,
     getppid: Kept,
     getppid_iret: u64,
-    /// getppid round trips with the hooks off, per round.
+    /// getppid round trips with the hooks on and off, alternated in
+    /// blocks, every round.
+    getppid_on: Vec<u64>,
     getppid_off: Vec<u64>,
+    /// The hooks' own sequences, per round (`hookseq`), or why not.
+    hook_seq: std::result::Result<Vec<hookseq::Timings>, String>,
     first_touch: Kept,
     /// Err: why the refault crossing could not be taken.
     refault: std::result::Result<Kept, String>,
@@ -361,22 +366,37 @@ fn round_crossings(r: &mut Rounds, mode: &mut Mode, warmup: usize, samples: usiz
     Ok(())
 }
 
-/// getppid round trips with the hooks off: unregistered, so the static key
-/// (and every stamp but the boot-time entry stamps) is off, then registered
-/// again.
-fn hooks_off(page: &mut StampPage, warmup: usize, samples: usize) -> Result<Vec<u64>> {
-    page.unregister()?;
-    for _ in 0..warmup {
-        std::hint::black_box(stamp::getppid_pair());
-    }
-    let trips = (0..samples)
-        .map(|_| {
+/// Blocks of hooks-on and hooks-off getppid round trips per round.
+const ON_OFF_BLOCKS: usize = 5;
+
+/// getppid round trips with the hooks on and off, in [`ON_OFF_BLOCKS`]
+/// alternating blocks (each after a warm-up): registered, then
+/// unregistered, so the static key (and every stamp but the boot-time entry
+/// stamps) is off, then registered again. Alternating keeps a drift of the
+/// machine's speed out of the difference. Returns (on, off).
+fn hooks_on_off(
+    page: &mut StampPage,
+    warmup: usize,
+    samples: usize,
+) -> Result<(Vec<u64>, Vec<u64>)> {
+    let per_block = samples.div_ceil(ON_OFF_BLOCKS).max(1);
+    let block = || {
+        for _ in 0..warmup {
+            std::hint::black_box(stamp::getppid_pair());
+        }
+        (0..per_block).map(|_| {
             let s = stamp::getppid_pair();
             s.close.saturating_sub(s.open)
         })
-        .collect();
-    page.reregister()?;
-    Ok(trips)
+    };
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for _ in 0..ON_OFF_BLOCKS {
+        on.extend(block());
+        page.unregister()?;
+        off.extend(block());
+        page.reregister()?;
+    }
+    Ok((on, off))
 }
 
 /// Every round (see the module text).
@@ -391,7 +411,9 @@ fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Res
         kernel_pair_inner: Vec::new(),
         getppid: Kept::default(),
         getppid_iret: 0,
+        getppid_on: Vec::new(),
         getppid_off: Vec::new(),
+        hook_seq: Ok(Vec::new()),
         first_touch: Kept::default(),
         refault: Ok(Kept::default()),
         thp_refused: false,
@@ -405,10 +427,19 @@ fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Res
             let (pair, inner) = kernel_pairs(page, null_samples.min(samples.max(1000)))?;
             r.kernel_pair.push(pair);
             r.kernel_pair_inner.push(inner);
+            let n = null_samples.min(samples.max(1000));
+            if let Ok(rounds) = r.hook_seq.as_mut() {
+                match hookseq::measure(warmup.min(1000), n) {
+                    Ok(t) => rounds.push(t),
+                    Err(e) => r.hook_seq = Err(e.to_string()),
+                }
+            }
         }
         round_crossings(&mut r, mode, warmup, samples)?;
         if let Mode::Split(page) = mode {
-            r.getppid_off.extend(hooks_off(page, warmup, samples)?);
+            let (on, off) = hooks_on_off(page, warmup, samples)?;
+            r.getppid_on.extend(on);
+            r.getppid_off.extend(off);
         }
     }
     cal.checkpoint();
@@ -432,11 +463,15 @@ pub(crate) fn with_user_sweep(
     }
 }
 
-/// The stamp costs of the rounds, and the corrections from them.
+/// The stamp costs of the rounds, and the corrections from them. With the
+/// hooks' own sequences timed, they are the kernel pairs (`C`, `B`: the
+/// SYSCALL kind's; the #PF kind's and `PR_XPERF_KPAIR`'s bare reads in
+/// `hook_sequences`), and getppid's hooks on/off figure carries what they
+/// add.
 fn stamp_costs(r: &Rounds, quantum: Option<f64>) -> StampCosts {
     let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
     let user = PairCost::from_rounds(open, close, &r.user_pair);
-    let kernel = (!r.kernel_pair.is_empty()).then(|| {
+    let bare = (!r.kernel_pair.is_empty()).then(|| {
         (
             PairCost::from_rounds("kernel return stamp", "kernel entry stamp", &r.kernel_pair),
             PairCost::from_rounds(
@@ -446,19 +481,53 @@ fn stamp_costs(r: &Rounds, quantum: Option<f64>) -> StampCosts {
             ),
         )
     });
+    let seq = r.hook_seq.as_ref().ok().filter(|t| !t.is_empty());
+    let per_round = |f: fn(&hookseq::Timings) -> &Vec<u64>| -> Vec<Vec<u64>> {
+        seq.map_or(Vec::new(), |t| t.iter().map(|t| f(t).clone()).collect())
+    };
+    let (ret_sysret, sc_entry) = (
+        "XPERF_K2U_STAMP (SYSRET) through its jump label",
+        "XPERF_SC_U2K_STAMP through its ALTERNATIVE",
+    );
+    let (ret_iret, pf_entry) = (
+        "XPERF_K2U_STAMP (IRET) through its jump label",
+        "XPERF_PF_U2K_STAMP through its ALTERNATIVE",
+    );
+    let kernel = match (seq, &bare) {
+        (Some(_), Some(_)) => Some((
+            PairCost::from_rounds(ret_sysret, sc_entry, &per_round(|t| &t.syscall_pair)),
+            PairCost::from_rounds(sc_entry, ret_sysret, &per_round(|t| &t.syscall_inner)),
+        )),
+        _ => bare.clone(),
+    };
     let mut costs = with_user_sweep(
         StampCosts::new(user, kernel, None),
         r.user_sweep.clone(),
         quantum,
     );
+    if let (Some(_), Some((bare_pair, bare_inner))) = (seq, bare) {
+        costs.hook_sequences = Some(HookSequences {
+            source: hookseq::SOURCE.into(),
+            pf_pair: PairCost::from_rounds(ret_iret, pf_entry, &per_round(|t| &t.pf_pair)),
+            pf_inner: PairCost::from_rounds(pf_entry, ret_iret, &per_round(|t| &t.pf_inner)),
+            bare_pair,
+            bare_inner,
+        });
+    }
     if !r.getppid_off.is_empty() {
-        let on: Vec<u64> = r.getppid.round_trips().concat();
-        costs.hooks.push(HooksCost::new(
+        let mut hooks = HooksCost::new(
             GETPPID,
-            &on,
+            &r.getppid_on,
             &r.getppid_off,
             "takes the boot-time SYSCALL entry stamp",
-        ));
+        );
+        if seq.is_some() {
+            hooks = hooks.with_prediction(
+                &per_round(|t| &t.getppid_on).concat(),
+                &per_round(|t| &t.getppid_off).concat(),
+            );
+        }
+        costs.hooks.push(hooks);
     }
     costs
 }
@@ -670,6 +739,17 @@ pub fn run(config: &Config) -> Result<Report> {
     }
     let costs = stamp_costs(&r, setup.machine.tsc_quantum_ticks);
     let corr = costs.corrections;
+    // #PF crossings take the #PF hooks' pairs where those were timed.
+    let pf_corr = costs
+        .hook_sequences
+        .as_ref()
+        .map_or(corr, |h| h.pf_corrections(&costs));
+    if let Err(why) = &r.hook_seq {
+        setup.notes.push(format!(
+            "the hooks' own sequences could not be timed ({why}): the kernel pairs are \
+             PR_XPERF_KPAIR's bare TSC reads"
+        ));
+    }
     let mut report = Report::new(
         format!("xperf {}", env!("CARGO_PKG_VERSION")),
         setup.environment,
@@ -685,7 +765,10 @@ pub fn run(config: &Config) -> Result<Report> {
     for (name, kept) in runs {
         report.crossings.push(match (kept, &setup.mode) {
             (Err(why), _) => Crossing::unsupported(name, config.samples, why.clone()),
-            (Ok(k), Mode::Split(_)) => split_crossing(name, config.samples, k, &corr, config.raw),
+            (Ok(k), Mode::Split(_)) => {
+                let c = if name == GETPPID { &corr } else { &pf_corr };
+                split_crossing(name, config.samples, k, c, config.raw)
+            }
             (Ok(k), Mode::RoundTrip(reason)) => round_trip_crossing(
                 name,
                 config.samples,
@@ -1058,6 +1141,59 @@ mod tests {
         assert_eq!(c.u2k.unwrap().raw.median, 10);
         assert_eq!(c.samples_interrupted, 2);
         let _ = UNTAKEN;
+    }
+
+    /// With the hooks' sequences timed, the kernel pairs are theirs (the
+    /// SYSCALL kind's; the #PF kind's and KPAIR's bare reads kept beside),
+    /// and getppid's on/off figure carries their prediction.
+    #[test]
+    fn the_hooks_sequences_are_the_kernel_pairs() {
+        let user = || vec![vec![49u64; 9]];
+        let mut r = Rounds {
+            user_pair: user(),
+            user_sweep: Vec::new(),
+            kernel_pair: vec![vec![25; 9]],
+            kernel_pair_inner: vec![vec![24; 9]],
+            getppid: Kept::default(),
+            getppid_iret: 0,
+            getppid_on: vec![1000; 9],
+            getppid_off: vec![900; 9],
+            hook_seq: Ok(vec![hookseq::Timings {
+                syscall_pair: vec![49; 9],
+                syscall_inner: vec![73; 9],
+                pf_pair: vec![74; 9],
+                pf_inner: vec![98; 9],
+                getppid_on: vec![147; 9],
+                getppid_off: vec![73; 9],
+            }]),
+            first_touch: Kept::default(),
+            refault: Ok(Kept::default()),
+            thp_refused: false,
+        };
+        r.getppid
+            .add_round(&[taken(s(0, 100, 400, 1000), Verdict::Keep)]);
+        let costs = stamp_costs(&r, Some(24.5));
+        let (c, b) = (
+            costs.kernel_pair.clone().unwrap(),
+            costs.kernel_pair_inner.clone().unwrap(),
+        );
+        assert_eq!((c.median(), b.median()), (49, 73));
+        assert!(c.first.contains("XPERF_K2U_STAMP"), "{c:?}");
+        assert_eq!(costs.corrections, Corrections::derive(49, Some((49, 73))));
+        let seq = costs.hook_sequences.as_ref().unwrap();
+        assert_eq!((seq.pf_pair.median(), seq.pf_inner.median()), (74, 98));
+        assert_eq!((seq.bare_pair.median(), seq.bare_inner.median()), (25, 24));
+        assert_eq!(
+            seq.pf_corrections(&costs),
+            Corrections::derive(49, Some((74, 98)))
+        );
+        let hooks = &costs.hooks[0];
+        assert_eq!((hooks.delta, hooks.predicted), (100, Some(74)));
+        // Not timed: KPAIR's bare reads, no prediction.
+        r.hook_seq = Err("arch_prctl refused".into());
+        let costs = stamp_costs(&r, Some(24.5));
+        assert_eq!(costs.kernel_pair.unwrap().median(), 25);
+        assert!(costs.hook_sequences.is_none() && costs.hooks[0].predicted.is_none());
     }
 
     #[test]

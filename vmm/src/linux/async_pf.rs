@@ -110,6 +110,12 @@ pub fn attribute_not_present(report: &mut Report, trace: &TraceSummary, mapping:
             .filter(|(h, g)| **h == (**g == 1))
             .count();
         a.host.samples_agreeing = Some(agreeing as u64);
+        let async_agreeing = host_saw
+            .iter()
+            .zip(&a.guest.sample_async)
+            .filter(|(h, g)| **h && **g == 1)
+            .count();
+        a.host.samples_async_agreeing = Some(async_agreeing as u64);
     }
 }
 
@@ -175,6 +181,8 @@ mod tests {
         assert_eq!(a.host.samples_with_not_present, Some(1));
         // Sample 0 agrees (both), 1 agrees (neither), 2 does not.
         assert_eq!(a.host.samples_agreeing, Some(2));
+        // Of the guest's two async samples (0 and 2), the host saw one.
+        assert_eq!(a.host.samples_async_agreeing, Some(1));
         // A guest that did not turn async PF on receives none: nothing to agree on.
         r.async_pf.as_mut().unwrap().enabled_by_guest = Some(false);
         r.async_pf.as_mut().unwrap().host.samples_agreeing = None;

@@ -574,7 +574,7 @@ mod tests {
             text.contains(
                 "user pair sweep (2 phases, imul chains of 16 to 128): intercept 38.0 ticks \
                  (+-0.9, scatter 0.0), slope 2.000 per imul; null pair 42, bias +4.0, \
-                 threshold 3.0: corrections use the intercept (38)"
+                 threshold 1.8: corrections use the intercept (38)"
             ),
             "{text}"
         );
