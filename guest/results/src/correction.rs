@@ -607,6 +607,14 @@ mod tests {
         let why = far.unexplained(Some(24.5)).unwrap();
         assert!(why.contains("613") && why.contains("550"), "{why}");
         assert_eq!(HooksCost::tolerance(None), 2.0);
+        // A quantum under one tick, or not finite, is no quantum: one tick each.
+        assert_eq!(HooksCost::tolerance(Some(0.5)), 2.0);
+        assert_eq!(HooksCost::tolerance(Some(f64::INFINITY)), 2.0);
+        // Exactly the tolerance off is still explained; one tick more is not.
+        let edge = h.clone().with_prediction(&[613 - 49], &[0]);
+        assert_eq!(edge.unexplained(Some(24.5)), None);
+        let over = h.clone().with_prediction(&[613 - 50], &[0]);
+        assert!(over.unexplained(Some(24.5)).is_some());
         // Older reports without the field still read.
         let mut json = serde_json::to_value(&h).unwrap();
         json.as_object_mut().unwrap().remove("predicted");
