@@ -451,6 +451,58 @@ mod tests {
     use super::*;
     use crate::{Crossing, Interval, Sample};
 
+    /// A split crossing whose corrections sum exactly, for `parts_mismatch`.
+    fn split_crossing() -> Crossing {
+        let samples: Vec<Sample> = (0..10)
+            .map(|i| Sample {
+                u2k_u: 1000 * i,
+                u2k_k: 1000 * i + 300,
+                k2u_k: 1000 * i + 600,
+                k2u_u: 1000 * i + 900,
+                cpu: Some(0),
+                interrupts: None,
+            })
+            .collect();
+        let corr = Corrections::derive(50, Some((40, 30)));
+        Crossing::from_samples("x", 10, &samples, &corr, false)
+    }
+
+    #[test]
+    fn parts_mismatch_holds_the_means_to_float_rounding_only() {
+        let c = split_crossing();
+        assert_eq!(parts_mismatch(&c), None, "{c:?}");
+        let rt = c.round_trip.as_ref().unwrap().corrected.mean;
+        let nudged = |by: f64| {
+            let mut c = split_crossing();
+            c.u2k.as_mut().unwrap().corrected.mean += by;
+            parts_mismatch(&c)
+        };
+        // Rounding (a millionth of the mean) passes; one tick does not.
+        assert_eq!(nudged(rt * 1e-7), None);
+        assert!(nudged(1.0).unwrap().contains("means sum"), "{rt}");
+        // Exactly the tolerance passes (a mean of 0 makes it exactly 1e-6).
+        let mut zero = split_crossing();
+        for i in [
+            &mut zero.u2k,
+            &mut zero.k2u,
+            &mut zero.in_kernel,
+            &mut zero.round_trip,
+        ] {
+            i.as_mut().unwrap().corrected.mean = 0.0;
+        }
+        zero.u2k.as_mut().unwrap().corrected.mean = 1e-6;
+        assert_eq!(parts_mismatch(&zero), None);
+        zero.u2k.as_mut().unwrap().corrected.mean = 2e-6;
+        assert!(parts_mismatch(&zero).is_some());
+        // A clamped part excuses the means, not the corrections.
+        let mut clamped = split_crossing();
+        clamped.k2u.as_mut().unwrap().clamped = 1;
+        clamped.u2k.as_mut().unwrap().corrected.mean += 5.0;
+        assert_eq!(parts_mismatch(&clamped), None);
+        clamped.k2u.as_mut().unwrap().correction = Some(0);
+        assert!(parts_mismatch(&clamped).unwrap().contains("corrections"));
+    }
+
     #[test]
     fn crossing_corrections_follow_the_derivation() {
         // A = 73, C = 40 (odd sum), B = 30.
