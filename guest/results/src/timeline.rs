@@ -430,6 +430,23 @@ mod tests {
     }
 
     #[test]
+    fn guest_ranges_are_only_the_stretches_a_window_overlaps() {
+        let change = |host_tsc, offset| OffsetChange { host_tsc, offset };
+        let mut m = Mapping::unscaled(0);
+        m.changes = vec![change(100, 1000), change(200, 5000)];
+        // Inside one stretch: one range, under that stretch's offset.
+        assert_eq!(m.guest_ranges(10, 20), vec![(10, 20)]);
+        assert_eq!(m.guest_ranges(150, 160), vec![(1150, 1160)]);
+        assert_eq!(m.guest_ranges(250, 260), vec![(5250, 5260)]);
+        // Across a change: one range per side.
+        assert_eq!(m.guest_ranges(90, 110), vec![(90, 99), (1100, 1110)]);
+        // A change at host time 0, and two at one host time: no empty
+        // stretch, and the last offset read there holds from it on.
+        m.changes = vec![change(0, 7), change(300, 1), change(300, 2)];
+        assert_eq!(m.guest_ranges(0, 10), vec![(7, 17)]);
+        assert_eq!(m.guest_ranges(290, 310), vec![(297, 306), (302, 312)]);
+    }
+    #[test]
     fn offsets_change_at_their_host_time() {
         let mut m = Mapping::unscaled(-1000);
         m.changes = vec![
