@@ -354,92 +354,79 @@ fn sp1() -> u64 {
     }
 }
 
-/// The SYSCALL kind: (return stamp then entry stamp, entry then return),
-/// each site's jump, stub and jump back, back to back.
+/// The SYSCALL kind's two sites back to back, each its jump, stub and jump
+/// back, in the order of the label pairs given: `81`/`82` is the return
+/// stamp, `83`/`84` the entry stamp.
+macro_rules! syscall_sites {
+    ($first:literal, $first_back:literal, $second:literal, $second_back:literal) => {
+        // SAFETY: the stubs touch only the declared registers and this
+        // module's statics; the GS base is set (`measure`).
+        unsafe {
+            asm!(
+                jmp5!($first, $first_back),
+                jmp5!($second, $second_back),
+                "jmp 99f",
+                "81:", k2u_sysret_stub!(), "jmp 82b",
+                "83:", sc_u2k_stub!(), "jmp 84b",
+                "99:",
+                pc = sym PERCPU,
+                out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _, out("r8") _,
+                options(att_syntax, nostack),
+            );
+        }
+    };
+}
+
+/// The SYSCALL kind: (return stamp then entry stamp, entry then return).
 fn syscall_pairs() -> (u64, u64) {
     let sc_k2u = crate::abi::offset::SC_K2U_K;
     prime(Some(sc_k2u));
-    // SAFETY: the stubs touch only the declared registers and this module's
-    // statics; the GS base is set (`measure`).
-    unsafe {
-        asm!(
-            jmp5!("81", "82"),
-            jmp5!("83", "84"),
-            "jmp 99f",
-            "81:", k2u_sysret_stub!(), "jmp 82b",
-            "83:", sc_u2k_stub!(), "jmp 84b",
-            "99:",
-            pc = sym PERCPU,
-            out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _, out("r8") _,
-            options(att_syntax, nostack),
-        );
-    }
+    syscall_sites!("81", "82", "83", "84");
     let pair = sp1().wrapping_sub(page_u64(sc_k2u));
     prime(Some(sc_k2u));
-    // SAFETY: as above.
-    unsafe {
-        asm!(
-            jmp5!("83", "84"),
-            jmp5!("81", "82"),
-            "jmp 99f",
-            "81:", k2u_sysret_stub!(), "jmp 82b",
-            "83:", sc_u2k_stub!(), "jmp 84b",
-            "99:",
-            pc = sym PERCPU,
-            out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _, out("r8") _,
-            options(att_syntax, nostack),
-        );
-    }
+    syscall_sites!("83", "84", "81", "82");
     let inner = page_u64(sc_k2u).wrapping_sub(sp1());
     (pair, inner)
 }
 
-/// The #PF kind, likewise, on a user-mode exception frame (CS 0x33) pushed
-/// on this stack; the entry stub keeps its TSC at the bottom of the stack
-/// page, read back after.
+/// The #PF kind's two sites, likewise, on a user-mode exception frame (CS
+/// 0x33) pushed on this stack; the entry stub keeps its TSC at the bottom of
+/// the stack page, read back after. Gives that TSC.
+macro_rules! pf_sites {
+    ($first:literal, $first_back:literal, $second:literal, $second_back:literal) => {{
+        let entry: u64;
+        // SAFETY: as in `syscall_sites`; the frame is pushed and popped
+        // here, and the stub's store lands below the stack pointer in its
+        // page.
+        unsafe {
+            asm!(
+                "pushq $0x33", "pushq $0", "pushq $0",
+                jmp5!($first, $first_back),
+                jmp5!($second, $second_back),
+                "movq %rsp, %rdx", "subq $16, %rdx", "andq $-4096, %rdx", "movq (%rdx), {e}",
+                "addq $24, %rsp",
+                "jmp 99f",
+                "81:", k2u_stub!(""), "jmp 82b",
+                "83:", pf_u2k_stub!(), "jmp 84b",
+                "99:",
+                pc = sym PERCPU,
+                e = out(reg) entry,
+                out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _,
+                options(att_syntax),
+            );
+        }
+        entry
+    }};
+}
+
+/// The #PF kind: (return stamp then entry stamp, entry then return).
 fn pf_pairs() -> (u64, u64) {
     let pf_k2u = crate::abi::offset::PF_K2U_K;
-    let (mut entry_a, mut entry_b): (u64, u64);
     prime(Some(pf_k2u));
-    // SAFETY: as in `syscall_pairs`; the frame is pushed and popped here,
-    // and the stub's store lands below the stack pointer in its page.
-    unsafe {
-        asm!(
-            "pushq $0x33", "pushq $0", "pushq $0",
-            jmp5!("81", "82"),
-            jmp5!("83", "84"),
-            "movq %rsp, %rdx", "subq $16, %rdx", "andq $-4096, %rdx", "movq (%rdx), {e}",
-            "addq $24, %rsp",
-            "jmp 99f",
-            "81:", k2u_stub!(""), "jmp 82b",
-            "83:", pf_u2k_stub!(), "jmp 84b",
-            "99:",
-            pc = sym PERCPU,
-            e = out(reg) entry_a,
-            out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _,
-            options(att_syntax),
-        );
-    }
+    let entry_a = pf_sites!("81", "82", "83", "84");
     let pair = entry_a.wrapping_sub(page_u64(pf_k2u));
     prime(Some(pf_k2u));
-    // SAFETY: as above.
-    unsafe {
-        asm!(
-            "pushq $0x33", "pushq $0", "pushq $0",
-            jmp5!("83", "84"),
-            jmp5!("81", "82"),
-            "movq %rsp, %rdx", "subq $16, %rdx", "andq $-4096, %rdx", "movq (%rdx), {e}",
-            "addq $24, %rsp",
-            "jmp 99f",
-            "81:", k2u_stub!(""), "jmp 82b",
-            "83:", pf_u2k_stub!(), "jmp 84b",
-            "99:",
-            pc = sym PERCPU,
-            e = out(reg) entry_b,
-            out("rax") _, out("rcx") _, out("rdx") _, out("rsi") _,
-            options(att_syntax),
-        );
-    }
+    let entry_b = pf_sites!("83", "84", "81", "82");
     let inner = page_u64(pf_k2u).wrapping_sub(entry_b);
     (pair, inner)
 }
