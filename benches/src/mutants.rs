@@ -55,11 +55,14 @@ pub enum Outcome {
 }
 
 /// One mutant: its file, cargo-mutants' description without the line and
-/// column (they move with every edit), and the outcome.
+/// column (they move with every edit), the position where it was made
+/// (`line:col`, to tell one run's mutant from the same one run again), and
+/// the outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mutant {
     pub file: String,
     pub description: String,
+    pub position: String,
     pub outcome: Outcome,
 }
 
@@ -95,26 +98,56 @@ pub fn parse_outcomes(json: &str) -> Result<Vec<Mutant>, String> {
             .get("file")
             .and_then(Value::as_str)
             .ok_or("outcomes.json: a mutant without a file")?;
+        let (position, description) = describe(m)?;
         mutants.push(Mutant {
             file: file.to_string(),
-            description: describe(m)?,
+            description,
+            position,
             outcome,
         });
     }
     Ok(mutants)
 }
 
+/// Runs read in order, a later run's outcome replacing an earlier one's
+/// for the same mutant (file, position, description): a run of only the
+/// mutants missed before, after new tests, then counts for them. Only
+/// sound where the code above the tests did not move between the runs.
+pub fn merge(runs: Vec<Vec<Mutant>>) -> Vec<Mutant> {
+    let mut at: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    let mut out: Vec<Mutant> = Vec::new();
+    for m in runs.into_iter().flatten() {
+        let key = (m.file.clone(), m.position.clone(), m.description.clone());
+        match at.get(&key) {
+            Some(&i) => out[i] = m,
+            None => {
+                at.insert(key, out.len());
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
 /// cargo-mutants' own wording: its `name` (`file:line:col: description`,
-/// as `--list` prints it) without the position.
-fn describe(m: &Value) -> Result<String, String> {
+/// as `--list` prints it) split into the position (`line:col`) and the
+/// description.
+fn describe(m: &Value) -> Result<(String, String), String> {
     let name = m
         .get("name")
         .and_then(Value::as_str)
         .ok_or("outcomes.json: a mutant without a name")?;
-    listed_keys(name)
+    let bad = || format!("outcomes.json: a mutant name without a position: {name:?}");
+    let description = listed_keys(name)
         .pop()
         .and_then(|k| k.split_once(": ").map(|(_, d)| d.to_string()))
-        .ok_or_else(|| format!("outcomes.json: a mutant name without a position: {name:?}"))
+        .ok_or_else(bad)?;
+    let position = name
+        .split_once(": ")
+        .and_then(|(place, _)| place.split_once(':'))
+        .map(|(_, pos)| pos.to_string())
+        .ok_or_else(bad)?;
+    Ok((position, description))
 }
 
 /// Caught, missed, unviable and timed-out mutants of one file.
@@ -257,6 +290,7 @@ mod tests {
         Mutant {
             file: file.into(),
             description: d.into(),
+            position: "1:1".into(),
             outcome,
         }
     }
@@ -333,12 +367,34 @@ mod tests {
         let ms = parse_outcomes(json).unwrap();
         assert_eq!(ms.len(), 2);
         assert_eq!(ms[0].description, "replace percentile -> u64 with 0");
+        assert_eq!(
+            (ms[0].position.as_str(), ms[1].position.as_str()),
+            ("61:5", "40:12")
+        );
         assert_eq!(ms[0].outcome, Outcome::Caught);
         assert_eq!(
             ms[1].key(),
             "guest/results/src/stats.rs: replace > with >= in Stats::from_samples"
         );
         assert!(parse_outcomes(r#"{"outcomes":[{"scenario":{"Mutant":{"file":"x","name":"x:1:1: y"}},"summary":"Weird"}]}"#).is_err());
+    }
+
+    /// A later run's outcome replaces an earlier one's for the same mutant
+    /// at the same place; the same description elsewhere is another mutant.
+    #[test]
+    fn a_rerun_replaces_the_outcome_of_the_same_mutant_only() {
+        let at = |pos: &str, outcome| Mutant {
+            position: pos.into(),
+            ..mutant(T, "replace > with >= in f", outcome)
+        };
+        let first = vec![at("3:1", Outcome::Missed), at("9:1", Outcome::Missed)];
+        let rerun = vec![at("3:1", Outcome::Caught)];
+        let merged = merge(vec![first, rerun]);
+        assert_eq!(merged.len(), 2);
+        assert_eq!(
+            merged.iter().map(|m| m.outcome).collect::<Vec<_>>(),
+            [Outcome::Caught, Outcome::Missed]
+        );
     }
 
     #[test]

@@ -88,6 +88,30 @@ fn plan() -> Vec<Step> {
             .map(|a| a.to_string())
             .collect(),
         },
+        Step {
+            name: "microguest-linearity".into(),
+            timeout_secs: 420,
+            marker: None,
+            stop_at_marker: false,
+            argv: [
+                l1::XVMM,
+                "linearity",
+                "--samples",
+                "4000",
+                // TCG's phases scatter more than hardware's: 24 decision
+                // phases, so that their standard error is not one of six
+                // that happened to agree.
+                "--rounds",
+                "12",
+                "--timeout",
+                "360",
+                "--json",
+                "-",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        },
     ]
 }
 
@@ -371,4 +395,57 @@ fn microguest_exits_split_at_the_host_tracepoints() {
         pio > cpuid,
         "pio-out {pio} vs cpuid {cpuid} ticks in the host"
     );
+}
+
+/// Issue 21 item 13: the kernel pair's linearity check, which this host's
+/// PVM cannot make (it emulates CPL0), made on L1's real KVM, where CPL0
+/// runs as the CPU runs it (here QEMU's TCG: emulated times, so the check's
+/// relations, not its figures, are what counts). The kernel pair holds:
+/// the correction a run would subtract agrees with the long sweep, the
+/// sweep's slope with the chain's own cost per imul (timed at CPL0) within
+/// 3 SE, and every control (no correction, twice it, one quantum or the
+/// sweeps' resolution either side, chain costs 5 % off) is refused by the
+/// same check. The user pair is checked too and its verdict printed; it is
+/// required to hold on this host instead (benches/tests/claims.rs), where
+/// CPL3 runs natively: under TCG, in one run, its decision sweep's six
+/// phases agreed within 6 ticks (intercept 83.7 +-3.6) while the long
+/// sweep's phases scattered from 21 to 74 (37.0 +-7.3).
+#[test]
+fn kernel_stamps_are_linear_on_real_kvm_and_every_control_is_refused() {
+    if skipped() {
+        return;
+    }
+    use xvmm::microguest::linearity::{Linearity, Pair};
+    let (run, s) = step("microguest-linearity");
+    // The verdict line on stderr is not part of the JSON.
+    let lines = run.output("microguest-linearity");
+    let out: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| !l.starts_with("xvmm: "))
+        .collect();
+    let out = out.join("\n");
+    let l: Linearity = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}; output:\n{out}"));
+    println!("{}", xvmm_results::render::linearity_table(&l));
+    assert!(l.not_checked.is_empty(), "{:?}", l.not_checked);
+    let pairs: Vec<_> = l.pairs.iter().map(|p| p.pair).collect();
+    assert_eq!(pairs, [Pair::User, Pair::Kernel], "{out}");
+    let kernel = &l.pairs[1].check;
+    let v = kernel
+        .verdict
+        .as_ref()
+        .unwrap_or_else(|e| panic!("kernel pair: {e}"));
+    assert_eq!(kernel.controls.len(), 6, "{kernel:?}");
+    let step = kernel.control_step.expect("a control step");
+    assert!(
+        step >= l.quantum,
+        "kernel pair: step {step} under the quantum"
+    );
+    assert!(
+        kernel.holds(),
+        "kernel pair: controls let through: {:?} ({v:?})",
+        kernel.passed_controls().collect::<Vec<_>>()
+    );
+    let expected = if l.holds() { 0 } else { 1 };
+    assert_eq!(s.outcome, Outcome::Exited(expected), "{out}");
 }

@@ -36,6 +36,9 @@ pub enum Error {
     Io(String),
     /// Invalid combination of command-line arguments.
     Usage(String),
+    /// A self-check the command exists to make came out false (its result
+    /// is delivered first).
+    Check(String),
 }
 
 impl Error {
@@ -62,6 +65,7 @@ impl fmt::Display for Error {
             Error::HostFault(m) => write!(f, "host faults: {m}"),
             Error::Io(m) => write!(f, "io: {m}"),
             Error::Usage(m) => write!(f, "usage: {m}"),
+            Error::Check(m) => write!(f, "check failed: {m}"),
         }
     }
 }

@@ -81,9 +81,9 @@ fn main() {
     println!("native user pair: {}", decided.reason);
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
-    let before = linearity::ChainCost::native(201);
+    let before = linearity::native_chain_cost(201);
     let phases = linearity::native_phases(&all, 24_000);
-    let chain = linearity::ChainCost::pooled(before, linearity::ChainCost::native(201));
+    let chain = linearity::ChainCost::pooled(before, linearity::native_chain_cost(201));
     let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
     match SweepFit::new(short.to_vec(), Some(q)) {
         Some(short) => {

@@ -10,13 +10,16 @@
 //! `--in-place` mutates this checkout (cargo-mutants restores each file;
 //! do not edit meanwhile), reusing its `target/`; otherwise cargo-mutants
 //! copies the tree and builds it afresh. `--read DIR` only reads earlier
-//! runs' `DIR/mutants.out/outcomes.json`. Exits 1 when a file misses its
+//! runs' `DIR/mutants.out/outcomes.json`, in order: a later run's outcome
+//! replaces an earlier one's for the same mutant at the same place (a run
+//! of the mutants missed before, after new tests). Exits 1 when a file misses its
 //! target or a miss is unexplained.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xvmm_benches::mutants::{
-    below_target, parse_equivalents, parse_outcomes, tally, unexplained, CoreFile, Mutant, CORE,
+    below_target, merge, parse_equivalents, parse_outcomes, tally, unexplained, CoreFile, Mutant,
+    CORE,
 };
 
 struct Args {
@@ -142,18 +145,19 @@ fn main() {
             dirs.push(out);
         }
     }
-    let mut mutants = Vec::new();
+    let mut runs = Vec::new();
     for d in &dirs {
         let path = d.join("mutants.out/outcomes.json");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             eprintln!("mutants: {}: {e}", path.display());
             std::process::exit(1);
         });
-        mutants.extend(parse_outcomes(&text).unwrap_or_else(|e| {
+        runs.push(parse_outcomes(&text).unwrap_or_else(|e| {
             eprintln!("mutants: {}: {e}", path.display());
             std::process::exit(1);
         }));
     }
+    let mutants = merge(runs);
     let readme = std::fs::read_to_string(repo.join("README.md")).unwrap_or_default();
     if !print_tallies(&mutants, &readme) {
         std::process::exit(1);

@@ -20,6 +20,7 @@ pub mod host_state;
 pub mod intervals;
 pub mod json;
 pub mod limits;
+pub mod linearity;
 pub mod machine;
 pub mod probes;
 pub mod quantum;

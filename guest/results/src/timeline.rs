@@ -447,6 +447,63 @@ mod tests {
         assert_eq!(m.guest_ranges(290, 310), vec![(297, 306), (302, 312)]);
     }
     #[test]
+    fn a_change_at_either_end_of_a_window_is_within_it() {
+        let mut m = Mapping::unscaled(0);
+        m.changes = vec![OffsetChange {
+            host_tsc: 100,
+            offset: 5,
+        }];
+        assert!(m.changes_within(100, 200) && m.changes_within(0, 100));
+        assert!(m.changes_within(99, 101));
+        assert!(!m.changes_within(101, 200) && !m.changes_within(0, 99));
+    }
+
+    /// Verification's two answers agree at the boundary: a pair the
+    /// mapping puts at exactly a guest stamp (no tick between the guest's
+    /// stamp and the exit, or the entry and the guest's next stamp) is a
+    /// violation, and the offsets the pairs allow exclude that offset.
+    #[test]
+    fn a_host_event_on_a_guest_stamp_is_a_violation_and_outside_the_allowed_offsets() {
+        let pair = |before, exit, entry, after| CalibrationPair {
+            guest_before: before,
+            guest_after: after,
+            host_exit: exit,
+            host_entry: entry,
+        };
+        let m = Mapping::unscaled(0);
+        for p in [pair(1000, 1000, 1050, 1100), pair(1000, 1010, 1100, 1100)] {
+            let v = verify(&m, &[p]);
+            assert_eq!(v.violations, 1, "{p:?}");
+            let r = v.offset_range.unwrap();
+            assert!(!(r.low..=r.high).contains(&0), "{p:?}: {r:?}");
+        }
+        // One tick inside on both sides: no violation, and 0 allowed.
+        let v = verify(&m, &[pair(1000, 1001, 1099, 1100)]);
+        assert_eq!(v.violations, 0);
+        assert_eq!(v.offset_range, Some(OffsetRange { low: 0, high: 0 }));
+    }
+
+    /// The rate is only measured from pairs more than 1000 bounds apart
+    /// on the host, and only where the guest's clock moved between them.
+    #[test]
+    fn the_rate_needs_pairs_more_than_a_thousand_bounds_apart_and_a_moving_guest() {
+        let pair = |guest: u64, host: u64| CalibrationPair {
+            guest_before: guest,
+            guest_after: guest + 100,
+            host_exit: host,
+            host_entry: host + 100,
+        };
+        let first = pair(1000, 1000);
+        // Exactly 1000 bounds (100 ticks each) apart: not enough.
+        assert_eq!(measured_ratio(&[first, pair(101_000, 101_000)], 100), None);
+        assert_eq!(measured_ratio(&[first, pair(51_000, 51_000)], 100), None);
+        let r = measured_ratio(&[first, pair(201_004, 101_002)], 100).unwrap();
+        assert!((r - 2.0).abs() < 1e-9, "{r}");
+        // The guest's clock did not move: no rate.
+        assert_eq!(measured_ratio(&[first, pair(1000, 201_000)], 100), None);
+    }
+
+    #[test]
     fn offsets_change_at_their_host_time() {
         let mut m = Mapping::unscaled(-1000);
         m.changes = vec![

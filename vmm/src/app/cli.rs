@@ -38,6 +38,25 @@ pub enum Command {
     Show(ShowArgs),
     /// Render result files as one self-contained HTML page with charts (or Markdown).
     Report(ReportArgs),
+    /// Check that the stamps are linear and the stamp costs runs subtract are right, in the
+    /// microguest: the user pair at CPL3, the kernel pair at CPL0, each with negative controls.
+    Linearity(LinearityArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LinearityArgs {
+    /// Samples of each phase of the independent sweep (each decision phase takes half).
+    #[arg(long, default_value_t = 8000, value_parser = clap::value_parser!(u64).range(200..=1_000_000))]
+    pub samples: u64,
+    /// Rounds of the run's own decision (null pair and short sweep), as a run's --rounds.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub rounds: u32,
+    /// Seconds the whole check may take.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
+    pub timeout: u64,
+    /// Write the result as JSON to this file ("-" for stdout; then no table).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

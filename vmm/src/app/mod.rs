@@ -9,6 +9,7 @@ mod deliver;
 pub mod exit;
 pub mod input;
 mod kernel;
+mod linearity;
 mod linux;
 mod microguest;
 pub mod output;
@@ -111,6 +112,7 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
         Some(cli::Command::Machine(args)) => reports::machine(args.json.as_deref(), stdout),
         Some(cli::Command::Show(args)) => reports::show(&args.report, stdout),
         Some(cli::Command::Report(args)) => report::report(&args, stdout),
+        Some(cli::Command::Linearity(args)) => linearity::run(&args, stdout),
         None if cli.run.kernel.is_some() => {
             recover_host_state();
             linux::run(&cli.run, stdout)

@@ -410,4 +410,78 @@ mod tests {
         assert!(text.contains("4 trace events lost"), "{text}");
         assert!(text.contains("unattributable"), "{text}");
     }
+
+    /// Calibration exits only one side knows, and a host index seen twice,
+    /// each count once as unmatched.
+    #[test]
+    fn unmatched_calibrations_are_counted_on_both_sides_and_duplicates_once() {
+        let (mut r, mut trace, _) = run();
+        r.calibration.push(GuestCalibration(7, 200_000, 200_100));
+        r.calibration.push(GuestCalibration(8, 300_000, 300_100));
+        trace.calibrations.push(HostCalibration {
+            index: 9,
+            exit: 1,
+            entry: 2,
+        });
+        let (matched, unmatched) = pairs(&r, &trace);
+        assert_eq!((matched.len(), unmatched), (2, 3));
+        let (r, mut trace, _) = run();
+        let again = trace.calibrations[1];
+        trace.calibrations.push(again);
+        let (matched, unmatched) = pairs(&r, &trace);
+        assert_eq!((matched.len(), unmatched), (2, 1));
+    }
+
+    /// KVM's offset changing during the run is noted; an unchanged or an
+    /// unknown one is not.
+    #[test]
+    fn an_offset_that_moved_during_the_run_is_noted_and_only_then() {
+        let note = |before, after| {
+            let (mut r, trace, mut tsc) = run();
+            (tsc.offset_before, tsc.offset_after) = (before, after);
+            add_timeline(&mut r, &trace, &tsc, "ab", 2);
+            r.notes
+                .iter()
+                .find(|n| n.contains("before the run"))
+                .cloned()
+        };
+        let moved = note(Some(-1000), Some(-900)).expect("a note");
+        assert!(
+            moved.contains("was -1000 before the run and -900 after"),
+            "{moved}"
+        );
+        assert_eq!(note(Some(-1000), Some(-1000)), None);
+        assert_eq!(note(None, Some(-900)), None);
+        assert!(note(Some(-1000), None)
+            .unwrap()
+            .contains("and unknown after"));
+    }
+
+    /// An unscaled run shows no fixed-point ratio; the host rate only when
+    /// known.
+    #[test]
+    fn an_unscaled_run_has_no_fixed_ratio_and_an_unknown_host_rate_stays_unknown() {
+        let (mut r, trace, mut tsc) = run();
+        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        let t = r.timeline.as_ref().unwrap();
+        assert_eq!((t.ratio_fixed, t.ratio_frac_bits), (None, None), "{t:?}");
+        assert_eq!(t.host_khz, Some(1_000_000));
+        // A third calibration exit far enough away to measure the rate.
+        let far = |tsc: &TscFacts| {
+            let (mut r, mut trace, _) = run();
+            r.calibration
+                .push(GuestCalibration(2, 9_999_000, 9_999_100));
+            trace.calibrations.push(HostCalibration {
+                index: 2,
+                exit: 10_000_020,
+                entry: 10_000_080,
+            });
+            add_timeline(&mut r, &trace, tsc, "ab", 3);
+            r.timeline.unwrap()
+        };
+        assert_eq!(far(&tsc).measured_khz, Some(1_000_000));
+        tsc.host_khz = 0;
+        let t = far(&tsc);
+        assert_eq!((t.host_khz, t.measured_khz), (None, None), "{t:?}");
+    }
 }

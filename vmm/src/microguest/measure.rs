@@ -599,60 +599,6 @@ pub fn chain_phases(
     Ok(out)
 }
 
-/// `phases` of the user pair's sweep (see [`sweep_round`]), each in its
-/// own VM, for the benches and the claims test.
-pub fn user_sweep(
-    phases: &[(u64, u64)],
-    warmup: u64,
-    samples: u64,
-    timeout: Duration,
-) -> Result<Vec<SweepPhase>> {
-    let rc = RunControl::new(timeout)?;
-    sweep_round(&rc, &MachineConfig::default(), phases, warmup, samples)
-}
-
-/// The user pair's cost as a run decides it, on its own: `rounds` rounds
-/// of the null pair and the run's sweep, then [`sweep::decide`] against the
-/// TSC `quantum`. For the claims test, which checks it against a longer,
-/// independent sweep.
-pub fn user_pair_decision(
-    rounds: u32,
-    warmup: u64,
-    samples: u64,
-    quantum: Option<f64>,
-    timeout: Duration,
-) -> Result<sweep::StampSweep> {
-    let rc = RunControl::new(timeout)?;
-    let cfg = MachineConfig::default();
-    let (mut null, mut phases) = (Vec::new(), Vec::new());
-    for round in 0..rounds.max(1) {
-        let phase = Phase {
-            kind: Kind::Null,
-            warmup,
-            samples,
-            param: 0,
-        };
-        match machine::run_phase(&rc, &cfg, &phase)?.0 {
-            PhaseEnd::Done { stamps, .. } => null.extend(two_stamp_samples(&stamps).intervals),
-            other => return Err(Error::Guest(format!("the user pair: {other:?}"))),
-        }
-        phases.extend(sweep_round(
-            &rc,
-            &cfg,
-            &sweep::run_phases(round),
-            warmup,
-            samples,
-        )?);
-    }
-    let fit = SweepFit::new(phases, quantum)
-        .ok_or_else(|| Error::Guest("the user pair's sweep gave no usable phase".into()))?;
-    Ok(sweep::decide(
-        Stats::from_samples(&null).median,
-        fit,
-        quantum,
-    ))
-}
-
 fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {
     ExitTiming {
         name: name.into(),

@@ -12,10 +12,12 @@
 //! - [`session`]: one run, phase by phase and round by round.
 //! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).
+//! - [`linearity`]: `xvmm linearity`, the stamps' self-check at CPL3 and CPL0.
 //! - [`platform`]: what runs where, per CPU vendor and hypervisor, as documented.
 
 pub mod guest;
 pub mod layout;
+pub mod linearity;
 pub mod machine;
 pub mod measure;
 pub mod platform;

@@ -256,22 +256,7 @@ impl Session<'_> {
 
     /// The counter's step, from back-to-back reads at CPL3 in the guest.
     fn quantum(&self) -> Result<Option<f64>> {
-        let phase = Phase {
-            kind: Kind::TscStep,
-            warmup: 100,
-            samples: QUANTUM_READS,
-            param: 0,
-        };
-        Ok(match machine::run_phase(self.rc, &self.cfg, &phase)?.0 {
-            PhaseEnd::Done { stamps, .. } => xvmm_results::quantum::estimate(
-                &stamps
-                    .chunks_exact(2)
-                    .filter(|p| p[0] != UNFILLED && p[1] != UNFILLED)
-                    .map(|p| p[1].wrapping_sub(p[0]))
-                    .collect::<Vec<u64>>(),
-            ),
-            _ => None,
-        })
+        tsc_quantum(self.rc, &self.cfg)
     }
 
     /// One round's stamp pairs: in the guest the user pair, its linearity
@@ -511,4 +496,25 @@ pub fn vmm_pairs(warmup: u64, samples: u64) -> (Vec<u64>, Vec<u64>) {
         reverse.push(again.saturating_sub(close));
     }
     (pair, reverse)
+}
+
+/// The guest TSC's step, from back-to-back reads at CPL3 in a VM of its own
+/// (`None` where no read pair came back).
+pub fn tsc_quantum(rc: &RunControl, cfg: &MachineConfig) -> Result<Option<f64>> {
+    let phase = Phase {
+        kind: Kind::TscStep,
+        warmup: 100,
+        samples: QUANTUM_READS,
+        param: 0,
+    };
+    Ok(match machine::run_phase(rc, cfg, &phase)?.0 {
+        PhaseEnd::Done { stamps, .. } => xvmm_results::quantum::estimate(
+            &stamps
+                .chunks_exact(2)
+                .filter(|p| p[0] != UNFILLED && p[1] != UNFILLED)
+                .map(|p| p[1].wrapping_sub(p[0]))
+                .collect::<Vec<u64>>(),
+        ),
+        _ => None,
+    })
 }

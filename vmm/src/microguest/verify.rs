@@ -379,6 +379,109 @@ mod tests {
         assert_eq!(problems(&r), ["no stamp costs"]);
     }
 
+    /// Each of a pair of conditions is enough on its own: a null overhead
+    /// of 0 with samples, or samples missing; one kernel pair missing;
+    /// unfilled or out-of-order samples.
+    #[test]
+    fn either_half_of_each_condition_is_named_alone() {
+        let mut r = good();
+        r.null_overhead.median = 0;
+        assert!(has(&problems(&r), "null overhead is 0 (2 samples)"));
+        let mut r = good();
+        r.null_overhead.count = 0;
+        assert!(
+            has(&problems(&r), "null overhead is 50 (0 samples)"),
+            "{:?}",
+            problems(&r)
+        );
+        let mut r = good();
+        r.stamp_costs.as_mut().unwrap().kernel_pair_inner = None;
+        assert!(has(&problems(&r), "kernel stamp pairs were not measured"));
+        let mut r = good();
+        r.stamp_costs.as_mut().unwrap().kernel_pair = None;
+        assert!(has(&problems(&r), "kernel stamp pairs were not measured"));
+        for (unfilled, out_of_order) in [(1, 0), (0, 1)] {
+            let mut r = good();
+            r.crossings[0].samples_unfilled = unfilled;
+            r.crossings[0].samples_out_of_order = out_of_order;
+            let want = format!("pf: {unfilled} unfilled, {out_of_order} out-of-order samples");
+            assert!(has(&problems(&r), &want), "{:?}", problems(&r));
+        }
+    }
+
+    /// A sample's four stamps must be strictly increasing: two equal
+    /// stamps anywhere are a disorder.
+    #[test]
+    fn equal_stamps_in_a_sample_are_not_ordered() {
+        for at in 0..3 {
+            let mut r = good();
+            let s = &mut r.crossings[0].samples.as_mut().unwrap()[1];
+            match at {
+                0 => s.u2k_k = s.u2k_u,
+                1 => s.k2u_k = s.u2k_k,
+                _ => s.k2u_u = s.k2u_k,
+            }
+            assert!(has(&problems(&r), "pf sample 1 is not ordered"), "at {at}");
+        }
+    }
+
+    /// One round has no per-round medians to count, and a median of a
+    /// single sample has no interval to lie in.
+    #[test]
+    fn a_one_round_run_and_a_one_sample_median_are_not_held_to_intervals() {
+        let mut i = good().crossings[0].round_trip.clone().unwrap();
+        i.rounds.clear();
+        let mut p = Vec::new();
+        interval_problems("x", &i, 1, &mut p);
+        assert_eq!(p, Vec::<String>::new());
+        interval_problems("x", &i, 2, &mut p);
+        assert!(has(&p, "0 per-round medians for 2 rounds"), "{p:?}");
+        let mut i = good().crossings[0].round_trip.clone().unwrap();
+        i.median_ci = None;
+        i.corrected.count = 1;
+        let mut p = Vec::new();
+        interval_problems("x", &i, 2, &mut p);
+        assert_eq!(p, Vec::<String>::new());
+        i.corrected.count = 2;
+        interval_problems("x", &i, 2, &mut p);
+        assert!(has(&p, "outside its confidence interval"), "{p:?}");
+    }
+
+    /// An exit row with a round trip of no sample is named; its parts'
+    /// means need not add up where a part was clamped or the parts have
+    /// other samples than the round trip, and otherwise only to a millionth.
+    #[test]
+    fn exit_sums_are_held_to_a_millionth_unless_clamped_or_of_other_samples() {
+        let mut r = good();
+        r.exits[0].round_trip.as_mut().unwrap().raw.count = 0;
+        assert!(has(&problems(&r), "cpuid: measured without a sample"));
+        // pio-out's parts with their means set: the round trip 1e6, the
+        // parts adding to 1e6 + `off`.
+        let with_sum = |off: f64| {
+            let mut r = good();
+            let e = &mut r.exits[1];
+            e.round_trip.as_mut().unwrap().corrected.mean = 1e6;
+            let s = e.split.as_mut().unwrap();
+            s.guest_to_vmm.corrected.mean = 2e5;
+            s.in_vmm.corrected.mean = 6e5;
+            s.vmm_to_guest.corrected.mean = 2e5 + off;
+            r
+        };
+        let means = "pio-out: the corrected parts' means";
+        assert!(!has(&problems(&with_sum(0.5)), means));
+        assert!(
+            !has(&problems(&with_sum(1.0)), means),
+            "one millionth is allowed"
+        );
+        assert!(has(&problems(&with_sum(2.0)), means));
+        let mut clamped = with_sum(50.0);
+        clamped.exits[1].split.as_mut().unwrap().in_vmm.clamped = 1;
+        assert!(!has(&problems(&clamped), means), "{:?}", problems(&clamped));
+        let mut other = with_sum(50.0);
+        other.exits[1].split.as_mut().unwrap().in_vmm.raw.count += 1;
+        assert!(!has(&problems(&other), means), "{:?}", problems(&other));
+    }
+
     #[test]
     fn exits_are_checked_against_their_parts() {
         let mut r = good();

@@ -14,6 +14,7 @@ use table::Table;
 
 mod async_pf;
 mod characterize;
+mod linearity;
 mod method;
 mod probes;
 mod table;
@@ -21,6 +22,7 @@ mod timeline;
 
 pub use async_pf::{async_pf_lines, on_off_table};
 pub use characterize::{by_group, characterize_table};
+pub use linearity::linearity_table;
 pub use probes::{probe_comparison_table, probes_table};
 pub use timeline::{attribution_table, timeline_lines, traced_exit_table};
 

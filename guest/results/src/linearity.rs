@@ -1,0 +1,586 @@
+//! Linearity of the stamps, and whether the stamp pair's cost a run
+//! subtracts is right: dependent chains of N `imul` timed with the same
+//! stamps as the crossings, in phases of eight lengths taken in turn (one
+//! VM phase in the microguest, one pass natively), each phase with its own
+//! line ([`crate::sweep`]).
+//!
+//! The check takes the correction a run would apply (the null pair, or the
+//! intercept of the run's short sweep where the two differ by more than two
+//! standard errors), from samples of its own, and holds it against a
+//! longer, independent sweep: the correction must be one the method allows
+//! given that sweep ([`crate::sweep::check_correction`], within the two
+//! sweeps' combined uncertainty); the long chains must lie within 2 % of
+//! their phase's line; 4096 imul must cost twice 2048 within 2 % once the
+//! correction is subtracted; the sweep's slope must be one imul's cost as a
+//! long chain, timed on its own ([`ChainCost`]), gives it. Corrections one
+//! TSC quantum either side of the right one, and chain costs 5 % off, must
+//! fail the same check: those are the negative controls
+//! ([`check_with_controls`]). Where the chains are timed (natively in
+//! `xvmm-benches`, at CPL3 or CPL0 in the microguest) is the callers' part.
+
+use crate::sweep::{self, StampSweep, SweepFit, SweepPhase};
+use serde::{Deserialize, Serialize};
+
+/// Phases whose intercepts the correction is checked against: short
+/// chains (8 to 1024 imul), where the stamps are a large share of the
+/// interval, with first lengths that cross the TSC's steps at different
+/// points.
+pub const INTERCEPT_PHASES: [(u64, u64); 8] = [
+    (8, 8),
+    (16, 8),
+    (24, 8),
+    (40, 8),
+    (56, 8),
+    (72, 8),
+    (104, 8),
+    (128, 8),
+];
+
+/// The long phase: 512 to 4096 imul, for the 2 % claims.
+pub const LONG_PHASE: (u64, u64) = (512, 8);
+
+/// Chains from this length on must lie within 2 % of their phase's line.
+pub const LINEAR_FROM: u64 = 512;
+
+/// What one dependent `imul` costs, measured independently of any sweep:
+/// the same loop (8 `imul` per `sub; jnz` turn) run for [`CHAIN_COST_LENGTH`]
+/// and twice as many imul, interleaved; the difference of their medians over
+/// the length leaves the stamps out. Chains of 16 us, so that few samples
+/// hold an interrupt (at 2^18 imul a third did, and the medians came out
+/// 1-2 % high).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ChainCost {
+    /// Ticks per imul: `(m(2L) - m(L)) / L`.
+    pub ticks_per_imul: f64,
+    /// Its standard error: each median's (1.2533 x 1.4826 x MAD /
+    /// sqrt(samples)), combined, over L.
+    pub standard_error: f64,
+}
+
+/// The independent chain's shorter length: 2^14 imul.
+pub const CHAIN_COST_LENGTH: u64 = 1 << 14;
+
+fn median_f(v: &[f64]) -> f64 {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+impl ChainCost {
+    /// From timings (ticks) of [`CHAIN_COST_LENGTH`] imul (`short`) and of
+    /// twice that (`long`).
+    pub fn from_samples(short: &[u64], long: &[u64]) -> ChainCost {
+        let stats = |t: &[u64]| {
+            let v: Vec<f64> = t.iter().map(|&x| x as f64).collect();
+            let se = 1.2533 * 1.4826 * sweep::mad(&v) / (v.len().max(1) as f64).sqrt();
+            (median_f(&v), se)
+        };
+        let ((m1, e1), (m2, e2)) = (stats(short), stats(long));
+        let l = CHAIN_COST_LENGTH as f64;
+        ChainCost {
+            ticks_per_imul: (m2 - m1) / l,
+            standard_error: e1.hypot(e2) / l,
+        }
+    }
+
+    /// From one phase of [`CHAIN_COST_LENGTH`] and twice that, interleaved
+    /// sample by sample (even samples the short chain, odd the long; 0 is a
+    /// sample that was not valid, left out with its partner).
+    pub fn from_interleaved(intervals: &[u64]) -> ChainCost {
+        let (short, long): (Vec<u64>, Vec<u64>) = intervals
+            .chunks_exact(2)
+            .filter(|p| p[0] > 0 && p[1] > 0)
+            .map(|p| (p[0], p[1]))
+            .unzip();
+        ChainCost::from_samples(&short, &long)
+    }
+
+    /// Both measurements' samples together (taken before and after a sweep).
+    pub fn pooled(a: ChainCost, b: ChainCost) -> ChainCost {
+        // Their mean, known to half their combined error, widened by the
+        // distance between them (the core may have changed speed between).
+        let mean = (a.ticks_per_imul + b.ticks_per_imul) / 2.0;
+        let se = (a.standard_error.hypot(b.standard_error) / 2.0)
+            .max((a.ticks_per_imul - b.ticks_per_imul).abs() / 2.0);
+        ChainCost {
+            ticks_per_imul: mean,
+            standard_error: se,
+        }
+    }
+}
+
+/// What the check found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// The correction checked (ticks).
+    pub correction: u64,
+    /// The long sweep's intercept and how far the correction may be from
+    /// it by chance (ticks).
+    pub intercept: f64,
+    pub tolerance: f64,
+    /// `(m(L) - c) / (m(L/2) - c)`, L the long phase's longest chain.
+    pub ratio: f64,
+    /// Worst distance of a chain of [`LINEAR_FROM`] or more from its
+    /// phase's line, relative to the corrected figure.
+    pub worst_residual: f64,
+    /// The sweep's slope (every phase, short and long) and its standard
+    /// error, against the chain's independent cost per imul.
+    pub slope: f64,
+    pub slope_error: f64,
+    pub chain: ChainCost,
+}
+
+/// Checks `correction` (for the user pair whose run-time decision is
+/// `decided`) against the independent `short` sweep, the `long` phase's
+/// linearity with it subtracted, and the sweep's slope against `chain`, the
+/// chain's cost per imul measured independently: within three standard
+/// errors of the difference. `Err` says which part failed.
+pub fn check(
+    short: &SweepFit,
+    long: &SweepPhase,
+    correction: u64,
+    decided: &StampSweep,
+    quantum: Option<f64>,
+    chain: ChainCost,
+) -> Result<Verdict, String> {
+    let c = correction as f64;
+    let tolerance = sweep::agreement(&decided.fit, short);
+    let at = |len: u64| {
+        let i = long.lengths.iter().position(|&l| l == len);
+        i.map_or(f64::NAN, |i| long.medians[i] as f64 - c)
+    };
+    let longest = long.lengths.last().copied().unwrap_or(0);
+    let ratio = at(longest) / at(longest / 2).max(1.0);
+    let mut every = short.phases.clone();
+    every.push(long.clone());
+    let slopes: Vec<f64> = every.iter().map(|p| p.slope).collect();
+    let verdict = Verdict {
+        correction,
+        intercept: short.intercept,
+        tolerance,
+        ratio,
+        worst_residual: long.worst_residual(LINEAR_FROM, c),
+        slope: sweep::middle_mean(&slopes),
+        slope_error: sweep::slope_error(&every, quantum),
+        chain,
+    };
+    sweep::check_correction(correction, decided, short, tolerance)
+        .map_err(|e| format!("{e}: {verdict:?}"))?;
+    let slope_tolerance = 3.0 * verdict.slope_error.hypot(chain.standard_error);
+    let slope_off = (verdict.slope - chain.ticks_per_imul).abs();
+    // NaN (no slope or no chain cost) fails too.
+    if slope_off.is_nan() || slope_off > slope_tolerance {
+        return Err(format!(
+            "the sweep's slope {:.4} is not the chain's cost {:.4} ticks per imul within {slope_tolerance:.4}: {verdict:?}",
+            verdict.slope, chain.ticks_per_imul
+        ));
+    }
+    if long.slope <= 0.0 || verdict.worst_residual > 0.02 {
+        return Err(format!(
+            "chains leave their phase's line by more than 2 %: {verdict:?}"
+        ));
+    }
+    if !ratio.is_finite() || (ratio - 2.0).abs() > 0.04 {
+        return Err(format!(
+            "the longest chain over the one half its length is {ratio:.4}, not 2.00 within 2 %: {verdict:?}"
+        ));
+    }
+    Ok(verdict)
+}
+
+/// How far a control must lie from the right correction `v.correction` for
+/// the check to be able to refuse it: one TSC quantum, or, where the sweeps
+/// resolve less than a quantum, the correction's own distance from the
+/// reference intercept plus the tolerance and a tick.
+pub fn control_step(v: &Verdict, quantum: Option<f64>) -> f64 {
+    let q = quantum.filter(|q| *q > 0.0).unwrap_or(1.0);
+    let resolution = (v.correction as f64 - v.intercept).abs() + v.tolerance + 1.0;
+    q.max(resolution)
+}
+
+/// Corrections the check must refuse, given a verdict on the right one
+/// `v`: none, twice it, and one [`control_step`] (a quantum, where the
+/// sweeps resolve one) either side of it. Each with what it is.
+pub fn wrong_corrections(v: &Verdict, quantum: Option<f64>) -> Vec<(u64, String)> {
+    let c = v.correction as f64;
+    let step = control_step(v, quantum);
+    let at = |x: f64| x.round().max(0.0) as u64;
+    vec![
+        (0, "no correction".into()),
+        (2 * v.correction, "twice the correction".into()),
+        (at(c - step), format!("{step:.1} ticks lower")),
+        (at(c + step), format!("{step:.1} ticks higher")),
+    ]
+}
+
+/// Chain costs the slope check must refuse: 5 % either side of the right
+/// one, or the check's own resolution where that is wider.
+pub fn wrong_chain_costs(v: &Verdict) -> Vec<ChainCost> {
+    let off = (0.05 * v.chain.ticks_per_imul).max(
+        3.0 * v.slope_error.hypot(v.chain.standard_error)
+            + (v.slope - v.chain.ticks_per_imul).abs()
+            + 1e-3,
+    );
+    [-off, off]
+        .iter()
+        .map(|d| ChainCost {
+            ticks_per_imul: v.chain.ticks_per_imul + d,
+            ..v.chain
+        })
+        .collect()
+}
+
+/// One negative control: a wrong correction or a wrong chain cost put
+/// through the same [`check`], and what the check said of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Control {
+    /// What is wrong in it ("no correction", "24.5 ticks lower", ...).
+    pub what: String,
+    pub correction: u64,
+    pub chain: ChainCost,
+    /// Why the check refused it; `None`: it passed, so the check cannot
+    /// tell this wrong value from the right one.
+    pub refused: Option<String>,
+}
+
+/// The check of the correction a run decided, with its negative controls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinearityCheck {
+    /// The TSC quantum the controls were sized by (ticks).
+    pub quantum: f64,
+    /// The check of the right correction: its figures, or why it failed.
+    pub verdict: Result<Verdict, String>,
+    /// How far the correction controls lie either side (ticks): one
+    /// quantum, or more where the sweeps resolve less ([`control_step`]).
+    pub control_step: Option<f64>,
+    /// Every control; empty where the check itself failed.
+    pub controls: Vec<Control>,
+}
+
+impl LinearityCheck {
+    /// The right correction passed and every control was refused.
+    pub fn holds(&self) -> bool {
+        self.verdict.is_ok()
+            && !self.controls.is_empty()
+            && self.controls.iter().all(|c| c.refused.is_some())
+    }
+
+    /// The controls the check let through.
+    pub fn passed_controls(&self) -> impl Iterator<Item = &Control> {
+        self.controls.iter().filter(|c| c.refused.is_none())
+    }
+}
+
+/// Checks `decided`'s correction against `phases` (the [`INTERCEPT_PHASES`]
+/// then the [`LONG_PHASE`], as timed) and the chain cost measured `before`
+/// and `after` them, then puts the wrong corrections and wrong chain costs
+/// through the same check. `Err` where `phases` is not that shape.
+pub fn check_with_controls(
+    phases: &[SweepPhase],
+    decided: &StampSweep,
+    quantum: f64,
+    (before, after): (ChainCost, ChainCost),
+) -> Result<LinearityCheck, String> {
+    let want = INTERCEPT_PHASES.len() + 1;
+    if phases.len() != want {
+        return Err(format!(
+            "the check needs {want} phases ({} short, 1 long), not {}",
+            INTERCEPT_PHASES.len(),
+            phases.len()
+        ));
+    }
+    let chain = ChainCost::pooled(before, after);
+    let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
+    let short = SweepFit::new(short.to_vec(), Some(quantum))
+        .ok_or_else(|| "the short phases fit no line".to_string())?;
+    let long = &long[0];
+    let q = Some(quantum);
+    let run =
+        |correction: u64, chain: ChainCost| check(&short, long, correction, decided, q, chain);
+    let verdict = run(decided.correction, chain);
+    let Ok(right) = &verdict else {
+        return Ok(LinearityCheck {
+            quantum,
+            verdict,
+            control_step: None,
+            controls: Vec::new(),
+        });
+    };
+    let control = |what: String, correction: u64, chain: ChainCost| Control {
+        refused: run(correction, chain).err(),
+        what,
+        correction,
+        chain,
+    };
+    let mut controls: Vec<Control> = wrong_corrections(right, q)
+        .into_iter()
+        .map(|(wrong, what)| control(what, wrong, chain))
+        .collect();
+    controls.extend(wrong_chain_costs(right).into_iter().map(|wrong| {
+        let what = format!("chain cost {:.4} ticks per imul", wrong.ticks_per_imul);
+        control(what, decided.correction, wrong)
+    }));
+    Ok(LinearityCheck {
+        quantum,
+        control_step: Some(control_step(right, q)),
+        verdict,
+        controls,
+    })
+}
+
+/// Which stamp pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pair {
+    /// The user pair, at CPL3.
+    User,
+    /// The kernel pair, at CPL0.
+    Kernel,
+}
+
+/// One pair's check and what it was made from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairLinearity {
+    pub pair: Pair,
+    /// The stamps' instructions (the kernel's: fenced as assembled, or plain RDTSC
+    /// where the hypervisor cannot run LFENCE/RDTSCP at CPL0).
+    pub stamps: String,
+    /// The correction a run would subtract, and why.
+    pub decided: StampSweep,
+    /// One imul's cost at this CPL, before and after the independent sweep.
+    pub chain_before: ChainCost,
+    pub chain_after: ChainCost,
+    /// The independent sweep: [`INTERCEPT_PHASES`] then [`LONG_PHASE`].
+    pub phases: Vec<SweepPhase>,
+    pub check: LinearityCheck,
+}
+
+/// `xvmm linearity`'s result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Linearity {
+    /// CPU vendor and hypervisor.
+    pub platform: String,
+    /// The TSC quantum the controls are sized by (ticks).
+    pub quantum: f64,
+    pub pairs: Vec<PairLinearity>,
+    /// Pairs not checked, and why.
+    pub not_checked: Vec<(Pair, String)>,
+}
+
+impl Linearity {
+    /// Every checked pair holds, and at least one was checked.
+    pub fn holds(&self) -> bool {
+        !self.pairs.is_empty() && self.pairs.iter().all(|p| p.check.holds())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The synthetic machines' imul: 3 ticks, known to 0.01.
+    pub(crate) const CHAIN: ChainCost = ChainCost {
+        ticks_per_imul: 3.0,
+        standard_error: 0.01,
+    };
+
+    /// A synthetic machine: stamps cost `a` with work between (null pair
+    /// `null`), each imul 3 ticks, a quantum of 1.
+    fn synthetic(a: u64, null: u64) -> (SweepFit, SweepPhase, StampSweep) {
+        synthetic_q(a, null, 1.0)
+    }
+
+    /// The same on a counter of quantum `q`: every median on a step.
+    fn synthetic_q(a: u64, null: u64, q: f64) -> (SweepFit, SweepPhase, StampSweep) {
+        let on_step = |t: f64| ((t / q).round() * q).round() as u64;
+        let phase = |n: u64, k: u64| {
+            let lengths = sweep::lengths(n, k);
+            let medians: Vec<u64> = lengths
+                .iter()
+                .map(|&l| on_step(a as f64 + 3.0 * l as f64))
+                .collect();
+            SweepPhase::from_medians(&lengths, &medians, 1000).unwrap()
+        };
+        let short = SweepFit::new(
+            INTERCEPT_PHASES.iter().map(|&(n, k)| phase(n, k)).collect(),
+            Some(q),
+        )
+        .unwrap();
+        let run = SweepFit::new(
+            (0..3)
+                .flat_map(sweep::run_phases)
+                .map(|(n, k)| phase(n, k))
+                .collect(),
+            Some(q),
+        )
+        .unwrap();
+        let decided = sweep::decide(null, run, Some(q));
+        (short, phase(LONG_PHASE.0, LONG_PHASE.1), decided)
+    }
+
+    #[test]
+    fn the_right_correction_passes_and_wrong_ones_fail() {
+        for (a, null) in [(73, 73), (38, 42)] {
+            let (short, long, decided) = synthetic(a, null);
+            assert_eq!(decided.correction, a, "{decided:?}");
+            let v = check(
+                &short,
+                &long,
+                decided.correction,
+                &decided,
+                Some(1.0),
+                CHAIN,
+            )
+            .unwrap();
+            assert!(
+                v.worst_residual < 1e-9 && (v.ratio - 2.0).abs() < 1e-9,
+                "{v:?}"
+            );
+            for (wrong, what) in wrong_corrections(&v, Some(1.0)) {
+                assert!(
+                    check(&short, &long, wrong, &decided, Some(1.0), CHAIN).is_err(),
+                    "{what} ({wrong}) passed"
+                );
+            }
+            // The null pair where it is off: refused.
+            if null != a {
+                assert!(check(&short, &long, null, &decided, Some(1.0), CHAIN).is_err());
+            }
+        }
+    }
+
+    /// The AMD build machine's shape: a 24.5-tick counter, stamps that add
+    /// 61 ticks to an interval with work in it, a null pair whose median sits
+    /// on the step above (73). Whatever the run decides, a correction one
+    /// quantum either side of it must fail the check.
+    #[test]
+    fn corrections_one_quantum_off_fail_on_a_coarse_counter() {
+        let q = 24.5;
+        let (short, long, decided) = synthetic_q(61, 73, q);
+        let v = check(&short, &long, decided.correction, &decided, Some(q), CHAIN).unwrap();
+        let c = decided.correction as f64;
+        let controls = wrong_corrections(&v, Some(q));
+        for x in [c - q, c + q] {
+            let x = x.round() as u64;
+            assert!(
+                controls.iter().any(|(w, _)| w.abs_diff(x) <= 1),
+                "no control one quantum off {c} ({x}): {controls:?}"
+            );
+            assert!(
+                check(&short, &long, x, &decided, Some(q), CHAIN).is_err(),
+                "{x}, one quantum off {c}, passed: {decided:?}"
+            );
+        }
+    }
+
+    /// The slope is held against the chain's own cost: a cost 5 % either
+    /// side fails, and so does a chain cost the sweep's slope is far from.
+    #[test]
+    fn a_slope_off_the_chains_cost_fails() {
+        let (short, long, decided) = synthetic(73, 73);
+        let v = check(&short, &long, 73, &decided, Some(1.0), CHAIN).unwrap();
+        assert!((v.slope - 3.0).abs() < 1e-9, "{v:?}");
+        for wrong in wrong_chain_costs(&v) {
+            let e = check(&short, &long, 73, &decided, Some(1.0), wrong).unwrap_err();
+            assert!(e.contains("chain's cost"), "{e}");
+        }
+        let wrong = ChainCost {
+            ticks_per_imul: 2.5,
+            standard_error: 0.01,
+        };
+        assert!(check(&short, &long, 73, &decided, Some(1.0), wrong).is_err());
+        // 60 ticks of stamps on both lengths: left out.
+        let (l1, l2) = (3 * CHAIN_COST_LENGTH + 60, 6 * CHAIN_COST_LENGTH + 60);
+        let c = ChainCost::from_samples(&[l1, l1, l1 + 500], &[l2, l2 + 9, l2]);
+        assert!((c.ticks_per_imul - 3.0).abs() < 1e-12, "{c:?}");
+        let p = ChainCost::pooled(
+            c,
+            ChainCost {
+                ticks_per_imul: 3.2,
+                ..c
+            },
+        );
+        assert!((p.ticks_per_imul - 3.1).abs() < 1e-9 && p.standard_error >= 0.1);
+    }
+
+    #[test]
+    fn a_bent_line_fails() {
+        let (short, mut long, decided) = synthetic(73, 73);
+        // The longest chains 5 % slower than the line through the others.
+        let k = long.medians.len();
+        long.medians[k - 1] += long.medians[k - 1] / 20;
+        let (a, b) = sweep::line(
+            &long
+                .lengths
+                .iter()
+                .zip(&long.medians)
+                .map(|(&n, &m)| (n as f64, m as f64))
+                .collect::<Vec<_>>(),
+        );
+        (long.intercept, long.slope) = (a, b);
+        let e = check(&short, &long, 73, &decided, Some(1.0), CHAIN).unwrap_err();
+        assert!(e.contains("2 %"), "{e}");
+    }
+
+    /// The phases [`check_with_controls`] takes, from the synthetic machine.
+    pub(crate) fn all_phases(a: u64, null: u64, q: f64) -> (Vec<SweepPhase>, StampSweep) {
+        let (short, long, decided) = synthetic_q(a, null, q);
+        let mut phases = short.phases.clone();
+        phases.push(long);
+        (phases, decided)
+    }
+
+    #[test]
+    fn controls_are_refused_on_a_linear_machine_and_the_check_holds() {
+        let (phases, decided) = all_phases(61, 73, 24.5);
+        let c = check_with_controls(&phases, &decided, 24.5, (CHAIN, CHAIN)).unwrap();
+        assert!(c.holds(), "{c:?}");
+        assert_eq!(c.controls.len(), 6, "{c:?}");
+        assert_eq!(c.passed_controls().count(), 0);
+        assert_eq!(c.control_step, Some(24.5), "{c:?}");
+        let low = decided.correction - 24;
+        assert!(
+            c.controls.iter().any(|k| k.correction.abs_diff(low) <= 1),
+            "no control one quantum below: {c:?}"
+        );
+    }
+
+    #[test]
+    fn a_bent_machine_or_a_control_let_through_does_not_hold() {
+        let (mut phases, decided) = all_phases(73, 73, 1.0);
+        let long = phases.last_mut().unwrap();
+        let k = long.medians.len();
+        long.medians[k - 1] += long.medians[k - 1] / 20;
+        let bent = check_with_controls(&phases, &decided, 1.0, (CHAIN, CHAIN)).unwrap();
+        assert!(
+            bent.verdict.is_err() && bent.controls.is_empty(),
+            "{bent:?}"
+        );
+        assert!(!bent.holds());
+        let (phases, decided) = all_phases(73, 73, 1.0);
+        let mut c = check_with_controls(&phases, &decided, 1.0, (CHAIN, CHAIN)).unwrap();
+        assert!(c.holds());
+        c.controls[2].refused = None;
+        assert!(!c.holds());
+        assert_eq!(c.passed_controls().count(), 1);
+        // A chain cost far off the sweep's slope: the check itself fails.
+        let wrong = ChainCost {
+            ticks_per_imul: 2.0,
+            ..CHAIN
+        };
+        let c = check_with_controls(&phases, &decided, 1.0, (wrong, wrong)).unwrap();
+        assert!(!c.holds() && c.verdict.unwrap_err().contains("chain's cost"));
+        assert!(check_with_controls(&phases[1..], &decided, 1.0, (CHAIN, CHAIN)).is_err());
+    }
+
+    #[test]
+    fn interleaved_chain_samples_pair_up_and_invalid_pairs_are_dropped() {
+        let (l1, l2) = (3 * CHAIN_COST_LENGTH + 60, 6 * CHAIN_COST_LENGTH + 60);
+        let c = ChainCost::from_interleaved(&[l1, l2, 0, 5, l1, l2, l1 + 1, 0, l1, l2]);
+        assert!((c.ticks_per_imul - 3.0).abs() < 1e-12, "{c:?}");
+    }
+}
