@@ -8,8 +8,11 @@
 //!   sweeps' uncertainty, long chains stay within 2 % of their line, 4096
 //!   costs twice 2048 within 2 %; no correction, twice it, one quantum
 //!   further from the intercept, and past it, fail the same check;
-//! - the kernel pair likewise at CPL0 where CPL0 runs natively; under PVM,
-//!   which emulates CPL0, that the kernel pair costs what emulation costs;
+//! - in the microguest through `xvmm linearity` as a library call (chain
+//!   cost timed in the guest at the sweep's CPL); the kernel pair likewise
+//!   at CPL0 where CPL0 runs natively (the nested harness makes that check
+//!   on L1's KVM); under PVM, which emulates CPL0, that the kernel pair
+//!   costs what emulation costs;
 //! - xperf's getppid round trip agrees with `perf bench syscall basic`
 //!   within 15 % (needs `perf`, from linux-perf: harness/setup.sh installs
 //!   it; without it the test fails, unless XVMM_SKIP_PERF=1 says to skip);
