@@ -534,8 +534,10 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         b.steal += 5;
         let line = steal_text(a, b).unwrap();
         assert!(line.starts_with("2.50 % of all CPUs' time"), "{line}");
-        assert!(steal_text(b, a).is_err());
-        assert!(steal_text(a, a).is_err());
+        let back = steal_text(b, a).unwrap_err();
+        assert!(back.contains("went backwards"), "{back}");
+        let still = steal_text(a, a).unwrap_err();
+        assert!(still.starts_with("no CPU time passed"), "{still}");
         assert_eq!(parse_proc_stat("cpu 1 2 3\n"), None);
         assert_eq!(parse_proc_stat("intr 5\n"), None);
         assert_eq!(parse_proc_stat("cpu  a b c d e f g h\n"), None);
@@ -613,6 +615,18 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         packages.sort_unstable();
         nodes.sort_unstable();
         (packages, nodes)
+    }
+
+    #[test]
+    fn packages_without_numa_nodes_still_group() {
+        let place = |cpu, package| CpuPlace {
+            cpu,
+            package: Some(package),
+            node: None,
+        };
+        let places = [place(0, 0), place(1, 0), place(2, 1), place(3, 1)];
+        // Across the package boundary first, then within cpu0's package.
+        assert_eq!(skew_pairs(&places, 32), [(0, 2), (0, 1)]);
     }
 
     #[test]
@@ -768,6 +782,11 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         let t = nested_text(true, &f(&[]), "", false);
         assert!(t.contains("no nested virtualisation (no /dev/kvm)"), "{t}");
         assert!(nested_text(false, &f(&["vmx"]), "", false).starts_with("not a guest"));
+        // The extension is found among the other flags.
+        let t = nested_text(true, &f(&["constant_tsc", "vmx"]), "kvm_intel", true);
+        assert!(t.starts_with("a guest offered vmx: nested"), "{t}");
+        let t = nested_text(false, &f(&["vmx"]), "", false);
+        assert!(t.starts_with("not a guest; the CPU offers vmx"), "{t}");
     }
 
     #[test]

@@ -48,7 +48,17 @@ fn cpuid_leaf(leaf: u32) -> std::arch::x86_64::CpuidResult {
 }
 
 fn hypervisor_bit() -> bool {
-    cpuid_leaf(1).ecx & (1 << 31) != 0
+    hypervisor_present(cpuid_leaf(1).ecx)
+}
+
+/// CPUID.1:ECX bit 31: a hypervisor is present.
+fn hypervisor_present(ecx: u32) -> bool {
+    ecx & (1 << 31) != 0
+}
+
+/// Unrecorded samples before `n` recorded ones: a tenth, at least one.
+fn warmup(n: usize) -> usize {
+    (n / 10).max(1)
 }
 
 /// CPUID signature, DMI, the verdict, nested, the kernel's own word.
@@ -123,7 +133,7 @@ pub fn clocks(machine: &Machine, n: usize, null: u64) -> Vec<Metric> {
             format!("{current} (available: {available})"),
         )
     };
-    let warmup = (n / 10).max(1);
+    let warmup = warmup(n);
     let libc_samples = timing::sample(n, warmup, null, timing::clock_gettime_libc);
     let sys_samples = timing::sample(n, warmup, null, timing::clock_gettime_syscall);
     let mut vdso = Metric::from_samples(TIME, "clock_gettime-vdso", TICKS, &libc_samples);
@@ -142,29 +152,30 @@ pub fn clocks(machine: &Machine, n: usize, null: u64) -> Vec<Metric> {
 
 /// The cpuid round trip (an exit under any hypervisor).
 pub fn cpuid(machine: &Machine, n: usize, null: u64) -> Metric {
-    let samples = timing::sample(n, (n / 10).max(1), null, || stamp::cpuid_pair(0));
+    let samples = timing::sample(n, warmup(n), null, || stamp::cpuid_pair(0));
     let m = Metric::from_samples(EXITS, "cpuid", TICKS, &samples);
     match m.measured().map(|s| s.median) {
         Some(median) => {
-            let sig = if hypervisor_bit() {
-                machine.hypervisor_signature.as_str()
-            } else {
-                ""
-            };
-            let hypervisor = if hypervisor_bit() && sig.is_empty() {
-                "unnamed"
-            } else {
-                sig
-            };
+            let hypervisor = hypervisor_name(hypervisor_bit(), &machine.hypervisor_signature);
             m.with_value(timing::cpuid_verdict(median, hypervisor))
         }
         None => m,
     }
 }
 
+/// The hypervisor as [`timing::cpuid_verdict`] names it: empty without the
+/// CPUID bit, "unnamed" with the bit but no signature.
+fn hypervisor_name(bit: bool, signature: &str) -> &str {
+    match (bit, signature) {
+        (false, _) => "",
+        (true, "") => "unnamed",
+        (true, sig) => sig,
+    }
+}
+
 /// rdtsc and rdtscp: their cost, and whether they trap.
 pub fn rdtsc(n: usize, null: u64, cpuid_exit: Option<u64>) -> Vec<Metric> {
-    let warmup = (n / 10).max(1);
+    let warmup = warmup(n);
     let allowed = timing::tsc_allowed_text();
     let mut out = Vec::new();
     for (name, pair) in [
@@ -194,32 +205,32 @@ pub fn pause(samples: u64, null: u64, hypervisor: bool, cpuid_exit: Option<u64>)
     // One unrecorded burst (faults in code and stack).
     std::hint::black_box(timing::burst(null, || stamp::pause_pair(chunk)));
     let spins = control_spins(null);
-    let extra = cpuid_exit.map_or(1500, |e| (e / 2).max(100));
-    let (mut chunks, mut controls, mut pause_spikes, mut control_spikes) =
-        (Vec::new(), Vec::new(), 0, 0);
-    for _ in 0..bursts {
-        let burst = timing::burst(null, || stamp::pause_pair(chunk));
-        pause_spikes += timing::spikes(&burst, extra);
-        chunks.extend(burst);
-        let control = timing::burst(null, || stamp::spin_pair(spins));
-        control_spikes += timing::spikes(&control, extra);
-        controls.extend(control);
-    }
+    let extra = spike_extra(cpuid_exit);
+    let measured: Vec<(Vec<u64>, Vec<u64>)> = (0..bursts)
+        .map(|_| {
+            let burst = timing::burst(null, || stamp::pause_pair(chunk));
+            let control = timing::burst(null, || stamp::spin_pair(spins));
+            (burst, control)
+        })
+        .collect();
+    let chunks: Vec<u64> = measured
+        .iter()
+        .flat_map(|(p, _)| p.iter().copied())
+        .collect();
     let unit = format!("ticks/{chunk} pauses");
     let m = Metric::from_samples(EXITS, "pause", &unit, &chunks);
-    let verdict = timing::pause_verdict(&timing::PauseLoops {
-        bursts: bursts as usize,
-        extra,
-        pause_spikes,
-        control_spikes,
-        pause_median: timing::median(&chunks),
-        control_median: timing::median(&controls),
-    });
+    let verdict = timing::pause_verdict(&timing::PauseLoops::from_bursts(&measured, extra));
     if hypervisor {
         m.with_value(verdict)
     } else {
         m.with_value(format!("no hypervisor seen, nothing to exit to; {verdict}"))
     }
+}
+
+/// Ticks over a burst's median that make a chunk a spike: half a cpuid exit
+/// (at least 100), or 1500 when the exit is unknown.
+fn spike_extra(cpuid_exit: Option<u64>) -> u64 {
+    cpuid_exit.map_or(1500, |e| (e / 2).max(100))
 }
 
 /// The control loop's length: a chunk of pauses' native cost, from runs of
@@ -235,9 +246,8 @@ fn control_spins(null: u64) -> u32 {
             close.saturating_sub(open).saturating_sub(null)
         })
         .collect();
-    let per_spin =
-        timing::median(&timing::burst(null, || stamp::spin_pair(GAP))) as f64 / f64::from(GAP);
-    timing::control_spins(timing::median(&short), SHORT_PAUSES, per_spin)
+    let gap = timing::median(&timing::burst(null, || stamp::spin_pair(GAP)));
+    timing::control_spins(timing::median(&short), SHORT_PAUSES, gap, GAP)
 }
 
 /// TSC flags, the rate CPUID (and, as root, the kernel) reports, and the rate
@@ -290,21 +300,30 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
     let against = reported
         .map(|k| (k, "CPUID"))
         .or_else(|| kernel.as_ref().ok().map(|(k, _)| (*k, "the kernel")));
-    let measured = match (measured.measured().map(|s| s.median), against) {
-        (Some(m), Some((r, from))) if r > 0 => measured.with_value(format!(
-            "{:+.0} ppm against {from}'s {r} kHz ({RATE_WINDOWS} windows of {} ms against {})",
-            (m as f64 - r as f64) * 1e6 / r as f64,
-            RATE_WINDOW.as_millis(),
-            clock.text
-        )),
-        (Some(_), _) => measured.with_value(format!(
-            "no reported rate to compare with ({RATE_WINDOWS} windows of {} ms against {})",
-            RATE_WINDOW.as_millis(),
-            clock.text
-        )),
-        (None, _) => measured,
+    let measured = match measured.measured().map(|s| s.median) {
+        Some(m) => {
+            let value = rate_against(m, against, &clock.text);
+            measured.with_value(value)
+        }
+        None => measured,
     };
     vec![flags, reported_metric, kernel_metric, measured]
+}
+
+/// The measured rate `khz` against a reported one (`against`: kHz and who
+/// reports it), in ppm, measured against `clock`.
+fn rate_against(khz: u64, against: Option<(u64, &str)>, clock: &str) -> String {
+    let windows = format!(
+        "{RATE_WINDOWS} windows of {} ms against {clock}",
+        RATE_WINDOW.as_millis()
+    );
+    match against {
+        Some((r, from)) if r > 0 => format!(
+            "{:+.0} ppm against {from}'s {r} kHz ({windows})",
+            (khz as f64 - r as f64) * 1e6 / r as f64
+        ),
+        _ => format!("no reported rate to compare with ({windows})"),
+    }
 }
 
 fn words(list: &[&str]) -> String {
@@ -493,8 +512,10 @@ mod tests {
         split.round_trip = Some(Interval::from_raw(&[500, 600, 700], 100));
         split.u2k = Some(Interval::from_raw(&[200, 210, 220], 100));
         split.k2u = Some(Interval::default());
-        let rt_only =
+        let mut rt_only =
             Crossing::from_round_trips("pf-refault", 2, &[900, 1000], 50, "no hooks".into());
+        // An empty u2k still says why the crossing has no split.
+        rt_only.u2k = Some(Interval::default());
         let gone = Crossing::unsupported("pf-first-touch", 2, "madvise missing".into());
         let m = crossings(&[split, rt_only, gone]);
         let names: Vec<&str> = m.iter().map(|m| m.name.as_str()).collect();
@@ -505,6 +526,7 @@ mod tests {
         assert_eq!(m[2].reason.as_deref(), Some("no valid samples"));
         assert_eq!(m[3].measured().unwrap().median, 850);
         assert_eq!(m[4].reason.as_deref(), Some("round trip only: no hooks"));
+        assert_eq!(m[5].reason.as_deref(), Some("round trip only: no hooks"));
         assert_eq!(m[6].reason.as_deref(), Some("unsupported: madvise missing"));
         assert!(m.iter().all(|m| m.is_filled() && m.group == CROSSINGS));
     }
@@ -539,5 +561,117 @@ mod tests {
         );
         let k = h.iter().find(|m| m.name == "kernel-hypervisor").unwrap();
         assert_eq!(k.value.as_deref(), Some("KVM"));
+    }
+
+    #[test]
+    fn the_hypervisor_bit_is_cpuid_1_ecx_bit_31() {
+        assert!(hypervisor_present(1 << 31));
+        assert!(hypervisor_present(u32::MAX));
+        assert!(!hypervisor_present(0));
+        assert!(!hypervisor_present(1));
+        assert!(!hypervisor_present(0x7fff_ffff));
+        // Linux sets the "hypervisor" flag from the same bit.
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
+        let flags = facts::cpuinfo_field(&cpuinfo, "flags").unwrap();
+        let flag = flags.split_whitespace().any(|f| f == "hypervisor");
+        assert_eq!(hypervisor_bit(), flag, "{flags}");
+    }
+
+    #[test]
+    fn a_tenth_of_the_samples_warm_up() {
+        assert_eq!(warmup(1000), 100);
+        assert_eq!(warmup(25), 2);
+        assert_eq!(warmup(5), 1);
+        assert_eq!(warmup(0), 1);
+    }
+
+    #[test]
+    fn the_hypervisor_named_for_the_cpuid_verdict() {
+        assert_eq!(hypervisor_name(false, "KVMKVMKVM"), "");
+        assert_eq!(hypervisor_name(false, ""), "");
+        assert_eq!(hypervisor_name(true, ""), "unnamed");
+        assert_eq!(hypervisor_name(true, "KVMKVMKVM"), "KVMKVMKVM");
+    }
+
+    #[test]
+    fn a_spike_is_half_a_cpuid_exit() {
+        assert_eq!(spike_extra(None), 1500);
+        assert_eq!(spike_extra(Some(3000)), 1500);
+        assert_eq!(spike_extra(Some(1000)), 500);
+        assert_eq!(spike_extra(Some(50)), 100);
+    }
+
+    #[test]
+    fn the_control_loop_is_as_long_as_a_chunk_of_pauses() {
+        // With no null subtracted, each short run holds 16 pauses and the
+        // stamps (tens of ticks), so 128 pauses' worth is well over 128
+        // iterations of a `dec; jnz` loop (about a cycle each).
+        let spins = control_spins(0);
+        assert!(spins >= timing::PAUSES_PER_CHUNK, "{spins}");
+    }
+
+    #[test]
+    fn the_measured_rate_in_ppm_against_the_reported_one() {
+        let v = rate_against(3_000_300, Some((3_000_000, "CPUID")), "CLOCK_MONOTONIC");
+        assert_eq!(
+            v,
+            "+100 ppm against CPUID's 3000000 kHz (10 windows of 100 ms against CLOCK_MONOTONIC)"
+        );
+        let v = rate_against(2_999_700, Some((3_000_000, "the kernel")), "c");
+        assert!(v.starts_with("-100 ppm against the kernel's"), "{v}");
+        for against in [None, Some((0, "CPUID"))] {
+            let v = rate_against(3_000_000, against, "c");
+            assert!(v.starts_with("no reported rate to compare with"), "{v}");
+        }
+    }
+
+    #[test]
+    fn word_lists() {
+        assert_eq!(words(&[]), "none");
+        assert_eq!(
+            words(&["constant_tsc", "nonstop_tsc"]),
+            "constant_tsc nonstop_tsc"
+        );
+    }
+
+    #[test]
+    fn tsc_skew_gives_a_metric_per_pair_or_the_reason() {
+        let m = tsc_skew(20);
+        assert!(!m.is_empty());
+        for m in &m {
+            assert!(m.group == TIME && m.name.starts_with("tsc-skew"), "{m:?}");
+            assert!(m.is_filled(), "{m:?}");
+        }
+    }
+
+    #[test]
+    fn proc_stat_is_the_kernels_cpu_times() {
+        let text = proc_stat().unwrap();
+        assert!(facts::parse_proc_stat(&text).is_some(), "{text}");
+    }
+
+    #[test]
+    fn machine_names_cpu_and_kernel_from_the_probe() {
+        let find = |m: &[Metric], name: &str| m.iter().find(|m| m.name == name).unwrap().clone();
+        let m = machine(&Machine::default(), Err("no stat".into()), None);
+        let cpu = find(&m, "cpu");
+        assert_eq!(
+            cpu.reason.as_deref(),
+            Some("/proc/cpuinfo names no CPU model")
+        );
+        assert!(find(&m, "kernel").reason.is_some());
+        let probe = Machine {
+            cpu_vendor: "AuthenticAMD".into(),
+            cpu_model: "AMD EPYC".into(),
+            cpu_signature: "25/1/1".into(),
+            kernel_release: "6.12.0".into(),
+            ..Machine::default()
+        };
+        let m = machine(&probe, Err("no stat".into()), None);
+        let cpu = find(&m, "cpu").value.unwrap();
+        assert_eq!(cpu, "AuthenticAMD AMD EPYC (family/model/stepping 25/1/1)");
+        let kernel = find(&m, "kernel").value.unwrap();
+        assert!(kernel.starts_with("6.12.0 "), "{kernel}");
+        assert_eq!(find(&m, "steal").reason.as_deref(), Some("no stat"));
     }
 }

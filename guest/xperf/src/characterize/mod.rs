@@ -195,6 +195,23 @@ mod tests {
         assert_eq!(seen, expected);
         assert!(*steps.1.lock().unwrap());
         assert!(c.started_unix > 1_600_000_000 && c.seconds > 0.0);
+        // Pause loops say "no hypervisor" exactly when CPUID names none.
+        let machine = report.machine.as_ref().unwrap();
+        let pause = c.metric("pause").unwrap().value.clone().unwrap();
+        assert_eq!(
+            pause.starts_with("no hypervisor seen"),
+            machine.hypervisor_signature.is_empty(),
+            "{pause}"
+        );
+        // Privileged is running as root: the effective uid (the second
+        // field of /proc/self/status's Uid line) is 0.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let euid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            .unwrap();
+        assert_eq!(c.privileged, euid == "0", "euid {euid}");
     }
 
     #[test]

@@ -126,5 +126,11 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{bad:?}");
             assert!(!err.to_string().contains('\n'), "{bad:?}");
         }
+        // Only a `--` option carries an inline value: another argument with
+        // `=` is named whole.
+        for bad in ["extra=1", "-h=1"] {
+            let err = parse(strings(&[bad])).unwrap_err().to_string();
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+        }
     }
 }

@@ -236,4 +236,44 @@ mod tests {
         let err = ping_pong(a, 1 << 20, 10, Duration::from_secs(5)).unwrap_err();
         assert!(err.contains("CPU"), "{err}");
     }
+
+    /// `wait_for` on a cell that never changes, from another thread; None
+    /// if it has not given up within 10 s (it is then aborted).
+    fn gives_up(shared: &Shared, deadline: Instant) -> Option<bool> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| tx.send(wait_for(&AtomicU64::new(0), 1, shared, deadline)));
+            let got = rx.recv_timeout(Duration::from_secs(10)).ok();
+            shared.abort.store(true, Ordering::Relaxed);
+            got
+        })
+    }
+
+    #[test]
+    fn a_wait_gives_up_at_the_deadline_and_tells_the_other_side() {
+        let shared = Shared::default();
+        let past = Instant::now();
+        assert_eq!(gives_up(&shared, past), Some(false));
+        assert!(shared.abort.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_wait_gives_up_when_the_other_side_aborts() {
+        let shared = Shared::default();
+        shared.abort.store(true, Ordering::Relaxed);
+        let later = Instant::now() + Duration::from_secs(20);
+        assert_eq!(gives_up(&shared, later), Some(false));
+    }
+
+    #[test]
+    fn too_few_rounds_within_the_limit_is_an_error() {
+        let cpus = super::super::facts::parse_cpu_list(&super::super::facts::read_trimmed(
+            "/sys/devices/system/cpu/online",
+        ));
+        let a = cpus.first().copied().unwrap_or(0);
+        // Both threads on one CPU: each round waits for the scheduler to
+        // switch threads, so 200 rounds never fit in a millisecond.
+        let err = ping_pong(a, a, 200, Duration::from_millis(1)).unwrap_err();
+        assert!(err.contains("of 200 rounds between"), "{err}");
+    }
 }

@@ -107,11 +107,20 @@ pub fn tsc_allowed_text() -> String {
     let mut mode: libc::c_int = 0;
     // SAFETY: PR_GET_TSC writes one int through the pointer.
     let ret = unsafe { libc::prctl(libc::PR_GET_TSC, &mut mode as *mut libc::c_int) };
-    match (ret, mode) {
-        (0, libc::PR_TSC_ENABLE) => "allowed at CPL3 (PR_GET_TSC: enabled)".into(),
-        (0, libc::PR_TSC_SIGSEGV) => "faults at CPL3 (PR_GET_TSC: SIGSEGV, CR4.TSD set)".into(),
-        (0, other) => format!("PR_GET_TSC gave mode {other}"),
-        _ => format!("PR_GET_TSC failed: {}", std::io::Error::last_os_error()),
+    tsc_mode_text(if ret == 0 {
+        Ok(mode)
+    } else {
+        Err(std::io::Error::last_os_error())
+    })
+}
+
+/// What PR_GET_TSC's mode (or its error) means.
+fn tsc_mode_text(mode: std::io::Result<libc::c_int>) -> String {
+    match mode {
+        Ok(libc::PR_TSC_ENABLE) => "allowed at CPL3 (PR_GET_TSC: enabled)".into(),
+        Ok(libc::PR_TSC_SIGSEGV) => "faults at CPL3 (PR_GET_TSC: SIGSEGV, CR4.TSD set)".into(),
+        Ok(other) => format!("PR_GET_TSC gave mode {other}"),
+        Err(e) => format!("PR_GET_TSC failed: {e}"),
     }
 }
 
@@ -185,6 +194,29 @@ pub struct PauseLoops {
     pub control_median: u64,
 }
 
+impl PauseLoops {
+    /// Sums `bursts` (each a burst of pause chunks and its control loops):
+    /// spikes counted per burst against that burst's own median.
+    pub fn from_bursts(bursts: &[(Vec<u64>, Vec<u64>)], extra: u64) -> PauseLoops {
+        let (mut pause_spikes, mut control_spikes) = (0, 0);
+        let (mut chunks, mut controls) = (Vec::new(), Vec::new());
+        for (pause, control) in bursts {
+            pause_spikes += spikes(pause, extra);
+            control_spikes += spikes(control, extra);
+            chunks.extend_from_slice(pause);
+            controls.extend_from_slice(control);
+        }
+        PauseLoops {
+            bursts: bursts.len(),
+            extra,
+            pause_spikes,
+            control_spikes,
+            pause_median: median(&chunks),
+            control_median: median(&controls),
+        }
+    }
+}
+
 /// Whether pause exits: a hypervisor with pause-loop exiting intercepts a
 /// spinning loop of pauses. Where only some chunks exit, the pause bursts
 /// show far more exit-sized spikes than control loops of the same native
@@ -220,9 +252,11 @@ pub fn pause_verdict(p: &PauseLoops) -> String {
 
 /// Iterations of a control loop as long as [`PAUSES_PER_CHUNK`] pauses
 /// natively, from the median of `short` pauses timed alone (too few to
-/// reach any pause-loop exiting window) and the ticks per `dec; jnz`.
-pub fn control_spins(short_median: u64, short: u32, per_spin_ticks: f64) -> u32 {
+/// reach any pause-loop exiting window) and the median of a `dec; jnz` loop
+/// of `gap` iterations.
+pub fn control_spins(short_median: u64, short: u32, gap_median: u64, gap: u32) -> u32 {
     let chunk = short_median as f64 * f64::from(PAUSES_PER_CHUNK) / f64::from(short.max(1));
+    let per_spin_ticks = gap_median as f64 / f64::from(gap);
     let spins = (chunk / per_spin_ticks.max(1e-3)).round();
     if spins >= f64::from(u32::MAX) {
         u32::MAX
@@ -291,11 +325,11 @@ mod tests {
         assert!(every.starts_with("exits"), "{every}");
         assert!(every.contains("12000") && every.contains("9000"), "{every}");
         assert!(
-            control_spins(1000, 16, 0.5) == 16_000,
+            control_spins(1000, 16, 2048, 4096) == 16_000,
             "128 pauses at 1000 ticks per 16: 8000 ticks, 2 spins a tick"
         );
-        assert_eq!(control_spins(0, 16, 1.0), 1);
-        assert_eq!(control_spins(u64::MAX, 1, 0.0), u32::MAX);
+        assert_eq!(control_spins(0, 16, 4096, 4096), 1);
+        assert_eq!(control_spins(u64::MAX, 1, 0, 4096), u32::MAX);
         // A pause chunk a little slower than its control is no exit.
         let close = pause_verdict(&loops(0, 0, (9400, 9000)));
         assert!(close.starts_with("does not exit"), "{close}");
@@ -332,7 +366,95 @@ mod tests {
         for (a, b) in [clock_gettime_libc(), clock_gettime_syscall()] {
             assert!(a < b);
         }
+        // The stamps are TSC readings taken inside the call.
+        for path in [clock_gettime_libc, clock_gettime_syscall] {
+            let before = tsc::open();
+            let (a, b) = path();
+            let after = tsc::open();
+            assert!(before <= a && b <= after, "{before} {a} {b} {after}");
+        }
         assert!(vdso_mapped(), "Linux maps a vDSO into every process");
         assert!(tsc_allowed_text().starts_with("allowed"));
+    }
+
+    #[test]
+    fn verdict_thresholds_are_strict() {
+        // Exactly half the system call is not "served by the vDSO".
+        let v = vdso_verdict(250, 500, true, "tsc");
+        assert!(v.starts_with("falls back"), "{v}");
+        assert!(vdso_verdict(249, 500, true, "tsc").starts_with("served"));
+        // A cpuid exit of exactly TRAP_TICKS is too cheap to be an exit.
+        let t = trap_verdict(200, Some(TRAP_TICKS));
+        assert!(t.starts_with("does not trap"), "{t}");
+        assert!(trap_verdict(200, Some(TRAP_TICKS + 1)).starts_with("traps"));
+        // TRAP_TICKS itself is still a native cost.
+        assert!(trap_verdict(TRAP_TICKS, None).starts_with("does not trap"));
+        assert!(trap_verdict(TRAP_TICKS + 1, None).starts_with("slow"));
+    }
+
+    #[test]
+    fn tsc_modes_in_words() {
+        assert!(tsc_mode_text(Ok(libc::PR_TSC_ENABLE)).starts_with("allowed at CPL3"));
+        let segv = tsc_mode_text(Ok(libc::PR_TSC_SIGSEGV));
+        assert!(segv.starts_with("faults at CPL3"), "{segv}");
+        assert_eq!(tsc_mode_text(Ok(7)), "PR_GET_TSC gave mode 7");
+        let err = tsc_mode_text(Err(std::io::Error::from_raw_os_error(libc::EINVAL)));
+        assert!(
+            err.starts_with("PR_GET_TSC failed: Invalid argument"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_upper_middle() {
+        assert_eq!(median(&[4, 1, 3, 2]), 3);
+        assert_eq!(median(&[10, 20]), 20);
+        assert_eq!(median(&[]), 0);
+    }
+
+    #[test]
+    fn pause_verdict_spike_threshold_and_text() {
+        // 100 bursts, 20 control spikes: a pause burst needs over
+        // 2 * 20 + 100 / 10 + 2 = 52 spikes to count as exiting.
+        let same = (9000, 9000);
+        for (spikes, exits) in [(45, false), (52, false), (53, true), (60, true)] {
+            let v = pause_verdict(&loops(spikes, 20, same));
+            assert_eq!(v.starts_with("exits"), exits, "{spikes}: {v}");
+        }
+        let v = pause_verdict(&loops(0, 0, same));
+        assert!(v.contains("in 100 bursts of 8192 pauses"), "{v}");
+        // No control median (nothing measured): no median comparison.
+        let v = pause_verdict(&loops(0, 0, (5000, 0)));
+        assert!(v.starts_with("does not exit"), "{v}");
+        // A pause median exactly `extra` over the control is not yet an exit.
+        let v = pause_verdict(&loops(0, 0, (9000 + 1500, 9000)));
+        assert!(v.starts_with("does not exit"), "{v}");
+        let v = pause_verdict(&loops(0, 0, (9000 + 1501, 9000)));
+        assert!(v.starts_with("exits"), "{v}");
+    }
+
+    #[test]
+    fn pause_loops_sum_spikes_over_bursts() {
+        let mut a = vec![1000u64; CHUNKS_PER_BURST];
+        a[0] = 5000;
+        let mut b = vec![2000u64; CHUNKS_PER_BURST];
+        b[1] = 9000;
+        b[2] = 9000;
+        let mut c = vec![500u64; CHUNKS_PER_BURST];
+        c[3] = 4000;
+        let flat = vec![500u64; CHUNKS_PER_BURST];
+        let p = PauseLoops::from_bursts(&[(a, flat.clone()), (b, c)], 1500);
+        assert_eq!(
+            p,
+            PauseLoops {
+                bursts: 2,
+                extra: 1500,
+                pause_spikes: 3,
+                control_spikes: 1,
+                pause_median: 2000,
+                control_median: 500,
+            }
+        );
+        assert_eq!(PauseLoops::from_bursts(&[], 1500).bursts, 0);
     }
 }
