@@ -461,6 +461,29 @@ mod tests {
         assert_eq!((rt.samples_with_exits, rt.host_ticks_total), (2, 90));
     }
 
+    /// Round-trip-only samples (no kernel stamps): only the round trip is
+    /// attributed, and it is.
+    #[test]
+    fn round_trip_only_samples_attribute_the_round_trip_alone() {
+        let samples: Vec<Sample> = (1..=3)
+            .map(|k| Sample {
+                u2k_k: UNFILLED,
+                k2u_k: UNFILLED,
+                ..sample(k * 1000, Some(0))
+            })
+            .collect();
+        let mut r = report(samples);
+        let t = trace(vec![exit(2200, 40, 0)]);
+        attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!((rt.samples, rt.samples_with_exits), (3, 1), "{rt:?}");
+        assert_eq!(rt.exits["npf"].host_ticks, 40);
+        let c = &r.crossings[0];
+        for i in [&c.u2k, &c.in_kernel, &c.k2u] {
+            assert!(i.as_ref().is_none_or(|i| i.host.is_none()), "{i:?}");
+        }
+    }
+
     #[test]
     fn lost_windows_offset_changes_and_bad_stamps_make_samples_unattributable() {
         let mut samples: Vec<Sample> = (1..=5).map(|k| sample(k * 1000, Some(0))).collect();
