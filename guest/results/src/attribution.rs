@@ -478,10 +478,54 @@ mod tests {
         let rt = host(&r, "round_trip");
         assert_eq!((rt.samples, rt.samples_with_exits), (3, 1), "{rt:?}");
         assert_eq!(rt.exits["npf"].host_ticks, 40);
+        assert_eq!(rt.unattributable, 0);
         let c = &r.crossings[0];
         for i in [&c.u2k, &c.in_kernel, &c.k2u] {
             assert!(i.as_ref().is_none_or(|i| i.host.is_none()), "{i:?}");
         }
+        // Returned before it left, at the same tick, or never: each one
+        // unattributable, the good one still attributed.
+        let good = Sample {
+            u2k_k: UNFILLED,
+            k2u_k: UNFILLED,
+            ..sample(1000, Some(0))
+        };
+        let bad = [(2000, 1990), (3000, 3000), (4000, UNFILLED)];
+        let mut samples = vec![good];
+        samples.extend(bad.iter().map(|&(u2k_u, k2u_u)| Sample {
+            u2k_u,
+            k2u_u,
+            ..good
+        }));
+        let mut r = report(samples.clone());
+        r.crossings[0].samples = Some(samples);
+        attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!((rt.samples, rt.unattributable), (4, 3), "{rt:?}");
+        assert_eq!(rt.exit_free.count, 1, "{rt:?}");
+    }
+
+    /// Up to [`CI_MAX_VALUES`] the interval is the bootstrap's over every
+    /// value; beyond, over every `step`-th value only.
+    #[test]
+    fn the_median_ci_thins_only_beyond_its_limit() {
+        let small: Vec<u64> = (0..1000).map(|i| (i * 7919) % 1000).collect();
+        assert_eq!(thinned_median_ci(&small), bootstrap::median_ci(&small));
+        assert!(thinned_median_ci(&small).is_some());
+        // Spread values (an LCG): a third of them give a wider interval.
+        let mut x = 1u64;
+        let big: Vec<u64> = (0..2 * CI_MAX_VALUES + 1)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) % 1_000_000
+            })
+            .collect();
+        let every_third: Vec<u64> = big.iter().step_by(3).copied().collect();
+        let thinned = thinned_median_ci(&big);
+        assert_eq!(thinned, bootstrap::median_ci(&every_third));
+        assert_ne!(thinned, bootstrap::median_ci(&big));
     }
 
     #[test]
