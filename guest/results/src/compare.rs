@@ -408,6 +408,21 @@ mod tests {
         assert_eq!(swapped.notes.len(), 2, "{:?}", swapped.notes);
     }
 
+    /// The comparison file (`FILE.compare.json`) reads back as the same
+    /// comparison, and is indented for a person.
+    #[test]
+    fn the_comparison_json_reads_back_whole() {
+        let vm = fixtures::report(Environment::Microguest, 2);
+        let c = compare(&vm, &fixtures::report(Environment::BareMetal, 1));
+        let text = c.to_json_pretty();
+        let back: Comparison = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, c);
+        assert!(
+            text.starts_with("{\n  \"") && text.contains("\"rows\": ["),
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_traced_vm_run_splits_the_difference_into_exits_and_the_rest() {
         use crate::attribution::ReasonCost;
