@@ -596,6 +596,22 @@ mod tests {
         assert!((exits.by_reason["npf"] - 200.0).abs() < 1e-9);
     }
 
+    /// No ratio over a bare-metal 0, and an unknown TSC rate on either
+    /// side compares ticks as measured.
+    #[test]
+    fn no_ratio_over_zero_and_an_unknown_rate_scales_nothing() {
+        assert_eq!(ratio(Some(5), Some(0), 1.0), None);
+        assert_eq!(ratio(Some(6), Some(3), 0.5), Some(1.0));
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        (vm.host.tsc_khz, bare.host.tsc_khz) = (0, 2_000_000);
+        assert_eq!(tick_scale(&vm, &bare), 1.0);
+        (vm.host.tsc_khz, bare.host.tsc_khz) = (3_000_000, 0);
+        assert_eq!(tick_scale(&vm, &bare), 1.0);
+        (vm.host.tsc_khz, bare.host.tsc_khz) = (4_000_000, 2_000_000);
+        assert_eq!(tick_scale(&vm, &bare), 0.5);
+    }
+
     #[test]
     fn ratios_across_tsc_rates_are_of_nanoseconds() {
         // The same tick counts at 3 GHz (VM) and 2 GHz (bare metal): the VM
