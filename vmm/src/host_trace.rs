@@ -550,6 +550,60 @@ fn make_instance(root: &Path, name: &str) -> Result<(PathBuf, Change)> {
     Ok((path, change))
 }
 
+/// `common_pid == a || common_pid == b`: only the given threads' events;
+/// empty when no threads are given.
+fn tid_filter(tids: &[i32]) -> String {
+    tids.iter()
+        .map(|t| format!("common_pid == {t}"))
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
+/// The filter to write for the kvm `event`, if any: none without threads,
+/// and none for `kvm_async_pf_completed`, which fires in a kworker, so it
+/// cannot be filtered by the vCPU thread.
+fn event_filter<'a>(filter: &'a str, event: &str) -> Option<&'a str> {
+    if filter.is_empty() || event == AsyncPfEvent::Completed.tracepoint() {
+        None
+    } else {
+        Some(filter)
+    }
+}
+
+/// The async page fault tracepoints under `kvm_events` (an instance's
+/// `events/kvm`), where the host has them all (a kernel without
+/// CONFIG_KVM_ASYNC_PF has none); returns whether they are on.
+fn enable_async_pf(kvm_events: &Path, filter: &str) -> Result<bool> {
+    let dirs: Vec<(AsyncPfEvent, PathBuf)> = AsyncPfEvent::ALL
+        .iter()
+        .map(|e| (*e, kvm_events.join(e.tracepoint())))
+        .collect();
+    if !dirs.iter().all(|(_, d)| d.is_dir()) {
+        return Ok(false);
+    }
+    for (event, dir) in dirs {
+        if let Some(filter) = event_filter(filter, event.tracepoint()) {
+            write_file(&dir.join("filter"), filter)?;
+        }
+        write_file(&dir.join("enable"), "1")?;
+    }
+    Ok(true)
+}
+
+/// One pass over every CPU's pipe, giving each page with its CPU to
+/// `each`; `true` if any CPU had pages.
+fn drain_cpus(
+    pipes: &mut [fs::File],
+    page: &mut [u8],
+    mut each: impl FnMut(usize, &[u8]),
+) -> std::io::Result<bool> {
+    let mut any = false;
+    for (cpu, pipe) in pipes.iter_mut().enumerate() {
+        any |= drain_pipe(pipe, page, |bytes| each(cpu, bytes))?;
+    }
+    Ok(any)
+}
+
 impl ExitTracer {
     /// Starts tracing kvm_exit/kvm_entry of the given thread ids (vCPU threads).
     pub fn start(tids: &[i32]) -> Result<ExitTracer> {
@@ -585,11 +639,7 @@ impl ExitTracer {
             Error::Tracing("the x86-tsc trace clock is not available on this host".into())
         })?;
         write_file(&i.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
-        let filter = tids
-            .iter()
-            .map(|t| format!("common_pid == {t}"))
-            .collect::<Vec<_>>()
-            .join(" || ");
+        let filter = tid_filter(tids);
         for event in TRACED_EVENTS {
             let dir = i.join("events/kvm").join(event);
             if !dir.is_dir() {
@@ -597,32 +647,12 @@ impl ExitTracer {
                     "the kvm:{event} tracepoint is not available on this host"
                 )));
             }
-            if !filter.is_empty() {
-                write_file(&dir.join("filter"), &filter)?;
-            }
-            write_file(&dir.join("enable"), "1")?;
-        }
-        self.enable_async_pf(&filter)
-    }
-
-    /// The async page fault tracepoints, where the host has them (a kernel
-    /// without CONFIG_KVM_ASYNC_PF does not). `kvm_async_pf_completed` fires
-    /// in a kworker, so it cannot be filtered by the vCPU thread.
-    fn enable_async_pf(&self, filter: &str) -> Result<bool> {
-        let dirs: Vec<(AsyncPfEvent, PathBuf)> = AsyncPfEvent::ALL
-            .iter()
-            .map(|e| (*e, self.instance.join("events/kvm").join(e.tracepoint())))
-            .collect();
-        if !dirs.iter().all(|(_, d)| d.is_dir()) {
-            return Ok(false);
-        }
-        for (event, dir) in dirs {
-            if !filter.is_empty() && event != AsyncPfEvent::Completed {
+            if let Some(filter) = event_filter(&filter, event) {
                 write_file(&dir.join("filter"), filter)?;
             }
             write_file(&dir.join("enable"), "1")?;
         }
-        Ok(true)
+        enable_async_pf(&i.join("events/kvm"), &filter)
     }
 
     /// The binary reader where this host's pages and formats can be
@@ -661,17 +691,14 @@ impl ExitTracer {
                 // Tracing is off before stop is set: a drain begun after
                 // it that finds nothing is the last.
                 let stopping = stop.load(Ordering::Acquire);
-                let mut any = false;
-                for (cpu, pipe) in pipes.iter_mut().enumerate() {
-                    any |= drain_pipe(pipe, &mut page, |bytes| {
-                        let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
-                        if outcome == PageOutcome::Corrupt {
-                            corrupt_pages += 1;
-                            let at = merge.latest(cpu);
-                            merge.push(cpu, at, TraceEvent::Lost { count: 0 });
-                        }
-                    })?;
-                }
+                let any = drain_cpus(&mut pipes, &mut page, |cpu, bytes| {
+                    let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
+                    if outcome == PageOutcome::Corrupt {
+                        corrupt_pages += 1;
+                        let at = merge.latest(cpu);
+                        merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+                    }
+                })?;
                 merge.release_drained(round, |ev| agg.push(ev));
                 if !any && stopping {
                     merge.release_all(|ev| agg.push(ev));
@@ -1002,6 +1029,225 @@ mod tests {
         assert_eq!((done.trace.lost, done.lost_unplaced), (vec![(150, 400)], 0));
         // Nothing lost: nothing marked.
         assert_eq!(run().finish(0).trace.lost, []);
+    }
+
+    #[test]
+    fn lines_up_to_the_limit_are_kept_across_reads_and_the_buffer_stays_bounded() {
+        // A typical line cut in the middle by the read boundary is joined.
+        let line = "xvmm-7 [000] ..... 99: kvm_exit: vcpu 2 reason npf rip 0x1 info1 0x0 info2 0x0 intr_info 0x0 error_code 0x0 requests 0x0";
+        let (head, tail) = line.split_at(line.len() / 2);
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        lines.feed(head.as_bytes(), |l| kept.push(l.to_string()));
+        lines.feed(format!("{tail}\n").as_bytes(), |l| kept.push(l.to_string()));
+        assert_eq!(kept, [line]);
+        // Exactly MAX_TRACE_LINE bytes, its newline in the next read: kept.
+        let longest = "y".repeat(MAX_TRACE_LINE);
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        lines.feed(longest.as_bytes(), |l| kept.push(l.to_string()));
+        assert_eq!(lines.partial.len(), MAX_TRACE_LINE);
+        lines.feed(b"\nnext\n", |l| kept.push(l.to_string()));
+        assert_eq!(kept, [longest.as_str(), "next"]);
+        // A line far past the limit is never buffered whole.
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        for _ in 0..10 {
+            lines.feed(&[b'z'; 1000], |l| kept.push(l.to_string()));
+            assert!(
+                lines.partial.len() <= MAX_TRACE_LINE,
+                "{}",
+                lines.partial.len()
+            );
+        }
+        lines.feed(b"z\nafter\n", |l| kept.push(l.to_string()));
+        assert_eq!(kept, ["after"]);
+    }
+
+    #[test]
+    fn a_second_exit_before_an_entry_leaves_the_first_unpaired() {
+        let mut agg = ExitAggregator::default();
+        agg.push(exit(1, 100, "io"));
+        agg.push(exit(1, 200, "hlt")); // the entry of the first went missing
+        agg.push(exit(2, 210, "io"));
+        agg.push(entry(1, 230));
+        agg.push(entry(2, 260));
+        assert_eq!(agg.unpaired, 1);
+        let done = agg.finish(0);
+        assert_eq!(done.unpaired, 1);
+        let hlt = done.exits.iter().find(|e| e.reason == "hlt").unwrap();
+        assert_eq!((hlt.exit_to_entry.count, hlt.exit_to_entry.min), (1, 30));
+        let io = done.exits.iter().find(|e| e.reason == "io").unwrap();
+        assert_eq!((io.exit_to_entry.count, io.exit_to_entry.min), (1, 50));
+    }
+
+    #[test]
+    fn reason_ids_are_dense_and_saturate_at_u16_max() {
+        let mut agg = ExitAggregator::default();
+        assert_eq!(agg.reason_id("io"), 0);
+        assert_eq!(agg.reason_id("hlt"), 1);
+        assert_eq!(agg.reason_id("io"), 0);
+        for n in 2..u16::MAX {
+            assert_eq!(agg.reason_id(&format!("r{n}")), n);
+        }
+        // Every id below u16::MAX is taken: further reasons share it and
+        // are not added to the table.
+        assert_eq!(agg.reason_id("one more"), u16::MAX);
+        assert_eq!(agg.reason_id("and another"), u16::MAX);
+        assert_eq!(agg.trace.reasons.len(), usize::from(u16::MAX));
+        assert_eq!(agg.trace.reasons[1], "hlt");
+        assert!(!agg.trace.reasons.iter().any(|r| r == "one more"));
+    }
+
+    #[test]
+    fn async_pf_events_are_kept_up_to_the_cap() {
+        let mut agg = ExitAggregator::default();
+        agg.push(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::NotPresent,
+            ts: 10,
+        });
+        agg.push(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::Ready,
+            ts: 20,
+        });
+        assert_eq!(
+            agg.async_pf,
+            [(AsyncPfEvent::NotPresent, 10), (AsyncPfEvent::Ready, 20)]
+        );
+        agg.async_pf = vec![(AsyncPfEvent::Completed, 0); MAX_KEPT_EXITS];
+        agg.push(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::Ready,
+            ts: 30,
+        });
+        assert_eq!(agg.async_pf.len(), MAX_KEPT_EXITS);
+        assert_eq!(agg.last_ts, 30);
+    }
+
+    #[test]
+    fn exits_past_the_cap_are_counted_but_mark_one_open_lost_window() {
+        let mut agg = ExitAggregator::default();
+        let kept = HostExitEvent {
+            vcpu: 0,
+            exit: 1,
+            entry: 2,
+            reason: 0,
+        };
+        agg.trace.exits = vec![kept; MAX_KEPT_EXITS];
+        agg.push(exit(1, 100, "io"));
+        agg.push(entry(1, 150));
+        agg.push(exit(1, 200, "io"));
+        agg.push(entry(1, 260));
+        assert_eq!(agg.trace.exits.len(), MAX_KEPT_EXITS);
+        assert_eq!(agg.trace.lost, [(100, u64::MAX)]);
+        // Still timed for the per-reason summary.
+        let io = &agg.summary()[0];
+        assert_eq!(io.reason, "io");
+        assert_eq!(
+            (
+                io.exit_to_entry.count,
+                io.exit_to_entry.min,
+                io.exit_to_entry.max
+            ),
+            (2, 50, 60)
+        );
+    }
+
+    #[test]
+    fn describe_names_the_reader_and_why() {
+        let says = |r: TraceReader| r.describe();
+        assert_eq!(
+            says(TraceReader::Raw { corrupt_pages: 0 }),
+            "the binary trace_pipe_raw pages"
+        );
+        assert_eq!(
+            says(TraceReader::Raw { corrupt_pages: 3 }),
+            "the binary trace_pipe_raw pages (3 undecodable, marked lost)"
+        );
+        assert_eq!(says(TraceReader::default()), "the text trace_pipe");
+        assert_eq!(
+            says(TraceReader::Text {
+                why: "XVMM_TRACE_TEXT is set".into()
+            }),
+            "the text trace_pipe (binary pages unusable: XVMM_TRACE_TEXT is set)"
+        );
+    }
+
+    #[test]
+    fn filters_name_the_threads_except_for_the_kworker_event() {
+        assert_eq!(tid_filter(&[]), "");
+        assert_eq!(tid_filter(&[7]), "common_pid == 7");
+        let both = tid_filter(&[7, 9]);
+        assert_eq!(both, "common_pid == 7 || common_pid == 9");
+        for event in TRACED_EVENTS {
+            assert_eq!(event_filter(&both, event), Some(both.as_str()), "{event}");
+            assert_eq!(event_filter("", event), None, "{event}");
+        }
+        let completed = AsyncPfEvent::Completed.tracepoint();
+        assert_eq!(event_filter(&both, completed), None);
+        assert_eq!(event_filter("", completed), None);
+        let ready = AsyncPfEvent::Ready.tracepoint();
+        assert_eq!(event_filter(&both, ready), Some(both.as_str()));
+    }
+
+    /// `enable_async_pf` on a plain directory laid out like an instance's
+    /// `events/kvm`: which files it writes, not how tracefs takes them.
+    #[test]
+    fn async_pf_tracepoints_are_enabled_only_when_all_exist() {
+        let dir = std::env::temp_dir().join(format!("xvmm-async-pf-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let [present @ .., missing] = AsyncPfEvent::ALL;
+        for e in present {
+            fs::create_dir_all(dir.join(e.tracepoint())).unwrap();
+        }
+        let read =
+            |e: AsyncPfEvent, f: &str| fs::read_to_string(dir.join(e.tracepoint()).join(f)).ok();
+        // One missing (an older kernel): none is turned on.
+        assert!(!enable_async_pf(&dir, "common_pid == 5").unwrap());
+        assert!(present.iter().all(|&e| read(e, "enable").is_none()));
+        fs::create_dir(dir.join(missing.tracepoint())).unwrap();
+        assert!(enable_async_pf(&dir, "common_pid == 5").unwrap());
+        for e in AsyncPfEvent::ALL {
+            assert_eq!(read(e, "enable").as_deref(), Some("1"), "{e:?}");
+            let filter = (e != AsyncPfEvent::Completed).then_some("common_pid == 5");
+            assert_eq!(read(e, "filter").as_deref(), filter, "{e:?}");
+        }
+        // Without threads nothing is filtered.
+        for e in AsyncPfEvent::ALL {
+            let _ = fs::remove_file(dir.join(e.tracepoint()).join("filter"));
+        }
+        assert!(enable_async_pf(&dir, "").unwrap());
+        assert!(AsyncPfEvent::ALL
+            .iter()
+            .all(|&e| read(e, "filter").is_none()));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A non-blocking pipe as (read end, write end), like a trace_pipe_raw.
+    fn nonblocking_pipe() -> (fs::File, fs::File) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two fds it is given room for.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        assert_eq!(rc, 0);
+        // SAFETY: both fds are fresh and owned by nothing else.
+        unsafe { (fs::File::from_raw_fd(fds[0]), fs::File::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn a_round_reports_pages_from_any_cpu() {
+        use std::io::Write;
+        let (r0, _w0) = nonblocking_pipe();
+        let (r1, mut w1) = nonblocking_pipe();
+        let mut pipes = [r0, r1];
+        let mut page = [0u8; 64];
+        let mut got = Vec::new();
+        w1.write_all(b"page").unwrap();
+        let any = drain_cpus(&mut pipes, &mut page, |cpu, b| got.push((cpu, b.to_vec())));
+        assert!(any.unwrap());
+        assert_eq!(got, [(1, b"page".to_vec())]);
+        // Drained: the next round finds nothing, which is how the reader
+        // knows it may stop.
+        assert!(!drain_cpus(&mut pipes, &mut page, |_, _| panic!("no pages")).unwrap());
     }
 
     /// A private instance for a test, removed again when dropped.
