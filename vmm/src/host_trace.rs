@@ -604,6 +604,103 @@ fn drain_cpus(
     Ok(any)
 }
 
+/// The raw reader's loop: drains every CPU's pages in rounds, merging the
+/// CPUs by time up to where no CPU can still deliver an earlier event,
+/// until a round begun after `stop` finds nothing.
+fn read_raw(decoder: &RawDecoder, pipes: &mut [fs::File], stop: &AtomicBool) -> Drained {
+    let mut agg = ExitAggregator::default();
+    let mut merge = CpuMerge::new(pipes.len());
+    let mut page = vec![0u8; decoder.page_size()];
+    let mut corrupt_pages = 0;
+    loop {
+        let round = xvmm_results::tsc::rdtsc();
+        // Tracing is off before stop is set: a drain begun after
+        // it that finds nothing is the last.
+        let stopping = stop.load(Ordering::Acquire);
+        let any = drain_cpus(pipes, &mut page, |cpu, bytes| {
+            let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
+            if outcome == PageOutcome::Corrupt {
+                corrupt_pages += 1;
+                let at = merge.latest(cpu);
+                merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+            }
+        })?;
+        merge.release_drained(round, |ev| agg.push(ev));
+        if !any && stopping {
+            merge.release_all(|ev| agg.push(ev));
+            return Ok((agg, TraceReader::Raw { corrupt_pages }));
+        }
+        if !any {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The text reader's loop over a non-blocking `trace_pipe`, until a read
+/// after `stop` finds it empty.
+fn read_text(mut pipe: impl Read, stop: &AtomicBool, why: String) -> Drained {
+    let mut agg = ExitAggregator::default();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut lines = TraceLines::default();
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => {
+                lines.feed(&buf[..n], |line| {
+                    if let Some(ev) = parse_line(line) {
+                        agg.push(ev);
+                    }
+                });
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        // Nothing to read: the buffer is drained, so stopping now loses nothing.
+        if stop.load(Ordering::Acquire) {
+            return Ok((agg, TraceReader::Text { why }));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What the joined reader thread gave, as the tracer's result.
+fn reader_result(
+    joined: Option<std::thread::Result<Drained>>,
+) -> Result<(ExitAggregator, TraceReader)> {
+    match joined {
+        Some(Ok(Ok(drained))) => Ok(drained),
+        Some(Ok(Err(e))) => Err(Error::Tracing(format!("reading the trace: {e}"))),
+        _ => Err(Error::Tracing("trace reader thread failed".into())),
+    }
+}
+
+/// Sum of the per-CPU "overrun" counters of an instance.
+fn lost_events(instance: &Path) -> u64 {
+    let Ok(cpus) = fs::read_dir(instance.join("per_cpu")) else {
+        return 0;
+    };
+    cpus.flatten()
+        .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok())
+        .flat_map(|stats| {
+            stats
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("overrun:")
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Removes an instance directory; whether it is gone (also when someone
+/// else removed it first).
+fn remove_instance(path: &Path) -> bool {
+    fs::remove_dir(path).is_ok() || !path.exists()
+}
+
 impl ExitTracer {
     /// Starts tracing kvm_exit/kvm_entry of the given thread ids (vCPU threads).
     pub fn start(tids: &[i32]) -> Result<ExitTracer> {
@@ -682,38 +779,13 @@ impl ExitTracer {
         let stop = Arc::clone(&self.stop);
         std::thread::spawn(move || {
             crate::affinity::unpin_helper_thread();
-            let mut agg = ExitAggregator::default();
-            let mut merge = CpuMerge::new(pipes.len());
-            let mut page = vec![0u8; decoder.page_size()];
-            let mut corrupt_pages = 0;
-            loop {
-                let round = xvmm_results::tsc::rdtsc();
-                // Tracing is off before stop is set: a drain begun after
-                // it that finds nothing is the last.
-                let stopping = stop.load(Ordering::Acquire);
-                let any = drain_cpus(&mut pipes, &mut page, |cpu, bytes| {
-                    let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
-                    if outcome == PageOutcome::Corrupt {
-                        corrupt_pages += 1;
-                        let at = merge.latest(cpu);
-                        merge.push(cpu, at, TraceEvent::Lost { count: 0 });
-                    }
-                })?;
-                merge.release_drained(round, |ev| agg.push(ev));
-                if !any && stopping {
-                    merge.release_all(|ev| agg.push(ev));
-                    return Ok((agg, TraceReader::Raw { corrupt_pages }));
-                }
-                if !any {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
+            read_raw(&decoder, &mut pipes, &stop)
         })
     }
 
     fn spawn_text_reader(&self, why: String) -> Result<JoinHandle<Drained>> {
         let path = self.instance.join("trace_pipe");
-        let mut pipe = fs::OpenOptions::new()
+        let pipe = fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&path)
@@ -721,30 +793,7 @@ impl ExitTracer {
         let stop = Arc::clone(&self.stop);
         Ok(std::thread::spawn(move || {
             crate::affinity::unpin_helper_thread();
-            let mut agg = ExitAggregator::default();
-            let mut buf = vec![0u8; 1 << 16];
-            let mut lines = TraceLines::default();
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        lines.feed(&buf[..n], |line| {
-                            if let Some(ev) = parse_line(line) {
-                                agg.push(ev);
-                            }
-                        });
-                        continue;
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                }
-                // Nothing to read: the buffer is drained, so stopping now loses nothing.
-                if stop.load(Ordering::Acquire) {
-                    return Ok((agg, TraceReader::Text { why }));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            read_text(pipe, &stop, why)
         }))
     }
 
@@ -752,36 +801,13 @@ impl ExitTracer {
     pub fn finish(mut self) -> Result<TraceSummary> {
         write_file(&self.instance.join("tracing_on"), "0")?;
         self.stop.store(true, Ordering::Release);
-        let (agg, reader) = match self.reader.take().map(JoinHandle::join) {
-            Some(Ok(Ok(drained))) => drained,
-            Some(Ok(Err(e))) => return Err(Error::Tracing(format!("reading the trace: {e}"))),
-            _ => return Err(Error::Tracing("trace reader thread failed".into())),
-        };
-        let lost = self.lost_events();
+        let (agg, reader) = reader_result(self.reader.take().map(JoinHandle::join))?;
+        let lost = lost_events(&self.instance);
         Ok(TraceSummary {
             reader,
             async_pf_traced: self.async_pf_traced,
             ..agg.finish(lost)
         })
-    }
-
-    /// Sum of the per-CPU "overrun" counters of the instance.
-    fn lost_events(&self) -> u64 {
-        let Ok(cpus) = fs::read_dir(self.instance.join("per_cpu")) else {
-            return 0;
-        };
-        cpus.flatten()
-            .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok())
-            .flat_map(|stats| {
-                stats
-                    .lines()
-                    .filter_map(|l| {
-                        l.strip_prefix("overrun:")
-                            .and_then(|v| v.trim().parse::<u64>().ok())
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .sum()
     }
 
     pub fn instance_path(&self) -> &Path {
@@ -806,7 +832,7 @@ impl Drop for ExitTracer {
         // The kernel refuses rmdir while a file of the instance is open; the
         // reader has been joined, so nothing is. A failed removal stays in
         // the journal for the next start to finish.
-        if fs::remove_dir(&self.instance).is_ok() || !self.instance.exists() {
+        if remove_instance(&self.instance) {
             journal::forget(&self.recorded);
         }
     }
@@ -1041,6 +1067,13 @@ mod tests {
         lines.feed(head.as_bytes(), |l| kept.push(l.to_string()));
         lines.feed(format!("{tail}\n").as_bytes(), |l| kept.push(l.to_string()));
         assert_eq!(kept, [line]);
+        // ... also when it comes in three reads.
+        let (first, second) = head.split_at(head.len() / 2);
+        let mut kept = Vec::new();
+        for part in [first, second, &format!("{tail}\n")] {
+            lines.feed(part.as_bytes(), |l| kept.push(l.to_string()));
+        }
+        assert_eq!(kept, [line]);
         // Exactly MAX_TRACE_LINE bytes, its newline in the next read: kept.
         let longest = "y".repeat(MAX_TRACE_LINE);
         let mut kept = Vec::new();
@@ -1062,6 +1095,15 @@ mod tests {
         }
         lines.feed(b"z\nafter\n", |l| kept.push(l.to_string()));
         assert_eq!(kept, ["after"]);
+        // ... nor when it comes in one read.
+        lines.feed(&[b'z'; 10_000], |l| kept.push(l.to_string()));
+        assert!(
+            lines.partial.len() <= MAX_TRACE_LINE,
+            "{}",
+            lines.partial.len()
+        );
+        lines.feed(b"\nlast\n", |l| kept.push(l.to_string()));
+        assert_eq!(kept, ["after", "last"]);
     }
 
     #[test]
@@ -1250,6 +1292,102 @@ mod tests {
         assert!(!drain_cpus(&mut pipes, &mut page, |_, _| panic!("no pages")).unwrap());
     }
 
+    /// A scripted `trace_pipe`: each read takes the next step; reading past
+    /// the script is a failure of the reader under test.
+    struct Script(std::collections::VecDeque<std::io::Result<&'static [u8]>>);
+
+    impl Read for Script {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let step = self.0.pop_front().expect("read past the script")?;
+            buf[..step.len()].copy_from_slice(step);
+            Ok(step.len())
+        }
+    }
+
+    #[test]
+    fn the_text_reader_retries_interrupted_reads_and_stops_when_drained() {
+        use std::io::Error as IoError;
+        let stop = AtomicBool::new(true);
+        let script = Script(
+            [
+                Err(IoError::from(ErrorKind::Interrupted)),
+                Ok(&b"xvmm-9 [001] d..1. 100: kvm_exit: vcpu 0 reason io rip 0x1\n"[..]),
+                Ok(&b"xvmm-9 [001] d..1. 130: kvm_entry: vcpu 0, rip 0x1\n"[..]),
+                Err(IoError::from(ErrorKind::WouldBlock)),
+            ]
+            .into(),
+        );
+        let (agg, reader) = read_text(script, &stop, "why".into()).unwrap();
+        assert_eq!(reader, TraceReader::Text { why: "why".into() });
+        let io = &agg.summary()[0];
+        assert_eq!((io.reason.as_str(), io.exit_to_entry.min), ("io", 30));
+        // A real error ends the reader with it, not retried.
+        let failing = Script([Err(IoError::other("gone"))].into());
+        let e = read_text(failing, &stop, String::new()).unwrap_err();
+        assert_eq!(e.to_string(), "gone");
+        let e = reader_result(Some(Ok(Err(e)))).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            Error::Tracing("reading the trace: gone".into()).to_string()
+        );
+        let e = reader_result(None).err().unwrap();
+        assert!(e.to_string().contains("trace reader thread failed"), "{e}");
+    }
+
+    #[test]
+    fn the_raw_reader_waits_for_stop_and_counts_corrupt_pages() {
+        use std::io::Write;
+        let decoder = example_decoder().unwrap();
+        let (r0, _w0) = nonblocking_pipe();
+        let (r1, mut w1) = nonblocking_pipe();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || read_raw(&decoder, &mut [r0, r1], &stop))
+        };
+        // Nothing to read yet: the reader keeps waiting.
+        std::thread::sleep(Duration::from_millis(50));
+        w1.write_all(&[0; 8]).unwrap(); // too short for a page header
+        stop.store(true, Ordering::Release);
+        let (agg, reader) = reader.join().unwrap().unwrap();
+        assert_eq!(reader, TraceReader::Raw { corrupt_pages: 1 });
+        // The page's loss is marked, without a count.
+        let done = agg.finish(0);
+        assert_eq!((done.lost, done.trace.lost), (0, vec![(0, u64::MAX)]));
+    }
+
+    /// A directory laid out like an instance's `per_cpu`, stats as the
+    /// kernel prints them.
+    #[test]
+    fn lost_events_sum_every_cpus_overruns() {
+        let dir = std::env::temp_dir().join(format!("xvmm-overrun-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(lost_events(&dir), 0);
+        for (cpu, overrun) in [(0, 3), (1, 0), (2, 40)] {
+            let d = dir.join(format!("per_cpu/cpu{cpu}"));
+            fs::create_dir_all(&d).unwrap();
+            let stats = format!("entries: 5\noverrun: {overrun}\ncommit overrun: 7\nbytes: 96\n");
+            fs::write(d.join("stats"), stats).unwrap();
+        }
+        assert_eq!(lost_events(&dir), 43);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_instance_counts_as_removed_once_it_is_gone() {
+        let dir = std::env::temp_dir().join(format!("xvmm-remove-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("busy/inside")).unwrap();
+        fs::create_dir_all(dir.join("empty")).unwrap();
+        assert!(remove_instance(&dir.join("empty")));
+        assert!(!dir.join("empty").exists());
+        // Already gone (removed by another start): nothing left to undo.
+        assert!(remove_instance(&dir.join("empty")));
+        // Refused (like an instance with a file open): still recorded.
+        assert!(!remove_instance(&dir.join("busy")));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A private instance for a test, removed again when dropped.
     struct TestInstance(PathBuf, Change);
 
@@ -1378,6 +1516,12 @@ mod tests {
             assert_eq!(summary.reader, TraceReader::Raw { corrupt_pages: 0 });
         }
         assert!(!path.exists(), "instance not removed");
+        // Only hosts with CONFIG_KVM_ASYNC_PF have these tracepoints.
+        let async_pf = AsyncPfEvent::ALL
+            .iter()
+            .all(|e| root.join("events/kvm").join(e.tracepoint()).is_dir());
+        assert_eq!(summary.async_pf_traced, async_pf);
+        assert_eq!(summary.lost, 0);
         assert_eq!(
             fs::read_to_string(root.join("trace_clock")).unwrap(),
             global_clock
