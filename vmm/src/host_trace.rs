@@ -550,6 +550,157 @@ fn make_instance(root: &Path, name: &str) -> Result<(PathBuf, Change)> {
     Ok((path, change))
 }
 
+/// `common_pid == a || common_pid == b`: only the given threads' events;
+/// empty when no threads are given.
+fn tid_filter(tids: &[i32]) -> String {
+    tids.iter()
+        .map(|t| format!("common_pid == {t}"))
+        .collect::<Vec<_>>()
+        .join(" || ")
+}
+
+/// The filter to write for the kvm `event`, if any: none without threads,
+/// and none for `kvm_async_pf_completed`, which fires in a kworker, so it
+/// cannot be filtered by the vCPU thread.
+fn event_filter<'a>(filter: &'a str, event: &str) -> Option<&'a str> {
+    if filter.is_empty() || event == AsyncPfEvent::Completed.tracepoint() {
+        None
+    } else {
+        Some(filter)
+    }
+}
+
+/// The async page fault tracepoints under `kvm_events` (an instance's
+/// `events/kvm`), where the host has them all (a kernel without
+/// CONFIG_KVM_ASYNC_PF has none); returns whether they are on.
+fn enable_async_pf(kvm_events: &Path, filter: &str) -> Result<bool> {
+    let dirs: Vec<(AsyncPfEvent, PathBuf)> = AsyncPfEvent::ALL
+        .iter()
+        .map(|e| (*e, kvm_events.join(e.tracepoint())))
+        .collect();
+    if !dirs.iter().all(|(_, d)| d.is_dir()) {
+        return Ok(false);
+    }
+    for (event, dir) in dirs {
+        if let Some(filter) = event_filter(filter, event.tracepoint()) {
+            write_file(&dir.join("filter"), filter)?;
+        }
+        write_file(&dir.join("enable"), "1")?;
+    }
+    Ok(true)
+}
+
+/// One pass over every CPU's pipe, giving each page with its CPU to
+/// `each`; `true` if any CPU had pages.
+fn drain_cpus(
+    pipes: &mut [fs::File],
+    page: &mut [u8],
+    mut each: impl FnMut(usize, &[u8]),
+) -> std::io::Result<bool> {
+    let mut any = false;
+    for (cpu, pipe) in pipes.iter_mut().enumerate() {
+        any |= drain_pipe(pipe, page, |bytes| each(cpu, bytes))?;
+    }
+    Ok(any)
+}
+
+/// The raw reader's loop: drains every CPU's pages in rounds, merging the
+/// CPUs by time up to where no CPU can still deliver an earlier event,
+/// until a round begun after `stop` finds nothing.
+fn read_raw(decoder: &RawDecoder, pipes: &mut [fs::File], stop: &AtomicBool) -> Drained {
+    let mut agg = ExitAggregator::default();
+    let mut merge = CpuMerge::new(pipes.len());
+    let mut page = vec![0u8; decoder.page_size()];
+    let mut corrupt_pages = 0;
+    loop {
+        let round = xvmm_results::tsc::rdtsc();
+        // Tracing is off before stop is set: a drain begun after
+        // it that finds nothing is the last.
+        let stopping = stop.load(Ordering::Acquire);
+        let any = drain_cpus(pipes, &mut page, |cpu, bytes| {
+            let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
+            if outcome == PageOutcome::Corrupt {
+                corrupt_pages += 1;
+                let at = merge.latest(cpu);
+                merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+            }
+        })?;
+        merge.release_drained(round, |ev| agg.push(ev));
+        if !any && stopping {
+            merge.release_all(|ev| agg.push(ev));
+            return Ok((agg, TraceReader::Raw { corrupt_pages }));
+        }
+        if !any {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// The text reader's loop over a non-blocking `trace_pipe`, until a read
+/// after `stop` finds it empty.
+fn read_text(mut pipe: impl Read, stop: &AtomicBool, why: String) -> Drained {
+    let mut agg = ExitAggregator::default();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut lines = TraceLines::default();
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => {}
+            Ok(n) => {
+                lines.feed(&buf[..n], |line| {
+                    if let Some(ev) = parse_line(line) {
+                        agg.push(ev);
+                    }
+                });
+                continue;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        // Nothing to read: the buffer is drained, so stopping now loses nothing.
+        if stop.load(Ordering::Acquire) {
+            return Ok((agg, TraceReader::Text { why }));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What the joined reader thread gave, as the tracer's result.
+fn reader_result(
+    joined: Option<std::thread::Result<Drained>>,
+) -> Result<(ExitAggregator, TraceReader)> {
+    match joined {
+        Some(Ok(Ok(drained))) => Ok(drained),
+        Some(Ok(Err(e))) => Err(Error::Tracing(format!("reading the trace: {e}"))),
+        _ => Err(Error::Tracing("trace reader thread failed".into())),
+    }
+}
+
+/// Sum of the per-CPU "overrun" counters of an instance.
+fn lost_events(instance: &Path) -> u64 {
+    let Ok(cpus) = fs::read_dir(instance.join("per_cpu")) else {
+        return 0;
+    };
+    cpus.flatten()
+        .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok())
+        .flat_map(|stats| {
+            stats
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("overrun:")
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                })
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Removes an instance directory; whether it is gone (also when someone
+/// else removed it first).
+fn remove_instance(path: &Path) -> bool {
+    fs::remove_dir(path).is_ok() || !path.exists()
+}
+
 impl ExitTracer {
     /// Starts tracing kvm_exit/kvm_entry of the given thread ids (vCPU threads).
     pub fn start(tids: &[i32]) -> Result<ExitTracer> {
@@ -585,11 +736,7 @@ impl ExitTracer {
             Error::Tracing("the x86-tsc trace clock is not available on this host".into())
         })?;
         write_file(&i.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
-        let filter = tids
-            .iter()
-            .map(|t| format!("common_pid == {t}"))
-            .collect::<Vec<_>>()
-            .join(" || ");
+        let filter = tid_filter(tids);
         for event in TRACED_EVENTS {
             let dir = i.join("events/kvm").join(event);
             if !dir.is_dir() {
@@ -597,32 +744,12 @@ impl ExitTracer {
                     "the kvm:{event} tracepoint is not available on this host"
                 )));
             }
-            if !filter.is_empty() {
-                write_file(&dir.join("filter"), &filter)?;
-            }
-            write_file(&dir.join("enable"), "1")?;
-        }
-        self.enable_async_pf(&filter)
-    }
-
-    /// The async page fault tracepoints, where the host has them (a kernel
-    /// without CONFIG_KVM_ASYNC_PF does not). `kvm_async_pf_completed` fires
-    /// in a kworker, so it cannot be filtered by the vCPU thread.
-    fn enable_async_pf(&self, filter: &str) -> Result<bool> {
-        let dirs: Vec<(AsyncPfEvent, PathBuf)> = AsyncPfEvent::ALL
-            .iter()
-            .map(|e| (*e, self.instance.join("events/kvm").join(e.tracepoint())))
-            .collect();
-        if !dirs.iter().all(|(_, d)| d.is_dir()) {
-            return Ok(false);
-        }
-        for (event, dir) in dirs {
-            if !filter.is_empty() && event != AsyncPfEvent::Completed {
+            if let Some(filter) = event_filter(&filter, event) {
                 write_file(&dir.join("filter"), filter)?;
             }
             write_file(&dir.join("enable"), "1")?;
         }
-        Ok(true)
+        enable_async_pf(&i.join("events/kvm"), &filter)
     }
 
     /// The binary reader where this host's pages and formats can be
@@ -652,41 +779,13 @@ impl ExitTracer {
         let stop = Arc::clone(&self.stop);
         std::thread::spawn(move || {
             crate::affinity::unpin_helper_thread();
-            let mut agg = ExitAggregator::default();
-            let mut merge = CpuMerge::new(pipes.len());
-            let mut page = vec![0u8; decoder.page_size()];
-            let mut corrupt_pages = 0;
-            loop {
-                let round = xvmm_results::tsc::rdtsc();
-                // Tracing is off before stop is set: a drain begun after
-                // it that finds nothing is the last.
-                let stopping = stop.load(Ordering::Acquire);
-                let mut any = false;
-                for (cpu, pipe) in pipes.iter_mut().enumerate() {
-                    any |= drain_pipe(pipe, &mut page, |bytes| {
-                        let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
-                        if outcome == PageOutcome::Corrupt {
-                            corrupt_pages += 1;
-                            let at = merge.latest(cpu);
-                            merge.push(cpu, at, TraceEvent::Lost { count: 0 });
-                        }
-                    })?;
-                }
-                merge.release_drained(round, |ev| agg.push(ev));
-                if !any && stopping {
-                    merge.release_all(|ev| agg.push(ev));
-                    return Ok((agg, TraceReader::Raw { corrupt_pages }));
-                }
-                if !any {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
+            read_raw(&decoder, &mut pipes, &stop)
         })
     }
 
     fn spawn_text_reader(&self, why: String) -> Result<JoinHandle<Drained>> {
         let path = self.instance.join("trace_pipe");
-        let mut pipe = fs::OpenOptions::new()
+        let pipe = fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&path)
@@ -694,30 +793,7 @@ impl ExitTracer {
         let stop = Arc::clone(&self.stop);
         Ok(std::thread::spawn(move || {
             crate::affinity::unpin_helper_thread();
-            let mut agg = ExitAggregator::default();
-            let mut buf = vec![0u8; 1 << 16];
-            let mut lines = TraceLines::default();
-            loop {
-                match pipe.read(&mut buf) {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        lines.feed(&buf[..n], |line| {
-                            if let Some(ev) = parse_line(line) {
-                                agg.push(ev);
-                            }
-                        });
-                        continue;
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(e),
-                }
-                // Nothing to read: the buffer is drained, so stopping now loses nothing.
-                if stop.load(Ordering::Acquire) {
-                    return Ok((agg, TraceReader::Text { why }));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            read_text(pipe, &stop, why)
         }))
     }
 
@@ -725,36 +801,13 @@ impl ExitTracer {
     pub fn finish(mut self) -> Result<TraceSummary> {
         write_file(&self.instance.join("tracing_on"), "0")?;
         self.stop.store(true, Ordering::Release);
-        let (agg, reader) = match self.reader.take().map(JoinHandle::join) {
-            Some(Ok(Ok(drained))) => drained,
-            Some(Ok(Err(e))) => return Err(Error::Tracing(format!("reading the trace: {e}"))),
-            _ => return Err(Error::Tracing("trace reader thread failed".into())),
-        };
-        let lost = self.lost_events();
+        let (agg, reader) = reader_result(self.reader.take().map(JoinHandle::join))?;
+        let lost = lost_events(&self.instance);
         Ok(TraceSummary {
             reader,
             async_pf_traced: self.async_pf_traced,
             ..agg.finish(lost)
         })
-    }
-
-    /// Sum of the per-CPU "overrun" counters of the instance.
-    fn lost_events(&self) -> u64 {
-        let Ok(cpus) = fs::read_dir(self.instance.join("per_cpu")) else {
-            return 0;
-        };
-        cpus.flatten()
-            .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok())
-            .flat_map(|stats| {
-                stats
-                    .lines()
-                    .filter_map(|l| {
-                        l.strip_prefix("overrun:")
-                            .and_then(|v| v.trim().parse::<u64>().ok())
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .sum()
     }
 
     pub fn instance_path(&self) -> &Path {
@@ -779,7 +832,7 @@ impl Drop for ExitTracer {
         // The kernel refuses rmdir while a file of the instance is open; the
         // reader has been joined, so nothing is. A failed removal stays in
         // the journal for the next start to finish.
-        if fs::remove_dir(&self.instance).is_ok() || !self.instance.exists() {
+        if remove_instance(&self.instance) {
             journal::forget(&self.recorded);
         }
     }
@@ -1004,6 +1057,337 @@ mod tests {
         assert_eq!(run().finish(0).trace.lost, []);
     }
 
+    #[test]
+    fn lines_up_to_the_limit_are_kept_across_reads_and_the_buffer_stays_bounded() {
+        // A typical line cut in the middle by the read boundary is joined.
+        let line = "xvmm-7 [000] ..... 99: kvm_exit: vcpu 2 reason npf rip 0x1 info1 0x0 info2 0x0 intr_info 0x0 error_code 0x0 requests 0x0";
+        let (head, tail) = line.split_at(line.len() / 2);
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        lines.feed(head.as_bytes(), |l| kept.push(l.to_string()));
+        lines.feed(format!("{tail}\n").as_bytes(), |l| kept.push(l.to_string()));
+        assert_eq!(kept, [line]);
+        // ... also when it comes in three reads.
+        let (first, second) = head.split_at(head.len() / 2);
+        let mut kept = Vec::new();
+        for part in [first, second, &format!("{tail}\n")] {
+            lines.feed(part.as_bytes(), |l| kept.push(l.to_string()));
+        }
+        assert_eq!(kept, [line]);
+        // Exactly MAX_TRACE_LINE bytes, its newline in the next read: kept.
+        let longest = "y".repeat(MAX_TRACE_LINE);
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        lines.feed(longest.as_bytes(), |l| kept.push(l.to_string()));
+        assert_eq!(lines.partial.len(), MAX_TRACE_LINE);
+        lines.feed(b"\nnext\n", |l| kept.push(l.to_string()));
+        assert_eq!(kept, [longest.as_str(), "next"]);
+        // A line far past the limit is never buffered whole.
+        let mut kept = Vec::new();
+        let mut lines = TraceLines::default();
+        for _ in 0..10 {
+            lines.feed(&[b'z'; 1000], |l| kept.push(l.to_string()));
+            assert!(
+                lines.partial.len() <= MAX_TRACE_LINE,
+                "{}",
+                lines.partial.len()
+            );
+        }
+        lines.feed(b"z\nafter\n", |l| kept.push(l.to_string()));
+        assert_eq!(kept, ["after"]);
+        // ... nor when it comes in one read.
+        lines.feed(&[b'z'; 10_000], |l| kept.push(l.to_string()));
+        assert!(
+            lines.partial.len() <= MAX_TRACE_LINE,
+            "{}",
+            lines.partial.len()
+        );
+        lines.feed(b"\nlast\n", |l| kept.push(l.to_string()));
+        assert_eq!(kept, ["after", "last"]);
+    }
+
+    #[test]
+    fn a_second_exit_before_an_entry_leaves_the_first_unpaired() {
+        let mut agg = ExitAggregator::default();
+        agg.push(exit(1, 100, "io"));
+        agg.push(exit(1, 200, "hlt")); // the entry of the first went missing
+        agg.push(exit(2, 210, "io"));
+        agg.push(entry(1, 230));
+        agg.push(entry(2, 260));
+        assert_eq!(agg.unpaired, 1);
+        let done = agg.finish(0);
+        assert_eq!(done.unpaired, 1);
+        let hlt = done.exits.iter().find(|e| e.reason == "hlt").unwrap();
+        assert_eq!((hlt.exit_to_entry.count, hlt.exit_to_entry.min), (1, 30));
+        let io = done.exits.iter().find(|e| e.reason == "io").unwrap();
+        assert_eq!((io.exit_to_entry.count, io.exit_to_entry.min), (1, 50));
+    }
+
+    #[test]
+    fn reason_ids_are_dense_and_saturate_at_u16_max() {
+        let mut agg = ExitAggregator::default();
+        assert_eq!(agg.reason_id("io"), 0);
+        assert_eq!(agg.reason_id("hlt"), 1);
+        assert_eq!(agg.reason_id("io"), 0);
+        for n in 2..u16::MAX {
+            assert_eq!(agg.reason_id(&format!("r{n}")), n);
+        }
+        // Every id below u16::MAX is taken: further reasons share it and
+        // are not added to the table.
+        assert_eq!(agg.reason_id("one more"), u16::MAX);
+        assert_eq!(agg.reason_id("and another"), u16::MAX);
+        assert_eq!(agg.trace.reasons.len(), usize::from(u16::MAX));
+        assert_eq!(agg.trace.reasons[1], "hlt");
+        assert!(!agg.trace.reasons.iter().any(|r| r == "one more"));
+    }
+
+    #[test]
+    fn async_pf_events_are_kept_up_to_the_cap() {
+        let mut agg = ExitAggregator::default();
+        agg.push(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::NotPresent,
+            ts: 10,
+        });
+        agg.push(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::Ready,
+            ts: 20,
+        });
+        assert_eq!(
+            agg.async_pf,
+            [(AsyncPfEvent::NotPresent, 10), (AsyncPfEvent::Ready, 20)]
+        );
+        agg.async_pf = vec![(AsyncPfEvent::Completed, 0); MAX_KEPT_EXITS];
+        agg.push(TraceEvent::AsyncPf {
+            kind: AsyncPfEvent::Ready,
+            ts: 30,
+        });
+        assert_eq!(agg.async_pf.len(), MAX_KEPT_EXITS);
+        assert_eq!(agg.last_ts, 30);
+    }
+
+    #[test]
+    fn exits_past_the_cap_are_counted_but_mark_one_open_lost_window() {
+        let mut agg = ExitAggregator::default();
+        let kept = HostExitEvent {
+            vcpu: 0,
+            exit: 1,
+            entry: 2,
+            reason: 0,
+        };
+        agg.trace.exits = vec![kept; MAX_KEPT_EXITS];
+        agg.push(exit(1, 100, "io"));
+        agg.push(entry(1, 150));
+        agg.push(exit(1, 200, "io"));
+        agg.push(entry(1, 260));
+        assert_eq!(agg.trace.exits.len(), MAX_KEPT_EXITS);
+        assert_eq!(agg.trace.lost, [(100, u64::MAX)]);
+        // Still timed for the per-reason summary.
+        let io = &agg.summary()[0];
+        assert_eq!(io.reason, "io");
+        assert_eq!(
+            (
+                io.exit_to_entry.count,
+                io.exit_to_entry.min,
+                io.exit_to_entry.max
+            ),
+            (2, 50, 60)
+        );
+    }
+
+    #[test]
+    fn describe_names_the_reader_and_why() {
+        let says = |r: TraceReader| r.describe();
+        assert_eq!(
+            says(TraceReader::Raw { corrupt_pages: 0 }),
+            "the binary trace_pipe_raw pages"
+        );
+        assert_eq!(
+            says(TraceReader::Raw { corrupt_pages: 3 }),
+            "the binary trace_pipe_raw pages (3 undecodable, marked lost)"
+        );
+        assert_eq!(says(TraceReader::default()), "the text trace_pipe");
+        assert_eq!(
+            says(TraceReader::Text {
+                why: "XVMM_TRACE_TEXT is set".into()
+            }),
+            "the text trace_pipe (binary pages unusable: XVMM_TRACE_TEXT is set)"
+        );
+    }
+
+    #[test]
+    fn filters_name_the_threads_except_for_the_kworker_event() {
+        assert_eq!(tid_filter(&[]), "");
+        assert_eq!(tid_filter(&[7]), "common_pid == 7");
+        let both = tid_filter(&[7, 9]);
+        assert_eq!(both, "common_pid == 7 || common_pid == 9");
+        for event in TRACED_EVENTS {
+            assert_eq!(event_filter(&both, event), Some(both.as_str()), "{event}");
+            assert_eq!(event_filter("", event), None, "{event}");
+        }
+        let completed = AsyncPfEvent::Completed.tracepoint();
+        assert_eq!(event_filter(&both, completed), None);
+        assert_eq!(event_filter("", completed), None);
+        let ready = AsyncPfEvent::Ready.tracepoint();
+        assert_eq!(event_filter(&both, ready), Some(both.as_str()));
+    }
+
+    /// `enable_async_pf` on a plain directory laid out like an instance's
+    /// `events/kvm`: which files it writes, not how tracefs takes them.
+    #[test]
+    fn async_pf_tracepoints_are_enabled_only_when_all_exist() {
+        let dir = std::env::temp_dir().join(format!("xvmm-async-pf-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let [present @ .., missing] = AsyncPfEvent::ALL;
+        for e in present {
+            fs::create_dir_all(dir.join(e.tracepoint())).unwrap();
+        }
+        let read =
+            |e: AsyncPfEvent, f: &str| fs::read_to_string(dir.join(e.tracepoint()).join(f)).ok();
+        // One missing (an older kernel): none is turned on.
+        assert!(!enable_async_pf(&dir, "common_pid == 5").unwrap());
+        assert!(present.iter().all(|&e| read(e, "enable").is_none()));
+        fs::create_dir(dir.join(missing.tracepoint())).unwrap();
+        assert!(enable_async_pf(&dir, "common_pid == 5").unwrap());
+        for e in AsyncPfEvent::ALL {
+            assert_eq!(read(e, "enable").as_deref(), Some("1"), "{e:?}");
+            let filter = (e != AsyncPfEvent::Completed).then_some("common_pid == 5");
+            assert_eq!(read(e, "filter").as_deref(), filter, "{e:?}");
+        }
+        // Without threads nothing is filtered.
+        for e in AsyncPfEvent::ALL {
+            let _ = fs::remove_file(dir.join(e.tracepoint()).join("filter"));
+        }
+        assert!(enable_async_pf(&dir, "").unwrap());
+        assert!(AsyncPfEvent::ALL
+            .iter()
+            .all(|&e| read(e, "filter").is_none()));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A non-blocking pipe as (read end, write end), like a trace_pipe_raw.
+    fn nonblocking_pipe() -> (fs::File, fs::File) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two fds it is given room for.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        assert_eq!(rc, 0);
+        // SAFETY: both fds are fresh and owned by nothing else.
+        unsafe { (fs::File::from_raw_fd(fds[0]), fs::File::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn a_round_reports_pages_from_any_cpu() {
+        use std::io::Write;
+        let (r0, _w0) = nonblocking_pipe();
+        let (r1, mut w1) = nonblocking_pipe();
+        let mut pipes = [r0, r1];
+        let mut page = [0u8; 64];
+        let mut got = Vec::new();
+        w1.write_all(b"page").unwrap();
+        let any = drain_cpus(&mut pipes, &mut page, |cpu, b| got.push((cpu, b.to_vec())));
+        assert!(any.unwrap());
+        assert_eq!(got, [(1, b"page".to_vec())]);
+        // Drained: the next round finds nothing, which is how the reader
+        // knows it may stop.
+        assert!(!drain_cpus(&mut pipes, &mut page, |_, _| panic!("no pages")).unwrap());
+    }
+
+    /// A scripted `trace_pipe`: each read takes the next step; reading past
+    /// the script is a failure of the reader under test.
+    struct Script(std::collections::VecDeque<std::io::Result<&'static [u8]>>);
+
+    impl Read for Script {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let step = self.0.pop_front().expect("read past the script")?;
+            buf[..step.len()].copy_from_slice(step);
+            Ok(step.len())
+        }
+    }
+
+    #[test]
+    fn the_text_reader_retries_interrupted_reads_and_stops_when_drained() {
+        use std::io::Error as IoError;
+        let stop = AtomicBool::new(true);
+        let script = Script(
+            [
+                Err(IoError::from(ErrorKind::Interrupted)),
+                Ok(&b"xvmm-9 [001] d..1. 100: kvm_exit: vcpu 0 reason io rip 0x1\n"[..]),
+                Ok(&b"xvmm-9 [001] d..1. 130: kvm_entry: vcpu 0, rip 0x1\n"[..]),
+                Err(IoError::from(ErrorKind::WouldBlock)),
+            ]
+            .into(),
+        );
+        let (agg, reader) = read_text(script, &stop, "why".into()).unwrap();
+        assert_eq!(reader, TraceReader::Text { why: "why".into() });
+        let io = &agg.summary()[0];
+        assert_eq!((io.reason.as_str(), io.exit_to_entry.min), ("io", 30));
+        // A real error ends the reader with it, not retried.
+        let failing = Script([Err(IoError::other("gone"))].into());
+        let e = read_text(failing, &stop, String::new()).unwrap_err();
+        assert_eq!(e.to_string(), "gone");
+        let e = reader_result(Some(Ok(Err(e)))).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            Error::Tracing("reading the trace: gone".into()).to_string()
+        );
+        let e = reader_result(None).err().unwrap();
+        assert!(e.to_string().contains("trace reader thread failed"), "{e}");
+    }
+
+    #[test]
+    fn the_raw_reader_waits_for_stop_and_counts_corrupt_pages() {
+        use std::io::Write;
+        let decoder = example_decoder().unwrap();
+        let (r0, _w0) = nonblocking_pipe();
+        let (r1, mut w1) = nonblocking_pipe();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || read_raw(&decoder, &mut [r0, r1], &stop))
+        };
+        // Nothing to read yet: the reader keeps waiting.
+        std::thread::sleep(Duration::from_millis(50));
+        w1.write_all(&[0; 8]).unwrap(); // too short for a page header
+        stop.store(true, Ordering::Release);
+        let (agg, reader) = reader.join().unwrap().unwrap();
+        assert_eq!(reader, TraceReader::Raw { corrupt_pages: 1 });
+        // The page's loss is marked, without a count.
+        let done = agg.finish(0);
+        assert_eq!((done.lost, done.trace.lost), (0, vec![(0, u64::MAX)]));
+    }
+
+    /// A directory laid out like an instance's `per_cpu`, stats as the
+    /// kernel prints them.
+    #[test]
+    fn lost_events_sum_every_cpus_overruns() {
+        let dir = std::env::temp_dir().join(format!("xvmm-overrun-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(lost_events(&dir), 0);
+        for (cpu, overrun) in [(0, 3), (1, 0), (2, 40)] {
+            let d = dir.join(format!("per_cpu/cpu{cpu}"));
+            fs::create_dir_all(&d).unwrap();
+            let stats = format!("entries: 5\noverrun: {overrun}\ncommit overrun: 7\nbytes: 96\n");
+            fs::write(d.join("stats"), stats).unwrap();
+        }
+        assert_eq!(lost_events(&dir), 43);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_instance_counts_as_removed_once_it_is_gone() {
+        let dir = std::env::temp_dir().join(format!("xvmm-remove-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("busy/inside")).unwrap();
+        fs::create_dir_all(dir.join("empty")).unwrap();
+        assert!(remove_instance(&dir.join("empty")));
+        assert!(!dir.join("empty").exists());
+        // Already gone (removed by another start): nothing left to undo.
+        assert!(remove_instance(&dir.join("empty")));
+        // Refused (like an instance with a file open): still recorded.
+        assert!(!remove_instance(&dir.join("busy")));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A private instance for a test, removed again when dropped.
     struct TestInstance(PathBuf, Change);
 
@@ -1132,6 +1516,12 @@ mod tests {
             assert_eq!(summary.reader, TraceReader::Raw { corrupt_pages: 0 });
         }
         assert!(!path.exists(), "instance not removed");
+        // Only hosts with CONFIG_KVM_ASYNC_PF have these tracepoints.
+        let async_pf = AsyncPfEvent::ALL
+            .iter()
+            .all(|e| root.join("events/kvm").join(e.tracepoint()).is_dir());
+        assert_eq!(summary.async_pf_traced, async_pf);
+        assert_eq!(summary.lost, 0);
         assert_eq!(
             fs::read_to_string(root.join("trace_clock")).unwrap(),
             global_clock
