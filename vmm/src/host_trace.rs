@@ -274,6 +274,10 @@ struct Pending {
     pio_write: Option<(u16, u32)>,
 }
 
+/// The name of the last reason id, shared by every reason past the first
+/// `u16::MAX` (kernels have a few dozen).
+pub const OTHER_REASONS: &str = "(reasons past the first 65535)";
+
 /// Pairs each exit with the next entry of the same thread, groups the
 /// exit-to-entry times by exit reason, and keeps every exit for attribution.
 #[derive(Default, Debug)]
@@ -354,13 +358,21 @@ impl ExitAggregator {
         if let Some(&id) = self.reason_ids.get(reason) {
             return id;
         }
-        // Reasons come from the kernel's tables: a few dozen at most.
-        let id = u16::try_from(self.trace.reasons.len()).unwrap_or(u16::MAX);
-        if id < u16::MAX {
-            self.trace.reasons.push(reason.to_string());
-            self.reason_ids.insert(reason.to_string(), id);
+        // Reasons come from the kernel's tables: a few dozen at most. Past
+        // u16::MAX - 1 of them, every further one shares the last id, whose
+        // name says so (every id used has a name).
+        match u16::try_from(self.trace.reasons.len()) {
+            Ok(id) if id < u16::MAX => {
+                self.trace.reasons.push(reason.to_string());
+                self.reason_ids.insert(reason.to_string(), id);
+                id
+            }
+            Ok(_) => {
+                self.trace.reasons.push(OTHER_REASONS.to_string());
+                u16::MAX
+            }
+            Err(_) => u16::MAX,
         }
-        id
     }
 
     fn exit(&mut self, tid: i32, vcpu: u32, ts: u64, reason: &str) {
@@ -1132,13 +1144,29 @@ mod tests {
         for n in 2..u16::MAX {
             assert_eq!(agg.reason_id(&format!("r{n}")), n);
         }
-        // Every id below u16::MAX is taken: further reasons share it and
-        // are not added to the table.
+        // Every id below u16::MAX is taken: further reasons share it,
+        // named once as what it is, and are not added to the table.
         assert_eq!(agg.reason_id("one more"), u16::MAX);
         assert_eq!(agg.reason_id("and another"), u16::MAX);
-        assert_eq!(agg.trace.reasons.len(), usize::from(u16::MAX));
+        assert_eq!(agg.trace.reasons.len(), usize::from(u16::MAX) + 1);
         assert_eq!(agg.trace.reasons[1], "hlt");
+        assert_eq!(agg.trace.reasons[usize::from(u16::MAX)], OTHER_REASONS);
         assert!(!agg.trace.reasons.iter().any(|r| r == "one more"));
+        // An exit of such a reason is summarised under that name.
+        agg.push(TraceEvent::Exit {
+            tid: 1,
+            vcpu: 0,
+            ts: 100,
+            reason: "yet another".into(),
+        });
+        agg.push(TraceEvent::Entry {
+            tid: 1,
+            vcpu: 0,
+            ts: 150,
+        });
+        let summary = agg.summary();
+        assert_eq!(summary.len(), 1);
+        assert_eq!(summary[0].reason, OTHER_REASONS);
     }
 
     #[test]
