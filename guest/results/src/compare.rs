@@ -479,6 +479,19 @@ mod tests {
         let table = comparison_table(&c);
         assert!(table.contains("what the VM adds, decomposed"), "{table}");
         assert!(!comparison_table(&compare(&bare, &bare)).contains("decomposed"));
+        // The same attribution on an interval with no sample: nothing to
+        // decompose.
+        vm.crossings[0].u2k.as_mut().unwrap().corrected.count = 0;
+        let c = compare(&vm, &bare);
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.crossing == "pf" && r.interval == "u2k")
+            .unwrap();
+        assert!(
+            row.without_exits.is_none() && row.exits.is_none(),
+            "{row:?}"
+        );
     }
 
     /// `n` independent values spread evenly around `center` (+-50), from a
@@ -610,6 +623,40 @@ mod tests {
         assert_eq!(tick_scale(&vm, &bare), 1.0);
         (vm.host.tsc_khz, bare.host.tsc_khz) = (4_000_000, 2_000_000);
         assert_eq!(tick_scale(&vm, &bare), 0.5);
+    }
+
+    /// Each side's distance to its own end, in quadrature, on each side:
+    /// an asymmetric case worked by hand.
+    #[test]
+    fn the_difference_interval_combines_each_sides_distance_to_its_end() {
+        let ci = |low, high| MedianCi { low, high };
+        // d = 50; below = hypot(100 - 90, 60 - 50) = 14.14; above =
+        // hypot(120 - 100, 50 - 45) = 20.62.
+        assert_eq!(
+            difference_interval(100, ci(90, 120), 50, ci(45, 60)),
+            (35, 71)
+        );
+        assert_eq!(
+            difference_interval(50, ci(45, 60), 100, ci(90, 120)),
+            (-71, -35)
+        );
+    }
+
+    /// An interval with no sample is not measured: no figure on its side.
+    #[test]
+    fn an_interval_without_samples_gives_no_figure() {
+        let mut vm = fixtures::report(Environment::Microguest, 2);
+        let bare = fixtures::report(Environment::BareMetal, 1);
+        let rt = vm.crossings[0].round_trip.as_mut().unwrap();
+        rt.corrected.count = 0;
+        let c = compare(&vm, &bare);
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.crossing == vm.crossings[0].name && r.interval == "round_trip")
+            .unwrap();
+        assert_eq!((row.vm_median, row.diff_median), (None, None), "{row:?}");
+        assert!(row.bare_median.is_some());
     }
 
     #[test]
