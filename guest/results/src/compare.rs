@@ -642,6 +642,32 @@ mod tests {
         );
     }
 
+    /// No exits' part without exit-free samples to stand against, nor
+    /// without attributed samples to average over (a file may say either).
+    #[test]
+    fn no_exits_part_without_exit_free_or_attributed_samples() {
+        let host = SegmentHost {
+            samples: 4,
+            unattributable: 1,
+            samples_with_exits: 3,
+            excess_ticks: 300,
+            ..Default::default()
+        };
+        assert!(exits_part(&host).is_none());
+        let all_unattributable = SegmentHost {
+            unattributable: 4,
+            exit_free: Stats::from_samples(&[120, 121]),
+            ..host.clone()
+        };
+        assert!(exits_part(&all_unattributable).is_none());
+        let fine = SegmentHost {
+            samples_with_exits: 1,
+            exit_free: Stats::from_samples(&[120, 121]),
+            ..host
+        };
+        assert!(exits_part(&fine).is_some());
+    }
+
     /// An interval with no sample is not measured: no figure on its side.
     #[test]
     fn an_interval_without_samples_gives_no_figure() {
