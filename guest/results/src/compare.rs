@@ -382,16 +382,20 @@ mod tests {
     use crate::render::comparison_table;
     use crate::{Corrections, Sample};
 
+    /// The comparison's row of `crossing`'s `interval`.
+    fn row_of<'c>(c: &'c Comparison, crossing: &str, interval: &str) -> &'c ComparisonRow {
+        c.rows
+            .iter()
+            .find(|r| r.crossing == crossing && r.interval == interval)
+            .unwrap_or_else(|| panic!("no row {crossing} {interval}"))
+    }
+
     #[test]
     fn comparison_gives_difference_and_ratio() {
         let vm = fixtures::report(Environment::Microguest, 2);
         let bare = fixtures::report(Environment::BareMetal, 1);
         let c = compare(&vm, &bare);
-        let rt = c
-            .rows
-            .iter()
-            .find(|r| r.crossing == "pf" && r.interval == "round_trip")
-            .unwrap();
+        let rt = row_of(&c, "pf", "round_trip");
         assert_eq!((rt.vm_median, rt.bare_median), (Some(850), Some(350)));
         assert_eq!(rt.diff_median, Some(500));
         assert!((rt.ratio_median.unwrap() - 850.0 / 350.0).abs() < 1e-9);
@@ -458,11 +462,7 @@ mod tests {
         );
         u2k.host = Some(host);
         let c = compare(&vm, &bare);
-        let row = c
-            .rows
-            .iter()
-            .find(|r| r.crossing == "pf" && r.interval == "u2k")
-            .unwrap();
+        let row = row_of(&c, "pf", "u2k");
         // Bare-metal u2k median: 101 - 50 = 51.
         assert_eq!(row.diff_median, Some(151 - 51));
         assert_eq!(row.without_exits.as_ref().unwrap().ticks, 121 - 51);
@@ -483,11 +483,7 @@ mod tests {
         // decompose.
         vm.crossings[0].u2k.as_mut().unwrap().corrected.count = 0;
         let c = compare(&vm, &bare);
-        let row = c
-            .rows
-            .iter()
-            .find(|r| r.crossing == "pf" && r.interval == "u2k")
-            .unwrap();
+        let row = row_of(&c, "pf", "u2k");
         assert!(
             row.without_exits.is_none() && row.exits.is_none(),
             "{row:?}"
@@ -599,11 +595,7 @@ mod tests {
         assert_eq!((host.samples, host.unattributable), (6, 1), "fixture");
         let bare = fixtures::report(Environment::BareMetal, 1);
         let c = compare(&vm, &bare);
-        let row = c
-            .rows
-            .iter()
-            .find(|r| r.crossing == "pf" && r.interval == "u2k")
-            .unwrap();
+        let row = row_of(&c, "pf", "u2k");
         let exits = row.exits.as_ref().unwrap();
         assert!((exits.ticks - 200.0).abs() < 1e-9, "{exits:?}");
         assert!((exits.by_reason["npf"] - 200.0).abs() < 1e-9);
@@ -676,11 +668,7 @@ mod tests {
         let rt = vm.crossings[0].round_trip.as_mut().unwrap();
         rt.corrected.count = 0;
         let c = compare(&vm, &bare);
-        let row = c
-            .rows
-            .iter()
-            .find(|r| r.crossing == vm.crossings[0].name && r.interval == "round_trip")
-            .unwrap();
+        let row = row_of(&c, &vm.crossings[0].name, "round_trip");
         assert_eq!((row.vm_median, row.diff_median), (None, None), "{row:?}");
         assert!(row.bare_median.is_some());
     }
@@ -693,11 +681,7 @@ mod tests {
         vm.host.tsc_khz = 3_000_000;
         let bare = fixtures::report(Environment::BareMetal, 1);
         let c = compare(&vm, &bare);
-        let rt = c
-            .rows
-            .iter()
-            .find(|r| r.crossing == "pf" && r.interval == "round_trip")
-            .unwrap();
+        let rt = row_of(&c, "pf", "round_trip");
         assert_eq!(rt.vm_median, rt.bare_median);
         assert!(
             (rt.ratio_median.unwrap() - 2.0 / 3.0).abs() < 1e-9,
