@@ -20,7 +20,7 @@
 //! - the binary trace reader reads exits faster than the text reader.
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use xvmm::microguest::guest::Kind;
 use xvmm::microguest::linearity::{check_linearity, Linearity, LinearityOptions, Pair};
@@ -87,16 +87,20 @@ fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
 }
 
 /// `xvmm linearity` as a library call: the user pair at CPL3 always; the
-/// kernel pair at CPL0 where CPL0 runs natively (hardware KVM).
-fn microguest_linearity() -> Option<Linearity> {
+/// kernel pair at CPL0 where CPL0 runs natively (hardware KVM). Taken once
+/// for both tests that read it.
+fn microguest_linearity() -> Option<&'static Linearity> {
     if !Path::new("/dev/kvm").exists() {
         eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
         return None;
     }
-    let l = check_linearity(&LinearityOptions::default())
-        .unwrap_or_else(|e| panic!("xvmm linearity: {e}"));
-    println!("{}", xvmm_results::render::linearity_table(&l));
-    Some(l)
+    static ONCE: OnceLock<Result<Linearity, String>> = OnceLock::new();
+    let l = ONCE.get_or_init(|| {
+        let l = check_linearity(&LinearityOptions::default()).map_err(|e| e.to_string())?;
+        println!("{}", xvmm_results::render::linearity_table(&l));
+        Ok(l)
+    });
+    Some(l.as_ref().unwrap_or_else(|e| panic!("xvmm linearity: {e}")))
 }
 
 #[test]

@@ -12,7 +12,7 @@ use super::guest::{chain_param, KernelStamps, Kind};
 use super::machine::{self, MachineConfig, Phase, PhaseEnd};
 use super::measure::{aligned_intervals, chain_phases, two_stamp_samples};
 use super::platform::{cpl0_emulated, Platform};
-use super::session::tsc_quantum;
+use super::session::{fenced_kernel_stamps_refused, tsc_quantum};
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::Duration;
@@ -99,18 +99,12 @@ pub fn check_linearity(opts: &LinearityOptions) -> Result<Linearity> {
 }
 
 /// Fenced kernel stamps where this hypervisor runs them at CPL0, else
-/// plain RDTSC.
+/// plain RDTSC (as a run decides, [`fenced_kernel_stamps_refused`]).
 fn kernel_stamps_that_run(rc: &RunControl) -> Result<KernelStamps> {
-    let probe = Phase {
-        kind: Kind::KernelNull,
-        warmup: 0,
-        samples: 10,
-        param: 0,
-    };
     Ok(
-        match machine::run_phase(rc, &MachineConfig::default(), &probe)?.0 {
-            PhaseEnd::Done { .. } => KernelStamps::Fenced,
-            _ => KernelStamps::Plain,
+        match fenced_kernel_stamps_refused(rc, &MachineConfig::default())? {
+            None => KernelStamps::Fenced,
+            Some(_) => KernelStamps::Plain,
         },
     )
 }

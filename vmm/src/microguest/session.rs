@@ -233,19 +233,7 @@ impl Session<'_> {
     /// execute LFENCE/RDTSCP at CPL0, kernel stamps become plain RDTSC from
     /// now on and the returned note says why.
     fn probe_kernel_stamps(&mut self) -> Result<Option<String>> {
-        let probe = Phase {
-            kind: Kind::KernelNull,
-            warmup: 0,
-            samples: 1,
-            param: 0,
-        };
-        let refused = match machine::run_phase(self.rc, &self.cfg, &probe)?.0 {
-            PhaseEnd::Refused { reason } => Some(reason),
-            // A KVM without RDTSCP in the guest CPUID injects #UD.
-            PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
-            _ => None,
-        };
-        let Some(reason) = refused else {
+        let Some(reason) = fenced_kernel_stamps_refused(self.rc, &self.cfg)? else {
             return Ok(None);
         };
         self.cfg.kernel_stamps = KernelStamps::Plain;
@@ -496,6 +484,26 @@ pub fn vmm_pairs(warmup: u64, samples: u64) -> (Vec<u64>, Vec<u64>) {
         reverse.push(again.saturating_sub(close));
     }
     (pair, reverse)
+}
+
+/// Why this hypervisor cannot execute the kernel stamps' LFENCE/RDTSCP at
+/// CPL0 (`None` where it can), from one sample of the kernel null loop.
+pub fn fenced_kernel_stamps_refused(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+) -> Result<Option<String>> {
+    let probe = Phase {
+        kind: Kind::KernelNull,
+        warmup: 0,
+        samples: 1,
+        param: 0,
+    };
+    Ok(match machine::run_phase(rc, cfg, &probe)?.0 {
+        PhaseEnd::Refused { reason } => Some(reason),
+        // A KVM without RDTSCP in the guest CPUID injects #UD.
+        PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
+        _ => None,
+    })
 }
 
 /// The guest TSC's step, from back-to-back reads at CPL3 in a VM of its own
