@@ -301,6 +301,7 @@ const CASES: &[Case] = &[
     case("linearity: too few samples", &["linearity", "--samples", "5"], 2, Clap("invalid value '5' for '--samples <SAMPLES>'")),
     case("linearity: --kernel", &["linearity", "--kernel", "{F}/x"], 2, Clap("unexpected argument '--kernel'")),
     case("linearity: --samples before it", &["--samples", "5", "linearity"], 2, Clap("cannot be used with")),
+    to_full(guest(case("linearity: stdout /dev/full", &["linearity", "--samples", "200"], 1, Line("cannot write to stdout: No space left on device")))),
     saving(guest(case("linearity: --json /dev/full after the check", &["linearity", "--samples", "200", "--json", "/dev/full"], 1, Line("No space left on device")))),
     case("machine: --json a FIFO nothing reads", &["machine", "--json", "{F}/fifo"], 1, Line("cannot write {F}/fifo: is a FIFO that nothing reads")),
     to_full(case("machine: stdout /dev/full", &["machine"], 1, Line("cannot write to stdout: No space left on device"))),
