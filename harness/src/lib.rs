@@ -9,11 +9,13 @@
 //! time per machine (a lock) keeps TCG's timings meaningful.
 //!
 //! - [`build`]: the kernels (through xvmm's cache) and the static binaries;
+//! - [`distro`]: Debian's stock kernels, downloaded and unpacked once;
 //! - [`initramfs`]: the L1 and L2 initramfs;
 //! - [`run`]: booting L1 and reading what it printed;
 //! - [`lock`]: the machine-wide lock around a QEMU run.
 
 pub mod build;
+pub mod distro;
 pub mod initramfs;
 pub mod lock;
 pub mod run;

@@ -17,7 +17,6 @@ pub mod app;
 pub mod arch;
 pub mod boot;
 pub mod devices;
-pub mod elf;
 pub mod error;
 pub mod host_fault;
 pub mod host_trace;
@@ -32,3 +31,5 @@ pub mod vcpu;
 pub mod vm;
 
 pub use error::{Error, Result};
+/// The one ELF reader, shared with xperf (which reads `/proc/kcore`).
+pub use xvmm_results::elf;

@@ -204,6 +204,32 @@ mod tests {
         assert_eq!(estimate(&diffs), Some(2.0));
     }
 
+    /// Two neighbouring values and how many zeros beside them decide: zeros
+    /// (the counter stood still through a read) show a step; under 0.1 %
+    /// of the reads they are noise, and the values' divisor (1) is kept.
+    #[test]
+    fn zeros_beside_one_cluster_show_a_step_from_a_share_of_one_in_a_thousand() {
+        let with_zeros = |zeros: usize, n: usize| {
+            let mut d: Vec<u64> = (0..n - zeros).map(|i| 24 + (i % 2) as u64).collect();
+            d.extend(std::iter::repeat_n(0, zeros));
+            estimate(&d).unwrap()
+        };
+        // Half the reads saw no step: the step is 24.5.
+        assert!((with_zeros(2000, 4000) - 24.5).abs() < 0.01);
+        // Exactly the share (1 in 1000) counts; 5 in 10,000 do not.
+        assert!((with_zeros(1, 1000) - 24.5).abs() < 0.01);
+        assert_eq!(with_zeros(5, 10_000), 1.0);
+    }
+
+    /// One value and no zeros: a step of that size and a steady latency on a
+    /// one-tick counter look the same; the larger reading is kept, which
+    /// flags more figures rather than fewer.
+    #[test]
+    fn a_single_difference_without_zeros_is_taken_as_the_step() {
+        assert_eq!(estimate(&[40; 1000]), Some(40.0));
+        assert_eq!(estimate(&[1; 1000]), Some(1.0));
+    }
+
     #[test]
     fn a_steady_read_latency_on_a_one_tick_counter_is_not_a_step() {
         // A counter moving every tick, read every 18.4 ticks: 18 or 19 every

@@ -703,6 +703,54 @@ format:
 print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __print_symbolic(REC->exit_reason & 0xffff, { 0, "EXCEPTION_NMI" }, { 1, "EXTERNAL_INTERRUPT" }, { 30, "IO_INSTRUCTION" }) : __print_symbolic(REC->exit_reason, { 0x040 + 13, "GP excp" }, { 0x07b, "io" }, { 0x400, "npf" }, { 0x8000fffd, "vmgexit_hypervisor_feature" }, { -1, "invalid_guest_state" }), (REC->isa == 1 && REC->exit_reason & ~0xffff) ? " " : "", (REC->isa == 1) ? __print_flags(REC->exit_reason & ~0xffff, " ", { 0x80000000, "FAILED_VMENTRY" }) : "", REC->guest_rip
 "#;
 
+    #[test]
+    fn fields_read_each_width_in_native_order_and_sign_extend_only_signed_ones() {
+        let data: Vec<u8> = (0xf1..=0xf9).collect();
+        let field = |offset, size, signed| Field {
+            name: "f".into(),
+            offset,
+            size,
+            signed,
+        };
+        let expect = |size: usize| {
+            let mut b = [0u8; 8];
+            b[..size].copy_from_slice(&data[1..1 + size]);
+            u64::from_ne_bytes(if cfg!(target_endian = "little") {
+                b
+            } else {
+                let mut r = [0u8; 8];
+                r[8 - size..].copy_from_slice(&data[1..1 + size]);
+                r
+            })
+        };
+        for size in [1, 2, 4, 8] {
+            let unsigned = expect(size);
+            assert_eq!(
+                field(1, size, false).unsigned(&data),
+                Some(unsigned),
+                "{size}"
+            );
+            assert_eq!(field(1, size, false).signed(&data), Some(unsigned as i64));
+            // Every byte here has its top bit set: negative when signed.
+            let bits = 8 * size as u32;
+            let negative = (unsigned as i64).wrapping_sub(if bits < 64 { 1i64 << bits } else { 0 });
+            assert!(negative < 0, "{size}");
+            assert_eq!(field(1, size, true).signed(&data), Some(negative), "{size}");
+            // One byte short: nothing.
+            assert_eq!(
+                field(data.len() - size + 1, size, false).unsigned(&data),
+                None
+            );
+        }
+        // A small positive signed value stays positive.
+        assert_eq!(field(0, 2, true).signed(&[5, 0]), Some(5));
+        for size in [0, 3, 16] {
+            assert_eq!(field(0, size, false).unsigned(&data), None);
+        }
+        assert_eq!(field(usize::MAX, 2, false).unsigned(&data), None);
+        assert_eq!(FormatError("no id".into()).to_string(), "no id");
+    }
+
     fn layout() -> PageLayout {
         PageLayout::parse(HEADER_PAGE).unwrap()
     }
@@ -748,6 +796,33 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
         }
     }
 
+    /// Each of the layout's conditions refuses a header on its own, and a
+    /// page of exactly the largest size is still one.
+    #[test]
+    fn each_layout_condition_refuses_alone() {
+        let refused = |text: &str| PageLayout::parse(text).unwrap_err().to_string();
+        // The commit word reaching into the data (the timestamp fits).
+        let commit_over = HEADER_PAGE.replace(
+            "offset:8;\tsize:8;\tsigned:1",
+            "offset:12;\tsize:8;\tsigned:1",
+        );
+        // The timestamp reaching into the data (the commit word fits).
+        let stamp_over = HEADER_PAGE.replace("offset:0;\tsize:8", "offset:10;\tsize:8");
+        // No data bytes.
+        let empty = HEADER_PAGE.replace("size:4080", "size:0");
+        for bad in [commit_over, stamp_over, empty] {
+            assert_ne!(bad, HEADER_PAGE, "fixture");
+            assert!(
+                refused(&bad).contains("does not follow the header"),
+                "{bad:?}"
+            );
+        }
+        let largest = HEADER_PAGE.replace("size:4080", &format!("size:{}", MAX_PAGE - 16));
+        assert_eq!(PageLayout::parse(&largest).unwrap().page_size(), MAX_PAGE);
+        let over = HEADER_PAGE.replace("size:4080", &format!("size:{}", MAX_PAGE - 15));
+        assert!(PageLayout::parse(&over).is_err());
+    }
+
     #[test]
     fn format_gives_id_fields_and_tables() {
         let f = EventFormat::parse(KVM_EXIT).unwrap();
@@ -765,6 +840,16 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
             assert!(EventFormat::parse(bad).is_err(), "{bad:?}");
         }
         assert!(EventFormat::parse(&KVM_EXIT.replace("offset:0;", "offset:2;")).is_err());
+        // common_pid is signed: -5 reads back as -5, and unsigned as its bits.
+        let mut record = vec![0u8; 112];
+        record[4..8].copy_from_slice(&(-5i32).to_ne_bytes());
+        assert_eq!(f.signed("common_pid", &record), Some(-5));
+        assert_eq!(
+            f.unsigned("common_pid", &record),
+            Some(u64::from((-5i32) as u32))
+        );
+        assert_eq!(f.signed("no_such_field", &record), None);
+        assert_eq!(f.signed("common_pid", &record[..6]), None);
     }
 
     #[test]

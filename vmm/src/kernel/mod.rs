@@ -2,7 +2,7 @@
 //! tree from tinyconfig plus the fragments in `patches/config/`, optionally
 //! with the measurement patches, cached outside the checkout by its inputs.
 
-mod cache;
+pub mod cache;
 pub mod fragment;
 pub mod hooks;
 pub mod key;

@@ -228,7 +228,11 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
         .crossings
         .iter()
         .map(|&kind| {
-            placement::resolve(kind, point_of(o, kind), kallsyms.as_deref(), session.root())
+            let files = placement::KernelFiles {
+                tracefs: session.root(),
+                kcore: Path::new("/proc/kcore"),
+            };
+            placement::resolve(kind, point_of(o, kind), kallsyms.as_deref(), &files)
         })
         .collect();
     let optimization_before = session.optimization();

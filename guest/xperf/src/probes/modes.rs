@@ -34,9 +34,16 @@ pub struct Target {
     pub ftrace_name: String,
     /// Whether the function has an ftrace call site, or why not.
     pub traceable: Result<(), String>,
+    /// Where the kernel puts a probe given at the function's name (a
+    /// kprobe on ftrace, a kretprobe), and where the ftrace site is: past
+    /// the ENDBR64 a kernel built with IBT starts functions with (4), else 0.
+    pub entry: u64,
     /// Offset of the instruction for the int3/optimized kprobe, or why there
     /// is none.
     pub offset: Result<u64, String>,
+    /// Whether the kernel may jump-optimize a kprobe there: not known to
+    /// refuse, or why it does (the search found no instruction it takes).
+    pub optimizable: Result<(), String>,
 }
 
 impl Target {
@@ -161,7 +168,7 @@ pub const INSTANCE_FILES: [&str; 5] = [
 ];
 
 /// The peek field holding the byte at this target's inside offset (`s`) or
-/// at its +0 (`e`).
+/// at its entry (`e`: +0, or +4 after an ENDBR64).
 pub fn peek_field(index: usize, inside: bool) -> String {
     format!("{}{index}", if inside { 's' } else { 'e' })
 }
@@ -173,7 +180,11 @@ pub fn peek_definition(group: &str, targets: &[Target]) -> String {
         if let Ok(off) = t.offset {
             def += &format!(" {}=@{}+{off}:x8", peek_field(i, true), t.symbol);
         }
-        def += &format!(" {}=@{}:x8", peek_field(i, false), t.symbol);
+        let at = match t.entry {
+            0 => t.symbol.clone(),
+            entry => format!("{}+{entry}", t.symbol),
+        };
+        def += &format!(" {}=@{at}:x8", peek_field(i, false));
     }
     def
 }
@@ -222,8 +233,8 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    /// The peek check of the byte at +0 (`inside` false) or at the inside
-    /// instruction.
+    /// The peek check of the byte at the entry (`inside` false) or at the
+    /// inside instruction.
     fn site(&self, inside: bool, armed: Armed, settle_ms: u64) -> Option<Site> {
         self.kernel.peek.then(|| Site {
             field: peek_field(self.index, inside),
@@ -288,6 +299,9 @@ fn inside_kprobe(p: &mut Plan, c: &Context) -> Result<(), String> {
             "no /proc/sys/debug/kprobes-optimization: kernel without CONFIG_OPTPROBES".into(),
         );
     }
+    if optimized {
+        t.optimizable.clone()?;
+    }
     // The optimizer works after a delay and a grace period; int3 is at once.
     let (byte, settle) = if optimized {
         (JMP32, 30_000)
@@ -323,7 +337,7 @@ fn entry_probe(p: &mut Plan, c: &Context) -> Result<(), String> {
     };
     let name = t.event(what);
     c.kernel.event(&name)?;
-    p.probe = format!("{} {group}/{name} at {}+0", p.mode, t.symbol);
+    p.probe = format!("{} {group}/{name} at {}+{}", p.mode, t.symbol, t.entry);
     if p.mode == mode::FPROBE {
         let def = event_definitions(group, t, &[mode::FPROBE]);
         let (_, definition) = def.first().ok_or("no fprobe definition")?;
@@ -335,8 +349,8 @@ fn entry_probe(p: &mut Plan, c: &Context) -> Result<(), String> {
     p.matchers.push(Matcher::Event(name));
     p.site = c.site(false, armed, 2_000);
     p.list = match p.mode {
-        mode::KPROBE_FTRACE => c.list('k', 0, None, Some(true)),
-        mode::KRETPROBE => c.list('r', 0, None, None),
+        mode::KPROBE_FTRACE => c.list('k', t.entry, None, Some(true)),
+        mode::KRETPROBE => c.list('r', t.entry, None, None),
         _ => None,
     };
     Ok(())
@@ -436,7 +450,9 @@ mod tests {
             aliases: vec!["__x64_sys_getppid".into(), "__do_sys_getppid".into()],
             ftrace_name: "__do_sys_getppid".into(),
             traceable: Ok(()),
+            entry: 0,
             offset,
+            optimizable: Ok(()),
         }
     }
 
@@ -531,6 +547,14 @@ mod tests {
         k.peek = true;
         let p = plan(mode::KPROBE_OPTIMIZED, 0, &t, &k).unwrap();
         assert_eq!(p.optimization, Some(true));
+        // The search found no instruction the kernel optimizes: no row.
+        let mut refused = t.clone();
+        refused.optimizable = Err("none optimized".into());
+        assert_eq!(
+            plan(mode::KPROBE_OPTIMIZED, 0, &refused, &k).unwrap_err(),
+            "none optimized"
+        );
+        assert!(plan(mode::KPROBE_INT3, 0, &refused, &k).is_ok());
         assert_eq!(p.site.as_ref().map(|s| s.armed), Some(Armed::Byte(JMP32)));
         assert_eq!(p.site.as_ref().map(|s| s.field.as_str()), Some("s0"));
         let err = plan(mode::TRACEPOINT, 0, &t, &k).unwrap_err();
@@ -543,5 +567,58 @@ mod tests {
         assert!(plan(mode::SYSCALL_SLOW_PATH, 1, &pf, &k).is_err());
         let err = plan(mode::FUNCTION, 0, &t, &k).unwrap_err();
         assert!(err.contains("DYNAMIC_FTRACE"), "{err}");
+    }
+
+    /// With IBT a function starts with ENDBR64: its ftrace site, and where a
+    /// probe given at its name lands, are at +4, and every check of them
+    /// looks there.
+    #[test]
+    fn on_an_ibt_kernel_every_entry_check_looks_past_the_endbr() {
+        let crosser = Crosser::new(Kind::Getppid, 0, 1).unwrap();
+        let mut t = target(Kind::Getppid, Ok(9));
+        t.entry = 4;
+        assert_eq!(
+            peek_definition("xperf", std::slice::from_ref(&t)),
+            "p:xperf/peek __x64_sys_getpid s0=@__x64_sys_getppid+9:x8 e0=@__x64_sys_getppid+4:x8"
+        );
+        let mut k = Kernel {
+            kprobes: true,
+            fprobes: true,
+            peek: true,
+            function_tracer: true,
+            ..Kernel::default()
+        };
+        k.has.insert("set_ftrace_filter", true);
+        for name in [
+            "getppid_kprobe_ftrace",
+            "getppid_kretprobe",
+            "getppid_fprobe",
+        ] {
+            k.events.insert(name.into(), Ok(()));
+        }
+        let context = Context {
+            group: "xperf",
+            index: 0,
+            target: &t,
+            crosser: &crosser,
+            kernel: &k,
+        };
+        for (m, list_offset) in [
+            (mode::KPROBE_FTRACE, Some(4)),
+            (mode::KRETPROBE, Some(4)),
+            (mode::FPROBE, None),
+            (mode::FUNCTION, None),
+        ] {
+            let p = plan(m, &context).unwrap();
+            assert_eq!(p.site.as_ref().map(|s| s.field.as_str()), Some("e0"), "{m}");
+            assert_eq!(p.list.as_ref().map(|l| l.offset), list_offset, "{m}");
+            assert_eq!(
+                p.list.as_ref().map(|l| l.address),
+                list_offset.map(|o| 0x1000 + o),
+                "{m}"
+            );
+        }
+        let p = plan(mode::KRETPROBE, &context).unwrap();
+        assert!(p.probe.ends_with("at __x64_sys_getppid+4"), "{}", p.probe);
     }
 }

@@ -112,6 +112,50 @@ pub fn ftrace_site(addrs: &str, start: u64) -> Option<(u64, String)> {
     })
 }
 
+/// ENDBR64: the first instruction of a function that may be called
+/// indirectly, on a kernel built with `CONFIG_X86_KERNEL_IBT`. A probe given
+/// at such a function's name lands after it, and so does its ftrace site.
+pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+/// The 5-byte NOP (P6 `nopl 0x0(%rax,%rax,1)`) an idle ftrace call site
+/// holds; `call` (0xe8) while ftrace uses it.
+pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+/// How many of a function's first bytes [`function_start`] needs.
+pub const FUNCTION_START_BYTES: u64 = 16;
+
+/// What a function's first bytes say about where probes go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionStart {
+    /// Where the kernel puts a probe given at the function's name: past an
+    /// ENDBR64 (4), else the start (0).
+    pub entry: u64,
+    /// The instruction at `entry` is an ftrace call site (a 5-byte NOP, or
+    /// the call it becomes while traced).
+    pub ftrace_site: bool,
+}
+
+/// Reads a function's first bytes (from `/proc/kcore`): its ENDBR64, and
+/// whether its ftrace call site follows. What kernels without
+/// `available_filter_functions_addrs` (before 6.5) leave to be decoded.
+pub fn function_start(bytes: &[u8]) -> FunctionStart {
+    let entry = if bytes.starts_with(&ENDBR64) { 4 } else { 0 };
+    let at = bytes.get(entry..).unwrap_or_default();
+    let ftrace_site = at.starts_with(&NOP5) || (at.len() >= 5 && at[0] == 0xe8);
+    FunctionStart {
+        entry: entry as u64,
+        ftrace_site,
+    }
+}
+
+/// The name ftrace lists the function by in `available_filter_functions`
+/// (`name` or `name [module]` a line), the first of `names` found there.
+pub fn filter_function_name(list: &str, names: &[String]) -> Option<String> {
+    let listed = |n: &String| {
+        list.lines()
+            .any(|l| l.split_whitespace().next() == Some(n.as_str()))
+    };
+    names.iter().find(|n| listed(n)).cloned()
+}
+
 /// One probe of `/sys/kernel/debug/kprobes/list`:
 /// `ffffffff810447c3  k  __x64_sys_getppid+0x5    [OPTIMIZED]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,6 +421,68 @@ mod tests {
             kallsyms_aliases(aliased, 0xffffffff810447be),
             ["__x64_sys_getppid", "__do_sys_getppid"]
         );
+    }
+
+    #[test]
+    fn a_function_start_names_its_endbr_and_its_ftrace_site() {
+        let ibt = [0xf3, 0x0f, 0x1e, 0xfa, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x55];
+        assert_eq!(
+            function_start(&ibt),
+            FunctionStart {
+                entry: 4,
+                ftrace_site: true
+            }
+        );
+        // Traced: the NOP is a call now.
+        let traced = [0xe8, 1, 2, 3, 4, 0x55];
+        assert_eq!(
+            function_start(&traced),
+            FunctionStart {
+                entry: 0,
+                ftrace_site: true
+            }
+        );
+        // notrace: a push where the site would be; a NOP of another length;
+        // too few bytes to hold a call; nothing read.
+        for (bytes, entry) in [
+            (
+                &[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x90][..],
+                4,
+            ),
+            (&[0x0f, 0x1f, 0x40, 0x00, 0x55][..], 0),
+            (&[0xe8, 1, 2, 3][..], 0),
+            (&[0xf3, 0x0f, 0x1e][..], 0),
+            (&[][..], 0),
+        ] {
+            assert_eq!(
+                function_start(bytes),
+                FunctionStart {
+                    entry,
+                    ftrace_site: false
+                },
+                "{bytes:x?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ftrace_names_a_function_by_the_first_alias_it_lists() {
+        let list = "do_one\n__do_sys_getppid\nhandle_mm_fault [kvm]\nx\n";
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            filter_function_name(list, &names(&["__x64_sys_getppid", "__do_sys_getppid"])),
+            Some("__do_sys_getppid".into())
+        );
+        assert_eq!(
+            filter_function_name(list, &names(&["handle_mm_fault"])),
+            Some("handle_mm_fault".into())
+        );
+        // A prefix of a listed name is not the name.
+        assert_eq!(
+            filter_function_name(list, &names(&["do_on", "__do_sys"])),
+            None
+        );
+        assert_eq!(filter_function_name("", &names(&["x"])), None);
     }
 
     #[test]

@@ -33,6 +33,9 @@ const LE: LittleEndian = LittleEndian;
 /// Notes are searched in at most this many bytes of `PT_NOTE` segments in all
 /// (Linux's are a few hundred bytes); larger segments are skipped unread.
 pub const MAX_NOTE_BYTES: u64 = 1 << 20;
+/// The most [`ElfFile::bytes_at_virtual`] reads at once (a function's first
+/// instructions are what it is for).
+pub const MAX_VIRTUAL_READ: u64 = 1 << 16;
 /// Symbol names longer than this are treated as absent. A kernel's are at
 /// most 511 bytes (KSYM_NAME_LEN); the bound keeps lookups linear in the file.
 pub const MAX_SYMBOL_NAME: usize = 1024;
@@ -85,6 +88,12 @@ pub enum ElfError {
     },
     /// The stream's length cannot be read.
     Unreadable,
+    /// No `PT_LOAD` segment's file bytes hold `len` bytes at virtual
+    /// address `address` (or `len` is over [`MAX_VIRTUAL_READ`]).
+    NotLoaded {
+        address: u64,
+        len: u64,
+    },
 }
 
 impl fmt::Display for ElfError {
@@ -139,6 +148,10 @@ impl fmt::Display for ElfError {
             }
             ElfError::Corrupt { what, why } => write!(f, "corrupt ELF: {what}: {why}"),
             ElfError::Unreadable => write!(f, "cannot read the file's length"),
+            ElfError::NotLoaded { address, len } => write!(
+                f,
+                "no loaded segment holds {len} bytes at virtual address {address:#x}"
+            ),
         }
     }
 }
@@ -298,6 +311,36 @@ impl<'data, R: ReadRef<'data>> ElfFile<'data, R> {
             range = Some(range.map_or((start, end), |(s, e)| (s.min(start), e.max(end))));
         }
         Ok(range)
+    }
+
+    /// `len` bytes at virtual address `address`, from the `PT_LOAD` segment
+    /// whose file bytes hold them all: how a core file such as `/proc/kcore`
+    /// maps the kernel's text. Reads only those bytes; at most
+    /// [`MAX_VIRTUAL_READ`].
+    pub fn bytes_at_virtual(&self, address: u64, len: u64) -> Result<&'data [u8]> {
+        let not_loaded = ElfError::NotLoaded { address, len };
+        if len > MAX_VIRTUAL_READ {
+            return Err(not_loaded);
+        }
+        for (index, p) in self.segments.iter().enumerate() {
+            let (offset, file_size) = p.file_range(LE);
+            let inside = address
+                .checked_sub(p.p_vaddr(LE))
+                .filter(|delta| delta.checked_add(len).is_some_and(|end| end <= file_size));
+            let (PT_LOAD, Some(delta)) = (p.p_type(LE), inside) else {
+                continue;
+            };
+            let at = offset.saturating_add(delta);
+            return self
+                .data
+                .read_bytes_at(at, len)
+                .map_err(|()| ElfError::SegmentOutside {
+                    index,
+                    end: at.saturating_add(len),
+                    file_size: self.size,
+                });
+        }
+        Err(not_loaded)
     }
 
     /// The descriptor of the first note named `name` of type `kind` in the
@@ -519,7 +562,7 @@ impl Symbols<'_> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     /// Builds ELF64 x86-64 files for tests: header fields, program headers
@@ -869,5 +912,83 @@ pub(crate) mod tests {
         let elf = ElfFile::parse(&unterminated).unwrap();
         let symbols = elf.sections().unwrap().symbols(|_| true).unwrap();
         assert_eq!(symbols.address_of("abc"), None);
+    }
+
+    /// A core file laid out as `/proc/kcore` lays out the kernel: a note,
+    /// then load segments at the kernel's virtual addresses.
+    fn kcore_like() -> Vec<u8> {
+        let mut b = Builder::new();
+        b.kind = object::elf::ET_CORE;
+        let text = b.offset() + 3 * 56;
+        b.segments = vec![
+            (PT_NOTE, text, 0, 0, 0, 4),
+            (PT_LOAD, text, 0xffff_ffff_8100_0000, 8, 0x1000, 0x1000),
+            (PT_LOAD, text + 8, 0xffff_ffff_a000_0000, 4, 4, 0x1000),
+        ];
+        b.body = vec![0xf3, 0x0f, 0x1e, 0xfa, 0x0f, 0x1f, 0x44, 0x00, 1, 2, 3, 4];
+        b.build()
+    }
+
+    #[test]
+    fn a_core_files_bytes_are_read_at_their_virtual_address() {
+        let file = kcore_like();
+        let counting = CountingStream::new(file.clone());
+        let source = StreamSource::new(&counting);
+        let streamed = ElfFile::from_stream(&source).unwrap();
+        let parsed = ElfFile::parse(&file).unwrap();
+        let both = |a: u64, l: u64| {
+            let p = parsed.bytes_at_virtual(a, l).map(<[u8]>::to_vec);
+            assert_eq!(p, streamed.bytes_at_virtual(a, l).map(<[u8]>::to_vec));
+            p
+        };
+        assert_eq!(
+            both(0xffff_ffff_8100_0000, 4),
+            Ok(vec![0xf3, 0x0f, 0x1e, 0xfa])
+        );
+        assert_eq!(
+            both(0xffff_ffff_8100_0004, 4),
+            Ok(vec![0x0f, 0x1f, 0x44, 0])
+        );
+        assert_eq!(both(0xffff_ffff_a000_0001, 3), Ok(vec![2, 3, 4]));
+        // Past a segment's file bytes (its memory goes on), before it, across
+        // two segments, and more than the limit: not loaded.
+        for (address, len) in [
+            (0xffff_ffff_8100_0006, 4),
+            (0xffff_ffff_80ff_ffff, 2),
+            (0xffff_ffff_a000_0000, 5),
+            (0xffff_ffff_8100_0000, MAX_VIRTUAL_READ + 1),
+            (u64::MAX, 2),
+        ] {
+            assert_eq!(
+                both(address, len),
+                Err(ElfError::NotLoaded { address, len })
+            );
+        }
+        assert_eq!(
+            ElfError::NotLoaded {
+                address: 0x10,
+                len: 4
+            }
+            .to_string(),
+            "no loaded segment holds 4 bytes at virtual address 0x10"
+        );
+        // A note segment at the same place is no load segment.
+        assert!(both(0, 0).is_err());
+    }
+
+    #[test]
+    fn a_load_segment_past_the_files_end_is_outside_not_read() {
+        let mut file = kcore_like();
+        let cut = file.len() - 4;
+        file.truncate(cut);
+        let elf = ElfFile::parse(&file).unwrap();
+        assert_eq!(
+            elf.bytes_at_virtual(0xffff_ffff_a000_0000, 2),
+            Err(ElfError::SegmentOutside {
+                index: 2,
+                end: cut as u64 + 2,
+                file_size: cut as u64,
+            })
+        );
     }
 }

@@ -1,0 +1,353 @@
+//! Debian's stock kernels (downloaded and unpacked by the harness, never
+//! installed) as L2 under xvmm, in ONE nested run. L1 is the project's
+//! unpatched host kernel; each step boots a Debian kernel with the built-in
+//! xperf as `/init`:
+//! - `deb-xperf`: Debian 12's 6.1, the default run (round trips: the kernel
+//!   has no hooks);
+//! - `deb-characterize`: `xperf characterize` on it;
+//! - `deb-probes`: `xperf probes` on it, a kernel without the ftrace
+//!   address list (Linux 6.1 has no `available_filter_functions_addrs`):
+//!   the ftrace sites come from `/proc/kcore`;
+//! - `ibt-probes`: `xperf probes` on Debian's 6.12, built with
+//!   `CONFIG_X86_KERNEL_IBT`: ftrace sites and entry probes at +4, after
+//!   each function's ENDBR64.
+//!
+//! On 6.1 every probes row must be measured with every hit counted, or give
+//! a reason that holds for Debian's own config (in the package); on the IBT
+//! kernel every row must be measured.
+//! Times are TCG-emulated: shapes, not figures. Reports in
+//! `target/harness/distro-*.json`, console `target/harness/distro.log`.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+use xvmm_harness::distro::{self, DistroKernel};
+use xvmm_harness::{self as harness, l1, Step};
+use xvmm_results::probes::mode;
+use xvmm_results::{Environment, Report, Status};
+
+const SAMPLES: &str = "1000";
+const WARMUP: &str = "50";
+const NULL_SAMPLES: &str = "2000";
+const ROUNDS: &str = "2";
+/// Per VM (the slowest, probes on 6.12, took ~60 s here): a hung one ends its step.
+const VM_TIMEOUT: u64 = 400;
+/// Where the Debian kernels lie in L1.
+const DEBIAN_KERNEL: &str = "/l2/debian-vmlinuz";
+const IBT_KERNEL: &str = "/l2/debian-ibt-vmlinuz";
+
+fn vm_step(name: &str, kernel: &str, xperf_args: &str, extra: &[&str]) -> Step {
+    let cmdline = format!(
+        "{} quiet no_timer_check -- {xperf_args}",
+        xvmm::boot::cmdline::default_cmdline()
+    );
+    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
+    let mut a = vec![l1::XVMM, "--kernel", kernel, "--cmdline", &cmdline];
+    a.extend(["--mem", &mem, "--timeout", &timeout]);
+    a.extend(extra);
+    // stdout holds the JSON alone.
+    a.extend(["--quiet", "--json", "-"]);
+    Step {
+        name: name.into(),
+        timeout_secs: VM_TIMEOUT + 30,
+        marker: None,
+        stop_at_marker: false,
+        argv: a.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn plan() -> Vec<Step> {
+    let samples = ["--samples", SAMPLES, "--warmup", WARMUP];
+    let probes = format!("probes --rounds {ROUNDS} --null-samples {NULL_SAMPLES}");
+    vec![
+        vm_step(
+            "deb-xperf",
+            DEBIAN_KERNEL,
+            &format!("--null-samples {NULL_SAMPLES}"),
+            &samples,
+        ),
+        vm_step(
+            "deb-characterize",
+            DEBIAN_KERNEL,
+            "characterize --samples 2000",
+            &[],
+        ),
+        vm_step("deb-probes", DEBIAN_KERNEL, &probes, &samples),
+        vm_step("ibt-probes", IBT_KERNEL, &probes, &samples),
+    ]
+}
+
+struct DistroRun {
+    kernel: DistroKernel,
+    ibt: DistroKernel,
+    reports: Vec<(String, Report)>,
+}
+
+impl DistroRun {
+    fn report(&self, name: &str) -> &Report {
+        &self
+            .reports
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no report {name}"))
+            .1
+    }
+}
+
+fn skipped() -> bool {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested Debian kernel test skipped")
+        );
+        return true;
+    }
+    false
+}
+
+fn boot(kernel: &DistroKernel, ibt: &DistroKernel) -> Result<Vec<(String, Report)>, String> {
+    let l1_kernel = xvmm::kernel::build(
+        &xvmm::kernel::BuildRequest::new(xvmm::kernel::Flavour::Host),
+        &xvmm::progress::Silent,
+    )
+    .map_err(|e| e.to_string())?;
+    let artifacts = harness::with_static_binaries(l1_kernel.clone(), l1_kernel, &["xperf"])
+        .map_err(|e| e.to_string())?;
+    let xperf = artifacts.xvmm.with_file_name("xperf");
+    let mut initramfs =
+        harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
+    harness::append_files(
+        &mut initramfs,
+        &[
+            (DEBIAN_KERNEL, kernel.vmlinuz.as_path(), 0o644),
+            (IBT_KERNEL, ibt.vmlinuz.as_path(), 0o644),
+            ("/bin/xperf", xperf.as_path(), 0o755),
+        ],
+    )
+    .map_err(|e| e.to_string())?;
+    let run = harness::run_l1(
+        &artifacts,
+        &initramfs,
+        "distro",
+        Duration::from_secs(30 * 60),
+    )
+    .map_err(|e| e.to_string())?;
+    eprintln!(
+        "nested Debian kernel harness: L1 run took {:.1} s, log {}",
+        run.seconds,
+        run.log.display()
+    );
+    for s in &run.steps {
+        eprintln!("{}", s.to_line());
+    }
+    let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut reports = Vec::new();
+    for step in plan() {
+        let report = run.exited_report(&step.name)?;
+        let path: PathBuf = dir.join(format!("distro-{}.json", step.name));
+        std::fs::write(&path, report.to_json_pretty()).map_err(|e| e.to_string())?;
+        reports.push((step.name, report));
+    }
+    Ok(reports)
+}
+
+/// The one L1 boot, shared by the tests below.
+fn run() -> &'static DistroRun {
+    static RUN: OnceLock<Result<DistroRun, String>> = OnceLock::new();
+    let result = RUN.get_or_init(|| {
+        let fetch = |package| {
+            let k = distro::debian_kernel(package).map_err(|e| e.to_string())?;
+            eprintln!(
+                "Debian kernel: {} ({}), {}",
+                k.package,
+                k.release,
+                k.vmlinuz.display()
+            );
+            Ok::<_, String>(k)
+        };
+        let kernel = fetch(distro::DEBIAN_12_KERNEL)?;
+        let ibt = fetch(distro::DEBIAN_612_KERNEL)?;
+        let reports = boot(&kernel, &ibt)?;
+        Ok(DistroRun {
+            kernel,
+            ibt,
+            reports,
+        })
+    });
+    match result {
+        Ok(r) => r,
+        Err(e) => panic!("nested Debian kernel harness failed: {e}"),
+    }
+}
+
+/// The report was taken on the Debian kernel, inside a VM.
+fn assert_on_debian(r: &Report, kernel: &DistroKernel, step: &str) {
+    assert_eq!(r.environment, Environment::LinuxVm, "{step}");
+    let json = r.to_json_pretty();
+    assert!(
+        json.contains(&kernel.release),
+        "{step}: the report never names {}",
+        kernel.release
+    );
+}
+
+#[test]
+fn the_default_run_measures_round_trips_on_debians_kernel() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let report = r.report("deb-xperf");
+    println!(
+        "=== Debian {} in L2: xperf (TCG-emulated)\n{}",
+        r.kernel.release,
+        xvmm_results::render::report(report)
+    );
+    assert_on_debian(report, &r.kernel, "deb-xperf");
+    assert!(!report.crossings.is_empty());
+    for c in &report.crossings {
+        // No hooks in a stock kernel: the round trip, and why no split.
+        match &c.status {
+            Status::RoundTripOnly { reason } => assert!(!reason.is_empty()),
+            other => panic!("{}: {other:?}", c.name),
+        }
+        let rt = c.round_trip.as_ref().expect("round trip");
+        assert!(
+            rt.raw.count >= SAMPLES.parse::<u64>().unwrap(),
+            "{}",
+            c.name
+        );
+        assert!(rt.raw.min > 0, "{}", c.name);
+    }
+}
+
+#[test]
+fn characterize_runs_on_debians_kernel() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let report = r.report("deb-characterize");
+    assert_on_debian(report, &r.kernel, "deb-characterize");
+    let c = report.characterize.as_ref().expect("characterize block");
+    println!("=== Debian {}: characterize\n{c:?}", r.kernel.release);
+    assert!(!c.metrics.is_empty());
+}
+
+/// The kernel options a reason names (`CONFIG_FPROBE_EVENTS`).
+fn options_named(reason: &str) -> Vec<String> {
+    reason
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("CONFIG_") && w.len() > "CONFIG_".len())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A row's reason must hold for this kernel: every option it says is missing
+/// is missing from Debian's config, and the one it says is in use
+/// (CONFIG_RETHUNK, which keeps 6.1 from jump-optimizing any function that
+/// returns through the thunk) is set.
+fn check_reason(what: &str, reason: &str, kernel: &DistroKernel) {
+    let named = options_named(reason);
+    assert!(
+        !named.is_empty(),
+        "{what}: no kernel option named: {reason}"
+    );
+    for option in named {
+        let set = kernel.config_has(&option).unwrap();
+        if option == "CONFIG_RETHUNK" {
+            assert!(
+                set,
+                "{what}: blames {option}, which Debian's config lacks: {reason}"
+            );
+        } else {
+            assert!(
+                !set,
+                "{what}: says {option} is missing, Debian's config sets it: {reason}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_probes_row_is_measured_or_names_an_option_debian_lacks() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let report = r.report("deb-probes");
+    println!(
+        "=== Debian {}: xperf probes (TCG-emulated)\n{}",
+        r.kernel.release,
+        xvmm_results::render::report(report)
+    );
+    assert_on_debian(report, &r.kernel, "deb-probes");
+    let mut measured = 0;
+    for p in &report.probes {
+        let what = format!("{} on {}", p.mode, p.crossing);
+        match &p.status {
+            Status::Measured => {
+                assert_eq!(p.hits, p.hits_expected, "{what}");
+                measured += 1;
+            }
+            Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
+                check_reason(&what, reason, &r.kernel);
+            }
+        }
+    }
+    // The rows the ftrace sites decide (found in /proc/kcore on 6.1).
+    for m in [
+        mode::KPROBE_INT3,
+        mode::KPROBE_FTRACE,
+        mode::KRETPROBE,
+        mode::FUNCTION,
+    ] {
+        for crossing in ["getppid", "pf-refault"] {
+            let row = report
+                .probes
+                .iter()
+                .find(|p| p.mode == m && p.crossing == crossing)
+                .unwrap_or_else(|| panic!("no row {m} on {crossing}"));
+            assert_eq!(row.status, Status::Measured, "{m} on {crossing}: {row:?}");
+        }
+    }
+    assert!(measured > 0);
+}
+
+#[test]
+fn on_debians_ibt_kernel_every_probes_row_is_measured_past_the_endbr() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    assert!(
+        r.ibt.config_has("CONFIG_X86_KERNEL_IBT").unwrap(),
+        "{} is no IBT kernel",
+        r.ibt.release
+    );
+    let report = r.report("ibt-probes");
+    println!(
+        "=== Debian {} (IBT): xperf probes (TCG-emulated)\n{}",
+        r.ibt.release,
+        xvmm_results::render::report(report)
+    );
+    assert_on_debian(report, &r.ibt, "ibt-probes");
+    for crossing in ["getppid", "pf-refault"] {
+        for m in mode::MEASURED {
+            if m == mode::SYSCALL_SLOW_PATH && crossing != "getppid" {
+                continue;
+            }
+            let p = report
+                .probes
+                .iter()
+                .find(|p| p.mode == m && p.crossing == crossing)
+                .unwrap_or_else(|| panic!("no row {m} on {crossing}"));
+            assert_eq!(p.status, Status::Measured, "{m} on {crossing}: {p:?}");
+            assert_eq!(p.hits, p.hits_expected, "{m} on {crossing}");
+            // The entry probes sit after the ENDBR64.
+            if [mode::KPROBE_FTRACE, mode::KRETPROBE, mode::FPROBE].contains(&m) {
+                assert!(p.probe.contains("+4"), "{m} on {crossing}: {}", p.probe);
+            }
+        }
+    }
+}
