@@ -113,6 +113,45 @@ pub fn qemu_argv(kernel: &str, cmdline: &str) -> Vec<String> {
     ])
 }
 
+/// Every (mode, crossing) that `xperf probes` measures (the syscall slow
+/// path on getppid only), with the report's row for it; panics naming
+/// `side` and the first row missing.
+pub fn probe_rows<'a>(
+    report: &'a xvmm_results::Report,
+    side: &str,
+) -> Vec<(&'static str, &'static str, &'a xvmm_results::Probe)> {
+    use xvmm_results::probes::mode;
+    let mut rows = Vec::new();
+    for crossing in ["getppid", "pf-refault"] {
+        for m in mode::MEASURED {
+            if m == mode::SYSCALL_SLOW_PATH && crossing != "getppid" {
+                continue;
+            }
+            let p = report
+                .probes
+                .iter()
+                .find(|p| p.mode == m && p.crossing == crossing)
+                .unwrap_or_else(|| panic!("{side}: no row {m} on {crossing}"));
+            rows.push((m, crossing, p));
+        }
+    }
+    rows
+}
+
+/// Whether `XVMM_SKIP_HARNESS=1` asks to skip the nested tests; a skip of
+/// `what` is recorded (`xvmm_results::skip`, which the suite's summary
+/// counts) and said on stderr.
+pub fn skipped(what: &str) -> bool {
+    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
+        eprintln!(
+            "{}",
+            xvmm_results::skip::record(&format!("XVMM_SKIP_HARNESS=1: {what} skipped"))
+        );
+        return true;
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,6 +54,21 @@ pub struct HarnessRun {
 }
 
 impl HarnessRun {
+    /// What a test prints of the run: `what`, how long L1 took, where its
+    /// console is, and one line per step.
+    pub fn summary(&self, what: &str) -> String {
+        let mut out = format!(
+            "{what}: L1 run took {:.1} s, log {}",
+            self.seconds,
+            self.log.display()
+        );
+        for s in &self.steps {
+            out.push('\n');
+            out.push_str(&s.to_line());
+        }
+        out
+    }
+
     pub fn step(&self, name: &str) -> Option<&StepResult> {
         self.steps.iter().find(|s| s.name == name)
     }

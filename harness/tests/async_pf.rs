@@ -93,14 +93,7 @@ struct AsyncPfRun {
 }
 
 fn skipped() -> bool {
-    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "{}",
-            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested async PF harness test skipped")
-        );
-        return true;
-    }
-    false
+    harness::skipped("nested async PF harness test")
 }
 
 /// The one L1 boot, shared by the tests below.
@@ -120,14 +113,7 @@ fn run() -> &'static AsyncPfRun {
             Duration::from_secs(30 * 60),
         )
         .map_err(|e| e.to_string())?;
-        eprintln!(
-            "nested async PF harness: L1 run took {:.1} s, log {}",
-            run.seconds,
-            run.log.display()
-        );
-        for s in &run.steps {
-            eprintln!("{}", s.to_line());
-        }
+        eprintln!("{}", run.summary("nested async PF harness"));
         let on = run.exited_report("apf-on")?;
         let off = run.exited_report("apf-off")?;
         let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();

@@ -125,14 +125,7 @@ fn linearity_step(name: &str) -> Step {
 const GUEST_TSC_KHZ: u64 = 1_234_567;
 
 fn skipped() -> bool {
-    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "{}",
-            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested harness test skipped")
-        );
-        return true;
-    }
-    false
+    harness::skipped("nested harness test")
 }
 
 /// The one L1 boot, shared by every test in this file.
@@ -149,14 +142,7 @@ fn run() -> &'static harness::HarnessRun {
             Duration::from_secs(20 * 60),
         )
         .map_err(|e| e.to_string())?;
-        eprintln!(
-            "nested harness: L1 run took {:.1} s, log {}",
-            run.seconds,
-            run.log.display()
-        );
-        for s in &run.steps {
-            eprintln!("{}", s.to_line());
-        }
+        eprintln!("{}", run.summary("nested harness"));
         Ok(run)
     });
     match result {

@@ -110,16 +110,7 @@ impl Run {
 }
 
 fn skipped() -> bool {
-    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "{}",
-            xvmm_results::skip::record(
-                "XVMM_SKIP_HARNESS=1: nested characterize harness test skipped"
-            )
-        );
-        return true;
-    }
-    false
+    harness::skipped("nested characterize harness test")
 }
 
 fn boot() -> Result<Run, String> {
@@ -133,11 +124,7 @@ fn boot() -> Result<Run, String> {
         "xperf_stamps",
     )
     .map_err(|e| e.to_string())?;
-    eprintln!(
-        "nested characterize harness: L1 run took {:.1} s, log {}",
-        run.seconds,
-        run.log.display()
-    );
+    eprintln!("{}", run.summary("nested characterize harness"));
     let dir = run.log.parent().map(PathBuf::from).unwrap_or_default();
     let mut reports = Vec::new();
     for name in ["l1", "l2", "bm", "vm"] {

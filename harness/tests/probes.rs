@@ -164,14 +164,7 @@ struct ProbesRun {
 }
 
 fn skipped() -> bool {
-    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "{}",
-            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested probes harness test skipped")
-        );
-        return true;
-    }
-    false
+    harness::skipped("nested probes harness test")
 }
 
 /// The one L1 boot, shared by the tests below.
@@ -191,14 +184,7 @@ fn run() -> &'static ProbesRun {
             Duration::from_secs(60 * 60),
         )
         .map_err(|e| e.to_string())?;
-        eprintln!(
-            "nested probes harness: L1 run took {:.1} s, log {}",
-            run.seconds,
-            run.log.display()
-        );
-        for s in &run.steps {
-            eprintln!("{}", s.to_line());
-        }
+        eprintln!("{}", run.summary("nested probes harness"));
         let bm = run.exited_report("bm")?;
         let vm = run.exited_report("vm")?;
         let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -225,26 +211,16 @@ fn run() -> &'static ProbesRun {
 /// int3 exception about as cheaply as the jump-optimized detour, so the
 /// hardware's ordering need not hold here (benches/probes prints them).
 fn assert_all_modes(report: &Report, side: &str) {
-    for crossing in ["getppid", "pf-refault"] {
-        for m in mode::MEASURED {
-            if m == mode::SYSCALL_SLOW_PATH && crossing != "getppid" {
-                continue;
-            }
-            let p = report
-                .probes
-                .iter()
-                .find(|p| p.mode == m && p.crossing == crossing)
-                .unwrap_or_else(|| panic!("{side}: no row {m} on {crossing}"));
-            assert_eq!(
-                p.status,
-                Status::Measured,
-                "{side} {m} on {crossing}: {p:?}"
-            );
-            assert_eq!(p.hits, p.hits_expected, "{side} {m} on {crossing}");
-            assert_eq!(p.iterations, SAMPLES.parse::<u64>().unwrap(), "{side} {m}");
-            let added = p.added_ticks.as_ref().expect("added ticks");
-            assert_eq!(added.count, p.iterations, "{side} {m} on {crossing}");
-        }
+    for (m, crossing, p) in harness::probe_rows(report, side) {
+        assert_eq!(
+            p.status,
+            Status::Measured,
+            "{side} {m} on {crossing}: {p:?}"
+        );
+        assert_eq!(p.hits, p.hits_expected, "{side} {m} on {crossing}");
+        assert_eq!(p.iterations, SAMPLES.parse::<u64>().unwrap(), "{side} {m}");
+        let added = p.added_ticks.as_ref().expect("added ticks");
+        assert_eq!(added.count, p.iterations, "{side} {m} on {crossing}");
     }
 }
 

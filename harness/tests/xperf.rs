@@ -125,14 +125,7 @@ struct XperfRun {
 }
 
 fn skipped() -> bool {
-    if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
-        eprintln!(
-            "{}",
-            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: nested xperf harness test skipped")
-        );
-        return true;
-    }
-    false
+    harness::skipped("nested xperf harness test")
 }
 
 /// The one L1 boot, shared by the tests below.
@@ -150,14 +143,7 @@ fn run() -> &'static XperfRun {
             "xperf_stamps",
         )
         .map_err(|e| e.to_string())?;
-        eprintln!(
-            "nested xperf harness: L1 run took {:.1} s, log {}",
-            run.seconds,
-            run.log.display()
-        );
-        for s in &run.steps {
-            eprintln!("{}", s.to_line());
-        }
+        eprintln!("{}", run.summary("nested xperf harness"));
         let bm = run.exited_report("bm")?;
         let vm = run.exited_report("vm")?;
         let vm_kpti = run.exited_report("vm-kpti")?;

@@ -131,12 +131,14 @@ fn decoded_site(
 ) -> Site {
     let start = match function_start(files, address) {
         Ok(start) => start,
-        Err(why) => return Site {
-            site: Err(format!(
+        Err(why) => {
+            return Site {
+                site: Err(format!(
                 "no ftrace call-site list (available_filter_functions_addrs, Linux 6.5+) and {why}"
             )),
-            entry: 0,
-        },
+                entry: 0,
+            }
+        }
     };
     let listed = read_text(&files.tracefs.join("available_filter_functions"))
         .map_err(|e| format!("no ftrace function list (available_filter_functions: {e})"))
