@@ -1,8 +1,9 @@
 //! Debian's stock kernels, as users run them: fetched with `apt-get
 //! download` and unpacked with `dpkg-deb` (never installed), kept in the
 //! kernel cache (`<cache>/distro/<the .deb's file name>/`) so a second run
-//! neither downloads nor unpacks. Only `/boot` is kept: the compressed
-//! kernel, its config and System.map.
+//! neither downloads nor unpacks. Only `/boot` is kept (the compressed
+//! kernel, its config and System.map), and the `kvm` modules with what they
+//! depend on, for booting the kernel as the L1 host.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,6 +30,8 @@ pub struct DistroKernel {
     pub config: PathBuf,
     /// `uname -r` of the kernel (`6.1.0-56-amd64`).
     pub release: String,
+    /// The `kvm` modules and what they need, in load order.
+    pub modules: Vec<PathBuf>,
 }
 
 impl DistroKernel {
@@ -126,15 +129,21 @@ pub fn debian_kernel(package: &str) -> Result<DistroKernel> {
     let (versioned, deb) = named?;
     let dir = root.join(deb.trim_end_matches(".deb"));
     let _lock = CacheLock::acquire(&root, &deb)?;
-    if find_kernel(&dir).is_none() {
+    if find_kernel(&dir).is_none() || !dir.join(MODULE_ORDER).exists() {
         let tmp = cache::fresh_tmp_dir(&root, &deb)?;
         unpack(&versioned, &tmp)?;
         cache::publish(&tmp, &dir)?;
     }
     let (vmlinuz, release) =
         find_kernel(&dir).ok_or_else(|| Error::Build(format!("{deb} holds no boot/vmlinuz-*")))?;
+    let modules = std::fs::read_to_string(dir.join(MODULE_ORDER))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| dir.join(l))
+        .collect();
     Ok(DistroKernel {
         package: versioned,
+        modules,
         config: dir.join("boot").join(format!("config-{release}")),
         deb,
         vmlinuz,
@@ -142,7 +151,8 @@ pub fn debian_kernel(package: &str) -> Result<DistroKernel> {
     })
 }
 
-/// Downloads `package` into `tmp` and keeps its `/boot` there.
+/// Downloads `package` into `tmp` and keeps its `/boot` and the KVM
+/// modules with what they need ([`MODULE_ORDER`]) there.
 fn unpack(package: &str, tmp: &Path) -> Result<()> {
     run(
         Command::new("apt-get")
@@ -156,15 +166,94 @@ fn unpack(package: &str, tmp: &Path) -> Result<()> {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
         .ok_or_else(|| Error::Build(format!("apt-get download left no .deb for {package}")))?;
-    let script = "dpkg-deb --fsys-tarfile \"$1\" | tar -x -C \"$2\" ./boot";
+    extract(&deb, tmp, "./boot")?;
+    unpack_kvm_modules(&deb, tmp)?;
+    std::fs::remove_file(&deb).map_err(|e| Error::io("removing", &deb, e))
+}
+
+/// Extracts `member` (a file or directory of the package) into `dir`.
+fn extract(deb: &Path, dir: &Path, member: &str) -> Result<()> {
+    let script = "dpkg-deb --fsys-tarfile \"$1\" | tar -x -C \"$2\" \"$3\"";
     run(
         Command::new("sh")
             .args(["-c", script, "sh"])
-            .arg(&deb)
-            .arg(tmp),
+            .arg(deb)
+            .arg(dir)
+            .arg(member),
         "dpkg-deb | tar",
-    )?;
-    std::fs::remove_file(&deb).map_err(|e| Error::io("removing", &deb, e))
+    )
+    .map(drop)
+}
+
+/// The modules an L1 loads to serve `/dev/kvm`.
+const KVM_MODULES: [&str; 2] = ["kvm_amd", "kvm_intel"];
+/// In a cache entry: the module files to load, relative to it, one a line,
+/// each after the modules it depends on.
+pub const MODULE_ORDER: &str = "modules.order";
+
+/// A module's name as `depends=` writes it (`kvm-amd.ko` is `kvm_amd`).
+fn module_name(file: &str) -> Option<String> {
+    let stem = file.rsplit('/').next()?.strip_suffix(".ko")?;
+    Some(stem.replace('-', "_"))
+}
+
+/// The `depends=` list of a module file's `.modinfo` (NUL-separated
+/// `key=value` strings).
+pub fn module_depends(ko: &[u8]) -> Vec<String> {
+    ko.split(|&b| b == 0)
+        .find_map(|field| field.strip_prefix(b"depends="))
+        .map(|list| {
+            String::from_utf8_lossy(list)
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(|d| d.replace('-', "_"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Extracts [`KVM_MODULES`] and, depth first, every module they depend on,
+/// and writes [`MODULE_ORDER`]. A package whose modules are compressed
+/// (`.ko.xz`) gives an empty order: `finit_module` would need the kernel's
+/// own decompression.
+fn unpack_kvm_modules(deb: &Path, dir: &Path) -> Result<()> {
+    let listing = run(Command::new("dpkg-deb").arg("-c").arg(deb), "dpkg-deb -c")?;
+    let paths: std::collections::BTreeMap<String, String> = listing
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter_map(|p| Some((module_name(p)?, p.to_string())))
+        .collect();
+    let mut order = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for name in KVM_MODULES {
+        add_module(deb, dir, &paths, name, &mut seen, &mut order)?;
+    }
+    let file = dir.join(MODULE_ORDER);
+    std::fs::write(&file, order.join("\n")).map_err(|e| Error::io("writing", &file, e))
+}
+
+fn add_module(
+    deb: &Path,
+    dir: &Path,
+    paths: &std::collections::BTreeMap<String, String>,
+    name: &str,
+    seen: &mut std::collections::BTreeSet<String>,
+    order: &mut Vec<String>,
+) -> Result<()> {
+    if !seen.insert(name.to_string()) {
+        return Ok(());
+    }
+    let Some(path) = paths.get(name) else {
+        return Ok(()); // built in, or not in this package
+    };
+    extract(deb, dir, path)?;
+    let file = dir.join(path);
+    let ko = std::fs::read(&file).map_err(|e| Error::io("reading", &file, e))?;
+    for dep in module_depends(&ko) {
+        add_module(deb, dir, paths, &dep, seen, order)?;
+    }
+    order.push(path.trim_start_matches("./").to_string());
+    Ok(())
 }
 
 /// `boot/vmlinuz-<release>` in an unpacked package, and the release.
@@ -200,6 +289,19 @@ mod tests {
         );
         assert_eq!(deb_file_name("'u' ../evil.deb 1 SHA256:0\n"), None);
         assert_eq!(deb_file_name(""), None);
+    }
+
+    #[test]
+    fn module_dependencies_come_from_modinfo() {
+        let ko = b"\x7fELF...\0license=GPL\0depends=kvm,ccp-x\0retpoline=Y\0intree=Y\0";
+        assert_eq!(module_depends(ko), ["kvm", "ccp_x"]);
+        assert!(module_depends(b"\0depends=\0name=ccp\0").is_empty());
+        assert!(module_depends(b"no modinfo").is_empty());
+        assert_eq!(
+            module_name("./lib/modules/6.1.0-56-amd64/kernel/arch/x86/kvm/kvm-amd.ko").as_deref(),
+            Some("kvm_amd")
+        );
+        assert_eq!(module_name("./lib/modules/x/kvm.ko.xz"), None);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
+use xvmm::kernel::BuiltKernel;
 use xvmm_harness::distro::{self, DistroKernel};
 use xvmm_harness::{self as harness, l1, Step};
 use xvmm_results::probes::mode;
@@ -35,6 +36,8 @@ const VM_TIMEOUT: u64 = 400;
 /// Where the Debian kernels lie in L1.
 const DEBIAN_KERNEL: &str = "/l2/debian-vmlinuz";
 const IBT_KERNEL: &str = "/l2/debian-ibt-vmlinuz";
+/// Where the static xperf lies in L1: beside xvmm, where xvmm looks for it.
+const L1_XPERF: &str = "/bin/xperf";
 
 fn vm_step(name: &str, kernel: &str, xperf_args: &str, extra: &[&str]) -> Step {
     let cmdline = format!(
@@ -98,62 +101,69 @@ fn skipped() -> bool {
     harness::skipped("nested Debian kernel test")
 }
 
-fn boot(kernel: &DistroKernel, ibt: &DistroKernel) -> Result<Vec<(String, Report)>, String> {
-    let l1_kernel = xvmm::kernel::build(
-        &xvmm::kernel::BuildRequest::new(xvmm::kernel::Flavour::Host),
+/// The project's own kernel of `flavour` (plain), through the cache.
+fn project_kernel(flavour: xvmm::kernel::Flavour) -> Result<BuiltKernel, String> {
+    xvmm::kernel::build(
+        &xvmm::kernel::BuildRequest::new(flavour),
         &xvmm::progress::Silent,
     )
-    .map_err(|e| e.to_string())?;
-    let artifacts = harness::with_static_binaries(l1_kernel.clone(), l1_kernel, &["xperf"])
-        .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+/// Boots `l1` with `plan` (xperf and `files` added to the initramfs) and
+/// returns the run and each step's report, saved as
+/// `target/harness/<group>-<step>.json`.
+fn boot_group(
+    group: &str,
+    l1: BuiltKernel,
+    l2: BuiltKernel,
+    plan: &[Step],
+    files: &[(&str, &Path)],
+) -> Result<(harness::HarnessRun, Vec<(String, Report)>), String> {
+    let artifacts = harness::with_static_binaries(l1, l2, &["xperf"]).map_err(|e| e.to_string())?;
     let xperf = artifacts.xvmm.with_file_name("xperf");
     let mut initramfs =
-        harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
-    harness::append_files(
-        &mut initramfs,
-        &[
-            (DEBIAN_KERNEL, kernel.vmlinuz.as_path(), 0o644),
-            (IBT_KERNEL, ibt.vmlinuz.as_path(), 0o644),
-            ("/bin/xperf", xperf.as_path(), 0o755),
-        ],
-    )
-    .map_err(|e| e.to_string())?;
-    let run = harness::run_l1(
-        &artifacts,
-        &initramfs,
-        "distro",
-        Duration::from_secs(30 * 60),
-    )
-    .map_err(|e| e.to_string())?;
-    eprintln!("{}", run.summary("nested Debian kernel harness"));
+        harness::l1_initramfs(&artifacts, plan, false).map_err(|e| e.to_string())?;
+    let mut all: Vec<(&str, &Path, u32)> = vec![(L1_XPERF, xperf.as_path(), 0o755)];
+    all.extend(files.iter().map(|&(at, host)| (at, host, 0o644)));
+    harness::append_files(&mut initramfs, &all).map_err(|e| e.to_string())?;
+    let run = harness::run_l1(&artifacts, &initramfs, group, Duration::from_secs(30 * 60))
+        .map_err(|e| e.to_string())?;
+    eprintln!("{}", run.summary(&format!("nested {group} harness")));
     let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut reports = Vec::new();
-    for step in plan() {
+    for step in plan {
         let report = run.exited_report(&step.name)?;
-        let path: PathBuf = dir.join(format!("distro-{}.json", step.name));
+        let path: PathBuf = dir.join(format!("{group}-{}.json", step.name));
         std::fs::write(&path, report.to_json_pretty()).map_err(|e| e.to_string())?;
-        reports.push((step.name, report));
+        reports.push((step.name.clone(), report));
     }
-    Ok(reports)
+    Ok((run, reports))
+}
+
+fn fetch(package: &str) -> Result<DistroKernel, String> {
+    let k = distro::debian_kernel(package).map_err(|e| e.to_string())?;
+    eprintln!(
+        "Debian kernel: {} ({}), {}",
+        k.package,
+        k.release,
+        k.vmlinuz.display()
+    );
+    Ok(k)
 }
 
 /// The one L1 boot, shared by the tests below.
 fn run() -> &'static DistroRun {
     static RUN: OnceLock<Result<DistroRun, String>> = OnceLock::new();
     let result = RUN.get_or_init(|| {
-        let fetch = |package| {
-            let k = distro::debian_kernel(package).map_err(|e| e.to_string())?;
-            eprintln!(
-                "Debian kernel: {} ({}), {}",
-                k.package,
-                k.release,
-                k.vmlinuz.display()
-            );
-            Ok::<_, String>(k)
-        };
         let kernel = fetch(distro::DEBIAN_12_KERNEL)?;
         let ibt = fetch(distro::DEBIAN_612_KERNEL)?;
-        let reports = boot(&kernel, &ibt)?;
+        let host = project_kernel(xvmm::kernel::Flavour::Host)?;
+        let files = [
+            (DEBIAN_KERNEL, kernel.vmlinuz.as_path()),
+            (IBT_KERNEL, ibt.vmlinuz.as_path()),
+        ];
+        let (_, reports) = boot_group("distro", host.clone(), host, &plan(), &files)?;
         Ok(DistroRun {
             kernel,
             ibt,
@@ -312,6 +322,231 @@ fn on_debians_ibt_kernel_every_probes_row_is_measured_past_the_endbr() {
         // The entry probes sit after the ENDBR64.
         if [mode::KPROBE_FTRACE, mode::KRETPROBE, mode::FPROBE].contains(&m) {
             assert!(p.probe.contains("+4"), "{m} on {crossing}: {}", p.probe);
+        }
+    }
+}
+
+/// Debian 12's kernel as the L1 host: its own `kvm` and `kvm_amd` modules
+/// loaded by `l1-init` from the initramfs (`/modules/order`), xperf on it as
+/// bare metal, and xvmm serving the project's guest kernel from its KVM.
+struct DebianHost {
+    kernel: DistroKernel,
+    run: harness::HarnessRun,
+    reports: Vec<(String, Report)>,
+}
+
+impl DebianHost {
+    fn report(&self, name: &str) -> &Report {
+        &self
+            .reports
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no report {name}"))
+            .1
+    }
+}
+
+fn host_plan() -> Vec<Step> {
+    let step = |name: &str, timeout_secs: u64, argv: &[&str]| Step {
+        name: name.into(),
+        timeout_secs,
+        marker: None,
+        stop_at_marker: false,
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+    };
+    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
+    let cmdline = format!(
+        "{} quiet no_timer_check -- --null-samples {NULL_SAMPLES}",
+        xvmm::boot::cmdline::default_cmdline()
+    );
+    let (s, w, n, r) = (SAMPLES, WARMUP, NULL_SAMPLES, ROUNDS);
+    vec![
+        step(
+            "bm-xperf",
+            300,
+            &[
+                L1_XPERF,
+                "--samples",
+                s,
+                "--warmup",
+                w,
+                "--null-samples",
+                n,
+                "--json",
+                "-",
+            ],
+        ),
+        step(
+            "bm-characterize",
+            300,
+            &[L1_XPERF, "characterize", "--samples", "2000", "--json", "-"],
+        ),
+        step(
+            "bm-probes",
+            600,
+            &[
+                L1_XPERF,
+                "probes",
+                "--samples",
+                s,
+                "--warmup",
+                w,
+                "--rounds",
+                r,
+                "--null-samples",
+                n,
+                "--json",
+                "-",
+            ],
+        ),
+        step(
+            "vm",
+            VM_TIMEOUT + 30,
+            &[
+                l1::XVMM,
+                "--kernel",
+                l1::L2_BZIMAGE,
+                "--cmdline",
+                &cmdline,
+                "--mem",
+                &mem,
+                "--timeout",
+                &timeout,
+                "--samples",
+                s,
+                "--warmup",
+                w,
+                "--quiet",
+                "--json",
+                "-",
+            ],
+        ),
+    ]
+}
+
+/// The L1 boot of Debian's kernel, shared by the tests below.
+fn debian_host() -> &'static DebianHost {
+    static RUN: OnceLock<Result<DebianHost, String>> = OnceLock::new();
+    let result = RUN.get_or_init(|| {
+        let kernel = fetch(distro::DEBIAN_12_KERNEL)?;
+        if kernel.modules.is_empty() {
+            return Err(format!("{} gave no kvm modules", kernel.deb));
+        }
+        let l1 = BuiltKernel {
+            bzimage: kernel.vmlinuz.clone(),
+            vmlinux: kernel.vmlinuz.clone(),
+            config: kernel.config.clone(),
+            system_map: kernel
+                .vmlinuz
+                .with_file_name(format!("System.map-{}", kernel.release)),
+            key: kernel.deb.clone(),
+            cached: true,
+            seconds: 0.0,
+        };
+        let guest = project_kernel(xvmm::kernel::Flavour::Guest)?;
+        let names: Vec<String> = kernel
+            .modules
+            .iter()
+            .map(|m| format!("/modules/{}", m.file_name().unwrap().to_string_lossy()))
+            .collect();
+        let order = harness::workspace_root().join("target/harness/debian-l1-modules.order");
+        std::fs::create_dir_all(order.parent().unwrap()).map_err(|e| e.to_string())?;
+        std::fs::write(&order, names.join("\n")).map_err(|e| e.to_string())?;
+        let mut files: Vec<(&str, &Path)> = names
+            .iter()
+            .zip(&kernel.modules)
+            .map(|(at, host)| (at.as_str(), host.as_path()))
+            .collect();
+        files.push(("/modules/order", order.as_path()));
+        let (run, reports) = boot_group("debian-l1", l1, guest, &host_plan(), &files)?;
+        Ok(DebianHost {
+            kernel,
+            run,
+            reports,
+        })
+    });
+    match result {
+        Ok(r) => r,
+        Err(e) => panic!("nested Debian L1 harness failed: {e}"),
+    }
+}
+
+#[test]
+fn debians_kernel_as_the_l1_host_serves_kvm_from_its_own_modules() {
+    if skipped() {
+        return;
+    }
+    let h = debian_host();
+    // L1's CPU is QEMU's EPYC: kvm-intel refuses to load there (no VMX).
+    for m in &h.kernel.modules {
+        let name = m.file_name().unwrap().to_string_lossy();
+        if name == "kvm-intel.ko" {
+            continue;
+        }
+        let loaded = format!("XVMM-L1: module /modules/{name} loaded");
+        assert!(
+            h.run.console.iter().any(|l| l.contains(&loaded)),
+            "{name} not loaded:\n{}",
+            h.run.tail(30)
+        );
+    }
+    assert!(h.run.kvm_present, "no /dev/kvm:\n{}", h.run.tail(30));
+    let vm = h.report("vm");
+    println!(
+        "=== xvmm on Debian {} (L1) -> the project's guest kernel (TCG-emulated)\n{}",
+        h.kernel.release,
+        xvmm_results::render::report(vm)
+    );
+    assert_eq!(vm.environment, Environment::LinuxVm);
+    assert_eq!(vm.host.kvm_module, "kvm_amd");
+    assert!(
+        vm.to_json_pretty().contains(&h.kernel.release),
+        "the VMM host is Debian's"
+    );
+    assert!(!vm.crossings.is_empty());
+}
+
+#[test]
+fn debians_kernel_as_bare_metal_runs_xperf_characterize_and_probes() {
+    if skipped() {
+        return;
+    }
+    let h = debian_host();
+    let bm = h.report("bm-xperf");
+    println!(
+        "=== Debian {} as L1 (bare metal, TCG-emulated)\n{}",
+        h.kernel.release,
+        xvmm_results::render::report(bm)
+    );
+    assert_eq!(bm.environment, Environment::BareMetal);
+    assert_eq!(bm.host.kernel_release, h.kernel.release);
+    for c in &bm.crossings {
+        let rt = c.round_trip.as_ref().expect("round trip");
+        assert!(
+            rt.raw.count >= SAMPLES.parse::<u64>().unwrap(),
+            "{}",
+            c.name
+        );
+    }
+    let ch = h.report("bm-characterize");
+    assert!(!ch
+        .characterize
+        .as_ref()
+        .expect("characterize")
+        .metrics
+        .is_empty());
+    let probes = h.report("bm-probes");
+    println!("{}", xvmm_results::render::report(probes));
+    for (m, crossing, p) in harness::probe_rows(probes, "bm-probes") {
+        let what = format!("{m} on {crossing}");
+        match &p.status {
+            Status::Measured => assert_eq!(p.hits, p.hits_expected, "{what}"),
+            _ if [mode::KPROBE_INT3, mode::KPROBE_FTRACE, mode::KRETPROBE].contains(&m) => {
+                panic!("{what}: {p:?}")
+            }
+            Status::Unsupported { reason } | Status::RoundTripOnly { reason } => {
+                check_reason(&what, reason, &h.kernel);
+            }
         }
     }
 }

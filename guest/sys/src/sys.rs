@@ -25,6 +25,24 @@ pub fn mount(fstype: &str, target: &str) -> Result<()> {
     Err(Error::Sys(format!("mount -t {fstype} {target}: {err}")))
 }
 
+/// Loads the kernel module in `path` (`finit_module`, no parameters): how
+/// the harness's L1 loads a distribution kernel's `kvm` modules, having no
+/// modprobe.
+pub fn load_module(path: &str) -> Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::File::open(path).map_err(|e| Error::Sys(format!("open {path}: {e}")))?;
+    let params = cstr("")?;
+    // SAFETY: an open descriptor we own and a NUL-terminated parameter
+    // string; the kernel reads both and keeps neither.
+    let rc = unsafe { libc::syscall(libc::SYS_finit_module, file.as_raw_fd(), params.as_ptr(), 0) };
+    if rc == 0 {
+        return Ok(());
+    }
+    // EEXIST included: kvm answers it for a second vendor module.
+    let err = std::io::Error::last_os_error();
+    Err(Error::Sys(format!("finit_module {path}: {err}")))
+}
+
 /// Writes one line to /dev/console (falling back to stdout), unbuffered so
 /// that the line's time is the time it was produced.
 pub fn console_line(line: &str) {

@@ -1,5 +1,6 @@
-//! `/init` of the nested harness's L1 host: mounts what xvmm needs, checks
-//! `/dev/kvm`, runs every step of `/plan` (see [`xvmm_init::plan`]) printing
+//! `/init` of the nested harness's L1 host: mounts what xvmm needs, loads
+//! the modules `/modules/order` lists (a distribution kernel's `kvm` and
+//! `kvm_amd`), checks `/dev/kvm`, runs every step of `/plan` (see [`xvmm_init::plan`]) printing
 //! one `XVMM-STEP` line per step, then reboots, which ends QEMU
 //! (`-no-reboot`).
 
@@ -13,6 +14,8 @@ use xvmm_init::memory;
 use xvmm_init::plan::{self, Outcome, Step, StepResult, ERR_PREFIX, OUT_PREFIX};
 
 const PLAN: &str = "/plan";
+/// Module files to load, one path a line, dependencies first.
+const MODULES: &str = "/modules/order";
 
 fn main() {
     for (fs, dir) in [
@@ -24,6 +27,14 @@ fn main() {
     ] {
         if let Err(e) = sys::mount(fs, dir) {
             println!("XVMM-L1: warning: {e}");
+        }
+    }
+    if let Ok(order) = std::fs::read_to_string(MODULES) {
+        for path in order.lines().filter(|l| !l.trim().is_empty()) {
+            match sys::load_module(path.trim()) {
+                Ok(()) => println!("XVMM-L1: module {} loaded", path.trim()),
+                Err(e) => println!("XVMM-L1: warning: {e}"),
+            }
         }
     }
     let kvm = std::path::Path::new("/dev/kvm").exists();
