@@ -151,7 +151,20 @@ mod tests {
             ..Characterization::default()
         };
         assert_eq!(c.unfilled(), ["hollow"]);
-        assert!(c.metric("cpuid").is_some());
+        assert_eq!(c.metric("cpuid").map(|m| m.name.as_str()), Some("cpuid"));
+        assert_eq!(c.metric("hollow").map(|m| m.name.as_str()), Some("hollow"));
+        assert!(c.metric("pause").is_none());
+        // One sample is measured; none is not.
+        let one = Metric::from_stats(
+            "time",
+            "one",
+            "ticks",
+            Stats {
+                count: 1,
+                ..Stats::default()
+            },
+        );
+        assert_eq!(one.measured().map(|s| s.count), Some(1));
     }
 
     #[test]

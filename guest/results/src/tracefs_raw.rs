@@ -872,6 +872,13 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
         assert_eq!(f.symbol("nonesuch", &data), None);
         assert!(symbolic_tables("__print_symbolic(REC->x, { 1, \"a\" }").is_empty());
         assert!(symbolic_tables("__print_symbolic(x(), { 1, \"a\" })").is_empty());
+        // The subject is REC-> and one identifier: neither none nor two.
+        assert!(symbolic_tables("__print_symbolic(REC->, { 1, \"a\" })").is_empty());
+        assert!(symbolic_tables("__print_symbolic(REC->a->b, { 1, \"a\" })").is_empty());
+        assert_eq!(
+            symbolic_tables("__print_symbolic(REC->a_1, { 1, \"a\" })").len(),
+            1
+        );
         assert_eq!(
             symbolic_tables("__print_symbolic(REC->x, { 1 + 2, \"a\" })")[0].names[0].0,
             3
