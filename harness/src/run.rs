@@ -175,8 +175,25 @@ pub fn run_l1_with_cmdline(
     let tsc_khz = xvmm_results::tsc::calibrate_khz(TSC_CALIBRATION);
     let cmdline = format!("{} {extra}", l1_cmdline(tsc_khz));
     let started = Instant::now();
-    let console = spawn_l1(a, &initrd, cmdline.trim_end())
-        .map(|child| collect_console(child, log_file, started, timeout));
+    let mut ended = boot_once(a, &initrd, cmdline.trim_end(), &log_file, started, timeout);
+    if matches!(ended, Ok((_, Ended::Idle))) {
+        // Seen about once in twenty boots under load: QEMU stops using the
+        // CPU with the guest waiting on nothing. A second boot is a new
+        // machine; the log keeps both consoles.
+        eprintln!(
+            "nested harness group {group}: L1 went idle for {} s (hung); booting it once more",
+            IDLE_LIMIT.as_secs()
+        );
+        let _ = writeln!(&log_file, "=== L1 hung idle; second boot");
+        ended = boot_once(
+            a,
+            &initrd,
+            cmdline.trim_end(),
+            &log_file,
+            Instant::now(),
+            timeout,
+        );
+    }
     let seconds = started.elapsed().as_secs_f64();
     drop(lock);
 
@@ -185,11 +202,18 @@ pub fn run_l1_with_cmdline(
     let log = dir.join(format!("{group}.log"));
     let _ = fs::copy(&running_log, &log);
     let _ = fs::remove_file(&running_log);
-    let (console, timed_out) = console?;
-    if timed_out {
+    let (console, how) = ended?;
+    let still = match how {
+        Ended::Exited => None,
+        Ended::TimedOut => Some(format!("still running after {} s", timeout.as_secs())),
+        Ended::Idle => Some(format!(
+            "idle for {} s twice (QEMU used no CPU: hung)",
+            IDLE_LIMIT.as_secs()
+        )),
+    };
+    if let Some(why) = still {
         return Err(Error::Timeout(format!(
-            "nested harness group {group} still running after {} s; console in {}",
-            timeout.as_secs(),
+            "nested harness group {group} {why}; console in {}",
             log.display()
         )));
     }
@@ -253,15 +277,67 @@ fn forward_lines(
     })
 }
 
+/// How a QEMU run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Exited,
+    TimedOut,
+    /// QEMU used (almost) no CPU for [`IDLE_LIMIT`]: the machine hung.
+    Idle,
+}
+
+/// A TCG machine that is up uses CPU even when its guest idles (timer
+/// ticks); this long with under [`IDLE_CPU`] of it is a hang. No step waits
+/// idle nearly as long.
+const IDLE_LIMIT: Duration = Duration::from_secs(120);
+const IDLE_CPU: Duration = Duration::from_millis(50);
+
+/// CPU time a process has used (`/proc/PID/stat` utime + stime).
+fn cpu_used(pid: u32) -> Option<Duration> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_of_stat(&stat)
+}
+
+/// utime + stime of a `/proc/PID/stat` line (fields 14 and 15, counted
+/// after the command name's closing parenthesis), in clock ticks of
+/// `_SC_CLK_TCK`.
+fn cpu_of_stat(stat: &str) -> Option<Duration> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace().skip(11);
+    let ticks = f.next()?.parse::<u64>().ok()? + f.next()?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no memory effects.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .ok()
+        .filter(|&hz| hz > 0)?;
+    Some(Duration::from_millis(ticks * 1000 / hz))
+}
+
+/// Boots L1 once and collects its console into `log`.
+fn boot_once(
+    a: &Artifacts,
+    initrd: &Path,
+    cmdline: &str,
+    log: &fs::File,
+    started: Instant,
+    timeout: Duration,
+) -> Result<(Vec<String>, Ended)> {
+    let log = log
+        .try_clone()
+        .map_err(|e| Error::Build(format!("log: {e}")))?;
+    spawn_l1(a, initrd, cmdline)
+        .map(|child| collect_console(child, log, started, timeout, IDLE_LIMIT))
+}
+
 /// Reads QEMU's stdout (the console) and stderr (prefixed `qemu: `) into
 /// memory and `log` until QEMU ends, or kills it after `timeout` from
-/// `started`. Returns the lines and whether it timed out.
+/// `started` or once it has used under [`IDLE_CPU`] in `idle_limit`.
 fn collect_console(
     mut child: Child,
     mut log: fs::File,
     started: Instant,
     timeout: Duration,
-) -> (Vec<String>, bool) {
+    idle_limit: Duration,
+) -> (Vec<String>, Ended) {
     let (tx, rx) = mpsc::channel::<String>();
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -273,7 +349,9 @@ fn collect_console(
     drop(tx);
     let verbose = std::env::var_os("XVMM_HARNESS_VERBOSE").is_some();
     let mut console = Vec::new();
-    let mut timed_out = false;
+    let mut ended = Ended::Exited;
+    // The CPU time at the start of the current idle stretch.
+    let mut busy = (Instant::now(), cpu_used(child.id()));
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(line) => {
@@ -288,8 +366,19 @@ fn collect_console(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
+        match (cpu_used(child.id()), busy.1) {
+            (Some(now), Some(then)) if now.saturating_sub(then) < IDLE_CPU => {
+                if busy.0.elapsed() > idle_limit {
+                    ended = Ended::Idle;
+                }
+            }
+            (Some(now), _) => busy = (Instant::now(), Some(now)),
+            (None, _) => {}
+        }
         if started.elapsed() > timeout {
-            timed_out = true;
+            ended = Ended::TimedOut;
+        }
+        if ended != Ended::Exited {
             let _ = child.kill();
             break;
         }
@@ -302,12 +391,71 @@ fn collect_console(
         let _ = writeln!(log, "{line}");
         console.push(line);
     }
-    (console, timed_out)
+    (console, ended)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn collect(script: &str, timeout_s: u64, idle_s: u64) -> (Vec<String>, Ended, Duration) {
+        let child = Command::new("sh")
+            .args(["-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = std::env::temp_dir().join(format!("harness-collect-{}", std::process::id()));
+        let file = fs::File::create(&log).unwrap();
+        let t = Instant::now();
+        let (lines, ended) = collect_console(
+            child,
+            file,
+            t,
+            Duration::from_secs(timeout_s),
+            Duration::from_secs(idle_s),
+        );
+        let _ = fs::remove_file(&log);
+        (lines, ended, t.elapsed())
+    }
+
+    /// A machine that stops using the CPU is ended as hung long before its
+    /// timeout; a busy one runs to its timeout; one that ends, ends.
+    #[test]
+    fn an_idle_machine_is_hung_a_busy_one_is_not() {
+        let (lines, ended, took) = collect("echo up; exec sleep 60", 30, 1);
+        assert_eq!(
+            (lines.as_slice(), ended),
+            (&["up".to_string()][..], Ended::Idle)
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        let (_, ended, took) = collect("while :; do :; done", 3, 1);
+        assert_eq!(ended, Ended::TimedOut);
+        assert!(took >= Duration::from_secs(3), "{took:?}");
+        let (lines, ended, _) = collect("echo a; echo b >&2", 30, 1);
+        assert_eq!(ended, Ended::Exited);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+    }
+
+    #[test]
+    fn cpu_time_is_utime_plus_stime_after_the_name() {
+        // A command name holding ") " and spaces cannot shift the fields.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let stat = format!(
+            "1234 (qemu) x (y) S 1 1234 1234 0 -1 4194560 100 0 0 0 {} {} 0 0 20 0 4 0",
+            3 * hz,
+            hz / 2
+        );
+        assert_eq!(cpu_of_stat(&stat), Some(Duration::from_millis(3500)));
+        assert_eq!(cpu_of_stat("1234 (qemu) S 1"), None);
+        assert_eq!(cpu_of_stat("garbage"), None);
+        // This process has used some CPU, and the figure only grows.
+        let me = cpu_used(std::process::id()).unwrap();
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(60) {}
+        assert!(cpu_used(std::process::id()).unwrap() >= me);
+    }
 
     #[test]
     fn l1_cmdline_gives_the_measured_tsc_rate() {
