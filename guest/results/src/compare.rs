@@ -658,6 +658,23 @@ mod tests {
             ..host
         };
         assert!(exits_part(&fine).is_some());
+        // Exits listed with no host time between them: each gets 0, not a
+        // share of nothing (NaN).
+        let timeless = SegmentHost {
+            exits: [(
+                "io".to_string(),
+                crate::attribution::ReasonCost {
+                    count: 2,
+                    host_ticks: 0,
+                },
+            )]
+            .into_iter()
+            .collect(),
+            host_ticks_total: 0,
+            ..fine
+        };
+        let part = exits_part(&timeless).unwrap();
+        assert_eq!(part.by_reason.get("io"), Some(&0.0));
     }
 
     /// An interval with no sample is not measured: no figure on its side.

@@ -763,6 +763,50 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
             .collect()
     }
 
+    /// A buffer longer than the page: the commit size may still not run
+    /// past the page's own end.
+    #[test]
+    fn a_commit_past_the_page_is_refused_even_in_a_longer_buffer() {
+        let l = layout();
+        let mut bytes = vec![0u8; 2 * l.page_size()];
+        let commit = |bytes: &mut Vec<u8>, size: u64| {
+            bytes[8..16].copy_from_slice(&size.to_ne_bytes());
+        };
+        commit(&mut bytes, 4080);
+        assert_eq!(Page::parse(&l, &bytes).map(|p| p.data.len()), Ok(4080));
+        commit(&mut bytes, 4081);
+        assert_eq!(
+            Page::parse(&l, &bytes).map(|p| p.data.len()),
+            Err(PageError::Commit { size: 4081 })
+        );
+    }
+
+    #[test]
+    fn a_records_id_is_its_first_two_bytes() {
+        let r = |data| RawRecord { ts: 0, data };
+        assert_eq!(
+            r(&[0x34, 0x12, 9, 9]).id(),
+            Some(u16::from_ne_bytes([0x34, 0x12]))
+        );
+        assert_eq!(
+            r(&[0xfe, 0xff]).id(),
+            Some(u16::from_ne_bytes([0xfe, 0xff]))
+        );
+        assert_eq!(r(&[7]).id(), None);
+    }
+
+    /// A running time within the first 2^59 ticks takes an absolute stamp
+    /// as it is, whether before or after it; past that, the stamp takes the
+    /// running time's top bits, and moves on a period when it would go back.
+    #[test]
+    fn absolute_stamps_take_the_running_times_top_bits() {
+        assert_eq!(absolute(100, 200), 100);
+        assert_eq!(absolute(300, 200), 300);
+        let high = 3u64 << 59;
+        assert_eq!(absolute(100, high + 50), high + 100);
+        assert_eq!(absolute(10, high + 50), high + 10 + (1 << 59));
+    }
+
     #[test]
     fn header_page_gives_the_layout() {
         let l = layout();
@@ -879,6 +923,18 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
             symbolic_tables("__print_symbolic(REC->a_1, { 1, \"a\" })").len(),
             1
         );
+        // Where the call ends: just past its ')'.
+        let text = ", { 1, \"a\" }, { 2, \"b\" }) tail";
+        let (names, end) = symbolic_entries(text).unwrap();
+        assert_eq!(names.len(), 2);
+        assert_eq!(&text[end..], " tail");
+        // A table without entries and a long subject: read once, and the
+        // search goes on after it.
+        let empty = symbolic_tables(
+            "__print_symbolic(REC->a_long_field_name_here, ) __print_symbolic(REC->b, { 1, \"x\" })",
+        );
+        assert_eq!(empty.len(), 2);
+        assert!(empty[0].names.is_empty() && empty[1].field == "b");
         assert_eq!(
             symbolic_tables("__print_symbolic(REC->x, { 1 + 2, \"a\" })")[0].names[0].0,
             3
