@@ -165,6 +165,11 @@ mod tests {
             },
         );
         assert_eq!(one.measured().map(|s| s.count), Some(1));
+        let none = Metric {
+            stats: Some(Stats::default()),
+            ..Metric::default()
+        };
+        assert!(none.measured().is_none() && !none.is_filled());
     }
 
     #[test]
