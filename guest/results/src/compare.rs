@@ -717,6 +717,36 @@ mod tests {
         let c = compare(&vm, &bare);
         assert_eq!(c.rows[2].ratio_median, Some(1.0), "{:?}", c.rows[2]);
         assert!(c.notes.is_empty(), "{:?}", c.notes);
+        // Exactly 0.1 % apart is still one rate; an unknown rate (0) on
+        // either side says nothing of rates.
+        let mut bare = bare;
+        for (v, b) in [(2_002_000, 2_000_000), (0, 2_000_000), (3_000_000, 0)] {
+            vm.host.tsc_khz = v;
+            bare.host.tsc_khz = b;
+            let c = compare(&vm, &bare);
+            assert!(c.notes.is_empty(), "{v} vs {b}: {:?}", c.notes);
+        }
+    }
+
+    /// A crossing neither side measured keeps its round-trip row (which
+    /// says why) and no other.
+    #[test]
+    fn a_crossing_measured_on_neither_side_keeps_only_its_round_trip_row() {
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        for r in [&mut vm, &mut bare] {
+            let c = &mut r.crossings[0];
+            (c.u2k, c.k2u, c.in_kernel, c.round_trip) = (None, None, None, None);
+        }
+        let name = vm.crossings[0].name.clone();
+        let c = compare(&vm, &bare);
+        let rows: Vec<&str> = c
+            .rows
+            .iter()
+            .filter(|r| r.crossing == name)
+            .map(|r| r.interval.as_str())
+            .collect();
+        assert_eq!(rows, ["round_trip"]);
     }
 
     #[test]

@@ -805,6 +805,8 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
         let high = 3u64 << 59;
         assert_eq!(absolute(100, high + 50), high + 100);
         assert_eq!(absolute(10, high + 50), high + 10 + (1 << 59));
+        // Equal to the running time is not behind it.
+        assert_eq!(absolute(50, high + 50), high + 50);
     }
 
     #[test]
