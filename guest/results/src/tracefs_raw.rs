@@ -781,6 +781,24 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
         );
     }
 
+    /// The kernel keeps up to 28 words' length in the event header and
+    /// writes a length word only beyond: 112 bytes take 4 + 112, 116 take
+    /// 4 + 4 + 116.
+    #[test]
+    fn the_writer_puts_lengths_up_to_112_bytes_in_the_header() {
+        let l = layout();
+        for (payload, size) in [(112, 116), (116, 124)] {
+            let mut w = PageWriter::new(&l, 0);
+            assert!(w.event(1, &vec![7; payload]));
+            let page = w.finish(Missed::None);
+            let p = Page::parse(&l, &page).unwrap();
+            assert_eq!(p.data.len(), size, "{payload}");
+            let r: Vec<_> = p.records().collect();
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].map(|r| r.data.len()), Ok(payload));
+        }
+    }
+
     #[test]
     fn a_records_id_is_its_first_two_bytes() {
         let r = |data| RawRecord { ts: 0, data };
