@@ -763,6 +763,59 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
             .collect()
     }
 
+    /// A padding event may end exactly at the data's end and be 4 bytes
+    /// long; shorter, or running past the data, the page is corrupt from it.
+    #[test]
+    fn padding_lengths_are_checked_at_both_edges() {
+        let word = |w: u32| w.to_ne_bytes();
+        let pad = |len: u32| [word((1 << 5) | TYPE_PADDING), word(len)].concat();
+        // Exactly to the end: 8 bytes of event, then nothing.
+        let mut w = PageWriter::new(&layout(), 0);
+        assert!(w.event(1, &[1; 4]));
+        assert!(w.raw(&pad(4)));
+        let r = records(&w.finish(Missed::None));
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].is_ok());
+        // Too short, with data after it; and running past the data.
+        for (len, after) in [(3, true), (12, false)] {
+            let mut w = PageWriter::new(&layout(), 0);
+            assert!(w.raw(&pad(len)));
+            if after {
+                assert!(w.event(1, &[1; 8]));
+            }
+            let r = records(&w.finish(Missed::None));
+            assert_eq!(r, [Err(Corrupt { offset: 0 })], "{len}");
+        }
+    }
+
+    /// The writer fills a page exactly and refuses a byte more, and
+    /// reports what did not fit.
+    #[test]
+    fn the_writer_fills_a_page_exactly_and_no_further() {
+        let l = layout();
+        let mut w = PageWriter::new(&l, 0);
+        assert!(!w.long_event(1, &vec![0; 4073]), "8 + 4076 > 4080");
+        assert!(!w.padding(1, 8192));
+        assert!(w.long_event(1, &vec![0; 4072]), "8 + 4072 = 4080");
+        assert!(!w.event(1, &[1; 4]));
+        let page = w.finish(Missed::Count(3));
+        // No room for the count: only the flag.
+        assert_eq!(Page::parse(&l, &page).unwrap().missed, Missed::Unknown);
+        // A count that fits, far into the page.
+        let mut w = PageWriter::new(&l, 0);
+        assert!(w.long_event(1, &vec![0; 992]));
+        let page = w.finish(Missed::Count(7));
+        assert_eq!(Page::parse(&l, &page).unwrap().missed, Missed::Count(7));
+    }
+
+    #[test]
+    fn records_encode_one_byte_fields() {
+        let f = EventFormat::parse(KVM_EXIT).unwrap();
+        let data = encode_record(&f, &[("common_flags", 0xab), ("exit_reason", 30)]);
+        assert_eq!(f.unsigned("common_flags", &data), Some(0xab));
+        assert_eq!(f.unsigned("exit_reason", &data), Some(30));
+    }
+
     /// A buffer longer than the page: the commit size may still not run
     /// past the page's own end.
     #[test]
