@@ -806,6 +806,11 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
         assert!(w.long_event(1, &vec![0; 992]));
         let page = w.finish(Missed::Count(7));
         assert_eq!(Page::parse(&l, &page).unwrap().missed, Missed::Count(7));
+        // Exactly full through a one-word header: 3968 + 4 + 108 = 4080.
+        let mut w = PageWriter::new(&l, 0);
+        assert!(w.long_event(1, &vec![0; 3960]));
+        assert!(w.event(1, &[0; 108]));
+        assert!(!w.event(1, &[0; 4]));
     }
 
     #[test]
@@ -814,6 +819,8 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
         let data = encode_record(&f, &[("common_flags", 0xab), ("exit_reason", 30)]);
         assert_eq!(f.unsigned("common_flags", &data), Some(0xab));
         assert_eq!(f.unsigned("exit_reason", &data), Some(30));
+        // As long as the last field's end (args: offset 64, 48 bytes).
+        assert_eq!(data.len(), 112);
     }
 
     /// A buffer longer than the page: the commit size may still not run
