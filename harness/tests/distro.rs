@@ -88,13 +88,17 @@ struct DistroRun {
 
 impl DistroRun {
     fn report(&self, name: &str) -> &Report {
-        &self
-            .reports
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("no report {name}"))
-            .1
+        report_named(&self.reports, name)
     }
+}
+
+/// The report of step `name`.
+fn report_named<'a>(reports: &'a [(String, Report)], name: &str) -> &'a Report {
+    &reports
+        .iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no report {name}"))
+        .1
 }
 
 fn skipped() -> bool {
@@ -337,12 +341,7 @@ struct DebianHost {
 
 impl DebianHost {
     fn report(&self, name: &str) -> &Report {
-        &self
-            .reports
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("no report {name}"))
-            .1
+        report_named(&self.reports, name)
     }
 }
 
