@@ -32,6 +32,8 @@ pub use xvmm_init::MARKER;
 /// Where things live inside L1.
 pub mod l1 {
     pub const XVMM: &str = "/bin/xvmm";
+    /// The static xperf, beside xvmm, where xvmm looks for it.
+    pub const XPERF: &str = "/bin/xperf";
     pub const L2_BZIMAGE: &str = "/l2/bzImage";
     pub const L2_VMLINUX: &str = "/l2/vmlinux";
     pub const L2_INITRD: &str = "/l2/init.cpio";

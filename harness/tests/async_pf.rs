@@ -29,7 +29,6 @@ const ROUNDS: u64 = 3;
 /// Long against TCG's own slowness, so that the wait is what a touch meets.
 const DELAY: &str = "2ms";
 const VM_TIMEOUT: u64 = 300;
-const L1_XPERF: &str = "/bin/xperf";
 
 fn l2_cmdline() -> String {
     format!(
@@ -104,7 +103,7 @@ fn run() -> &'static AsyncPfRun {
             harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
         let mut initramfs =
             harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
-        harness::append_files(&mut initramfs, &[(L1_XPERF, xperf.as_path(), 0o755)])
+        harness::append_files(&mut initramfs, &[(l1::XPERF, xperf.as_path(), 0o755)])
             .map_err(|e| e.to_string())?;
         let run = harness::run_l1(
             &artifacts,

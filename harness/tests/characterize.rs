@@ -25,21 +25,6 @@ use xvmm_results::{Characterization, Environment, Report, Status};
 const L1_SAMPLES: u64 = 1000;
 const L2_SAMPLES: u64 = 500;
 const VM_TIMEOUT: u64 = 300;
-const L1_XPERF: &str = "/bin/xperf";
-
-fn argv(a: &[&str]) -> Vec<String> {
-    a.iter().map(|s| s.to_string()).collect()
-}
-
-fn step(name: &str, timeout_secs: u64, a: &[&str]) -> Step {
-    Step {
-        name: name.into(),
-        timeout_secs,
-        marker: None,
-        stop_at_marker: false,
-        argv: argv(a),
-    }
-}
 
 /// xvmm booting the patched L2 kernel with the built-in xperf, whose
 /// arguments are `xperf_args` (after ` -- ` on L2's command line).
@@ -55,23 +40,23 @@ fn l2_step(name: &str, xperf_args: &str, extra: &[&str]) -> Step {
     // --quiet: stdout holds the JSON alone (tables and the guest console
     // would interleave with it from another pipe).
     a.extend(["--quiet", "--json", "-"]);
-    step(name, VM_TIMEOUT + 30, &a)
+    Step::run(name, VM_TIMEOUT + 30, &a)
 }
 
 fn plan() -> Vec<Step> {
     let (l1n, l2n) = (L1_SAMPLES.to_string(), L2_SAMPLES.to_string());
     vec![
-        step(
+        Step::run(
             "l1",
             300,
-            &[L1_XPERF, "characterize", "--samples", &l1n, "--json", "-"],
+            &[l1::XPERF, "characterize", "--samples", &l1n, "--json", "-"],
         ),
         l2_step("l2", &format!("characterize --samples {l2n}"), &[]),
-        step(
+        Step::run(
             "bm",
             240,
             &[
-                L1_XPERF,
+                l1::XPERF,
                 "--samples",
                 "1000",
                 "--warmup",
@@ -93,7 +78,7 @@ fn plan() -> Vec<Step> {
 /// The L1 initramfs with xperf added as a second newc archive.
 fn l1_initramfs(a: &Artifacts, xperf: &Path) -> Result<Vec<u8>, String> {
     let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
-    harness::append_files(&mut cpio, &[(L1_XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
+    harness::append_files(&mut cpio, &[(l1::XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
     Ok(cpio)
 }
 

@@ -36,8 +36,6 @@ const VM_TIMEOUT: u64 = 400;
 /// Where the Debian kernels lie in L1.
 const DEBIAN_KERNEL: &str = "/l2/debian-vmlinuz";
 const IBT_KERNEL: &str = "/l2/debian-ibt-vmlinuz";
-/// Where the static xperf lies in L1: beside xvmm, where xvmm looks for it.
-const L1_XPERF: &str = "/bin/xperf";
 
 fn vm_step(name: &str, kernel: &str, xperf_args: &str, extra: &[&str]) -> Step {
     let cmdline = format!(
@@ -50,13 +48,7 @@ fn vm_step(name: &str, kernel: &str, xperf_args: &str, extra: &[&str]) -> Step {
     a.extend(extra);
     // stdout holds the JSON alone.
     a.extend(["--quiet", "--json", "-"]);
-    Step {
-        name: name.into(),
-        timeout_secs: VM_TIMEOUT + 30,
-        marker: None,
-        stop_at_marker: false,
-        argv: a.iter().map(|s| s.to_string()).collect(),
-    }
+    Step::run(name, VM_TIMEOUT + 30, &a)
 }
 
 fn plan() -> Vec<Step> {
@@ -128,7 +120,7 @@ fn boot_group(
     let xperf = artifacts.xvmm.with_file_name("xperf");
     let mut initramfs =
         harness::l1_initramfs(&artifacts, plan, false).map_err(|e| e.to_string())?;
-    let mut all: Vec<(&str, &Path, u32)> = vec![(L1_XPERF, xperf.as_path(), 0o755)];
+    let mut all: Vec<(&str, &Path, u32)> = vec![(l1::XPERF, xperf.as_path(), 0o755)];
     all.extend(files.iter().map(|&(at, host)| (at, host, 0o644)));
     harness::append_files(&mut initramfs, &all).map_err(|e| e.to_string())?;
     let run = harness::run_l1(&artifacts, &initramfs, group, Duration::from_secs(30 * 60))
@@ -346,79 +338,40 @@ impl DebianHost {
 }
 
 fn host_plan() -> Vec<Step> {
-    let step = |name: &str, timeout_secs: u64, argv: &[&str]| Step {
-        name: name.into(),
-        timeout_secs,
-        marker: None,
-        stop_at_marker: false,
-        argv: argv.iter().map(|s| s.to_string()).collect(),
-    };
-    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
-    let cmdline = format!(
-        "{} quiet no_timer_check -- --null-samples {NULL_SAMPLES}",
-        xvmm::boot::cmdline::default_cmdline()
-    );
     let (s, w, n, r) = (SAMPLES, WARMUP, NULL_SAMPLES, ROUNDS);
+    let xperf = [
+        l1::XPERF,
+        "--samples",
+        s,
+        "--warmup",
+        w,
+        "--null-samples",
+        n,
+    ];
+    let characterize = [l1::XPERF, "characterize", "--samples", "2000"];
+    let probes = [
+        l1::XPERF,
+        "probes",
+        "--samples",
+        s,
+        "--warmup",
+        w,
+        "--rounds",
+        r,
+        "--null-samples",
+        n,
+    ];
+    let json = |a: &[&'static str]| [a, &["--json", "-"]].concat();
     vec![
-        step(
-            "bm-xperf",
-            300,
-            &[
-                L1_XPERF,
-                "--samples",
-                s,
-                "--warmup",
-                w,
-                "--null-samples",
-                n,
-                "--json",
-                "-",
-            ],
-        ),
-        step(
-            "bm-characterize",
-            300,
-            &[L1_XPERF, "characterize", "--samples", "2000", "--json", "-"],
-        ),
-        step(
-            "bm-probes",
-            600,
-            &[
-                L1_XPERF,
-                "probes",
-                "--samples",
-                s,
-                "--warmup",
-                w,
-                "--rounds",
-                r,
-                "--null-samples",
-                n,
-                "--json",
-                "-",
-            ],
-        ),
-        step(
+        Step::run("bm-xperf", 300, &json(&xperf)),
+        Step::run("bm-characterize", 300, &json(&characterize)),
+        Step::run("bm-probes", 600, &json(&probes)),
+        // The project's guest kernel, the default run, on Debian's KVM.
+        vm_step(
             "vm",
-            VM_TIMEOUT + 30,
-            &[
-                l1::XVMM,
-                "--kernel",
-                l1::L2_BZIMAGE,
-                "--cmdline",
-                &cmdline,
-                "--mem",
-                &mem,
-                "--timeout",
-                &timeout,
-                "--samples",
-                s,
-                "--warmup",
-                w,
-                "--quiet",
-                "--json",
-                "-",
-            ],
+            l1::L2_BZIMAGE,
+            &format!("--null-samples {n}"),
+            &["--samples", s, "--warmup", w],
         ),
     ]
 }

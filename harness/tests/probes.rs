@@ -33,7 +33,6 @@ const ROUNDS: &str = "4";
 const WARMUP: &str = "50";
 const NULL_SAMPLES: &str = "5000";
 const VM_TIMEOUT: u64 = 900;
-const L1_XPERF: &str = "/bin/xperf";
 /// The progress line of the mode the interrupt step is stopped in.
 const INTERRUPT_AT: &str = "measuring kprobe-optimized on getppid";
 /// The progress line the killed step gets SIGKILL at: the int3 mode before
@@ -72,15 +71,15 @@ fn vm_cmdline() -> String {
 }
 
 fn plan() -> Vec<Step> {
-    let state = |name: &str| step(name, 60, None, &[L1_XPERF, "probes", "--show-state"]);
-    let mut bm = vec![L1_XPERF, "probes"];
+    let state = |name: &str| step(name, 60, None, &[l1::XPERF, "probes", "--show-state"]);
+    let mut bm = vec![l1::XPERF, "probes"];
     bm.extend(probes_args());
     bm.extend(["--json", "-"]);
-    let mut interrupt = vec![L1_XPERF, "probes"];
+    let mut interrupt = vec![l1::XPERF, "probes"];
     interrupt.extend(probes_args());
     interrupt.extend(["--crossings", "getppid", "--json", "/tmp/interrupted.json"]);
     let marker = format!("{}{INTERRUPT_AT}", xvmm_init::plan::INTERRUPT);
-    let mut killed = vec![L1_XPERF, "probes"];
+    let mut killed = vec![l1::XPERF, "probes"];
     killed.extend(probes_args());
     killed.extend([
         "--crossings",
@@ -90,7 +89,7 @@ fn plan() -> Vec<Step> {
     ]);
     killed.extend(["--json", "/tmp/killed.json"]);
     let restart = [
-        L1_XPERF,
+        l1::XPERF,
         "probes",
         "--crossings",
         "getppid",
@@ -132,7 +131,7 @@ fn plan() -> Vec<Step> {
             60,
             None,
             &[
-                L1_XPERF,
+                l1::XPERF,
                 "probes",
                 "--getppid-probe",
                 "no_such_function_xyz",
@@ -142,7 +141,12 @@ fn plan() -> Vec<Step> {
             "bad-boundary",
             60,
             None,
-            &[L1_XPERF, "probes", "--getppid-probe", "__x64_sys_getppid+1"],
+            &[
+                l1::XPERF,
+                "probes",
+                "--getppid-probe",
+                "__x64_sys_getppid+1",
+            ],
         ),
         state("state-after-bad"),
         step("interrupt", 900, Some(&marker), &interrupt),
@@ -175,7 +179,7 @@ fn run() -> &'static ProbesRun {
             harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
         let mut initramfs =
             harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
-        harness::append_files(&mut initramfs, &[(L1_XPERF, xperf.as_path(), 0o755)])
+        harness::append_files(&mut initramfs, &[(l1::XPERF, xperf.as_path(), 0o755)])
             .map_err(|e| e.to_string())?;
         let run = harness::run_l1(
             &artifacts,

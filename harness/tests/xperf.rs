@@ -27,8 +27,6 @@ const WARMUP: u64 = 200;
 const NULL_SAMPLES: u64 = 20_000;
 /// xvmm's --timeout inside L1 (L2 boot + xperf, all emulated).
 const VM_TIMEOUT: u64 = 240;
-/// Where the static xperf lives in L1: next to xvmm, where xvmm looks for it.
-const L1_XPERF: &str = "/bin/xperf";
 /// The crossings xperf measures; all must be split on a patched kernel.
 const CROSSINGS: [&str; 3] = ["pf-first-touch", "pf-refault", "getppid"];
 /// The traced VM step's `--tsc-offset`: its report must show the guest ran
@@ -84,7 +82,7 @@ fn plan() -> Vec<Step> {
             marker: None,
             stop_at_marker: false,
             argv: argv(&[
-                L1_XPERF,
+                l1::XPERF,
                 "--samples",
                 &n,
                 "--warmup",
@@ -111,7 +109,7 @@ fn plan() -> Vec<Step> {
 /// newc archive (the kernel unpacks archives one after the other).
 fn l1_initramfs(a: &Artifacts, xperf: &std::path::Path) -> Result<Vec<u8>, String> {
     let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
-    harness::append_files(&mut cpio, &[(L1_XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
+    harness::append_files(&mut cpio, &[(l1::XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
     Ok(cpio)
 }
 

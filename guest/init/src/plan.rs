@@ -46,6 +46,17 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl Step {
+    /// A step that runs `argv` to its end, with `timeout_secs` and no marker.
+    pub fn run(name: &str, timeout_secs: u64, argv: &[&str]) -> Step {
+        Step {
+            name: name.into(),
+            timeout_secs,
+            marker: None,
+            stop_at_marker: false,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
     /// The text to wait for, without the [`INTERRUPT`] prefix.
     pub fn marker_text(&self) -> Option<&str> {
         self.marker
@@ -232,6 +243,15 @@ impl StepResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_step_has_no_marker_and_reads_back_as_itself() {
+        let step = Step::run("bm", 300, &["/bin/xperf", "--json", "-"]);
+        assert_eq!((step.marker.as_deref(), step.stop_at_marker), (None, false));
+        assert_eq!(step.argv, ["/bin/xperf", "--json", "-"]);
+        let line = step.to_line().unwrap();
+        assert_eq!(parse(&line).unwrap(), [step]);
+    }
 
     fn step() -> Step {
         Step {
