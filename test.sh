@@ -55,11 +55,12 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
-step "kernels (guest, host; plain and patched)"
+step "kernels (guest, host; plain and patched; the 6.1 series patched)"
 cargo build --release -p xvmm
 for flavour in guest host; do
     ./target/release/xvmm kernel build --flavour "$flavour"
     ./target/release/xvmm kernel build --flavour "$flavour" --patched
+    ./target/release/xvmm kernel build --flavour "$flavour" --patched --version 6.1
 done
 step "cargo test (unit, /dev/kvm, nested harness)"
 cargo test --workspace --no-fail-fast 2>&1 | tee -a "$TEST_LOG"

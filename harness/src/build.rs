@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use xvmm::kernel::{self, BuildRequest, BuiltKernel, Flavour};
+use xvmm::kernel::{self, BuildRequest, BuiltKernel, Flavour, LinuxVersion};
 use xvmm::progress::Silent;
 use xvmm::{Error, Result};
 
@@ -65,12 +65,14 @@ pub fn prepare() -> Result<Artifacts> {
     with_static_binaries(l1_kernel, l2_kernel, &[])
 }
 
-/// The patched L1 and L2 kernels and the static binaries with xperf, and
-/// where the static xperf is (next to xvmm, where xvmm looks for it).
-pub fn prepare_patched_with_xperf() -> Result<(Artifacts, PathBuf)> {
+/// The patched L1 and L2 kernels of `version` and the static binaries with
+/// xperf, and where the static xperf is (next to xvmm, where xvmm looks for
+/// it).
+pub fn prepare_patched_with_xperf(version: LinuxVersion) -> Result<(Artifacts, PathBuf)> {
     let build = |flavour| {
         let request = BuildRequest {
             patched: true,
+            version,
             ..BuildRequest::new(flavour)
         };
         kernel::build(&request, &Silent)

@@ -100,7 +100,7 @@ fn run() -> &'static AsyncPfRun {
     static RUN: OnceLock<Result<AsyncPfRun, String>> = OnceLock::new();
     let result = RUN.get_or_init(|| {
         let (artifacts, xperf) =
-            harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
+            harness::prepare_patched_with_xperf(Default::default()).map_err(|e| e.to_string())?;
         let mut initramfs =
             harness::l1_initramfs(&artifacts, &plan(), false).map_err(|e| e.to_string())?;
         harness::append_files(&mut initramfs, &[(l1::XPERF, xperf.as_path(), 0o755)])

@@ -99,7 +99,8 @@ fn skipped() -> bool {
 }
 
 fn boot() -> Result<Run, String> {
-    let (artifacts, xperf) = harness::prepare_patched_with_xperf().map_err(|e| e.to_string())?;
+    let (artifacts, xperf) =
+        harness::prepare_patched_with_xperf(Default::default()).map_err(|e| e.to_string())?;
     let initramfs = l1_initramfs(&artifacts, &xperf)?;
     let run = harness::run_l1_with_cmdline(
         &artifacts,

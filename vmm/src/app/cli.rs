@@ -107,15 +107,30 @@ pub enum KernelFlavour {
     Host,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KernelVersion {
+    /// Linux 6.12 (Debian's linux-source-6.12).
+    #[value(name = "6.12")]
+    V6_12,
+    /// Linux 6.1 (Debian's linux-source-6.1, the kernel of Debian 12).
+    #[value(name = "6.1")]
+    V6_1,
+}
+
 #[derive(Args, Debug)]
 pub struct KernelBuildArgs {
     /// Which kernel to build.
     #[arg(long, value_enum, default_value = "guest")]
     pub flavour: KernelFlavour,
-    /// Apply the measurement patch series from patches/linux-6.12.
+    /// Which Linux release: its Debian linux-source package, its patch
+    /// series (patches/linux-VERSION) and its config fragment overrides.
+    #[arg(long, value_enum, default_value = "6.12")]
+    pub version: KernelVersion,
+    /// Apply the measurement patch series from patches/linux-VERSION.
     #[arg(long)]
     pub patched: bool,
-    /// A Linux source tree or tarball to build instead of Debian's linux-source-6.12.
+    /// A Linux source tree or tarball of that release to build instead of
+    /// Debian's linux-source-VERSION.
     #[arg(long)]
     pub source: Option<PathBuf>,
     /// Cache directory (default: $XVMM_CACHE or ~/.cache/xvmm).

@@ -1,9 +1,9 @@
 //! `xvmm kernel build` and `xvmm kernel hooks`.
 
-use super::cli::{KernelBuildArgs, KernelFlavour};
+use super::cli::{KernelBuildArgs, KernelFlavour, KernelVersion};
 use super::output::{self, Stdout};
 use super::progress::Terminal;
-use crate::kernel::{self, hooks, BuildRequest, Flavour};
+use crate::kernel::{self, hooks, BuildRequest, Flavour, LinuxVersion};
 use crate::{Error, Result};
 use std::path::Path;
 
@@ -16,14 +16,25 @@ impl From<KernelFlavour> for Flavour {
     }
 }
 
+impl From<KernelVersion> for LinuxVersion {
+    fn from(v: KernelVersion) -> LinuxVersion {
+        match v {
+            KernelVersion::V6_12 => LinuxVersion::V6_12,
+            KernelVersion::V6_1 => LinuxVersion::V6_1,
+        }
+    }
+}
+
 /// `xvmm kernel build`: prints the artefact paths (or JSON).
 pub fn build(args: &KernelBuildArgs, stdout: &Stdout) -> Result<()> {
     if args.jobs == Some(0) {
         return Err(Error::Usage("--jobs must be at least 1".into()));
     }
     let flavour = Flavour::from(args.flavour);
+    let version = LinuxVersion::from(args.version);
     let request = BuildRequest {
         flavour,
+        version,
         patched: args.patched,
         source: args.source.clone(),
         cache: args.cache.clone(),
@@ -33,6 +44,7 @@ pub fn build(args: &KernelBuildArgs, stdout: &Stdout) -> Result<()> {
     if args.json {
         let json = serde_json::json!({
             "flavour": flavour.name(),
+            "version": version.name(),
             "patched": args.patched,
             "bzimage": built.bzimage,
             "vmlinux": built.vmlinux,

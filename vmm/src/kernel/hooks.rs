@@ -118,17 +118,62 @@ fn jump_label_sites(sections: &Sections, symbols: &Symbols, key: u64) -> Result<
     Ok(sites)
 }
 
+/// How `struct alt_instr` is laid out: 14 bytes since Linux 6.3 (`u32
+/// ft_flags`, the feature in its low 16 bits), 12 before (`u16 cpuid`). Both
+/// start with `s32 instr_offset; s32 repl_offset;` and keep the feature at
+/// byte 8; the length of the original instruction follows the flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct AltLayout {
+    stride: usize,
+    instrlen_at: usize,
+}
+
+const ALT_LAYOUTS: [AltLayout; 2] = [
+    AltLayout {
+        stride: 14,
+        instrlen_at: 12,
+    },
+    AltLayout {
+        stride: 12,
+        instrlen_at: 10,
+    },
+];
+
+/// The layout under which `table` (at `start`) divides into whole entries
+/// whose instructions all lie in the image. Read with the wrong stride, the
+/// offsets are other fields' bytes and point nowhere, so at most one fits a
+/// real kernel's thousands of entries.
+fn alt_layout(sections: &Sections, table: &[u8], start: u64) -> Result<AltLayout> {
+    let fits = |layout: &AltLayout| {
+        table.len().is_multiple_of(layout.stride)
+            && table
+                .chunks_exact(layout.stride)
+                .enumerate()
+                .all(|(i, entry)| {
+                    let at = start + (layout.stride * i) as u64;
+                    let address = relative(at, i32_at(entry, 0).into());
+                    sections.bytes_at(address, 1).is_ok()
+                })
+    };
+    ALT_LAYOUTS.into_iter().find(fits).ok_or_else(|| {
+        Error::Kernel(
+            "not a usable vmlinux: .altinstructions fits neither alt_instr layout \
+             (12 or 14 bytes per entry)"
+                .into(),
+        )
+    })
+}
+
 /// The `.altinstructions` entries on `X86_FEATURE_XPERF`.
 fn alternative_sites(sections: &Sections, symbols: &Symbols) -> Result<Vec<HookSite>> {
-    // struct alt_instr { s32 instr_offset; s32 repl_offset; u32 ft_flags;
-    // u8 instrlen; u8 replacementlen; } __packed; cpuid = ft_flags & 0xffff.
     let (start, stop) = table_range(symbols, "__alt_instructions", "__alt_instructions_end")?;
     let table = sections.bytes_at(start, stop - start).map_err(bad)?;
+    let layout = alt_layout(sections, table, start)?;
     let mut sites = Vec::new();
-    for (i, entry) in table.chunks_exact(14).enumerate() {
-        let at = start + 14 * i as u64;
-        let flags = u32::from_le_bytes(entry[8..12].try_into().unwrap_or_default());
-        if flags & 0xffff != u32::from(X86_FEATURE_XPERF) {
+    for (i, entry) in table.chunks_exact(layout.stride).enumerate() {
+        let at = start + (layout.stride * i) as u64;
+        let feature = u16::from_le_bytes([entry[8], entry[9]]);
+        if feature != X86_FEATURE_XPERF {
             continue;
         }
         let address = relative(at, i32_at(entry, 0).into());
@@ -137,7 +182,7 @@ fn alternative_sites(sections: &Sections, symbols: &Symbols) -> Result<Vec<HookS
             address,
             location: symbols.describe(address),
             bytes: sections
-                .bytes_at(address, u64::from(entry[12]))
+                .bytes_at(address, u64::from(entry[layout.instrlen_at]))
                 .map_err(bad)?
                 .to_vec(),
         });
@@ -297,6 +342,54 @@ mod tests {
             ]
         );
         assert!(table(&sites).contains("NOT A NOP"));
+    }
+
+    /// A kernel before 6.3 (Debian 12's 6.1) has 12-byte `alt_instr`
+    /// entries. Seven of them (84 bytes) also divide into six 14-byte ones,
+    /// so only the instructions' addresses tell the layouts apart.
+    #[test]
+    fn alternatives_of_a_6_1_kernel_have_the_12_byte_layout() {
+        let base = 0xffff_ffff_8100_0000u64;
+        // 0x00 func: NOP5 (the xperf site), 0x05: NOP5 padding another
+        // feature's site; 0x20 alt table (7 entries), 0x80 key.
+        let mut text = vec![0xccu8; 0x90];
+        text[0x00..0x05].copy_from_slice(&NOP5);
+        text[0x05..0x0a].copy_from_slice(&NOP5);
+        let alt = |instr: u64, feature: u16, at: u64| {
+            let mut e = [0u8; 12];
+            e[0..4].copy_from_slice(&((instr as i64 - at as i64) as i32).to_le_bytes());
+            e[8..10].copy_from_slice(&feature.to_le_bytes());
+            e[10] = 5;
+            e
+        };
+        for i in 0..7 {
+            let at = base + 0x20 + 12 * i as u64;
+            let (instr, feature) = if i == 3 {
+                (base, X86_FEATURE_XPERF)
+            } else {
+                (base + 5, 7)
+            };
+            text[0x20 + 12 * i..0x2c + 12 * i].copy_from_slice(&alt(instr, feature, at));
+        }
+        let symbols = [
+            ("func", base),
+            ("__start___jump_table", base + 0x20),
+            ("__stop___jump_table", base + 0x20),
+            ("__alt_instructions", base + 0x20),
+            ("__alt_instructions_end", base + 0x20 + 84),
+            ("xperf_stamps_key", base + 0x80),
+        ];
+        let sites = find(&elf(base, &text, &symbols)).unwrap();
+        let summary: Vec<_> = sites
+            .iter()
+            .map(|s| (s.kind, s.location.as_str(), s.bytes.len(), s.is_nop()))
+            .collect();
+        assert_eq!(summary, [(HookKind::Alternative, "func+0x0", 5, true)]);
+        // Cut to 80 bytes, the table fits neither layout.
+        let mut cut = symbols;
+        cut[4].1 = base + 0x20 + 80;
+        let err = find(&elf(base, &text, &cut)).unwrap_err().to_string();
+        assert!(err.contains("fits neither alt_instr layout"), "{err}");
     }
 
     /// Found by fuzzing (fuzz/fuzz_targets/kernel_hooks.rs): a symbol name

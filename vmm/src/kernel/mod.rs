@@ -51,10 +51,50 @@ impl Flavour {
     }
 }
 
+/// Which Linux release to build: where its source comes from
+/// (`/usr/src/linux-source-V.tar.xz`, Debian's `linux-source-V`), which
+/// patch series applies (`patches/linux-V/`), and which config fragments
+/// replace the common ones (`patches/config/linux-V/NAME` over
+/// `patches/config/NAME`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LinuxVersion {
+    /// Debian's linux-source-6.12 (the series' first home).
+    #[default]
+    V6_12,
+    /// Debian's linux-source-6.1, the kernel of Debian 12 and its cloud images.
+    V6_1,
+}
+
+impl LinuxVersion {
+    pub const ALL: [LinuxVersion; 2] = [LinuxVersion::V6_12, LinuxVersion::V6_1];
+
+    /// "6.12", "6.1".
+    pub fn name(self) -> &'static str {
+        match self {
+            LinuxVersion::V6_12 => "6.12",
+            LinuxVersion::V6_1 => "6.1",
+        }
+    }
+
+    pub fn debian_package(self) -> String {
+        format!("linux-source-{}", self.name())
+    }
+
+    pub fn debian_tarball(self) -> String {
+        format!("/usr/src/linux-source-{}.tar.xz", self.name())
+    }
+
+    /// The directory of this version's patch series and fragment overrides.
+    pub fn dir_name(self) -> String {
+        format!("linux-{}", self.name())
+    }
+}
+
 /// What to build.
 #[derive(Clone, Debug)]
 pub struct BuildRequest {
     pub flavour: Flavour,
+    pub version: LinuxVersion,
     pub patched: bool,
     pub source: Option<PathBuf>,
     pub cache: Option<PathBuf>,
@@ -66,6 +106,7 @@ impl BuildRequest {
     pub fn new(flavour: Flavour) -> BuildRequest {
         BuildRequest {
             flavour,
+            version: LinuxVersion::default(),
             patched: false,
             source: None,
             cache: None,
@@ -125,21 +166,31 @@ pub fn patches_dir() -> Result<PathBuf> {
 
 /// Config fragments in merge order: guest first, host on top, then the
 /// patch series' own fragment when patched and present, then the probes
-/// fragment when present.
+/// fragment when present. Each is `config/linux-V/NAME` where the version
+/// has its own, else `config/NAME`.
 fn fragments(patches: &Path, req: &BuildRequest) -> Result<Vec<(PathBuf, Vec<u8>)>> {
     let config = patches.join("config");
+    let own = config.join(req.version.dir_name());
+    let path = |name: &str| {
+        let p = own.join(name);
+        if p.is_file() {
+            p
+        } else {
+            config.join(name)
+        }
+    };
     let mut names = vec!["guest.config"];
     if req.flavour == Flavour::Host {
         names.push("host.config");
     }
-    let mut paths: Vec<PathBuf> = names.iter().map(|n| config.join(n)).collect();
-    let xperf = config.join("xperf.config");
+    let mut paths: Vec<PathBuf> = names.iter().map(|n| path(n)).collect();
+    let xperf = path("xperf.config");
     if req.patched && xperf.is_file() {
         paths.push(xperf);
     }
     // Instrumentation for `xperf probes`, in every kernel so that plain and
     // patched builds differ only by the patch series.
-    let probes = config.join("probes.config");
+    let probes = path("probes.config");
     if probes.is_file() {
         paths.push(probes);
     }
@@ -152,9 +203,9 @@ fn fragments(patches: &Path, req: &BuildRequest) -> Result<Vec<(PathBuf, Vec<u8>
         .collect()
 }
 
-/// Every `patches/linux-6.12/*.patch` except the cover letter, in name order.
-fn patch_series(patches: &Path) -> Result<Vec<(PathBuf, Vec<u8>)>> {
-    let dir = patches.join("linux-6.12");
+/// Every `patches/linux-V/*.patch` except the cover letter, in name order.
+fn patch_series(patches: &Path, version: LinuxVersion) -> Result<Vec<(PathBuf, Vec<u8>)>> {
+    let dir = patches.join(version.dir_name());
     let mut files: Vec<PathBuf> = fs::read_dir(&dir)
         .map_err(|e| Error::io("reading", &dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
@@ -177,6 +228,28 @@ fn patch_series(patches: &Path) -> Result<Vec<(PathBuf, Vec<u8>)>> {
             Ok((p, bytes))
         })
         .collect()
+}
+
+/// The patch files of `version`'s series, in the order they apply.
+pub fn series(version: LinuxVersion) -> Result<Vec<PathBuf>> {
+    Ok(patch_series(&patches_dir()?, version)?
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect())
+}
+
+/// Debian's source of `version` with its series applied: the tree a patched
+/// build compiles, extracted and patched once into the cache (`cache` as in
+/// [`BuildRequest::cache`]).
+pub fn patched_source(
+    version: LinuxVersion,
+    cache: Option<&Path>,
+    progress: &dyn Progress,
+) -> Result<PathBuf> {
+    let series = patch_series(&patches_dir()?, version)?;
+    let source = Source::resolve(None, version)?;
+    let root = cache::root(cache)?;
+    source::prepare(&source, &series, &root, progress)
 }
 
 fn file_name(p: &Path) -> String {
@@ -216,12 +289,12 @@ pub fn build(req: &BuildRequest, progress: &dyn Progress) -> Result<BuiltKernel>
     let patches = patches_dir()?;
     let frags = fragments(&patches, req)?;
     let series = if req.patched {
-        patch_series(&patches)?
+        patch_series(&patches, req.version)?
     } else {
         Vec::new()
     };
     tools::check_build_tools()?;
-    let source = Source::resolve(req.source.as_deref())?;
+    let source = Source::resolve(req.source.as_deref(), req.version)?;
     let flavour = req.flavour.name();
     let key = cache_key(&source, &frags, &series, flavour)?;
     let root = cache::root(req.cache.as_deref())?;
@@ -262,6 +335,7 @@ pub fn build(req: &BuildRequest, progress: &dyn Progress) -> Result<BuiltKernel>
         let seconds = started.elapsed().as_secs_f64();
         let stamp = serde_json::json!({
             "flavour": flavour,
+            "version": req.version.name(),
             "patched": req.patched,
             "key": key,
             "source": source.identity()?,
@@ -402,15 +476,22 @@ mod tests {
         ] {
             fs::write(d.join("linux-6.12").join(name), name).unwrap();
         }
-        let names: Vec<String> = patch_series(&d)
-            .unwrap()
-            .iter()
-            .map(|(p, _)| file_name(p))
-            .collect();
-        assert_eq!(names, ["0001-a.patch", "0002-b.patch"]);
+        fs::create_dir_all(d.join("linux-6.1")).unwrap();
+        fs::write(d.join("linux-6.1/0001-c.patch"), "c").unwrap();
+        let names = |version| -> Vec<String> {
+            patch_series(&d, version)
+                .unwrap()
+                .iter()
+                .map(|(p, _)| file_name(p))
+                .collect()
+        };
+        assert_eq!(names(LinuxVersion::V6_12), ["0001-a.patch", "0002-b.patch"]);
+        assert_eq!(names(LinuxVersion::V6_1), ["0001-c.patch"]);
         fs::remove_file(d.join("linux-6.12/0001-a.patch")).unwrap();
         fs::remove_file(d.join("linux-6.12/0002-b.patch")).unwrap();
-        let err = patch_series(&d).unwrap_err().to_string();
+        let err = patch_series(&d, LinuxVersion::V6_12)
+            .unwrap_err()
+            .to_string();
         fs::remove_dir_all(&d).unwrap();
         assert!(err.contains("no *.patch files"), "{err}");
     }
@@ -452,6 +533,34 @@ mod tests {
         fs::remove_file(d.join("config/probes.config")).unwrap();
         assert_eq!(names(Flavour::Guest, true), ["guest.config"]);
         fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A version's own fragment replaces the common one of the same name;
+    /// the others stay common, and other versions are not affected.
+    #[test]
+    fn a_versions_own_fragment_replaces_the_common_one() {
+        let d = scratch("frag-versions");
+        for name in ["guest.config", "probes.config"] {
+            fs::write(d.join("config").join(name), format!("common {name}")).unwrap();
+        }
+        fs::create_dir_all(d.join("config/linux-6.1")).unwrap();
+        fs::write(d.join("config/linux-6.1/probes.config"), "6.1 probes").unwrap();
+        let contents = |version| -> Vec<String> {
+            let req = BuildRequest {
+                version,
+                ..BuildRequest::new(Flavour::Guest)
+            };
+            fragments(&d, &req)
+                .unwrap()
+                .into_iter()
+                .map(|(_, c)| String::from_utf8(c).unwrap())
+                .collect()
+        };
+        let v6_1 = contents(LinuxVersion::V6_1);
+        let v6_12 = contents(LinuxVersion::V6_12);
+        fs::remove_dir_all(&d).unwrap();
+        assert_eq!(v6_1, ["common guest.config", "6.1 probes"]);
+        assert_eq!(v6_12, ["common guest.config", "common probes.config"]);
     }
 
     #[test]

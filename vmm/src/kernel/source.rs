@@ -11,10 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::UNIX_EPOCH;
 
-/// Debian's `linux-source-6.12` package installs this.
-pub const DEBIAN_TARBALL: &str = "/usr/src/linux-source-6.12.tar.xz";
-/// The Debian package providing [`DEBIAN_TARBALL`].
-pub const DEBIAN_PACKAGE: &str = "linux-source-6.12";
+use super::LinuxVersion;
 
 /// A kernel source as given.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,12 +23,12 @@ pub enum Source {
 }
 
 impl Source {
-    /// Resolves `--source`, or the Debian default (an error naming the
-    /// package when it is not installed).
-    pub fn resolve(given: Option<&Path>) -> Result<Source> {
+    /// Resolves `--source`, or Debian's tarball of `version` (an error
+    /// naming the package when it is not installed).
+    pub fn resolve(given: Option<&Path>, version: LinuxVersion) -> Result<Source> {
         let path = match given {
             Some(p) => p.to_path_buf(),
-            None => installed_default(Path::new(DEBIAN_TARBALL))?,
+            None => installed_default(Path::new(&version.debian_tarball()), version)?,
         };
         let path = fs::canonicalize(&path)
             .map_err(|e| Error::Build(format!("kernel source {}: {e}", path.display())))?;
@@ -74,14 +71,15 @@ impl Source {
 
 /// `tarball` when it exists; otherwise one line naming it and how to install
 /// it (xvmm installs nothing itself).
-fn installed_default(tarball: &Path) -> Result<PathBuf> {
+fn installed_default(tarball: &Path, version: LinuxVersion) -> Result<PathBuf> {
     if tarball.exists() {
         return Ok(tarball.to_path_buf());
     }
     Err(Error::Build(format!(
         "kernel source {} is missing; install it with harness/setup.sh or \
-         apt-get install {DEBIAN_PACKAGE}, or pass --source",
-        tarball.display()
+         apt-get install {}, or pass --source",
+        tarball.display(),
+        version.debian_package()
     )))
 }
 
@@ -247,7 +245,7 @@ mod tests {
             "VERSION = 6\nPATCHLEVEL = 12\nSUBLEVEL = 1\n",
         )
         .unwrap();
-        let src = Source::resolve(Some(&dir)).unwrap();
+        let src = Source::resolve(Some(&dir), LinuxVersion::V6_12).unwrap();
         let a = src.identity().unwrap();
         fs::write(
             dir.join("Makefile"),
@@ -264,29 +262,34 @@ mod tests {
     fn rejects_directory_that_is_not_a_kernel() {
         let dir = std::env::temp_dir().join(format!("xvmm-src-bad-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
-        let err = Source::resolve(Some(&dir)).unwrap_err().to_string();
+        let err = Source::resolve(Some(&dir), LinuxVersion::V6_12)
+            .unwrap_err()
+            .to_string();
         fs::remove_dir_all(&dir).unwrap();
         assert!(err.contains("not a Linux source tree"), "{err}");
     }
 
     #[test]
     fn missing_default_tarball_names_the_package_to_install() {
-        let err = installed_default(Path::new("/nonexistent/linux-source-6.12.tar.xz"))
-            .unwrap_err()
-            .to_string();
+        let err = installed_default(
+            Path::new("/nonexistent/linux-source-6.1.tar.xz"),
+            LinuxVersion::V6_1,
+        )
+        .unwrap_err()
+        .to_string();
         assert_eq!(
             err,
-            "build: kernel source /nonexistent/linux-source-6.12.tar.xz is missing; \
-             install it with harness/setup.sh or apt-get install linux-source-6.12, \
+            "build: kernel source /nonexistent/linux-source-6.1.tar.xz is missing; \
+             install it with harness/setup.sh or apt-get install linux-source-6.1, \
              or pass --source"
         );
         let here = std::env::current_exe().unwrap();
-        assert_eq!(installed_default(&here).unwrap(), here);
+        assert_eq!(installed_default(&here, LinuxVersion::V6_12).unwrap(), here);
     }
 
     #[test]
     fn missing_source_is_a_clear_error() {
-        let err = Source::resolve(Some(Path::new("/nonexistent/linux")))
+        let err = Source::resolve(Some(Path::new("/nonexistent/linux")), LinuxVersion::V6_12)
             .unwrap_err()
             .to_string();
         assert!(

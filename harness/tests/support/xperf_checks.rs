@@ -1,0 +1,531 @@
+//! The xperf checks of one patch series, bare metal against VM, in ONE
+//! nested run: QEMU TCG boots the patched L1 kernel of `super::VERSION` (KVM
+//! host + hooks, `xperf_stamps` on its command line), which runs
+//! - step `bm`: the static xperf directly in L1 (the bare-metal side), and
+//! - step `vm`: `xvmm --kernel /l2/bzImage` with the built-in initramfs, so
+//!   the patched L2 kernel runs the same xperf as its `/init` (the VM side),
+//!   with `--trace` timing L2's exits on L1's real KVM, and
+//! - step `vm-kpti`: the same with `pti=on` on L2's command line.
+//!
+//! Both reports must show the u2k/k2u split for #PF and getppid, positive
+//! halves whose sum is below the round trip, and every requested sample
+//! accounted for. `xvmm compare` then prints VM against bare metal.
+//!
+//! Included by `xperf.rs` (Linux 6.12) and `xperf_6_1.rs` (Linux 6.1), each
+//! of which names its `VERSION` and `GROUP`: console in
+//! target/harness/GROUP.log, the reports and the comparison in
+//! target/harness/GROUP-{bm,vm,compare}.json.
+
+use super::{GROUP, VERSION};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+use xvmm_harness::{self as harness, l1, Artifacts, Step};
+use xvmm_results::{Environment, Report, Status};
+
+/// Samples per crossing: TCG makes every crossing slow, so few.
+const SAMPLES: u64 = 2000;
+const WARMUP: u64 = 200;
+const NULL_SAMPLES: u64 = 20_000;
+/// xvmm's --timeout inside L1 (L2 boot + xperf, all emulated).
+const VM_TIMEOUT: u64 = 240;
+/// The crossings xperf measures; all must be split on a patched kernel.
+const CROSSINGS: [&str; 3] = ["pf-first-touch", "pf-refault", "getppid"];
+/// The traced VM step's `--tsc-offset`: its report must show the guest ran
+/// with it.
+const VM_TSC_OFFSET: &str = "1000000000000";
+/// xperf's default rounds (neither side passes --rounds).
+const ROUNDS: u64 = 3;
+
+/// L2's command line: xvmm's default (console, reset, results slot) plus the
+/// stamps switch, `quiet` (every console byte is an emulated exit) and the
+/// harness's `no_timer_check`; the xperf options after ` -- ` come from
+/// `--null-samples` here and from xvmm's `--samples`/`--warmup`.
+fn l2_cmdline(extra: &str) -> String {
+    format!(
+        "{} xperf_stamps=1 quiet no_timer_check{extra} -- --null-samples {NULL_SAMPLES}",
+        xvmm::boot::cmdline::default_cmdline()
+    )
+}
+
+fn plan() -> Vec<Step> {
+    let n = SAMPLES.to_string();
+    let w = WARMUP.to_string();
+    let null = NULL_SAMPLES.to_string();
+    let vm_timeout = VM_TIMEOUT.to_string();
+    let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
+    let vm_step = |name: &str, cmdline: &str, trace: &[&str]| {
+        let mut a = vec![
+            l1::XVMM,
+            "--kernel",
+            l1::L2_BZIMAGE,
+            "--cmdline",
+            cmdline,
+            "--mem",
+        ];
+        let mem = harness::L2_MEM_MIB.to_string();
+        a.extend([mem.as_str(), "--timeout", &vm_timeout]);
+        a.extend(["--samples", &n, "--warmup", &w]);
+        a.extend(trace);
+        // stdout is the JSON alone; console and tables go to stderr.
+        a.extend(["--json", "-"]);
+        Step {
+            name: name.into(),
+            timeout_secs: VM_TIMEOUT + 30,
+            marker: None,
+            stop_at_marker: false,
+            argv: argv(&a),
+        }
+    };
+    vec![
+        Step {
+            name: "bm".into(),
+            timeout_secs: 240,
+            marker: None,
+            stop_at_marker: false,
+            argv: argv(&[
+                l1::XPERF,
+                "--samples",
+                &n,
+                "--warmup",
+                &w,
+                "--null-samples",
+                &null,
+                "--json",
+                "-",
+            ]),
+        },
+        // Traced, with a guest TSC offset the timeline must confirm.
+        vm_step(
+            "vm",
+            &l2_cmdline(""),
+            &["--trace", "--tsc-offset", VM_TSC_OFFSET],
+        ),
+        // The same with page table isolation forced on in L2 (TCG's EPYC is
+        // not Meltdown-affected, so it is off by default).
+        vm_step("vm-kpti", &l2_cmdline(" pti=on"), &[]),
+    ]
+}
+
+/// The harness's L1 initramfs with xperf added as a second, concatenated
+/// newc archive (the kernel unpacks archives one after the other).
+fn l1_initramfs(a: &Artifacts, xperf: &std::path::Path) -> Result<Vec<u8>, String> {
+    let mut cpio = harness::l1_initramfs(a, &plan(), false).map_err(|e| e.to_string())?;
+    harness::append_files(&mut cpio, &[(l1::XPERF, xperf, 0o755)]).map_err(|e| e.to_string())?;
+    Ok(cpio)
+}
+
+struct XperfRun {
+    /// The static xvmm that ran in L1 (for `xvmm compare` on the host).
+    xvmm: PathBuf,
+    bm: Report,
+    vm: Report,
+    vm_kpti: Report,
+    dir: PathBuf,
+}
+
+fn skipped() -> bool {
+    harness::skipped(&format!("nested {GROUP} harness test"))
+}
+
+/// The one L1 boot, shared by the tests below.
+fn run() -> &'static XperfRun {
+    static RUN: OnceLock<Result<XperfRun, String>> = OnceLock::new();
+    let result = RUN.get_or_init(|| {
+        let (artifacts, xperf) =
+            harness::prepare_patched_with_xperf(VERSION).map_err(|e| e.to_string())?;
+        let initramfs = l1_initramfs(&artifacts, &xperf)?;
+        let run = harness::run_l1_with_cmdline(
+            &artifacts,
+            &initramfs,
+            GROUP,
+            Duration::from_secs(10 * 60),
+            "xperf_stamps",
+        )
+        .map_err(|e| e.to_string())?;
+        eprintln!("{}", run.summary(&format!("nested {GROUP} harness")));
+        let bm = run.exited_report("bm")?;
+        let vm = run.exited_report("vm")?;
+        let vm_kpti = run.exited_report("vm-kpti")?;
+        let dir = run.log.parent().map(PathBuf::from).unwrap_or_default();
+        for (name, r) in [("bm", &bm), ("vm", &vm)] {
+            let path = dir.join(format!("{GROUP}-{name}.json"));
+            std::fs::write(&path, r.to_json_pretty()).map_err(|e| e.to_string())?;
+        }
+        Ok(XperfRun {
+            xvmm: artifacts.xvmm,
+            bm,
+            vm,
+            vm_kpti,
+            dir,
+        })
+    });
+    match result {
+        Ok(r) => r,
+        Err(e) => panic!("nested {GROUP} harness failed: {e}"),
+    }
+}
+
+/// What both sides must show: the split with positive halves, every
+/// requested sample of every round either valid or counted as rejected, the
+/// TSC quantum, the kernel's stamp pairs and corrections whose parts add up
+/// (the corrections exactly, the corrected means too), clean-sample
+/// statistics (the kernel counts interrupts), and where the stamps sit;
+/// and getppid's hooks on minus off held against what the hooks' own
+/// sequences add, as `reconcile` says.
+/// How getppid's hooks on - off is held against what the hooks' own
+/// sequences add.
+#[derive(Clone, Copy)]
+enum Reconcile {
+    /// Only that the hooks add time at all, beyond the tolerance, the
+    /// prediction printed: under TCG both sides drift (L2, three runs: on -
+    /// off 196, 392 and 270 ticks against 220, 220 and 344 predicted; L1,
+    /// where it was held equal: 221 against 221, then 318 against 221), so
+    /// neither equality nor a floor holds in the harness. The equality is
+    /// the report's own check (`HooksCost::unexplained`, unit-tested).
+    Adds,
+    /// Printed only (KPTI: every return switches CR3 and the stores miss the
+    /// TLB, which the CPL3 reproduction cannot show).
+    PrintOnly,
+}
+
+fn assert_split(report: &Report, side: &str, reconcile: Reconcile) {
+    assert_eq!(report.method.samples_requested, SAMPLES, "{side}");
+    assert_eq!(u64::from(report.method.rounds), ROUNDS, "{side}");
+    let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
+    assert!(
+        quantum.is_some_and(|q| q >= 1.0),
+        "{side}: quantum {quantum:?}"
+    );
+    let costs = report.stamp_costs.as_ref().expect("stamp costs");
+    let kernel = costs.kernel_pair.as_ref().expect("the kernel stamp pair");
+    let inner = costs
+        .kernel_pair_inner
+        .as_ref()
+        .expect("the inner kernel pair");
+    assert_eq!(kernel.round_medians.len() as u64, ROUNDS, "{side}");
+    assert!(kernel.stats.count > 0 && inner.stats.count > 0, "{side}");
+    assert_eq!(costs.derivation_problems(), Vec::<String>::new(), "{side}");
+    let hooks = costs
+        .hooks
+        .iter()
+        .find(|h| h.crossing == "getppid")
+        .unwrap_or_else(|| panic!("{side}: no hooks on/off figure"));
+    // What the hooks add to getppid's round trip (on - off) is what their
+    // own sequences, timed by xperf, add (one quantum per difference).
+    println!(
+        "{side}: getppid hooks on - off {} ticks, the hooks' sequences {:?}, quantum {quantum:?}; \
+         kernel pairs {} + {} (bare reads {:?})",
+        hooks.delta,
+        hooks.predicted,
+        kernel.median(),
+        inner.median(),
+        costs
+            .hook_sequences
+            .as_ref()
+            .map(|h| (h.bare_pair.median(), h.bare_inner.median()))
+    );
+    match reconcile {
+        Reconcile::Adds => {
+            assert!(
+                hooks.predicted.is_some(),
+                "{side}: the hooks' sequences not timed"
+            );
+            let tolerance = xvmm_results::correction::HooksCost::tolerance(quantum);
+            assert!(
+                hooks.delta as f64 > tolerance,
+                "{side}: hooks on - off {} ticks, not above {tolerance:.1}: the hooks add nothing",
+                hooks.delta
+            );
+        }
+        Reconcile::PrintOnly => {}
+    }
+    let seq = costs
+        .hook_sequences
+        .as_ref()
+        .expect("the kernel pairs timed with the hooks' own sequences");
+    assert_eq!(seq.pf_pair.round_medians.len() as u64, ROUNDS, "{side}");
+    let k = report
+        .method
+        .kernel_stamps
+        .as_ref()
+        .expect("kernel stamps named");
+    assert_eq!(
+        (k.entry.as_str(), k.exit.as_str()),
+        ("rdtsc", "lfence; rdtsc"),
+        "{side}"
+    );
+    assert_eq!(report.method.stamp_points.len(), 3, "{side}");
+    for name in CROSSINGS {
+        let c = report
+            .crossing(name)
+            .unwrap_or_else(|| panic!("{side}: no crossing {name}"));
+        assert_eq!(
+            c.status,
+            Status::Measured,
+            "{side} {name}: no u2k/k2u split; notes: {:?}",
+            report.notes
+        );
+        let raw = |i: &Option<xvmm_results::Interval>, what: &str| {
+            i.as_ref()
+                .unwrap_or_else(|| panic!("{side} {name}: no {what}"))
+                .raw
+                .median
+        };
+        let (u2k, k2u) = (raw(&c.u2k, "u2k"), raw(&c.k2u, "k2u"));
+        assert!(u2k > 0 && k2u > 0, "{side} {name}: u2k {u2k} k2u {k2u}");
+        assert_eq!(c.samples_requested, SAMPLES * ROUNDS, "{side} {name}");
+        assert_eq!(
+            c.samples_valid
+                + c.samples_unfilled
+                + c.samples_out_of_order
+                + c.samples_other_rejected
+                + c.samples_migrated,
+            SAMPLES * ROUNDS,
+            "{side} {name}: valid {} unfilled {} out of order {} other {} migrated {}",
+            c.samples_valid,
+            c.samples_unfilled,
+            c.samples_out_of_order,
+            c.samples_other_rejected,
+            c.samples_migrated
+        );
+        assert!(c.samples_valid > 0, "{side} {name}: no valid sample");
+        if let Some(p) = xvmm_results::correction::parts_mismatch(c) {
+            panic!("{side}: {p}");
+        }
+        let rt = c.round_trip.as_ref().unwrap();
+        assert_eq!(rt.rounds.len() as u64, ROUNDS, "{side} {name}");
+        let ci = rt.median_ci.expect("a CI of the median");
+        assert!(ci.low <= rt.corrected.median && rt.corrected.median <= ci.high);
+        assert!(
+            c.interrupts_counted,
+            "{side} {name}: interrupts not counted"
+        );
+        let clean = c.clean.as_ref().expect("clean-sample statistics");
+        assert_eq!(
+            clean.samples + c.samples_interrupted,
+            c.samples_valid,
+            "{side} {name}"
+        );
+        assert!(clean.samples > 0, "{side} {name}: no clean sample");
+        println!(
+            "{side} {name}: {} valid, {} clean, {} interrupted, {} migrated; rtrip median {} (clean {})",
+            c.samples_valid,
+            clean.samples,
+            c.samples_interrupted,
+            c.samples_migrated,
+            rt.corrected.median,
+            clean.round_trip.as_ref().map_or(0, |i| i.corrected.median)
+        );
+    }
+}
+
+#[test]
+fn bare_metal_side_splits_every_crossing() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== bare metal (xperf in L1)\n{}",
+        xvmm_results::render::report(&r.bm)
+    );
+    assert_eq!(r.bm.environment, Environment::BareMetal);
+    assert_split(&r.bm, "bare metal", Reconcile::Adds);
+}
+
+#[test]
+fn vm_side_splits_every_crossing_and_traces_exits() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== VM (xvmm -> L2 -> xperf as /init)\n{}",
+        xvmm_results::render::report(&r.vm)
+    );
+    println!(
+        "{}",
+        xvmm_results::render::host_exit_table(&r.vm.host_exits)
+    );
+    assert_eq!(r.vm.environment, Environment::LinuxVm);
+    assert_split(&r.vm, "VM", Reconcile::Adds);
+    // xvmm added the host's view: L1's KVM module and a real exit trace.
+    assert!(
+        r.vm.notes.iter().any(|n| n.starts_with("VMM host: ")),
+        "{:?}",
+        r.vm.notes
+    );
+    assert!(!r.vm.host.kvm_module.is_empty());
+    assert!(!r.vm.host_exits.is_empty(), "no exits traced on L1's KVM");
+    assert!(r.vm.host_exits.iter().all(|e| e.exit_to_entry.count > 0));
+    // KVM reports the brand-string leaves as zero; xvmm passes the host's on,
+    // so the guest names the CPU that L1 (the bare-metal side) has.
+    assert!(!r.bm.host.cpu_model.is_empty());
+    assert_eq!(r.vm.host.cpu_model, r.bm.host.cpu_model);
+}
+
+/// Issue 12 in the nested harness: the traced VM run's timeline is verified
+/// by every calibration exit, getppid runs mostly without exits (or the
+/// table says why not), and samples with exits are slower than the
+/// exit-free median by at least 0.8x their exits' host time (the exits
+/// landed in the right samples). TCG-emulated times: relations only.
+#[test]
+fn vm_timeline_is_verified_and_exits_land_in_their_samples() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let t = r.vm.timeline.as_ref().expect("a traced run has a timeline");
+    println!("{}", xvmm_results::render::timeline_lines(t));
+    println!(
+        "{}",
+        xvmm_results::render::attribution_table(&r.vm.crossings, t.verdict())
+    );
+    // KVM's own offset (L1's patched kernel), checked: verified, not inferred.
+    assert!(t.verified && !t.offset_inferred, "{t:?}");
+    assert_eq!(t.violations, 0);
+    assert_eq!(t.checks, xvmm::linux::CALIBRATIONS, "{t:?}");
+    assert_eq!(t.calibrations, xvmm::linux::CALIBRATIONS, "{t:?}");
+    assert!(t.bound_ticks > 0);
+    let m = t
+        .measured_offset
+        .expect("the calibration bounds the offset");
+    assert!(m.low <= t.offset && t.offset <= m.high, "{t:?}");
+    assert_eq!((t.lost_events, t.lost_windows), (0, 0), "{t:?}");
+    assert!(t.offset_changes.is_empty(), "{t:?}");
+    // --tsc-offset: what was asked is what KVM holds, and the calibration
+    // allows it.
+    let requested: i64 = VM_TSC_OFFSET.parse().unwrap();
+    assert_eq!(t.requested_offset, Some(requested), "{t:?}");
+    assert_eq!(
+        t.offset, requested,
+        "KVM's offset is not the requested one: {t:?}"
+    );
+    assert!(t.offset_source.contains("KVM"), "{t:?}");
+    assert!(m.low <= requested && requested <= m.high, "{t:?}");
+    for name in CROSSINGS {
+        let c = r.vm.crossing(name).unwrap();
+        for (segment, i) in [
+            ("u2k", &c.u2k),
+            ("k2u", &c.k2u),
+            ("round_trip", &c.round_trip),
+        ] {
+            let h = i.as_ref().and_then(|i| i.host.as_ref());
+            let h = h.unwrap_or_else(|| panic!("{name} {segment}: not attributed"));
+            assert!(h.reason.is_none(), "{name} {segment}: {:?}", h.reason);
+            // Attribution judges the samples xperf kept; some of those may
+            // still be out of order or unfilled (unattributable below).
+            assert!(h.samples >= c.samples_valid, "{name} {segment}");
+            // Nothing was lost and the offset never moved, so the only
+            // samples the trace cannot vouch for are those whose stamps are
+            // out of order or unfilled, counted here from the raw samples.
+            // Samples xperf rejected are in neither its statistics nor the
+            // attribution.
+            let raw = c.samples.as_ref().expect("a traced run keeps its samples");
+            let kept: Vec<&xvmm_results::Sample> = (0u64..)
+                .zip(raw)
+                .filter(|(i, _)| !c.samples_rejected.contains(i))
+                .map(|(_, s)| s)
+                .collect();
+            let split = kept.iter().any(|s| s.u2k_k != xvmm_results::UNFILLED);
+            let bad = kept
+                .iter()
+                .filter(|s| {
+                    if split {
+                        s.validate().is_err()
+                    } else {
+                        s.k2u_u == xvmm_results::UNFILLED || s.k2u_u <= s.u2k_u
+                    }
+                })
+                .count() as u64;
+            assert_eq!(h.unattributable, bad, "{name} {segment}: {h:?}");
+            assert_eq!(h.samples, kept.len() as u64, "{name} {segment}");
+            if h.samples_with_exits > 0 && h.exit_free.count > 0 {
+                assert!(
+                    h.excess_ticks as f64 >= 0.8 * h.excess_host_ticks as f64,
+                    "{name} {segment}: samples with exits exceed the exit-free median by {} \
+                     ticks, their exits took {} host ticks",
+                    h.excess_ticks,
+                    h.excess_host_ticks
+                );
+            }
+        }
+    }
+    let getppid = r.vm.crossing("getppid").unwrap();
+    let h = getppid.round_trip.as_ref().unwrap().host.as_ref().unwrap();
+    let free = h.exit_free.count as f64 / h.samples.max(1) as f64;
+    println!("getppid round trips without an exit: {:.1} %", 100.0 * free);
+    assert!(free >= 0.95, "{h:?}");
+}
+
+#[test]
+fn vm_side_with_kpti_splits_every_crossing() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    println!(
+        "=== VM with pti=on (xvmm -> L2 -> xperf as /init)\n{}",
+        xvmm_results::render::report(&r.vm_kpti)
+    );
+    assert_eq!(r.vm.host.kpti, Some(false), "{:?}", r.vm.notes);
+    assert_eq!(r.vm_kpti.host.kpti, Some(true), "{:?}", r.vm_kpti.notes);
+    // With PTI every return to user mode switches CR3, so the hooks'
+    // stores into the stamp page and the task miss the TLB there: a cost
+    // the CPL3 reproduction of their instructions cannot show (it was
+    // -27073 ticks, noise, in one TCG run, 2547 in another).
+    assert_split(&r.vm_kpti, "VM with KPTI", Reconcile::PrintOnly);
+}
+
+#[test]
+fn xvmm_compare_prints_vm_against_bare_metal() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let json = r.dir.join(format!("{GROUP}-compare.json"));
+    let out = std::process::Command::new(&r.xvmm)
+        .arg("compare")
+        .arg(r.dir.join(format!("{GROUP}-vm.json")))
+        .arg(r.dir.join(format!("{GROUP}-bm.json")))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("run xvmm compare");
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("=== xvmm compare (VM vs bare metal)\n{table}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cmp: xvmm_results::Comparison =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    // #PF and getppid are stamped at different depths: compare says so.
+    assert!(table.contains("what the VM adds, decomposed"), "{table}");
+    assert!(
+        cmp.notes.iter().any(|n| n.contains("different depths")),
+        "{:?}",
+        cmp.notes
+    );
+    for name in CROSSINGS {
+        for interval in ["u2k", "k2u", "round_trip"] {
+            let row = cmp
+                .rows
+                .iter()
+                .find(|row| row.crossing == name && row.interval == interval)
+                .unwrap_or_else(|| panic!("no {name} {interval} row:\n{table}"));
+            assert!(
+                row.vm_median.is_some() && row.bare_median.is_some(),
+                "{name} {interval}: a side is missing:\n{table}"
+            );
+            // The traced VM run's difference comes in its two parts.
+            assert!(
+                row.without_exits.is_some() && row.exits.is_some(),
+                "{name} {interval}: no decomposition:\n{table}"
+            );
+            assert_eq!(row.timeline_verified, Some(true));
+        }
+    }
+}
