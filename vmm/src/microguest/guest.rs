@@ -24,85 +24,10 @@
 //! [`KERNEL_STAMP_CLOSE`]) and, where the hypervisor cannot execute them at
 //! CPL0, replace them with plain `rdtsc`.
 
+use super::kinds::Handler;
+pub use super::kinds::Kind;
 use super::layout::{self, control};
 use crate::arch::x86_64::paging::PTE_P;
-
-/// Measurement kinds: the index into the guest's dispatch tables. User kinds
-/// come first, then kernel (CPL0) kinds from [`Kind::FIRST_KERNEL`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u64)]
-pub enum Kind {
-    Null = 0,
-    PageFault = 1,
-    Breakpoint = 2,
-    Syscall = 3,
-    Sysenter = 4,
-    IntN = 5,
-    Imul = 6,
-    /// Two plain RDTSC back to back (the TSC quantum).
-    TscStep = 7,
-    /// PARAM int3 between one pair of stamps (the batched figure).
-    Int3Batch = 8,
-    /// PARAM SYSCALLs between one pair of stamps.
-    SyscallBatch = 9,
-    /// The kernel stamps as exit loops take them: opening, then closing.
-    KernelNull = 10,
-    Cpuid = 11,
-    PioOut = 12,
-    PioIn = 13,
-    MmioWrite = 14,
-    Vmcall = 15,
-    Vmmcall = 16,
-    Rdmsr = 17,
-    Wrmsr = 18,
-    Hlt = 19,
-    /// The kernel stamps as a handler takes them: closing, then opening.
-    KernelNullInner = 20,
-    /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
-    KernelImul = 21,
-}
-
-impl Kind {
-    pub const FIRST_KERNEL: u64 = Kind::KernelNull as u64;
-    pub const COUNT: u64 = 22;
-
-    /// Whether each sample has four stamps (a user<->kernel crossing) rather
-    /// than two (an interval measured on one side).
-    pub fn four_stamps(self) -> bool {
-        matches!(
-            self,
-            Kind::PageFault
-                | Kind::Breakpoint
-                | Kind::Syscall
-                | Kind::Sysenter
-                | Kind::IntN
-                | Kind::Int3Batch
-                | Kind::SyscallBatch
-        )
-    }
-
-    /// The batched kind of a crossing, where there is one.
-    pub fn batched(self) -> Option<Kind> {
-        match self {
-            Kind::Breakpoint => Some(Kind::Int3Batch),
-            Kind::Syscall => Some(Kind::SyscallBatch),
-            _ => None,
-        }
-    }
-
-    /// Bytes per sample in the sample buffer.
-    pub fn stride(self) -> u64 {
-        if self.four_stamps() {
-            32
-        } else {
-            16
-        }
-    }
-
-    pub fn runs_in_kernel(self) -> bool {
-        self as u64 >= Self::FIRST_KERNEL
-    }
-}
 
 /// Most chain lengths one imul phase may cycle through.
 pub const MAX_CHAIN_LENGTHS: u64 = 16;
@@ -286,6 +211,19 @@ pub struct KernelEntries {
     pub other: u64,
 }
 
+impl KernelEntries {
+    /// The entry point of a crossing's handler.
+    pub fn handler(&self, handler: Handler) -> u64 {
+        match handler {
+            Handler::PageFault => self.page_fault,
+            Handler::Breakpoint => self.breakpoint,
+            Handler::IntN => self.int_n,
+            Handler::Syscall => self.syscall,
+            Handler::Sysenter => self.sysenter,
+        }
+    }
+}
+
 /// Where each entry point lands once the kernel blob is at [`layout::KERNEL_CODE_GPA`].
 pub fn kernel_entries() -> KernelEntries {
     let at = |p: *const u8| layout::KERNEL_CODE_GPA + kernel_offset(p);
@@ -458,17 +396,5 @@ mod tests {
         };
         assert!(count(&KERNEL_STAMP_OPEN) >= 6, "user opening stamps");
         assert!(count(&KERNEL_STAMP_CLOSE) >= 6, "user closing stamps");
-    }
-
-    #[test]
-    fn kinds_split_four_and_two_stamp_samples() {
-        assert!(Kind::PageFault.four_stamps() && Kind::IntN.four_stamps());
-        assert!(!Kind::Cpuid.four_stamps() && !Kind::Null.four_stamps());
-        assert_eq!(Kind::Syscall.stride(), 32);
-        assert_eq!(Kind::Hlt.stride(), 16);
-        assert!(Kind::Rdmsr.runs_in_kernel() && Kind::KernelNull.runs_in_kernel());
-        assert!(!Kind::Imul.runs_in_kernel());
-        assert_eq!(Kind::KernelImul as u64 + 1, Kind::COUNT);
-        assert!(Kind::Cpuid.runs_in_kernel() && Kind::PioOut.runs_in_kernel());
     }
 }

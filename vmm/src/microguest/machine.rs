@@ -8,6 +8,7 @@
 //! length), and the number of exits a phase may make is bounded.
 
 use super::guest::{self, Kind};
+use super::kinds::{Role, VmmExit};
 use super::layout::{self, control, selector};
 use super::tables;
 use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
@@ -173,11 +174,11 @@ pub fn run_phase(
                 layout::SAMPLES_SIZE >> 20
             ))
         })?;
-    if matches!(phase.kind, Kind::Imul | Kind::KernelImul) {
+    let role = phase.kind.role();
+    if role == (Role::Stamps { chain: true }) {
         guest::chain_lengths(phase.param).map_err(Error::Usage)?;
     }
-    let batch = matches!(phase.kind, Kind::Int3Batch | Kind::SyscallBatch);
-    if batch && phase.param == 0 {
+    if matches!(role, Role::Batch { .. }) && phase.param == 0 {
         return Err(Error::Usage("a batch needs at least one crossing".into()));
     }
     let vm = Vm::new(&VmConfig {
@@ -412,15 +413,19 @@ enum RunEnd {
     Fault,
 }
 
-/// Whether an exit on this kind's measured path reaches the VMM.
+/// Whether an exit is the one on this kind's measured path (its
+/// [`Kind::reaches_vmm`], at the port, address or MSR the guest uses).
 fn measured_exit(kind: Kind, exit: &VcpuExit<'_>) -> bool {
-    match exit {
-        VcpuExit::IoOut(port, _) => kind == Kind::PioOut && *port == layout::PORT_MEASURE,
-        VcpuExit::IoIn(port, _) => kind == Kind::PioIn && *port == layout::PORT_MEASURE,
-        VcpuExit::MmioWrite(addr, _) => kind == Kind::MmioWrite && *addr == layout::MMIO_GPA,
-        VcpuExit::Hlt => kind == Kind::Hlt,
-        VcpuExit::X86Rdmsr(e) => kind == Kind::Rdmsr && e.index == layout::PROBE_MSR,
-        VcpuExit::X86Wrmsr(e) => kind == Kind::Wrmsr && e.index == layout::PROBE_MSR,
+    let Some(expected) = kind.reaches_vmm() else {
+        return false;
+    };
+    match (expected, exit) {
+        (VmmExit::IoOut, VcpuExit::IoOut(port, _)) => *port == layout::PORT_MEASURE,
+        (VmmExit::IoIn, VcpuExit::IoIn(port, _)) => *port == layout::PORT_MEASURE,
+        (VmmExit::MmioWrite, VcpuExit::MmioWrite(addr, _)) => *addr == layout::MMIO_GPA,
+        (VmmExit::Hlt, VcpuExit::Hlt) => true,
+        (VmmExit::Rdmsr, VcpuExit::X86Rdmsr(e)) => e.index == layout::PROBE_MSR,
+        (VmmExit::Wrmsr, VcpuExit::X86Wrmsr(e)) => e.index == layout::PROBE_MSR,
         _ => false,
     }
 }

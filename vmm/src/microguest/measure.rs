@@ -12,6 +12,8 @@
 //!    ([`xvmm_results::correction`]), all rounds together.
 
 use super::guest::Kind;
+pub use super::kinds::CROSSINGS;
+use super::kinds::{self, Role};
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
 use super::session::{Collected, CrossingRounds, ExitRounds, Session};
 use crate::progress::Progress;
@@ -92,9 +94,9 @@ impl Options {
 }
 
 /// Steps [`measure`] reports: the TSC quantum, then per round the stamp
-/// pairs, five crossings and eight exits.
+/// pairs, every crossing and every exit.
 pub fn phases(rounds: u32) -> u64 {
-    1 + u64::from(rounds) * (1 + CROSSINGS.len() as u64 + 8)
+    1 + u64::from(rounds) * (1 + CROSSINGS.len() as u64 + kinds::EXIT_ROWS as u64)
 }
 
 /// How long a one-sample probe may take before its kind counts as unsupported
@@ -144,32 +146,9 @@ pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Re
     Ok(assemble(opts, collected?))
 }
 
-/// The crossings in report order.
-pub const CROSSINGS: [(&str, Kind); 5] = [
-    ("pf", Kind::PageFault),
-    ("int3", Kind::Breakpoint),
-    ("syscall", Kind::Syscall),
-    ("sysenter", Kind::Sysenter),
-    ("int-n", Kind::IntN),
-];
-
 /// The exits in report order; the hypercall is chosen by CPU vendor.
-pub fn exit_kinds(facts: &GuestFacts) -> [(&'static str, Kind); 8] {
-    let hypercall = if facts.is_amd() {
-        ("vmmcall", Kind::Vmmcall)
-    } else {
-        ("vmcall", Kind::Vmcall)
-    };
-    [
-        ("cpuid", Kind::Cpuid),
-        ("pio-out", Kind::PioOut),
-        ("pio-in", Kind::PioIn),
-        ("mmio-write", Kind::MmioWrite),
-        hypercall,
-        ("rdmsr", Kind::Rdmsr),
-        ("wrmsr", Kind::Wrmsr),
-        ("hlt", Kind::Hlt),
-    ]
+pub fn exit_kinds(facts: &GuestFacts) -> Vec<(&'static str, Kind)> {
+    kinds::exit_rows(facts.is_amd()).collect()
 }
 
 /// The report of a run: host facts, method, stamp costs, rows and notes.
@@ -501,11 +480,7 @@ pub fn user_or_kernel_intervals(
     timeout: Duration,
     plain: bool,
 ) -> Result<Vec<u64>> {
-    let two_stamp = matches!(
-        kind,
-        Kind::Null | Kind::Imul | Kind::KernelNull | Kind::KernelNullInner | Kind::KernelImul
-    );
-    if !two_stamp {
+    if !matches!(kind.role(), Role::Stamps { .. }) {
         return Err(Error::Usage(format!(
             "{kind:?} is not a two-stamp stamp-timing kind"
         )));
@@ -708,21 +683,11 @@ pub fn split_exits(
 /// `int 0x80` with #UD).
 pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
     // The stamp loops cross nothing: any fault there is a real failure.
-    if matches!(
-        kind,
-        Kind::Null | Kind::Imul | Kind::KernelNull | Kind::KernelNullInner | Kind::KernelImul
-    ) {
+    if matches!(kind.role(), Role::Stamps { .. }) {
         return None;
     }
     let entries = super::guest::kernel_entries();
-    let entry = match kind {
-        Kind::Syscall | Kind::SyscallBatch => Some(entries.syscall),
-        Kind::Sysenter => Some(entries.sysenter),
-        Kind::PageFault => Some(entries.page_fault),
-        Kind::Breakpoint | Kind::Int3Batch => Some(entries.breakpoint),
-        Kind::IntN => Some(entries.int_n),
-        _ => None,
-    };
+    let entry = kind.handler().map(|h| entries.handler(h));
     let code = |start: u64, len: usize| start..start + len as u64;
     let (loop_code, loop_cpl) = if kind.runs_in_kernel() {
         let kernel = super::guest::kernel_code().len();

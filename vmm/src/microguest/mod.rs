@@ -7,6 +7,7 @@
 //!
 //! - [`layout`]: the guest's address space and control block.
 //! - [`tables`]: GDT/TSS/IDT/page-table encoding (pure).
+//! - [`kinds`]: the measurement kinds, one table: routine, report row, how measured.
 //! - [`guest`]: the guest code (assembly) and its entry points.
 //! - [`machine`]: one VM per phase, the exit loop, host stamps around KVM_RUN.
 //! - [`session`]: one run, phase by phase and round by round.
@@ -16,6 +17,7 @@
 //! - [`platform`]: what runs where, per CPU vendor and hypervisor, as documented.
 
 pub mod guest;
+pub mod kinds;
 pub mod layout;
 pub mod linearity;
 pub mod machine;

@@ -6,6 +6,7 @@
 //! what was measured.
 
 use super::guest::{KernelStamps, Kind};
+use super::kinds::VmmExit;
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
 use super::measure::{self, exit_kinds, four_stamp_samples, misdelivered, TwoStamp, CROSSINGS};
 use crate::progress::Progress;
@@ -343,7 +344,10 @@ impl Session<'_> {
     }
 
     fn exit_unsupported(&self, kind: Kind, facts: &GuestFacts) -> Result<Option<String>> {
-        if matches!(kind, Kind::Rdmsr | Kind::Wrmsr) && !facts.user_space_msr {
+        let msr = kind
+            .reaches_vmm()
+            .is_some_and(VmmExit::needs_user_space_msr);
+        if msr && !facts.user_space_msr {
             return Ok(Some(
                 "KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into(),
             ));

@@ -17,6 +17,7 @@
 //!   pair that brackets it is subtracted; that a pair with an exit inside
 //!   outlasts the pair alone would hold with no exit at all).
 
+use super::kinds::CROSSINGS as ROWS;
 use xvmm_results::correction::parts_mismatch;
 use xvmm_results::{
     Corrections, Crossing, Environment, ExitTiming, Interval, Report, StampCosts, Status,
@@ -29,7 +30,15 @@ use xvmm_results::{
 pub const MIN_EXIT_TICKS: u64 = 300;
 
 /// Crossings a microguest report lists, in order.
-pub const CROSSINGS: [&str; 5] = ["pf", "int3", "syscall", "sysenter", "int-n"];
+pub const CROSSINGS: [&str; ROWS.len()] = {
+    let mut names = [""; ROWS.len()];
+    let mut i = 0;
+    while i < ROWS.len() {
+        names[i] = ROWS[i].0;
+        i += 1;
+    }
+    names
+};
 
 /// Everything wrong with `report` (empty when it passes).
 pub fn problems(report: &Report) -> Vec<String> {

@@ -48,7 +48,7 @@ xvmm_mg_kbad_kind:
     .endr
     REPORT_FAULT ({other_vector}+1), 0
 
-// The CPL0 loops, in Kind order from Kind::KernelNull.
+// The CPL0 loops, in the order of KINDS (kinds.rs) from Kind::KernelNull.
 .p2align 2
 xvmm_mg_ktable:
     .long xvmm_mg_k_null - xvmm_mg_ktable

@@ -24,7 +24,7 @@ xvmm_mg_user_done:
 3:
     ud2
 
-// The user routines, in Kind order from Kind::Null.
+// The user routines, in the order of KINDS (kinds.rs) from Kind::Null.
 .p2align 2
 xvmm_mg_utable:
     .long xvmm_mg_u_null - xvmm_mg_utable

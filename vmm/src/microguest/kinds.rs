@@ -1,0 +1,395 @@
+//! The microguest's measurement kinds, one table: each kind's number, the
+//! routine the guest's dispatch tables (`asm/user.S`, `asm/kernel.S`) list
+//! for it, and what it measures. The report's crossing and exit rows, the
+//! handler a crossing lands on and how an exit reaches xvmm all come from
+//! [`KINDS`]; a test checks the assembly's tables against it.
+
+/// Declares [`Kind`] and [`KINDS`] from one list, so that a kind's number
+/// is its row's position (and its index into the blob's dispatch table).
+macro_rules! kinds {
+    ($($(#[$doc:meta])* $kind:ident => ($blob:ident, $routine:literal, $role:expr);)*) => {
+        /// Measurement kinds: the index into the guest's dispatch tables. User
+        /// kinds come first, then kernel (CPL0) kinds from [`Kind::FIRST_KERNEL`].
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u64)]
+        pub enum Kind {
+            $($(#[$doc])* $kind,)*
+        }
+
+        /// Every kind, in [`Kind`] order.
+        pub const KINDS: [KindSpec; [$(Kind::$kind),*].len()] = [$(KindSpec {
+            kind: Kind::$kind,
+            blob: Blob::$blob,
+            routine: $routine,
+            role: $role,
+        }),*];
+    };
+}
+
+// A new kind: a row here, and its routine at the same place in its blob's
+// dispatch table (a test checks). An exit that reaches xvmm in a new way
+// also needs a `VmmExit` and its case in `machine::measured_exit`.
+kinds! {
+    Null => (User, "xvmm_mg_u_null", Role::Stamps { chain: false });
+    PageFault => (User, "xvmm_mg_u_pf", crossing("pf", Handler::PageFault));
+    Breakpoint => (User, "xvmm_mg_u_int3", crossing("int3", Handler::Breakpoint));
+    Syscall => (User, "xvmm_mg_u_syscall", crossing("syscall", Handler::Syscall));
+    Sysenter => (User, "xvmm_mg_u_sysenter", crossing("sysenter", Handler::Sysenter));
+    IntN => (User, "xvmm_mg_u_intn", crossing("int-n", Handler::IntN));
+    Imul => (User, "xvmm_mg_u_imul", Role::Stamps { chain: true });
+    /// Two plain RDTSC back to back (the TSC quantum).
+    TscStep => (User, "xvmm_mg_u_tsc_step", Role::Quantum);
+    /// PARAM int3 between one pair of stamps (the batched figure).
+    Int3Batch => (User, "xvmm_mg_u_int3_batch", Role::Batch { of: Kind::Breakpoint });
+    /// PARAM SYSCALLs between one pair of stamps.
+    SyscallBatch => (User, "xvmm_mg_u_syscall_batch", Role::Batch { of: Kind::Syscall });
+    /// The kernel stamps as exit loops take them: opening, then closing.
+    KernelNull => (Kernel, "xvmm_mg_k_null", Role::Stamps { chain: false });
+    Cpuid => (Kernel, "xvmm_mg_k_cpuid", exit("cpuid", None));
+    PioOut => (Kernel, "xvmm_mg_k_pio_out", exit("pio-out", Some(VmmExit::IoOut)));
+    PioIn => (Kernel, "xvmm_mg_k_pio_in", exit("pio-in", Some(VmmExit::IoIn)));
+    MmioWrite => (Kernel, "xvmm_mg_k_mmio", exit("mmio-write", Some(VmmExit::MmioWrite)));
+    Vmcall => (Kernel, "xvmm_mg_k_vmcall", hypercall("vmcall", Cpus::NotAmd));
+    Vmmcall => (Kernel, "xvmm_mg_k_vmmcall", hypercall("vmmcall", Cpus::Amd));
+    Rdmsr => (Kernel, "xvmm_mg_k_rdmsr", exit("rdmsr", Some(VmmExit::Rdmsr)));
+    Wrmsr => (Kernel, "xvmm_mg_k_wrmsr", exit("wrmsr", Some(VmmExit::Wrmsr)));
+    Hlt => (Kernel, "xvmm_mg_k_hlt", exit("hlt", Some(VmmExit::Hlt)));
+    /// The kernel stamps as a handler takes them: closing, then opening.
+    KernelNullInner => (Kernel, "xvmm_mg_k_null_inner", Role::Stamps { chain: false });
+    /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
+    KernelImul => (Kernel, "xvmm_mg_k_imul", Role::Stamps { chain: true });
+}
+
+/// One row of [`KINDS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindSpec {
+    pub kind: Kind,
+    /// Which blob's dispatch table holds the routine.
+    pub blob: Blob,
+    /// The routine's label in that blob.
+    pub routine: &'static str,
+    pub role: Role,
+}
+
+/// The two blobs of guest code: user (CPL3) and kernel (CPL0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blob {
+    User,
+    Kernel,
+}
+
+/// What a kind's phase measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A stamp pair with nothing between, or with an imul chain whose
+    /// lengths PARAM gives (`chain`): crosses nothing, so a fault is a bug.
+    Stamps { chain: bool },
+    /// Back-to-back TSC reads (the quantum).
+    Quantum,
+    /// A user->kernel crossing, the report's row `name`: four stamps, the
+    /// kernel's two in the handler it lands on.
+    Crossing {
+        name: &'static str,
+        handler: Handler,
+    },
+    /// PARAM crossings of kind `of` between one stamp pair.
+    Batch { of: Kind },
+    /// A VM exit timed at CPL0, the report's row `name` on `cpus`; `reaches`
+    /// is how it comes to xvmm (`None`: KVM handles it).
+    Exit {
+        name: &'static str,
+        reaches: Option<VmmExit>,
+        cpus: Cpus,
+    },
+}
+
+const fn crossing(name: &'static str, handler: Handler) -> Role {
+    Role::Crossing { name, handler }
+}
+
+/// An exit on every CPU.
+const fn exit(name: &'static str, reaches: Option<VmmExit>) -> Role {
+    Role::Exit {
+        name,
+        reaches,
+        cpus: Cpus::Any,
+    }
+}
+
+/// A hypercall (number 0, unknown to KVM, so it stays in KVM): one
+/// instruction per vendor, sharing one report row.
+const fn hypercall(name: &'static str, cpus: Cpus) -> Role {
+    Role::Exit {
+        name,
+        reaches: None,
+        cpus,
+    }
+}
+
+/// The kernel entry point a crossing lands on ([`super::guest::KernelEntries`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handler {
+    PageFault,
+    Breakpoint,
+    IntN,
+    Syscall,
+    Sysenter,
+}
+
+/// The exit KVM hands xvmm for an exit kind's measured instruction (the port,
+/// address or MSR is [`super::layout`]'s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmmExit {
+    IoOut,
+    IoIn,
+    MmioWrite,
+    Hlt,
+    Rdmsr,
+    Wrmsr,
+}
+
+impl VmmExit {
+    /// Whether it reaches xvmm only with KVM_CAP_X86_USER_SPACE_MSR.
+    pub fn needs_user_space_msr(self) -> bool {
+        matches!(self, VmmExit::Rdmsr | VmmExit::Wrmsr)
+    }
+}
+
+/// The CPUs an exit row is measured on (AMD: AuthenticAMD, HygonGenuine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cpus {
+    Any,
+    Amd,
+    NotAmd,
+}
+
+impl Cpus {
+    pub const fn include(self, amd: bool) -> bool {
+        match self {
+            Cpus::Any => true,
+            Cpus::Amd => amd,
+            Cpus::NotAmd => !amd,
+        }
+    }
+}
+
+impl Kind {
+    pub const FIRST_KERNEL: u64 = first_kernel();
+    pub const COUNT: u64 = KINDS.len() as u64;
+
+    pub const fn spec(self) -> &'static KindSpec {
+        &KINDS[self as usize]
+    }
+
+    pub const fn role(self) -> Role {
+        self.spec().role
+    }
+
+    /// Whether each sample has four stamps (a user<->kernel crossing) rather
+    /// than two (an interval measured on one side).
+    pub const fn four_stamps(self) -> bool {
+        matches!(self.role(), Role::Crossing { .. } | Role::Batch { .. })
+    }
+
+    /// The batched kind of a crossing, where there is one.
+    pub const fn batched(self) -> Option<Kind> {
+        let mut i = 0;
+        while i < KINDS.len() {
+            if let Role::Batch { of } = KINDS[i].role {
+                if of as u64 == self as u64 {
+                    return Some(KINDS[i].kind);
+                }
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// Bytes per sample in the sample buffer.
+    pub const fn stride(self) -> u64 {
+        if self.four_stamps() {
+            32
+        } else {
+            16
+        }
+    }
+
+    pub const fn runs_in_kernel(self) -> bool {
+        matches!(self.spec().blob, Blob::Kernel)
+    }
+
+    /// The kernel entry point a crossing (or a batch of them) lands on.
+    pub const fn handler(self) -> Option<Handler> {
+        match self.role() {
+            Role::Crossing { handler, .. } => Some(handler),
+            Role::Batch { of } => of.handler(),
+            _ => None,
+        }
+    }
+
+    /// How an exit kind's measured instruction reaches xvmm, if it does.
+    pub const fn reaches_vmm(self) -> Option<VmmExit> {
+        match self.role() {
+            Role::Exit { reaches, .. } => reaches,
+            _ => None,
+        }
+    }
+}
+
+const fn first_kernel() -> u64 {
+    let mut i = 0;
+    while i < KINDS.len() && matches!(KINDS[i].blob, Blob::User) {
+        i += 1;
+    }
+    i as u64
+}
+
+const fn crossing_count() -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < KINDS.len() {
+        if let Role::Crossing { .. } = KINDS[i].role {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+const fn exit_count(amd: bool) -> usize {
+    let (mut i, mut n) = (0, 0);
+    while i < KINDS.len() {
+        if let Role::Exit { cpus, .. } = KINDS[i].role {
+            if cpus.include(amd) {
+                n += 1;
+            }
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The report's crossing rows, in table order.
+pub const CROSSINGS: [(&str, Kind); crossing_count()] = {
+    let mut out = [("", Kind::Null); crossing_count()];
+    let (mut i, mut n) = (0, 0);
+    while i < KINDS.len() {
+        if let Role::Crossing { name, .. } = KINDS[i].role {
+            out[n] = (name, KINDS[i].kind);
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+};
+
+/// Exit rows a report has on any CPU (the same count on every vendor).
+pub const EXIT_ROWS: usize = exit_count(false);
+
+/// The report's exit rows on an AMD CPU or another one, in table order.
+pub fn exit_rows(amd: bool) -> impl Iterator<Item = (&'static str, Kind)> {
+    KINDS.iter().filter_map(move |s| match s.role {
+        Role::Exit { name, cpus, .. } if cpus.include(amd) => Some((name, s.kind)),
+        _ => None,
+    })
+}
+
+// The guest dispatches by number below and from FIRST_KERNEL; progress
+// counts one set of exit rows for either vendor.
+const _: () = {
+    let mut i = 0;
+    while i < KINDS.len() {
+        assert!(KINDS[i].kind as usize == i);
+        assert!(matches!(KINDS[i].blob, Blob::User) == (i < Kind::FIRST_KERNEL as usize));
+        i += 1;
+    }
+    assert!(exit_count(true) == exit_count(false));
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The routines a dispatch table of `asm` lists (`.long routine - table`), in order.
+    fn dispatch_table(asm: &str, table: &str) -> Vec<String> {
+        let start = asm
+            .find(&format!("\n{table}:\n"))
+            .unwrap_or_else(|| panic!("no {table}"));
+        let suffix = format!(" - {table}");
+        asm[start..]
+            .lines()
+            .skip(2)
+            .map_while(|l| l.trim().strip_prefix(".long "))
+            .map(|l| l.strip_suffix(&suffix).expect("an offset from the table"))
+            .map(String::from)
+            .collect()
+    }
+
+    fn routines(blob: Blob) -> Vec<String> {
+        KINDS
+            .iter()
+            .filter(|s| s.blob == blob)
+            .map(|s| s.routine.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_dispatch_tables_list_the_routines_in_kind_order() {
+        let user = dispatch_table(include_str!("asm/user.S"), "xvmm_mg_utable");
+        let kernel = dispatch_table(include_str!("asm/kernel.S"), "xvmm_mg_ktable");
+        assert_eq!(user, routines(Blob::User));
+        assert_eq!(kernel, routines(Blob::Kernel));
+        assert_eq!((user.len() + kernel.len()) as u64, Kind::COUNT);
+        assert_eq!(user.len() as u64, Kind::FIRST_KERNEL);
+    }
+
+    #[test]
+    fn kinds_split_four_and_two_stamp_samples() {
+        assert!(Kind::PageFault.four_stamps() && Kind::IntN.four_stamps());
+        assert!(!Kind::Cpuid.four_stamps() && !Kind::Null.four_stamps());
+        assert_eq!(Kind::Syscall.stride(), 32);
+        assert_eq!(Kind::Hlt.stride(), 16);
+        assert!(Kind::Rdmsr.runs_in_kernel() && Kind::KernelNull.runs_in_kernel());
+        assert!(!Kind::Imul.runs_in_kernel());
+        assert_eq!(Kind::KernelImul as u64 + 1, Kind::COUNT);
+        assert!(Kind::Cpuid.runs_in_kernel() && Kind::PioOut.runs_in_kernel());
+        assert_eq!(Kind::FIRST_KERNEL, Kind::KernelNull as u64);
+    }
+
+    #[test]
+    fn crossings_run_in_user_mode_and_exits_in_the_kernel() {
+        for s in &KINDS {
+            match s.role {
+                Role::Crossing { .. } | Role::Batch { .. } | Role::Quantum => {
+                    assert_eq!(s.blob, Blob::User, "{:?}", s.kind)
+                }
+                Role::Exit { .. } => assert_eq!(s.blob, Blob::Kernel, "{:?}", s.kind),
+                Role::Stamps { .. } => {}
+            }
+        }
+    }
+
+    #[test]
+    fn batches_and_handlers_follow_their_crossing() {
+        assert_eq!(Kind::Breakpoint.batched(), Some(Kind::Int3Batch));
+        assert_eq!(Kind::Syscall.batched(), Some(Kind::SyscallBatch));
+        assert_eq!(Kind::PageFault.batched(), None);
+        assert_eq!(Kind::SyscallBatch.handler(), Some(Handler::Syscall));
+        assert_eq!(Kind::Int3Batch.handler(), Some(Handler::Breakpoint));
+        assert_eq!(Kind::Cpuid.handler(), None);
+    }
+
+    #[test]
+    fn the_report_rows_keep_their_names_and_order() {
+        let names: Vec<&str> = CROSSINGS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["pf", "int3", "syscall", "sysenter", "int-n"]);
+        let exits = |amd| exit_rows(amd).map(|(name, _)| name).collect::<Vec<_>>();
+        let with = |hypercall| {
+            let mut rows = vec!["cpuid", "pio-out", "pio-in", "mmio-write"];
+            rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
+            rows
+        };
+        assert_eq!(exits(true), with("vmmcall"));
+        assert_eq!(exits(false), with("vmcall"));
+        assert_eq!(EXIT_ROWS, 8);
+    }
+}
