@@ -64,7 +64,7 @@ fuzz_target!(|exits: Vec<Exit>| {
             Exit::SystemEvent { kind: 1, .. } => step == Step::End(GuestEnd::PowerOff),
             Exit::SystemEvent { kind: 2, .. } => step == Step::End(GuestEnd::Reset),
             Exit::SystemEvent { kind: 3, .. } => step == Step::Fatal(Fatal::Crash),
-            Exit::FailEntry { reason, .. } => step == Step::Fatal(Fatal::FailEntry(*reason)),
+            Exit::FailEntry { reason, cpu } => step == Step::Fatal(Fatal::FailEntry(*reason, *cpu)),
             Exit::Hlt => step == Step::Fatal(Fatal::Hlt),
             Exit::Shutdown => step == Step::Fatal(Fatal::Shutdown),
             Exit::Intr => step == Step::Kicked,

@@ -33,7 +33,7 @@ use crate::devices::serial::Uart;
 use crate::devices::PortBus;
 use crate::host_fault::HostFaults;
 use crate::host_trace::{ExitTracer, TraceSummary};
-use crate::vcpu::{self, GuestEnd, RunControl, Vcpu, VcpuConfig};
+use crate::vcpu::{self, GuestEnd, Machine, MachineSpec, RunControl, TscOffset, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
 use crate::{layout, Error, Result};
 use std::io::Cursor;
@@ -221,28 +221,25 @@ pub struct LinuxRun {
     pub async_pf_en: Option<u64>,
 }
 
-/// The VM and its vCPU, built and loaded, not yet running.
-struct Machine {
-    vm: Vm,
-    vcpu: Vcpu,
-}
-
+/// Builds the VM and its vCPU and loads the guest: ready to run.
 fn build_machine(p: &mut Prepared) -> Result<Machine> {
     let cfg = &p.config;
-    let vm = Vm::new(&VmConfig {
-        mem_bytes: cfg.mem_mib << 20,
-        irqchip: true,
-    })?;
-    let vcpu = Vcpu::new(
-        &vm,
-        &VcpuConfig {
+    let machine = Machine::new(&MachineSpec {
+        vm: VmConfig {
+            mem_bytes: cfg.mem_mib << 20,
+            irqchip: true,
+        },
+        vcpu: VcpuConfig {
             id: 0,
             nr_vcpus: 1,
             tsc_khz: cfg.tsc_khz,
-            tsc_offset: cfg.tsc_offset,
+            // Without --tsc-offset, the guest's TSC is as KVM sets it up.
+            tsc_offset: cfg.tsc_offset.map_or(TscOffset::Kvm, TscOffset::Exact),
             async_pf: cfg.async_pf,
         },
-    )?;
+        user_space_msr: false,
+    })?;
+    let (vm, vcpu) = (&machine.vm, &machine.vcpu);
     let entry = match &mut p.init {
         Init::User(f) => boot::load(&vm.memory, &vm.ram, &p.plan, &mut p.kernel, Some(f))?,
         Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, &mut p.kernel, Some(c))?,
@@ -250,7 +247,7 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
     regs::setup_boot_cpu(&vcpu.fd, &vm.memory, &entry)?;
     msr::setup_boot_msrs(&vcpu.fd)?;
     regs::setup_lint(&vcpu.fd)?;
-    Ok(Machine { vm, vcpu })
+    Ok(machine)
 }
 
 /// The UART on IRQ 4 (through an irqfd), writing to the console.
@@ -274,7 +271,7 @@ fn attach_uart(vm: &Vm, console: Console) -> Result<(PortBus, console::PanicLine
 
 /// Boots the prepared guest and runs it to its end (see the module docs).
 pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
-    let Machine { vm, mut vcpu } = build_machine(&mut prepared)?;
+    let Machine { vm, mut vcpu, .. } = build_machine(&mut prepared)?;
     let (mut bus, panic_line) = attach_uart(&vm, console)?;
     let cfg = &prepared.config;
     if let Some(cpu) = cfg.pin {

@@ -15,12 +15,14 @@ use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
 use crate::arch::x86_64::msr::{self, EFER_LMA, EFER_LME, EFER_SCE};
 use crate::arch::x86_64::regs::{X86_CR0_ET, X86_CR0_NE, X86_CR0_PE, X86_CR0_PG, X86_CR4_PAE};
 use crate::host_trace::{ExitTracer, TraceSummary};
-use crate::vcpu::{RunControl, Vcpu, VcpuConfig};
-use crate::vm::{Vm, VmConfig};
+use crate::vcpu::{
+    run_loop, Action, ExitHandler, Fatal, Machine, MachineSpec, RunControl, TscOffset, Vcpu,
+    VcpuConfig,
+};
+use crate::vm::VmConfig;
 use crate::{Error, Result};
-use kvm_bindings::KVM_MSR_EXIT_REASON_UNKNOWN;
-use kvm_bindings::{kvm_enable_cap, kvm_msr_entry, kvm_regs, KVM_CAP_X86_USER_SPACE_MSR};
-use kvm_ioctls::{Cap, VcpuExit};
+use kvm_bindings::{kvm_msr_entry, kvm_regs};
+use kvm_ioctls::VcpuExit;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xvmm_results::tsc;
 
@@ -181,19 +183,11 @@ pub fn run_phase(
     if matches!(role, Role::Batch { .. }) && phase.param == 0 {
         return Err(Error::Usage("a batch needs at least one crossing".into()));
     }
-    let vm = Vm::new(&VmConfig {
-        mem_bytes: layout::MEM_BYTES,
-        irqchip: false,
-    })?;
-    let user_space_msr = enable_user_space_msr(&vm);
-    let mut vcpu = Vcpu::new(
-        &vm,
-        &VcpuConfig {
-            tsc_khz: cfg.tsc_khz,
-            ..VcpuConfig::boot()
-        },
-    )?;
-    set_tsc_offset(&vcpu, cfg.tsc_offset)?;
+    let Machine {
+        vm,
+        mut vcpu,
+        user_space_msr,
+    } = new_machine(cfg)?;
     let facts = GuestFacts {
         vendor: cpuid_string(&vcpu, 0, [1, 3, 2]),
         hypervisor_signature: cpuid_string(&vcpu, 0x4000_0000, [1, 2, 3]),
@@ -241,31 +235,25 @@ pub fn run_phase(
     Ok((end, facts))
 }
 
-fn enable_user_space_msr(vm: &Vm) -> bool {
-    if !vm.kvm.check_extension(Cap::X86UserSpaceMsr) {
-        return false;
-    }
-    let mut cap = kvm_enable_cap {
-        cap: KVM_CAP_X86_USER_SPACE_MSR,
-        ..Default::default()
-    };
-    cap.args[0] = u64::from(KVM_MSR_EXIT_REASON_UNKNOWN);
-    vm.fd.enable_cap(&cap).is_ok()
-}
-
-/// Sets the requested guest TSC offset; an explicit request KVM cannot honour
-/// is an error. By default, try 0 so that guest and host stamps share one
-/// clock; where KVM moves the offset anyway the phase reports it as unknown.
-fn set_tsc_offset(vcpu: &Vcpu, requested: Option<i64>) -> Result<()> {
-    match requested {
-        Some(offset) => vcpu.set_tsc_offset(offset),
-        None if vcpu.has_tsc_offset_control() => {
-            // Best effort: the read-back after each phase decides what is usable.
-            let _ = vcpu.set_tsc_offset(0);
-            Ok(())
-        }
-        None => Ok(()),
-    }
+/// A phase's VM and vCPU.
+fn new_machine(cfg: &MachineConfig) -> Result<Machine> {
+    Machine::new(&MachineSpec {
+        vm: VmConfig {
+            mem_bytes: layout::MEM_BYTES,
+            irqchip: false,
+        },
+        vcpu: VcpuConfig {
+            tsc_khz: cfg.tsc_khz,
+            // By default guest and host stamps share one clock where KVM lets
+            // them; where it moves the offset anyway the phase reports it as
+            // unknown (the read-back in `run_phase`).
+            tsc_offset: cfg
+                .tsc_offset
+                .map_or(TscOffset::ZeroIfPossible, TscOffset::Exact),
+            ..VcpuConfig::boot()
+        },
+        user_space_msr: true,
+    })
 }
 
 /// Concatenates CPUID registers of `function` (0=EAX..3=EDX in `order`) as text.
@@ -430,25 +418,40 @@ fn measured_exit(kind: Kind, exit: &VcpuExit<'_>) -> bool {
     }
 }
 
-fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<RunEnd> {
-    let expected_exits = phase.warmup.saturating_add(phase.samples);
-    let mut host = Vec::with_capacity(expected_exits.min(1 << 20) as usize);
-    let mut running = rc.attach(vcpu);
-    let mut pending: Option<u64> = None;
+/// The microguest's side of [`run_loop`]: answers the exits on the kind's
+/// measured path and stamps them; the doorbells end the phase.
+struct Doorbell {
+    kind: Kind,
+    expected_exits: u64,
+    host: Vec<HostStamps>,
+    /// When the last measured exit returned from KVM_RUN.
+    pending: Option<u64>,
+    /// When the latest KVM_RUN returned.
+    exited: u64,
+}
+
+impl ExitHandler for Doorbell {
+    type End = RunEnd;
+
     // Host stamps bracket KVM_RUN: the interval from `exited` to the next
     // `reentered` is the time spent in xvmm for that exit.
-    loop {
+    fn before_run(&mut self) {
         let reentered = tsc::open();
-        if let Some(exited) = pending.take() {
-            host.push(HostStamps { exited, reentered });
+        if let Some(exited) = self.pending.take() {
+            self.host.push(HostStamps { exited, reentered });
         }
-        let mut exit = running.run()?;
-        let (exited, _) = tsc::close();
-        if measured_exit(phase.kind, &exit) {
-            if host.len() as u64 >= expected_exits {
+    }
+
+    fn after_run(&mut self) {
+        (self.exited, _) = tsc::close();
+    }
+
+    fn handle(&mut self, mut exit: VcpuExit<'_>) -> Result<Action<RunEnd>> {
+        if measured_exit(self.kind, &exit) {
+            if self.host.len() as u64 >= self.expected_exits {
                 return Err(Error::Guest(format!(
-                    "the guest made more than the {expected_exits} exits its {:?} phase needs",
-                    phase.kind
+                    "the guest made more than the {} exits its {:?} phase needs",
+                    self.expected_exits, self.kind
                 )));
             }
             match &mut exit {
@@ -460,40 +463,41 @@ fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<Ru
                 VcpuExit::X86Wrmsr(e) => *e.error = 0,
                 _ => {}
             }
-            pending = Some(exited);
-            continue;
+            self.pending = Some(self.exited);
+            return Ok(Action::Resume);
         }
-        let outcome = match exit {
-            VcpuExit::IoOut(layout::PORT_DONE, _) => Some(RunEnd::Done(std::mem::take(&mut host))),
-            VcpuExit::IoOut(layout::PORT_FAULT, _) => Some(RunEnd::Fault),
-            VcpuExit::Intr => None,
-            VcpuExit::Shutdown => Some(RunEnd::Refused(
-                "the VM shut down (KVM_EXIT_SHUTDOWN: triple fault)".into(),
-            )),
-            VcpuExit::InternalError => Some(RunEnd::Refused(
-                "KVM could not run the guest code (KVM_EXIT_INTERNAL_ERROR)".into(),
-            )),
-            VcpuExit::FailEntry(reason, cpu) => Some(RunEnd::Refused(format!(
-                "VM entry failed (KVM_EXIT_FAIL_ENTRY, reason {reason:#x}, cpu {cpu})"
+        Ok(match exit {
+            VcpuExit::IoOut(layout::PORT_DONE, _) => {
+                Action::End(RunEnd::Done(std::mem::take(&mut self.host)))
+            }
+            VcpuExit::IoOut(layout::PORT_FAULT, _) => Action::End(RunEnd::Fault),
+            other => Action::Fatal(Fatal::Other(format!("{other:?}"))),
+        })
+    }
+
+    /// What the hypervisor refuses costs only this phase; an exit the guest
+    /// never makes ends the run.
+    fn fatal(&mut self, fatal: Fatal, why: String) -> Result<RunEnd> {
+        match fatal {
+            Fatal::Shutdown | Fatal::Internal | Fatal::FailEntry(..) => Ok(RunEnd::Refused(why)),
+            _ => Err(Error::Guest(format!(
+                "{why} during the {:?} phase",
+                self.kind
             ))),
-            other => {
-                let what = format!("{other:?}");
-                let rip = running.vcpu().rip();
-                return Err(Error::Guest(format!(
-                    "unexpected exit during the {:?} phase at RIP {rip:#x}: {what}",
-                    phase.kind
-                )));
-            }
-        };
-        match outcome {
-            Some(RunEnd::Refused(reason)) => {
-                let rip = running.vcpu().rip();
-                return Ok(RunEnd::Refused(format!("{reason} at RIP {rip:#x}")));
-            }
-            Some(end) => return Ok(end),
-            None => continue,
         }
     }
+}
+
+fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<RunEnd> {
+    let expected_exits = phase.warmup.saturating_add(phase.samples);
+    let mut doorbell = Doorbell {
+        kind: phase.kind,
+        expected_exits,
+        host: Vec::with_capacity(expected_exits.min(1 << 20) as usize),
+        pending: None,
+        exited: 0,
+    };
+    run_loop(&mut rc.attach(vcpu), &mut doorbell)
 }
 
 fn read_fault(memory: &GuestMemoryMmap) -> Result<GuestFault> {
@@ -530,6 +534,51 @@ mod tests {
         assert_eq!(vector_name(guest::OTHER_VECTOR), "interrupt >= 32");
         assert_eq!(vector_name(guest::OTHER_VECTOR + 1), "invalid command");
         assert_eq!(vector_name(14), "#PF");
+    }
+
+    fn doorbell(kind: Kind) -> Doorbell {
+        Doorbell {
+            kind,
+            expected_exits: 1,
+            host: Vec::new(),
+            pending: None,
+            exited: 42,
+        }
+    }
+
+    #[test]
+    fn a_measured_exit_is_answered_and_stamped_within_the_phase_budget() {
+        let mut d = doorbell(Kind::PioIn);
+        let mut data = [0xaa; 4];
+        let exit = VcpuExit::IoIn(layout::PORT_MEASURE, &mut data);
+        assert!(matches!(d.handle(exit), Ok(Action::Resume)));
+        assert_eq!((data, d.pending), ([0; 4], Some(42)));
+        d.before_run();
+        assert_eq!(d.host.len(), 1);
+        let exit = VcpuExit::IoIn(layout::PORT_MEASURE, &mut data);
+        let err = d.handle(exit).err().expect("over budget");
+        assert!(err.to_string().contains("more than the 1 exits"), "{err}");
+        let done = d.handle(VcpuExit::IoOut(layout::PORT_DONE, &[0]));
+        assert!(matches!(done, Ok(Action::End(RunEnd::Done(h))) if h.len() == 1));
+    }
+
+    #[test]
+    fn refused_exits_cost_the_phase_and_unexpected_ones_the_run() {
+        let mut d = doorbell(Kind::KernelNull);
+        for fatal in [Fatal::Shutdown, Fatal::Internal, Fatal::FailEntry(7, 0)] {
+            let end = d.fatal(fatal, "why".into());
+            assert!(matches!(end, Ok(RunEnd::Refused(r)) if r == "why"));
+        }
+        let exit = d.handle(VcpuExit::Hlt);
+        assert!(matches!(exit, Ok(Action::Fatal(Fatal::Other(ref w))) if w == "Hlt"));
+        let err = d.fatal(
+            Fatal::Other("Hlt".into()),
+            "unexpected VM exit Hlt at RIP 0x1".into(),
+        );
+        assert_eq!(
+            err.err().map(|e| e.to_string()).as_deref(),
+            Some("guest: unexpected VM exit Hlt at RIP 0x1 during the KernelNull phase")
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! - [`tables`]: GDT/TSS/IDT/page-table encoding (pure).
 //! - [`kinds`]: the measurement kinds, one table: routine, report row, how measured.
 //! - [`guest`]: the guest code (assembly) and its entry points.
-//! - [`machine`]: one VM per phase, the exit loop, host stamps around KVM_RUN.
+//! - [`machine`]: one VM per phase, its exit handler, host stamps around KVM_RUN.
 //! - [`session`]: one run, phase by phase and round by round.
 //! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).

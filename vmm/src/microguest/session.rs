@@ -472,8 +472,8 @@ impl Session<'_> {
     }
 }
 
-/// The VMM's stamps as `run_to_doorbell` takes them around `KVM_RUN`,
-/// natively: opening then closing (`H`), closing then opening (`H'`).
+/// The VMM's stamps as the microguest's exit handler (`machine.rs`) takes
+/// them around `KVM_RUN`, natively: opening then closing (`H`), closing then opening (`H'`).
 pub fn vmm_pairs(warmup: u64, samples: u64) -> (Vec<u64>, Vec<u64>) {
     for _ in 0..warmup {
         std::hint::black_box((tsc::open(), tsc::close()));

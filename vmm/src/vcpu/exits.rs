@@ -1,7 +1,11 @@
-//! The exit loop for guests that end the VM through the standard ports
-//! ([`crate::devices::PortBus`]): port I/O dispatch, results doorbell, and every
-//! fatal exit turned into a one-line `Error::Guest` naming the reason and RIP.
+//! The exits of guests that end the VM through the standard ports
+//! ([`crate::devices::PortBus`]): port I/O dispatch, results doorbell, host
+//! faults, halts, each handled for [`run_loop`]; a fatal exit ends the run
+//! with `Error::Guest` naming the reason and RIP
+//! ([`super::exit_loop::describe_fatal`]).
 
+pub use super::exit_loop::Fatal;
+use super::exit_loop::{fatal_exit, run_loop, Action, ExitHandler};
 use super::RunningVcpu;
 use crate::{Error, Result};
 use kvm_ioctls::VcpuExit;
@@ -58,28 +62,6 @@ const KVM_SYSTEM_EVENT_SHUTDOWN: u32 = 1;
 const KVM_SYSTEM_EVENT_RESET: u32 = 2;
 const KVM_SYSTEM_EVENT_CRASH: u32 = 3;
 
-/// Describes KVM_EXIT_INTERNAL_ERROR's suberror.
-pub fn internal_error_name(suberror: u32) -> &'static str {
-    match suberror {
-        1 => "emulation failure",
-        2 => "exception while delivering an exception",
-        3 => "cannot deliver an event",
-        4 => "unexpected exit reason",
-        _ => "unknown suberror",
-    }
-}
-
-/// Exits that end the run; described once the exit's borrow of kvm_run ends.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fatal {
-    Shutdown,
-    Internal,
-    FailEntry(u64),
-    Crash,
-    Hlt,
-    Other(String),
-}
-
 /// What one exit asks the loop to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -108,9 +90,6 @@ pub fn classify(exit: VcpuExit<'_>, bus: &mut crate::devices::PortBus) -> Step {
         }
         VcpuExit::MmioWrite(..) => Step::Mmio,
         VcpuExit::Intr => Step::Kicked,
-        VcpuExit::Shutdown => Step::Fatal(Fatal::Shutdown),
-        VcpuExit::InternalError => Step::Fatal(Fatal::Internal),
-        VcpuExit::FailEntry(reason, _cpu) => Step::Fatal(Fatal::FailEntry(reason)),
         VcpuExit::Hlt => Step::Fatal(Fatal::Hlt),
         VcpuExit::SystemEvent(kind, _) => match kind {
             KVM_SYSTEM_EVENT_SHUTDOWN => Step::End(GuestEnd::PowerOff),
@@ -118,7 +97,69 @@ pub fn classify(exit: VcpuExit<'_>, bus: &mut crate::devices::PortBus) -> Step {
             KVM_SYSTEM_EVENT_CRASH => Step::Fatal(Fatal::Crash),
             other => Step::Fatal(Fatal::Other(format!("system event {other}"))),
         },
-        other => Step::Fatal(Fatal::Other(format!("{other:?}"))),
+        other => {
+            Step::Fatal(fatal_exit(&other).unwrap_or_else(|| Fatal::Other(format!("{other:?}"))))
+        }
+    }
+}
+
+/// The port-bus guest's side of [`run_loop`]: what it sent and how often it
+/// exited, kept whatever the end.
+struct PortGuest<'a> {
+    bus: &'a mut crate::devices::PortBus,
+    memory: &'a vm_memory::GuestMemoryMmap,
+    faults: Option<&'a mut crate::host_fault::HostFaults>,
+    results: Option<xvmm_results::Report>,
+    bad_results: Option<Error>,
+    exits: u64,
+    unknown_mmio: u64,
+}
+
+impl ExitHandler for PortGuest<'_> {
+    type End = GuestEnd;
+
+    fn after_run(&mut self) {
+        self.exits += 1;
+    }
+
+    fn handle(&mut self, exit: VcpuExit<'_>) -> Result<Action<GuestEnd>> {
+        use crate::devices::IoEvent;
+        Ok(match classify(exit, self.bus) {
+            Step::Io(IoEvent::Continue) => Action::Resume,
+            Step::Io(IoEvent::Exit(status)) => Action::End(GuestEnd::Exit(status)),
+            Step::Io(IoEvent::Reset) => Action::End(GuestEnd::Reset),
+            Step::Io(IoEvent::Results(len)) => {
+                match read_results(self.memory, len) {
+                    Ok(report) => self.results = Some(report),
+                    Err(e) => self.bad_results = Some(e),
+                }
+                Action::Resume
+            }
+            Step::Io(IoEvent::DropPages(count)) => {
+                match self.faults.as_deref_mut() {
+                    Some(faults) => faults.serve_request(self.memory, count),
+                    None => crate::host_fault::refuse_request(self.memory),
+                }
+                Action::Resume
+            }
+            Step::Mmio => {
+                self.unknown_mmio += 1;
+                Action::Resume
+            }
+            // The loop takes kicks itself (`kicked`).
+            Step::Kicked => Action::Resume,
+            Step::End(end) => Action::End(end),
+            Step::Fatal(fatal) => Action::Fatal(fatal),
+        })
+    }
+
+    fn kicked(&mut self, vcpu: &mut super::Vcpu) -> Action<GuestEnd> {
+        // A kick is no exit.
+        self.exits -= 1;
+        match halted_for_good(vcpu) {
+            Some(rip) => Action::End(GuestEnd::Halted(rip)),
+            None => Action::Resume,
+        }
     }
 }
 
@@ -130,101 +171,29 @@ pub fn run_to_end(
     running: &mut RunningVcpu<'_>,
     bus: &mut crate::devices::PortBus,
     memory: &vm_memory::GuestMemoryMmap,
-    mut faults: Option<&mut crate::host_fault::HostFaults>,
+    faults: Option<&mut crate::host_fault::HostFaults>,
 ) -> RunOutcome {
-    use crate::devices::IoEvent;
-    let mut outcome = RunOutcome {
-        end: Err(Error::Guest("the run has not started".into())),
+    let mut guest = PortGuest {
+        bus,
+        memory,
+        faults,
         results: None,
         bad_results: None,
         exits: 0,
-        unknown_io: Default::default(),
         unknown_mmio: 0,
     };
-    let ended: std::result::Result<GuestEnd, Fatal> = loop {
-        let step = match running.run() {
-            Ok(exit) => classify(exit, bus),
-            Err(e) => {
-                bus.flush();
-                outcome.unknown_io = bus.unknown;
-                outcome.end = Err(e);
-                return outcome;
-            }
-        };
-        outcome.exits += 1;
-        match step {
-            Step::Io(IoEvent::Continue) => {}
-            Step::Io(IoEvent::Exit(status)) => break Ok(GuestEnd::Exit(status)),
-            Step::Io(IoEvent::Reset) => break Ok(GuestEnd::Reset),
-            Step::Io(IoEvent::Results(len)) => match read_results(memory, len) {
-                Ok(report) => outcome.results = Some(report),
-                Err(e) => outcome.bad_results = Some(e),
-            },
-            Step::Io(IoEvent::DropPages(count)) => match faults.as_deref_mut() {
-                Some(faults) => faults.serve_request(memory, count),
-                None => crate::host_fault::refuse_request(memory),
-            },
-            Step::Mmio => outcome.unknown_mmio += 1,
-            Step::Kicked => {
-                outcome.exits -= 1;
-                if let Some(rip) = halted_for_good(running.vcpu()) {
-                    break Ok(GuestEnd::Halted(rip));
-                }
-            }
-            Step::End(end) => break Ok(end),
-            Step::Fatal(fatal) => break Err(fatal),
-        }
-    };
-    bus.flush();
-    outcome.unknown_io = bus.unknown;
-    outcome.end = ended.map_err(|fatal| Error::Guest(describe_fatal(running.vcpu(), fatal)));
-    outcome
+    let end = run_loop(running, &mut guest);
+    guest.bus.flush();
+    RunOutcome {
+        end,
+        results: guest.results,
+        bad_results: guest.bad_results,
+        exits: guest.exits,
+        unknown_io: guest.bus.unknown,
+        unknown_mmio: guest.unknown_mmio,
+    }
 }
 
 fn read_results(memory: &vm_memory::GuestMemoryMmap, len: u32) -> Result<xvmm_results::Report> {
     crate::vm::parse_results(&crate::vm::read_results_bytes(memory, u64::from(len))?)
-}
-
-/// One line naming a fatal exit and where the guest was.
-fn describe_fatal(vcpu: &mut super::Vcpu, fatal: Fatal) -> String {
-    let rip = vcpu.rip();
-    match fatal {
-        Fatal::Shutdown => {
-            // SVM reinitialises the vCPU on a shutdown intercept: its state then
-            // shows the reset vector instead of where the fault was.
-            let reset = vcpu.fd.get_sregs().is_ok_and(|s| s.cs.base == 0xffff_0000);
-            if reset && rip == 0xfff0 {
-                "triple fault (KVM_EXIT_SHUTDOWN); KVM reset the vCPU, so the faulting RIP is lost (RIP reads 0xfff0)".to_string()
-            } else {
-                format!("triple fault (KVM_EXIT_SHUTDOWN) at RIP {rip:#x}")
-            }
-        }
-        Fatal::Internal => {
-            let run = vcpu.fd.get_kvm_run();
-            // SAFETY: exit_reason was KVM_EXIT_INTERNAL_ERROR, so `internal` is
-            // the union member KVM filled in.
-            let internal = unsafe { run.__bindgen_anon_1.internal };
-            let n = (internal.ndata as usize).min(internal.data.len());
-            let data: Vec<String> = internal.data[..n]
-                .iter()
-                .map(|d| format!("{d:#x}"))
-                .collect();
-            format!(
-                "KVM internal error (KVM_EXIT_INTERNAL_ERROR, suberror {}: {}) at RIP {rip:#x}, data [{}]",
-                internal.suberror,
-                internal_error_name(internal.suberror),
-                data.join(", ")
-            )
-        }
-        Fatal::FailEntry(reason) => format!(
-            "VM entry failed (KVM_EXIT_FAIL_ENTRY, hardware reason {reason:#x}) at RIP {rip:#x}"
-        ),
-        Fatal::Crash => {
-            format!("guest reported a crash (KVM_SYSTEM_EVENT_CRASH) at RIP {rip:#x}")
-        }
-        Fatal::Hlt => {
-            format!("guest halted (HLT) at RIP {rip:#x} with no interrupt controller to wake it")
-        }
-        Fatal::Other(what) => format!("unexpected VM exit {what} at RIP {rip:#x}"),
-    }
 }

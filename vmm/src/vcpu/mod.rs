@@ -7,16 +7,23 @@
 //! - [`Vcpu::tsc_offset`] / [`Vcpu::set_tsc_offset`]: the `KVM_VCPU_TSC_CTRL` /
 //!   `KVM_VCPU_TSC_OFFSET` vCPU attribute through raw `KVM_{HAS,GET,SET}_DEVICE_ATTR`
 //!   ioctls (kvm-ioctls offers them only on aarch64).
+//! - [`Machine::new`]: the one assembly of a VM and its vCPU (with the guest's
+//!   [`TscOffset`] policy) that every guest goes through.
 //! - [`run_control`]: deadline watchdog and stop signals ([`RunControl`], [`RunningVcpu`]);
 //!   [`signals`]: the SIGINT/SIGTERM/SIGHUP guard the caller holds while measuring.
-//! - [`exits`]: the exit loop shared by guests that use the standard ports
-//!   ([`run_to_end`]).
+//! - [`exit_loop`]: the one KVM_RUN loop ([`run_loop`]) and fatal-exit description;
+//!   each guest handles its own exits through an [`ExitHandler`].
+//! - [`exits`]: the handler of guests that use the standard ports ([`run_to_end`]).
 
+pub mod exit_loop;
 pub mod exits;
+mod machine;
 pub mod run_control;
 pub mod signals;
 
-pub use exits::{internal_error_name, run_to_end, GuestEnd, RunOutcome};
+pub use exit_loop::{internal_error_name, run_loop, Action, ExitHandler, Fatal};
+pub use exits::{run_to_end, GuestEnd, RunOutcome};
+pub use machine::{Machine, MachineSpec};
 pub use run_control::{Aborter, RunControl, RunningVcpu, StopReason};
 pub use signals::StopSignals;
 
@@ -35,8 +42,8 @@ pub struct VcpuConfig {
     pub nr_vcpus: u8,
     /// Guest TSC frequency to ask for (KVM_SET_TSC_KHZ); `None` keeps the host's.
     pub tsc_khz: Option<u32>,
-    /// Guest TSC offset relative to the (scaled) host TSC; `None` leaves KVM's.
-    pub tsc_offset: Option<i64>,
+    /// Guest TSC offset relative to the (scaled) host TSC.
+    pub tsc_offset: TscOffset,
     /// Offer KVM asynchronous page faults in CPUID.
     pub async_pf: bool,
 }
@@ -48,10 +55,22 @@ impl VcpuConfig {
             id: 0,
             nr_vcpus: 1,
             tsc_khz: None,
-            tsc_offset: None,
+            tsc_offset: TscOffset::Kvm,
             async_pf: false,
         }
     }
+}
+
+/// What a vCPU's TSC offset is set to (guest TSC = host TSC * ratio + offset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TscOffset {
+    /// Left as KVM set it.
+    Kvm,
+    /// This offset; an error where KVM cannot apply it.
+    Exact(i64),
+    /// 0 where KVM lets user space set it, so that guest and host stamps share
+    /// one clock; never an error (whoever relies on it reads the offset back).
+    ZeroIfPossible,
 }
 
 /// A configured vCPU.
@@ -73,7 +92,8 @@ mod ioctls {
 }
 
 impl Vcpu {
-    /// Creates vCPU `cfg.id` and sets its TSC frequency, CPUID and TSC offset.
+    /// Creates vCPU `cfg.id` and sets its TSC frequency, CPUID and TSC offset
+    /// (guests assemble theirs through [`Machine::new`]).
     pub fn new(vm: &Vm, cfg: &VcpuConfig) -> Result<Vcpu> {
         let fd = vm
             .fd
@@ -118,8 +138,13 @@ impl Vcpu {
             cpuid,
             tsc_khz,
         };
-        if let Some(offset) = cfg.tsc_offset {
-            vcpu.set_tsc_offset(offset)?;
+        match cfg.tsc_offset {
+            TscOffset::Kvm => {}
+            TscOffset::Exact(offset) => vcpu.set_tsc_offset(offset)?,
+            // Best effort: where it is refused or moves anyway, the read-back shows it.
+            TscOffset::ZeroIfPossible => {
+                let _ = vcpu.set_tsc_offset(0);
+            }
         }
         Ok(vcpu)
     }
