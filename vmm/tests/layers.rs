@@ -1,8 +1,12 @@
 //! The layer rule of README's Architecture section, checked on the source:
 //! a module of the xvmm crate may use only modules of a lower layer (or its
-//! own); clap and the terminal belong to the application layer alone.
+//! own); clap and the terminal belong to the application layer alone; no two
+//! files use one another. The checks are functions over a source root, run on
+//! `src/` and on planted trees that must fail them.
 
-use std::collections::BTreeMap;
+mod source_tree;
+
+use source_tree::{scan, tree::Crate};
 use std::path::{Path, PathBuf};
 
 /// Each top-level module of the xvmm crate and its layer (higher = closer to
@@ -36,168 +40,380 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
+fn layer(name: &str) -> Option<u32> {
+    LAYERS.iter().find(|l| l.0 == name).map(|l| l.1)
 }
 
-/// The top-level module a file belongs to ("" for lib.rs and main.rs).
-fn module_of(file: &Path) -> String {
-    let rel = file.strip_prefix(src()).unwrap();
-    let first = rel
-        .components()
-        .next()
-        .unwrap()
-        .as_os_str()
-        .to_string_lossy();
-    match first.strip_suffix(".rs") {
-        Some("lib" | "main") => String::new(),
-        Some(stem) => stem.to_string(),
-        None => first.into_owned(),
-    }
-}
-
-/// The code of a file without comments and without its `#[cfg(test)]` tail
-/// (tests may use anything).
-fn code_of(text: &str) -> String {
-    let body = match text.find("#[cfg(test)]") {
-        Some(i) => &text[..i],
-        None => text,
-    };
-    body.lines()
-        .map(|l| match l.find("//") {
-            Some(i) if !l[..i].contains('"') => &l[..i],
-            _ => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn ident(s: &str) -> &str {
-    let end = s
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .unwrap_or(s.len());
-    &s[..end]
-}
-
-/// Top-level modules a piece of code names through `crate::`.
-fn uses_of(code: &str) -> Vec<String> {
-    let mut used = Vec::new();
-    for (i, _) in code.match_indices("crate::") {
-        let rest = &code[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let inner = &group[..group.find('}').unwrap_or(group.len())];
-            used.extend(inner.split(',').map(|p| ident(p.trim()).to_string()));
-        } else {
-            used.push(ident(rest).to_string());
-        }
-    }
-    used.into_iter()
-        .filter(|u| !u.is_empty() && u != "self")
-        // The crate root re-exports the error type.
-        .map(|u| {
-            if u == "Error" || u == "Result" {
-                "error".into()
-            } else {
-                u
+/// Every module `lib.rs` declares has a layer and a file of its own (code in
+/// `lib.rs` itself has no layer to check against), and no `#[path]` moves a
+/// file away from the module its place names.
+fn structure_violations(krate: &Crate) -> Vec<String> {
+    let mut out = Vec::new();
+    let t = &krate.root().tokens;
+    let mut depth = 0;
+    for i in 0..t.len() {
+        match t[i].as_str() {
+            "{" => depth += 1,
+            "}" => depth -= 1,
+            "mod" if depth == 0 && i + 2 < t.len() => {
+                let name = &t[i + 1];
+                if layer(name).is_none() {
+                    out.push(format!("module {name} has no layer in LAYERS"));
+                }
+                if t[i + 2] == "{" {
+                    out.push(format!("module {name} is inline in lib.rs: give it a file"));
+                }
             }
-        })
-        .collect()
+            _ => {}
+        }
+    }
+    for file in &krate.files {
+        let top = file.module.first().map_or("", |m| m.as_str());
+        if !top.is_empty() && layer(top).is_none() {
+            out.push(format!(
+                "{} is in module {top}, which has no layer",
+                file.path.display()
+            ));
+        }
+        if file.tokens.windows(3).any(|w| w == ["#", "[", "path"]) {
+            out.push(format!("{} uses #[path]", file.path.display()));
+        }
+    }
+    out
+}
+
+/// Paths from a module to one of the same or a higher layer.
+fn layer_violations(krate: &Crate) -> Vec<String> {
+    let mut out = Vec::new();
+    for (f, file) in krate.files.iter().enumerate() {
+        let Some(module) = file.module.first() else {
+            continue; // lib.rs sits above everything
+        };
+        let Some(rank) = layer(module) else {
+            continue; // structure_violations reports it
+        };
+        for abs in krate.absolute_paths(f) {
+            let Some(target) = krate.top_module(&abs, 0) else {
+                continue;
+            };
+            let file = file.path.display();
+            match layer(&target) {
+                _ if &target == module => {}
+                Some(t) if t < rank => {}
+                Some(t) => out.push(format!(
+                    "{file} ({module}, layer {rank}) uses {target} (layer {t})"
+                )),
+                None => out.push(format!("{file} uses unknown crate::{target}")),
+            }
+        }
+    }
+    out.dedup();
+    out
+}
+
+/// Clap, indicatif and the terminal outside the modules in TERMINAL (the
+/// crate root included).
+fn terminal_violations(krate: &Crate) -> Vec<String> {
+    let mut out = Vec::new();
+    for file in &krate.files {
+        let module = file.module.first().map_or("lib.rs", |m| m.as_str());
+        if TERMINAL.contains(&module) {
+            continue;
+        }
+        let mut found = terminal_tokens(&file.tokens);
+        for path in &file.refs.paths {
+            // `std::io::stdout`, `io::stderr()`, `use std::io::{stdout as o}`
+            if let Some(w) = path
+                .segs
+                .windows(2)
+                .find(|w| w[0] == "io" && STD_STREAMS.contains(&w[1].as_str()))
+            {
+                found.push(format!("io::{}", w[1]));
+            }
+        }
+        found.dedup();
+        out.extend(
+            found
+                .iter()
+                .map(|what| format!("{} ({module}) uses {what}", file.path.display())),
+        );
+    }
+    out
+}
+
+const STD_STREAMS: &[&str] = &["stdout", "stderr", "stdin"];
+
+/// Terminal access in tokens `t`: clap or indicatif by name, a print macro,
+/// a std stream called by its imported name, a raw write to descriptor 1 or
+/// 2 (`libc::write(1, …)`), or a standard descriptor's constant.
+fn terminal_tokens(t: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    let at = |i: usize| t.get(i).map_or("", |s| s.as_str());
+    for i in 0..t.len() {
+        let method = i > 0 && t[i - 1] == ".";
+        let hit = match t[i].as_str() {
+            "clap" | "indicatif" | "STDOUT_FILENO" | "STDERR_FILENO" | "STDIN_FILENO" => true,
+            "print" | "println" | "eprint" | "eprintln" | "dbg" => at(i + 1) == "!",
+            s if STD_STREAMS.contains(&s) => at(i + 1) == "(" && !method,
+            "write" | "from_raw_fd" => {
+                at(i + 1) == "(" && matches!(at(i + 2), "1" | "2") && !method
+            }
+            _ => false,
+        };
+        if hit {
+            found.push(t[i..(i + 3).min(t.len())].concat());
+        }
+    }
+    found
+}
+
+/// Every violation of the rule in the library under `src`.
+fn violations(src: &Path) -> Vec<String> {
+    let krate = Crate::load(src);
+    [
+        structure_violations(&krate),
+        layer_violations(&krate),
+        terminal_violations(&krate),
+        krate.cycles(),
+    ]
+    .concat()
+}
+
+fn assert_none(what: &str, found: Vec<String>) {
+    assert!(found.is_empty(), "{what}:\n{}", found.join("\n"));
 }
 
 #[test]
 fn every_module_has_a_layer() {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).unwrap();
-    let layers: BTreeMap<&str, u32> = LAYERS.iter().copied().collect();
-    for line in lib.lines() {
-        if let Some(name) = line.trim().strip_prefix("pub mod ") {
-            let name = name.trim_end_matches(';');
-            assert!(
-                layers.contains_key(name),
-                "module {name} has no layer in LAYERS"
-            );
-        }
-    }
+    assert_none(
+        "modules without a layer",
+        structure_violations(&Crate::load(&src())),
+    );
 }
 
 #[test]
 fn no_module_uses_one_above_it_or_beside_it() {
-    let layers: BTreeMap<&str, u32> = LAYERS.iter().copied().collect();
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
-    let mut violations = Vec::new();
-    for file in &files {
-        let module = module_of(file);
-        let Some(&rank) = layers.get(module.as_str()) else {
-            continue; // lib.rs and main.rs sit above everything
-        };
-        let code = code_of(&std::fs::read_to_string(file).unwrap());
-        for target in uses_of(&code) {
-            if target == module {
-                continue;
-            }
-            match layers.get(target.as_str()) {
-                Some(&t) if t < rank => {}
-                Some(&t) => violations.push(format!(
-                    "{} ({module}, layer {rank}) uses {target} (layer {t})",
-                    file.display()
-                )),
-                None => violations.push(format!("{} uses unknown crate::{target}", file.display())),
-            }
-        }
-    }
-    assert!(
-        violations.is_empty(),
-        "layer violations:\n{}",
-        violations.join("\n")
-    );
+    assert_none("layer violations", layer_violations(&Crate::load(&src())));
 }
 
 #[test]
 fn only_the_application_layer_knows_clap_and_the_terminal() {
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
-    let mut violations = Vec::new();
-    for file in &files {
-        let module = module_of(file);
-        if module.is_empty() || TERMINAL.contains(&module.as_str()) {
-            continue;
-        }
-        let code = code_of(&std::fs::read_to_string(file).unwrap());
-        for needle in [
-            "clap",
-            "println!",
-            "eprintln!",
-            "print!",
-            "eprint!",
-            "std::io::stdout",
-            "std::io::stderr",
-            "indicatif",
-        ] {
-            if code.contains(needle) {
-                violations.push(format!("{} ({module}) uses {needle}", file.display()));
-            }
-        }
-    }
-    assert!(
-        violations.is_empty(),
-        "outside the app layer:\n{}",
-        violations.join("\n")
+    assert_none(
+        "outside the app layer",
+        terminal_violations(&Crate::load(&src())),
     );
 }
 
 #[test]
-fn the_checker_sees_grouped_and_nested_paths() {
-    let code = "use crate::{layout, Error, vcpu::Vcpu};\nlet x = crate::boot::plan();";
-    assert_eq!(uses_of(code), ["layout", "error", "vcpu", "boot"]);
-    assert_eq!(
-        uses_of(&code_of("// crate::app::x\nfn f() {}")),
-        Vec::<String>::new()
+fn no_two_files_use_one_another() {
+    assert_none("file cycles", Crate::load(&src()).cycles());
+}
+
+#[test]
+fn the_scanner_sees_grouped_nested_and_aliased_paths() {
+    let t = scan::tokens(
+        "use crate::{layout, Error, vcpu::{Vcpu, exits as e}};\nlet x = crate::boot::plan();",
     );
+    let refs = scan::refs(&t);
+    let paths: Vec<String> = refs.paths.iter().map(|p| p.segs.join("::")).collect();
+    assert_eq!(
+        paths,
+        [
+            "crate::boot::plan",
+            "crate::layout",
+            "crate::Error",
+            "crate::vcpu::Vcpu",
+            "crate::vcpu::exits"
+        ]
+    );
+    assert_eq!(refs.uses[3].name.as_deref(), Some("e"));
+    let hidden =
+        "// crate::app::x\n/* crate::app */ fn f() { \"crate::app\"; 'c'; r#\"crate::app\"#; }";
+    assert!(scan::refs(&scan::tokens(hidden)).paths.is_empty());
+}
+
+// Planted trees: a small clean library, then one escape route each; the
+// checks must report every one of them.
+
+/// A library that passes every check (it names each kind of allowed use).
+const BASE: &[(&str, &str)] = &[
+    (
+        "lib.rs",
+        "pub mod app;\npub mod error;\npub mod vcpu;\npub use error::{Error, Result};\n",
+    ),
+    (
+        "app/mod.rs",
+        "pub mod cli;\nuse crate::vcpu::run;\npub fn main() { println!(\"{}\", run()); }\n",
+    ),
+    (
+        "app/cli.rs",
+        "use clap::Parser;\n#[derive(Parser)]\npub struct Cli;\n",
+    ),
+    (
+        "error.rs",
+        "pub struct Error;\npub type Result<T> = std::result::Result<T, Error>;\n",
+    ),
+    (
+        "vcpu/mod.rs",
+        "pub mod exits;\npub mod watchdog;\nuse crate::Result;\n\
+         pub fn run() -> u32 { exits::count() + watchdog::tick() }\n\
+         #[cfg(test)]\nmod tests {\n    use crate::app;\n    fn f() { println!(); }\n}\n",
+    ),
+    (
+        "vcpu/exits.rs",
+        "use super::watchdog::tick;\npub fn count() -> u32 { tick() }\n",
+    ),
+    ("vcpu/watchdog.rs", "pub fn tick() -> u32 { 1 }\n"),
+];
+
+/// The violations in BASE with `changes` (whole files) written over it.
+fn planted(tag: &str, changes: &[(&str, &str)]) -> Vec<String> {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("layers-{tag}"));
+    let _ = std::fs::remove_dir_all(&root);
+    for (rel, text) in BASE.iter().chain(changes) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let found = violations(&root);
+    std::fs::remove_dir_all(&root).unwrap();
+    found
+}
+
+/// Plants each of `files` (one at a time, at `rel`) and asserts that a
+/// violation mentioning `expect` is reported.
+fn assert_each_reported(tag: &str, rel: &str, files: &[&str], expect: &str) {
+    for (i, text) in files.iter().enumerate() {
+        let found = planted(&format!("{tag}-{i}"), &[(rel, text)]);
+        assert!(
+            found.iter().any(|v| v.contains(expect)),
+            "planted {rel}:\n{text}\nnot reported as {expect:?}; found: {found:#?}"
+        );
+    }
+}
+
+#[test]
+fn planted_base_tree_is_clean() {
+    assert_none("the planted base", planted("base", &[]));
+}
+
+#[test]
+fn planted_super_paths_that_climb_out_of_the_module_are_reported() {
+    let files = [
+        "use super::super::app::cli::Cli;\npub fn count() -> u32 { 1 }\n",
+        "use super::{super::app, watchdog};\npub fn count() -> u32 { 1 }\n",
+        "pub fn count() -> u32 { super::super::app::main(); 1 }\n",
+        "pub mod inner { pub fn f() { super::super::super::app::main() } }\npub fn count() -> u32 { 1 }\n",
+    ];
+    assert_each_reported("super", "vcpu/exits.rs", &files, "uses app");
+}
+
+#[test]
+fn planted_aliases_of_the_crate_are_reported() {
+    let files = [
+        "use crate as c;\npub fn count() -> u32 { c::app::main(); 1 }\n",
+        "use crate::{self as c};\npub fn count() -> u32 { c::app::main(); 1 }\n",
+        "extern crate self as me;\npub fn count() -> u32 { me::app::main(); 1 }\n",
+        "use super::super as up;\npub fn count() -> u32 { up::app::main(); 1 }\n",
+        "use self::super::super::app as a;\npub fn count() -> u32 { 1 }\n",
+    ];
+    assert_each_reported("alias", "vcpu/exits.rs", &files, "uses app");
+}
+
+#[test]
+fn planted_code_after_a_test_module_is_checked() {
+    let module = "pub mod exits;\npub mod watchdog;\n\
+                  #[cfg(test)]\nmod tests {\n    use crate::app;\n}\n";
+    let late_use = format!("{module}pub fn run() -> u32 {{ crate::app::main(); 1 }}\n");
+    let late_print = format!("{module}pub fn run() -> u32 {{ println!(); 1 }}\n");
+    let after_test_fn =
+        "#[cfg(test)]\nfn t() {}\npub mod exits;\npub mod watchdog;\nuse crate::app;\n";
+    assert_each_reported(
+        "late",
+        "vcpu/mod.rs",
+        &[&late_use, after_test_fn],
+        "uses app",
+    );
+    assert_each_reported("late-print", "vcpu/mod.rs", &[&late_print], "uses println!");
+}
+
+#[test]
+fn planted_modules_without_a_layer_are_reported() {
+    let lib = "pub mod app;\npub mod error;\npub mod vcpu;\n";
+    let hidden = [
+        format!("{lib}mod sneaky;\n"),
+        format!("{lib}pub(crate) mod sneaky;\n"),
+        format!("{lib}#[cfg(feature = \"x\")]\nmod sneaky {{}}\n"),
+    ];
+    let found = |i: usize, text: &str| {
+        planted(
+            &format!("nolayer-{i}"),
+            &[("lib.rs", text), ("sneaky.rs", "")],
+        )
+    };
+    for (i, text) in hidden.iter().enumerate() {
+        let found = found(i, text);
+        assert!(
+            found.iter().any(|v| v.contains("sneaky has no layer")),
+            "{text}: {found:#?}"
+        );
+    }
+    let inline = format!("{lib}pub mod error {{ pub fn f() {{ crate::app::main() }} }}\n");
+    let found = planted("inline", &[("lib.rs", &inline)]);
+    assert!(
+        found.iter().any(|v| v.contains("inline in lib.rs")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn planted_terminal_output_below_the_app_layer_is_reported() {
+    let cases = [
+        ("std::io::stdout().flush().ok();", "io::stdout"),
+        ("let _ = std::io::stderr();", "io::stderr"),
+        ("use std::io; let _ = io::stdout();", "io::stdout"),
+        ("use std::io::{stdout as out}; let _ = out();", "io::stdout"),
+        ("use std::io::stdout; let _ = stdout();", "stdout("),
+        ("print!(\"x\");", "print!"),
+        ("println!(\"x\");", "println!"),
+        ("eprintln!(\"x\");", "eprintln!"),
+        ("std::eprint! { \"x\" };", "eprint!"),
+        ("unsafe { libc::write(1, p, n) };", "write(1"),
+        ("unsafe { libc::write(2, p, n) };", "write(2"),
+        ("use libc::write; unsafe { write(1, p, n) };", "write(1"),
+        (
+            "unsafe { libc::write(libc::STDERR_FILENO, p, n) };",
+            "STDERR_FILENO",
+        ),
+    ];
+    for (i, (code, expect)) in cases.iter().enumerate() {
+        let text = format!("pub fn count() -> u32 {{ {code} 1 }}\n");
+        assert_each_reported(&format!("terminal-{i}"), "vcpu/exits.rs", &[&text], expect);
+    }
+    // A method named like them is not the terminal (`Command::stdout`, an
+    // eventfd's `write(1)`).
+    let methods = "pub fn count() -> u32 { cmd.stdout(x); fd.write(1); 1 }\n";
+    assert_none("methods", planted("methods", &[("vcpu/exits.rs", methods)]));
+}
+
+#[test]
+fn planted_file_cycles_are_reported() {
+    let back = [
+        "use super::exits::count;\npub fn tick() -> u32 { 1 }\n",
+        "use super::{exits, exits::count};\npub fn tick() -> u32 { 1 }\n",
+        "pub fn tick() -> u32 { super::exits::count() }\n",
+        "pub fn tick() -> u32 { crate::vcpu::exits::count() }\n",
+        "pub fn tick() -> u32 { self::super::exits::count() }\n",
+        "use super::*;\npub fn tick() -> u32 { exits::count() }\n",
+    ];
+    let expect = "vcpu::exits <-> vcpu::watchdog";
+    assert_each_reported("cycle", "vcpu/watchdog.rs", &back, expect);
+    // Through a re-export in mod.rs: `super::count` is exits.rs's item.
+    let module = "pub mod exits;\npub mod watchdog;\npub use exits::count;\n";
+    let tick = "pub fn tick() -> u32 { super::count() }\n";
+    let found = planted(
+        "cycle-reexport",
+        &[("vcpu/mod.rs", module), ("vcpu/watchdog.rs", tick)],
+    );
+    assert!(found.iter().any(|v| v.contains(expect)), "{found:#?}");
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 use xvmm::microguest::guest::{self, Kind};
 use xvmm::microguest::layout;
 use xvmm::microguest::machine::{run_phase, MachineConfig, Phase, PhaseEnd};
-use xvmm::microguest::measure::misdelivered;
 use xvmm::microguest::platform::{self, Outcome, Platform, Vendor};
+use xvmm::microguest::session::misdelivered;
 use xvmm::vcpu::RunControl;
 
 fn phase(kind: Kind, samples: u64, param: u64) -> Phase {

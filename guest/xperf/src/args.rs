@@ -1,16 +1,15 @@
 //! Command-line options. Parsed by hand: xperf is often a guest's PID 1 with
 //! arguments from the kernel command line, and every error must be one line.
 
+use crate::counts::count;
+pub use crate::counts::{DEFAULT_ROUNDS, MAX_SAMPLES};
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 
 pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_WARMUP: u64 = 1_000;
 pub const DEFAULT_NULL_SAMPLES: u64 = 100_000;
-pub const DEFAULT_ROUNDS: u32 = 3;
 pub const MAX_ROUNDS: u64 = 100;
-/// Upper bound for any count: the page-fault region is one page per sample.
-pub const MAX_SAMPLES: u64 = 1_000_000;
 /// Upper bound for `--calibrate`.
 pub const MAX_CALIBRATIONS: u64 = 4096;
 /// Upper bound for the length of `--run-id`.
@@ -90,18 +89,6 @@ pub enum Command {
     Characterize(crate::characterize::Options),
     Help,
     Version,
-}
-
-pub(crate) fn count(name: &str, value: &str, min: u64) -> Result<u64> {
-    let n: u64 = value
-        .parse()
-        .map_err(|_| Error::Usage(format!("{name} needs a whole number, got {value:?}")))?;
-    if !(min..=MAX_SAMPLES).contains(&n) {
-        return Err(Error::Usage(format!(
-            "{name} must be between {min} and {MAX_SAMPLES}, got {n}"
-        )));
-    }
-    Ok(n)
 }
 
 fn run_id(value: &str) -> Result<String> {

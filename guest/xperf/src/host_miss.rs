@@ -71,7 +71,7 @@ impl Spinner {
             .spawn(move || {
                 // Pinned and idle-class before it counts; if either fails it
                 // ends and its count stays 0, which the report shows.
-                if crate::measure::pin(Some(cpu)).is_err() || set_idle_class().is_err() {
+                if crate::affinity::pin(Some(cpu)).is_err() || set_idle_class().is_err() {
                     return;
                 }
                 r.store(true, Ordering::Release);
@@ -259,7 +259,7 @@ mod tests {
     fn the_spinner_runs_only_while_this_task_sleeps() {
         // SAFETY: no arguments.
         let cpu = unsafe { libc::sched_getcpu() } as u32;
-        crate::measure::pin(Some(cpu)).unwrap();
+        crate::affinity::pin(Some(cpu)).unwrap();
         let spinner = Spinner::start(cpu).unwrap();
         // Sleeping lets it run (idle class, same CPU)...
         std::thread::sleep(std::time::Duration::from_millis(50));

@@ -27,10 +27,12 @@ macro_rules! sayln {
 }
 
 pub mod abi;
+pub mod affinity;
 pub mod app;
 pub mod args;
 pub mod calibrate;
 pub mod characterize;
+pub mod counts;
 pub mod error;
 pub mod hookseq;
 pub mod host;

@@ -3,7 +3,7 @@
 //! printed side by side with their difference.
 
 use super::cli::RunArgs;
-use super::linux::{boot, config, deliver, Outputs};
+use super::linux::{boot, config, deliver, kernel, Outputs};
 use super::output::{self, JsonOutput, Stdout};
 use crate::linux;
 use crate::vcpu::StopSignals;
@@ -63,7 +63,8 @@ fn side_outputs(args: &RunArgs) -> Result<[Outputs; 2]> {
 
 /// Boots with async PF offered, then without; delivers both reports (each
 /// carrying the comparison) and prints the side-by-side table.
-pub fn run_both(args: &RunArgs, kernel: &Path, stdout: &Stdout) -> Result<()> {
+pub fn run_both(args: &RunArgs, stdout: &Stdout) -> Result<()> {
+    let kernel = kernel(args)?;
     check(args)?;
     // The two files first: their errors do not depend on the kernel or xperf.
     let [on_out, off_out] = side_outputs(args)?;

@@ -196,24 +196,23 @@ fn console(quiet: bool, to: ConsoleTo) -> Console {
     }
 }
 
-/// Boots the kernel named by `--kernel` and delivers its results; with
-/// `--async-pf both`, twice.
-pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
-    let kernel = args
-        .kernel
+/// The kernel `--kernel` names.
+pub(super) fn kernel(args: &RunArgs) -> Result<&Path> {
+    args.kernel
         .as_deref()
-        .ok_or_else(|| Error::Usage("--kernel is required to boot Linux".into()))?;
-    match args.async_pf {
-        AsyncPf::Both => super::async_pf::run_both(args, kernel, stdout),
-        mode => {
-            let prepared = linux::prepare(config(args, kernel, mode == AsyncPf::On)?)?;
-            let outputs = outputs(args)?;
-            let _signals = StopSignals::install()?;
-            let mut booted = boot(prepared, &outputs, args, stdout)?;
-            let delivered = deliver(booted.report.take(), outputs, args, stdout);
-            booted.verdict(delivered, args)
-        }
-    }
+        .ok_or_else(|| Error::Usage("--kernel is required to boot Linux".into()))
+}
+
+/// Boots the kernel named by `--kernel` once and delivers its results
+/// (`--async-pf both` boots twice: `super::async_pf`).
+pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
+    let kernel = kernel(args)?;
+    let prepared = linux::prepare(config(args, kernel, args.async_pf == AsyncPf::On)?)?;
+    let outputs = outputs(args)?;
+    let _signals = StopSignals::install()?;
+    let mut booted = boot(prepared, &outputs, args, stdout)?;
+    let delivered = deliver(booted.report.take(), outputs, args, stdout);
+    booted.verdict(delivered, args)
 }
 
 /// One boot's report, joined with everything the host saw, and how it ended.

@@ -115,7 +115,11 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
         Some(cli::Command::Linearity(args)) => linearity::run(&args, stdout),
         None if cli.run.kernel.is_some() => {
             recover_host_state();
-            linux::run(&cli.run, stdout)
+            // Here, not in linux.rs: `both` is built from linux.rs's steps.
+            match cli.run.async_pf {
+                cli::AsyncPf::Both => async_pf::run_both(&cli.run, stdout),
+                _ => linux::run(&cli.run, stdout),
+            }
         }
         None => {
             recover_host_state();

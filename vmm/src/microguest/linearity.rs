@@ -10,9 +10,10 @@
 
 use super::guest::{chain_param, KernelStamps, Kind};
 use super::machine::{self, MachineConfig, Phase, PhaseEnd};
-use super::measure::{aligned_intervals, chain_phases, two_stamp_samples};
 use super::platform::{cpl0_emulated, Platform};
+use super::session::chain_phases;
 use super::session::{fenced_kernel_stamps_refused, tsc_quantum};
+use super::stamps::{aligned_intervals, two_stamp_samples};
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::Duration;

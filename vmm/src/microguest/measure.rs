@@ -16,6 +16,7 @@ pub use super::kinds::CROSSINGS;
 use super::kinds::{self, Role};
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
 use super::session::{Collected, CrossingRounds, ExitRounds, Session};
+use super::stamps::{aligned_intervals, TwoStamp};
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 use xvmm_results::correction::{ExitCorrections, HooksCost, PairCost};
 use xvmm_results::exit_trace::{self, TracedExit};
 use xvmm_results::machine::Machine;
-use xvmm_results::sweep::{self, SweepFit, SweepPhase};
+use xvmm_results::sweep::{self, SweepFit};
 use xvmm_results::timeline::Mapping;
 use xvmm_results::{
     Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
@@ -99,10 +100,6 @@ pub fn phases(rounds: u32) -> u64 {
     1 + u64::from(rounds) * (1 + CROSSINGS.len() as u64 + kinds::EXIT_ROWS as u64)
 }
 
-/// How long a one-sample probe may take before its kind counts as unsupported
-/// (a hypervisor that never returns from an instruction).
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-
 /// A run's report, and why it stopped early if it did.
 #[derive(Debug)]
 pub struct Measured {
@@ -144,11 +141,6 @@ pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Re
     let collected = session.run(progress);
     progress.finish();
     Ok(assemble(opts, collected?))
-}
-
-/// The exits in report order; the hypercall is chosen by CPU vendor.
-pub fn exit_kinds(facts: &GuestFacts) -> Vec<(&'static str, Kind)> {
-    kinds::exit_rows(facts.is_amd()).collect()
 }
 
 /// The report of a run: host facts, method, stamp costs, rows and notes.
@@ -507,73 +499,6 @@ pub fn user_or_kernel_intervals(
     }
 }
 
-/// Each two-stamp sample's interval, 0 where the sample is not valid, so
-/// that position i stays sample i (interleaved chain lengths need it).
-pub fn aligned_intervals(stamps: &[u64]) -> Vec<u64> {
-    stamps
-        .chunks_exact(2)
-        .map(|p| match (p[0], p[1]) {
-            (open, close) if open != UNFILLED && close != UNFILLED && close > open => close - open,
-            _ => 0,
-        })
-        .collect()
-}
-
-/// Samples of one sweep phase: at least enough for a median per length.
-fn sweep_samples(samples: u64, k: u64) -> u64 {
-    samples.max(16 * k)
-}
-
-/// One round of the user pair's linearity sweep as a run takes it
-/// ([`sweep::run_phases`], each phase in its own VM, at CPL3), or of other
-/// `phases` (`(n, k)`: chains n, 2n, ..., k n in turn). A phase whose
-/// lengths did not all get a valid sample is left out.
-pub fn sweep_round(
-    rc: &RunControl,
-    cfg: &MachineConfig,
-    phases: &[(u64, u64)],
-    warmup: u64,
-    samples: u64,
-) -> Result<Vec<SweepPhase>> {
-    chain_phases(rc, cfg, Kind::Imul, phases, warmup, samples)
-}
-
-/// [`sweep_round`] for either stamp pair: `kind` [`Kind::Imul`] (user) or
-/// [`Kind::KernelImul`] (the kernel's, at CPL0).
-pub fn chain_phases(
-    rc: &RunControl,
-    cfg: &MachineConfig,
-    kind: Kind,
-    phases: &[(u64, u64)],
-    warmup: u64,
-    samples: u64,
-) -> Result<Vec<SweepPhase>> {
-    let mut out = Vec::with_capacity(phases.len());
-    for &(n, k) in phases {
-        let phase = Phase {
-            kind,
-            warmup,
-            samples: sweep_samples(samples, k),
-            param: super::guest::chain_param(n, k),
-        };
-        let stamps = match machine::run_phase(rc, cfg, &phase)?.0 {
-            PhaseEnd::Done { stamps, .. } => stamps,
-            PhaseEnd::Refused { reason } => {
-                return Err(Error::Guest(format!(
-                    "the user pair's sweep did not run: {reason}"
-                )))
-            }
-            PhaseEnd::Fault(f) => return Err(Error::Guest(format!("the user pair's sweep: {f}"))),
-        };
-        let lengths = sweep::lengths(n, k);
-        out.extend(SweepPhase::from_interleaved(
-            &lengths,
-            &aligned_intervals(&stamps),
-        ));
-    }
-    Ok(out)
-}
-
 fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {
     ExitTiming {
         name: name.into(),
@@ -587,61 +512,6 @@ fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {
         split: None,
         traced: None,
     }
-}
-
-/// Two-stamp samples of one phase: the valid intervals, the samples they came
-/// from (index into the phase) and the host stamps of the measured exits.
-pub struct TwoStamp {
-    pub intervals: Vec<u64>,
-    pub opens: Vec<u64>,
-    pub closes: Vec<u64>,
-    pub discarded: u64,
-    pub host: Vec<HostStamps>,
-    /// Guest TSC = host TSC + this, when known for the whole phase.
-    pub tsc_offset: Option<i64>,
-    /// The host's traced exits (`kvm_exit`, `kvm_entry`), when traced.
-    pub traced: Option<Vec<(u64, u64)>>,
-}
-
-/// Splits two-stamp words into intervals, dropping unfilled or unordered pairs.
-pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
-    let mut out = TwoStamp {
-        intervals: Vec::with_capacity(stamps.len() / 2),
-        opens: Vec::with_capacity(stamps.len() / 2),
-        closes: Vec::with_capacity(stamps.len() / 2),
-        discarded: 0,
-        host: Vec::new(),
-        tsc_offset: None,
-        traced: None,
-    };
-    for pair in stamps.chunks_exact(2) {
-        let (open, close) = (pair[0], pair[1]);
-        if open == UNFILLED || close == UNFILLED || close <= open {
-            out.discarded += 1;
-            // Keep positions aligned with the host stamps of the same sample.
-            out.opens.push(UNFILLED);
-            out.closes.push(UNFILLED);
-            continue;
-        }
-        out.intervals.push(close - open);
-        out.opens.push(open);
-        out.closes.push(close);
-    }
-    out
-}
-
-/// Four-stamp words as samples.
-pub fn four_stamp_samples(stamps: &[u64]) -> Vec<Sample> {
-    stamps
-        .chunks_exact(4)
-        .map(|s| Sample {
-            u2k_u: s[0],
-            u2k_k: s[1],
-            k2u_k: s[2],
-            k2u_u: s[3],
-            ..Default::default()
-        })
-        .collect()
 }
 
 /// The guest -> VMM, in-VMM and VMM -> guest parts of exits, from guest stamps
@@ -676,40 +546,6 @@ pub fn split_exits(
     Some(parts)
 }
 
-/// Faults that mean the hypervisor did not perform the crossing, so it cannot
-/// be measured there: the kernel entry point faulting while still at CPL3 (a
-/// transfer without the privilege change: PVM does this with SYSCALL), or #UD /
-/// #GP raised on the crossing instruction in the user loop (PVM answers
-/// `int 0x80` with #UD).
-pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
-    // The stamp loops cross nothing: any fault there is a real failure.
-    if matches!(kind.role(), Role::Stamps { .. }) {
-        return None;
-    }
-    let entries = super::guest::kernel_entries();
-    let entry = kind.handler().map(|h| entries.handler(h));
-    let code = |start: u64, len: usize| start..start + len as u64;
-    let (loop_code, loop_cpl) = if kind.runs_in_kernel() {
-        let kernel = super::guest::kernel_code().len();
-        (code(super::layout::KERNEL_CODE_GPA, kernel), 0)
-    } else {
-        let user = super::guest::user_code().len();
-        (code(super::layout::USER_CODE_GPA, user), 3)
-    };
-    let cpl = fault.cs & 3;
-    if entry == Some(fault.rip) && cpl == 3 {
-        Some(format!(
-            "hypervisor jumped to the kernel entry point without entering CPL0 ({fault})"
-        ))
-    } else if matches!(fault.vector, 6 | 13) && cpl == loop_cpl && loop_code.contains(&fault.rip) {
-        Some(format!(
-            "hypervisor raised an exception on the measured instruction ({fault})"
-        ))
-    } else {
-        None
-    }
-}
-
 /// Host facts for the report: CPU model and KVM module of the host, the TSC
 /// rate and hypervisor signature the guest sees.
 pub fn host_facts(facts: &GuestFacts, host: &Machine) -> HostFacts {
@@ -725,31 +561,8 @@ pub fn host_facts(facts: &GuestFacts, host: &Machine) -> HostFacts {
 
 #[cfg(test)]
 mod tests {
+    use super::super::session::exit_kinds;
     use super::*;
-
-    #[test]
-    fn two_stamp_samples_drop_unfilled_and_unordered() {
-        let m = two_stamp_samples(&[10, 50, 10, UNFILLED, 60, 60, 100, 170, 7]);
-        assert_eq!(m.intervals, vec![40, 70]);
-        assert_eq!(m.discarded, 2);
-        assert_eq!(m.opens, vec![10, UNFILLED, UNFILLED, 100]);
-    }
-
-    #[test]
-    fn four_stamp_words_become_samples() {
-        let s = four_stamp_samples(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
-        assert_eq!(s.len(), 2);
-        assert_eq!(
-            s[1],
-            Sample {
-                u2k_u: 5,
-                u2k_k: 6,
-                k2u_k: 7,
-                k2u_u: 8,
-                ..Default::default()
-            }
-        );
-    }
 
     #[test]
     fn exits_split_with_offset_and_skip_warmup() {
@@ -767,42 +580,6 @@ mod tests {
         // Discarded samples are skipped, not misaligned.
         let parts = split_exits(&[UNFILLED], &[UNFILLED], &host, 1, 1000).unwrap();
         assert!(parts[0].is_empty());
-    }
-
-    #[test]
-    fn misdelivered_crossings_are_told_apart_from_guest_bugs() {
-        let entries = crate::microguest::guest::kernel_entries();
-        let user_rip = crate::microguest::layout::USER_CODE_GPA + 0x40;
-        let fault = |vector, rip, cs| machine::GuestFault {
-            vector,
-            error: 5,
-            rip,
-            cs,
-            rflags: 0x3002,
-            rsp: 0x37ff8,
-            cr2: rip,
-        };
-        // SYSCALL landing on LSTAR still at CPL3 (PVM).
-        let f = fault(14, entries.syscall, 0x2b);
-        assert!(misdelivered(Kind::Syscall, &f)
-            .unwrap()
-            .contains("without entering CPL0"));
-        // The same address at CPL0 is a fault in our handler: a bug, not unsupported.
-        assert_eq!(
-            misdelivered(Kind::Syscall, &fault(14, entries.syscall, 0x08)),
-            None
-        );
-        // #UD on int 0x80 in the user loop.
-        let f = fault(6, user_rip, 0x2b);
-        assert!(misdelivered(Kind::IntN, &f)
-            .unwrap()
-            .contains("on the measured instruction"));
-        // #PF in the user loop is not a refusal.
-        assert_eq!(misdelivered(Kind::IntN, &fault(14, user_rip, 0x2b)), None);
-        // #GP on rdmsr at CPL0 in the kernel loop.
-        let f = fault(13, crate::microguest::layout::KERNEL_CODE_GPA + 0x300, 0x08);
-        assert!(misdelivered(Kind::Rdmsr, &f).is_some());
-        assert_eq!(misdelivered(Kind::Null, &fault(6, user_rip, 0x2b)), None);
     }
 
     #[test]

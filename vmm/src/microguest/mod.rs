@@ -11,6 +11,7 @@
 //! - [`guest`]: the guest code (assembly) and its entry points.
 //! - [`machine`]: one VM per phase, its exit handler, host stamps around KVM_RUN.
 //! - [`session`]: one run, phase by phase and round by round.
+//! - [`stamps`]: a phase's stamp words as samples and intervals (pure).
 //! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).
 //! - [`linearity`]: `xvmm linearity`, the stamps' self-check at CPL3 and CPL0.
@@ -24,6 +25,7 @@ pub mod machine;
 pub mod measure;
 pub mod platform;
 pub mod session;
+pub mod stamps;
 pub mod tables;
 pub mod verify;
 

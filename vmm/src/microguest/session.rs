@@ -6,14 +6,14 @@
 //! what was measured.
 
 use super::guest::{KernelStamps, Kind};
-use super::kinds::VmmExit;
+use super::kinds::{self, Role, VmmExit, CROSSINGS};
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
-use super::measure::{self, exit_kinds, four_stamp_samples, misdelivered, TwoStamp, CROSSINGS};
+use super::stamps::{aligned_intervals, four_stamp_samples, two_stamp_samples, TwoStamp};
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
-use xvmm_results::sweep::SweepPhase;
+use xvmm_results::sweep::{self, SweepPhase};
 use xvmm_results::{tsc, Sample, UNFILLED};
 
 /// Back-to-back TSC reads of the quantum phase.
@@ -253,13 +253,13 @@ impl Session<'_> {
     fn pairs(&self, c: &mut Collected) -> Result<()> {
         let intervals = |kind: Kind, what: &str| -> Result<Vec<u64>> {
             match self.stamps(kind, 0, &self.cfg)? {
-                Ok((stamps, ..)) => Ok(measure::two_stamp_samples(&stamps).intervals),
+                Ok((stamps, ..)) => Ok(two_stamp_samples(&stamps).intervals),
                 Err(r) => Err(Error::Guest(format!("the {what} did not run: {r}"))),
             }
         };
         let user = intervals(Kind::Null, "user stamp pair")?;
         let round = c.user_pair.len() as u32;
-        let sweep = measure::sweep_round(
+        let sweep = sweep_round(
             self.rc,
             &self.cfg,
             &xvmm_results::sweep::run_phases(round),
@@ -405,10 +405,7 @@ impl Session<'_> {
     /// reason it cannot be measured here, or `None` when it works.
     fn probe(&self, kind: Kind) -> Result<Option<String>> {
         let left = self.deadline.saturating_duration_since(Instant::now());
-        let probe_rc = RunControl::new(
-            left.min(measure::PROBE_TIMEOUT)
-                .max(Duration::from_millis(1)),
-        )?;
+        let probe_rc = RunControl::new(left.min(PROBE_TIMEOUT).max(Duration::from_millis(1)))?;
         let phase = Phase {
             kind,
             warmup: 0,
@@ -426,7 +423,7 @@ impl Session<'_> {
             },
             Err(Error::Timeout(_)) if Instant::now() < self.deadline => Ok(Some(format!(
                 "the guest did not finish one sample within {} s: the hypervisor does not return from it",
-                measure::PROBE_TIMEOUT.as_secs()
+                PROBE_TIMEOUT.as_secs()
             ))),
             // The run's own deadline passed during the probe: report it as such.
             Err(Error::Timeout(_)) => Err(Error::Timeout(format!(
@@ -463,7 +460,7 @@ impl Session<'_> {
         Ok(self
             .stamps(kind, 0, cfg)?
             .map(|(stamps, host, tsc_offset, traced)| {
-                let mut m = measure::two_stamp_samples(&stamps);
+                let mut m = two_stamp_samples(&stamps);
                 m.host = host;
                 m.tsc_offset = tsc_offset;
                 m.traced = traced;
@@ -529,4 +526,143 @@ pub fn tsc_quantum(rc: &RunControl, cfg: &MachineConfig) -> Result<Option<f64>> 
         ),
         _ => None,
     })
+}
+
+/// How long a one-sample probe may take before its kind counts as unsupported
+/// (a hypervisor that never returns from an instruction).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The exits in report order; the hypercall is chosen by CPU vendor.
+pub fn exit_kinds(facts: &GuestFacts) -> Vec<(&'static str, Kind)> {
+    kinds::exit_rows(facts.is_amd()).collect()
+}
+
+/// Faults that mean the hypervisor did not perform the crossing, so it cannot
+/// be measured there: the kernel entry point faulting while still at CPL3 (a
+/// transfer without the privilege change: PVM does this with SYSCALL), or #UD /
+/// #GP raised on the crossing instruction in the user loop (PVM answers
+/// `int 0x80` with #UD).
+pub fn misdelivered(kind: Kind, fault: &machine::GuestFault) -> Option<String> {
+    // The stamp loops cross nothing: any fault there is a real failure.
+    if matches!(kind.role(), Role::Stamps { .. }) {
+        return None;
+    }
+    let entries = super::guest::kernel_entries();
+    let entry = kind.handler().map(|h| entries.handler(h));
+    let code = |start: u64, len: usize| start..start + len as u64;
+    let (loop_code, loop_cpl) = if kind.runs_in_kernel() {
+        let kernel = super::guest::kernel_code().len();
+        (code(super::layout::KERNEL_CODE_GPA, kernel), 0)
+    } else {
+        let user = super::guest::user_code().len();
+        (code(super::layout::USER_CODE_GPA, user), 3)
+    };
+    let cpl = fault.cs & 3;
+    if entry == Some(fault.rip) && cpl == 3 {
+        Some(format!(
+            "hypervisor jumped to the kernel entry point without entering CPL0 ({fault})"
+        ))
+    } else if matches!(fault.vector, 6 | 13) && cpl == loop_cpl && loop_code.contains(&fault.rip) {
+        Some(format!(
+            "hypervisor raised an exception on the measured instruction ({fault})"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Samples of one sweep phase: at least enough for a median per length.
+fn sweep_samples(samples: u64, k: u64) -> u64 {
+    samples.max(16 * k)
+}
+
+/// One round of the user pair's linearity sweep as a run takes it
+/// ([`sweep::run_phases`], each phase in its own VM, at CPL3), or of other
+/// `phases` (`(n, k)`: chains n, 2n, ..., k n in turn). A phase whose
+/// lengths did not all get a valid sample is left out.
+pub fn sweep_round(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+) -> Result<Vec<SweepPhase>> {
+    chain_phases(rc, cfg, Kind::Imul, phases, warmup, samples)
+}
+
+/// [`sweep_round`] for either stamp pair: `kind` [`Kind::Imul`] (user) or
+/// [`Kind::KernelImul`] (the kernel's, at CPL0).
+pub fn chain_phases(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    kind: Kind,
+    phases: &[(u64, u64)],
+    warmup: u64,
+    samples: u64,
+) -> Result<Vec<SweepPhase>> {
+    let mut out = Vec::with_capacity(phases.len());
+    for &(n, k) in phases {
+        let phase = Phase {
+            kind,
+            warmup,
+            samples: sweep_samples(samples, k),
+            param: super::guest::chain_param(n, k),
+        };
+        let stamps = match machine::run_phase(rc, cfg, &phase)?.0 {
+            PhaseEnd::Done { stamps, .. } => stamps,
+            PhaseEnd::Refused { reason } => {
+                return Err(Error::Guest(format!(
+                    "the user pair's sweep did not run: {reason}"
+                )))
+            }
+            PhaseEnd::Fault(f) => return Err(Error::Guest(format!("the user pair's sweep: {f}"))),
+        };
+        let lengths = sweep::lengths(n, k);
+        out.extend(SweepPhase::from_interleaved(
+            &lengths,
+            &aligned_intervals(&stamps),
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn misdelivered_crossings_are_told_apart_from_guest_bugs() {
+        let entries = crate::microguest::guest::kernel_entries();
+        let user_rip = crate::microguest::layout::USER_CODE_GPA + 0x40;
+        let fault = |vector, rip, cs| machine::GuestFault {
+            vector,
+            error: 5,
+            rip,
+            cs,
+            rflags: 0x3002,
+            rsp: 0x37ff8,
+            cr2: rip,
+        };
+        // SYSCALL landing on LSTAR still at CPL3 (PVM).
+        let f = fault(14, entries.syscall, 0x2b);
+        assert!(misdelivered(Kind::Syscall, &f)
+            .unwrap()
+            .contains("without entering CPL0"));
+        // The same address at CPL0 is a fault in our handler: a bug, not unsupported.
+        assert_eq!(
+            misdelivered(Kind::Syscall, &fault(14, entries.syscall, 0x08)),
+            None
+        );
+        // #UD on int 0x80 in the user loop.
+        let f = fault(6, user_rip, 0x2b);
+        assert!(misdelivered(Kind::IntN, &f)
+            .unwrap()
+            .contains("on the measured instruction"));
+        // #PF in the user loop is not a refusal.
+        assert_eq!(misdelivered(Kind::IntN, &fault(14, user_rip, 0x2b)), None);
+        // #GP on rdmsr at CPL0 in the kernel loop.
+        let f = fault(13, crate::microguest::layout::KERNEL_CODE_GPA + 0x300, 0x08);
+        assert!(misdelivered(Kind::Rdmsr, &f).is_some());
+        assert_eq!(misdelivered(Kind::Null, &fault(6, user_rip, 0x2b)), None);
+    }
 }

@@ -4,8 +4,7 @@
 //! all-sample against exit-free medians.
 
 use super::charts::{Bar, BarChart};
-use super::document::{Block, Cell, Chart, Table};
-use super::sections::{capped, MAX_TABLE_ROWS};
+use super::document::{capped, Block, Cell, Chart, Table, MAX_TABLE_ROWS};
 use xvmm_results::attribution::SEGMENTS;
 use xvmm_results::render::timeline_lines;
 use xvmm_results::timeline::Verdict;

@@ -34,12 +34,28 @@ impl From<&str> for Cell {
     }
 }
 
+/// Most rows of any table.
+pub const MAX_TABLE_ROWS: usize = 400;
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Table {
     pub header: Vec<String>,
     pub rows: Vec<Vec<Cell>>,
     /// Columns (after the first) that hold figures: right-aligned.
     pub numeric: bool,
+}
+
+/// A table of the first [`MAX_TABLE_ROWS`] of `total` rows (builders take
+/// no more, so a huge file costs no more than that); a note says when rows
+/// were left out.
+pub(super) fn capped(mut t: Table, total: usize, blocks: &mut Vec<Block>) {
+    t.rows.truncate(MAX_TABLE_ROWS);
+    blocks.push(Block::Table(t));
+    if total > MAX_TABLE_ROWS {
+        blocks.push(Block::Paragraph(format!(
+            "(the first {MAX_TABLE_ROWS} of {total} rows)"
+        )));
+    }
 }
 
 /// A chart, drawn by [`super::charts`] in HTML; named only in Markdown.

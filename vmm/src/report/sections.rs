@@ -9,7 +9,7 @@
 
 use super::basis::{Basis, Unit};
 use super::charts::{self, Bar, BarChart, Bin, Distribution, Line, TrendChart};
-use super::document::{Block, Cell, Chart, Document, Section, Table};
+use super::document::{capped, Block, Cell, Chart, Document, Section, Table, MAX_TABLE_ROWS};
 use super::Input;
 use std::collections::HashMap;
 use xvmm_results::render::{by_group, machine_facts};
@@ -20,8 +20,6 @@ use xvmm_results::{
 
 /// Most distributions drawn per file.
 pub const MAX_DISTRIBUTIONS: usize = 60;
-/// Most rows of any table.
-pub const MAX_TABLE_ROWS: usize = 400;
 /// Longest value shown in a matrix cell (the whole text is its title).
 const MAX_CELL: usize = 60;
 const TICKS: &str = "TSC ticks (null overhead subtracted)";
@@ -58,19 +56,6 @@ fn or_dash(s: &str) -> String {
         "-".into()
     } else {
         s.to_string()
-    }
-}
-
-/// A table of the first [`MAX_TABLE_ROWS`] of `total` rows (builders take
-/// no more, so a huge file costs no more than that); a note says when rows
-/// were left out.
-pub(super) fn capped(mut t: Table, total: usize, blocks: &mut Vec<Block>) {
-    t.rows.truncate(MAX_TABLE_ROWS);
-    blocks.push(Block::Table(t));
-    if total > MAX_TABLE_ROWS {
-        blocks.push(Block::Paragraph(format!(
-            "(the first {MAX_TABLE_ROWS} of {total} rows)"
-        )));
     }
 }
 

@@ -1,7 +1,7 @@
 //! `xperf characterize` options, parsed by hand as xperf's own (every error
 //! one line; the arguments may come from a kernel command line).
 
-use crate::args::count;
+use crate::counts::count;
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! all rounds bound the skew. Bounds that contradict each other mean the two
 //! TSCs are not one clock (a warp).
 
-use crate::measure::pin;
+use crate::affinity::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use xvmm_results::tsc;

@@ -3,7 +3,7 @@
 
 use super::parse::{self, ProbePoint};
 use super::sampling::Kind;
-use crate::args::MAX_SAMPLES;
+use crate::counts::MAX_SAMPLES;
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 use xvmm_results::probes::mode;

@@ -245,7 +245,7 @@ pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
         }
     }
     let mut kernel = kernel_features(&mut session, &targets, o);
-    let cpu = measure::pin(o.cpu)?;
+    let cpu = crate::affinity::pin(o.cpu)?;
     let measured = measure_all(&mut session, &mut kernel, &targets, o, cpu, progress)?;
     let not_restored = session.restore();
     drop(session);

@@ -1,0 +1,102 @@
+//! A phase's stamp words as samples and intervals: plain arithmetic on what
+//! the guest wrote, shared by the session that runs the phases, the report
+//! built from them ([`super::measure`]) and the linearity check.
+
+use super::machine::HostStamps;
+use xvmm_results::{Sample, UNFILLED};
+
+/// Two-stamp samples of one phase: the valid intervals, the samples they came
+/// from (index into the phase) and the host stamps of the measured exits.
+pub struct TwoStamp {
+    pub intervals: Vec<u64>,
+    pub opens: Vec<u64>,
+    pub closes: Vec<u64>,
+    pub discarded: u64,
+    pub host: Vec<HostStamps>,
+    /// Guest TSC = host TSC + this, when known for the whole phase.
+    pub tsc_offset: Option<i64>,
+    /// The host's traced exits (`kvm_exit`, `kvm_entry`), when traced.
+    pub traced: Option<Vec<(u64, u64)>>,
+}
+
+/// Splits two-stamp words into intervals, dropping unfilled or unordered pairs.
+pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
+    let mut out = TwoStamp {
+        intervals: Vec::with_capacity(stamps.len() / 2),
+        opens: Vec::with_capacity(stamps.len() / 2),
+        closes: Vec::with_capacity(stamps.len() / 2),
+        discarded: 0,
+        host: Vec::new(),
+        tsc_offset: None,
+        traced: None,
+    };
+    for pair in stamps.chunks_exact(2) {
+        let (open, close) = (pair[0], pair[1]);
+        if open == UNFILLED || close == UNFILLED || close <= open {
+            out.discarded += 1;
+            // Keep positions aligned with the host stamps of the same sample.
+            out.opens.push(UNFILLED);
+            out.closes.push(UNFILLED);
+            continue;
+        }
+        out.intervals.push(close - open);
+        out.opens.push(open);
+        out.closes.push(close);
+    }
+    out
+}
+
+/// Four-stamp words as samples.
+pub fn four_stamp_samples(stamps: &[u64]) -> Vec<Sample> {
+    stamps
+        .chunks_exact(4)
+        .map(|s| Sample {
+            u2k_u: s[0],
+            u2k_k: s[1],
+            k2u_k: s[2],
+            k2u_u: s[3],
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Each two-stamp sample's interval, 0 where the sample is not valid, so
+/// that position i stays sample i (interleaved chain lengths need it).
+pub fn aligned_intervals(stamps: &[u64]) -> Vec<u64> {
+    stamps
+        .chunks_exact(2)
+        .map(|p| match (p[0], p[1]) {
+            (open, close) if open != UNFILLED && close != UNFILLED && close > open => close - open,
+            _ => 0,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_stamp_samples_drop_unfilled_and_unordered() {
+        let m = two_stamp_samples(&[10, 50, 10, UNFILLED, 60, 60, 100, 170, 7]);
+        assert_eq!(m.intervals, vec![40, 70]);
+        assert_eq!(m.discarded, 2);
+        assert_eq!(m.opens, vec![10, UNFILLED, UNFILLED, 100]);
+    }
+
+    #[test]
+    fn four_stamp_words_become_samples() {
+        let s = four_stamp_samples(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            s[1],
+            Sample {
+                u2k_u: 5,
+                u2k_k: 6,
+                k2u_k: 7,
+                k2u_u: 8,
+                ..Default::default()
+            }
+        );
+    }
+}
