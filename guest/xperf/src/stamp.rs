@@ -49,35 +49,67 @@ impl Stamps {
     }
 }
 
-/// The stamp pair with nothing between.
-#[inline(always)]
-pub fn null_pair() -> Stamps {
-    let (lo, hi, aux0): (u32, u32, u32);
-    let (end_lo, end_hi, aux1): (u32, u32, u32);
-    // SAFETY: the stamps only (rdtsc, rdtscp, lfence); every clobbered register is declared.
-    unsafe {
+/// One stamped `asm!` block: the opening stamp, the `crossing`
+/// instructions, the closing stamp, with the stamps kept in registers (the
+/// module comment's shape). `cpu` adds the leading RDTSCP whose TSC_AUX
+/// names the CPU the sample starts on and returns [`Stamps`]; `plain`
+/// returns (open, close). The operands the crossing needs come in a second
+/// bracket (each ending in a comma), then the block's `options(...)`. Expands to an `asm!`, so it
+/// must be used inside `unsafe`.
+macro_rules! stamped {
+    (cpu [$($crossing:expr),* $(,)?] [$($operand:tt)*] options($($option:ident),*)) => {{
+        let (lo, hi, aux0): (u32, u32, u32);
+        let (end_lo, end_hi, aux1): (u32, u32, u32);
         asm!(
             "rdtscp",
             "mov {aux0:e}, ecx",
             stamp_open!(),
             "mov {lo:e}, eax",
             "mov {hi:e}, edx",
+            $($crossing,)*
             stamp_close!(),
+            $($operand)*
             aux0 = out(reg) aux0,
             lo = out(reg) lo,
             hi = out(reg) hi,
             out("eax") end_lo,
             out("edx") end_hi,
             out("ecx") aux1,
-            options(nostack, preserves_flags),
+            options($($option),*),
         );
-    }
-    Stamps {
-        open: join(lo, hi),
-        close: join(end_lo, end_hi),
-        aux_open: aux0,
-        aux_close: aux1,
-    }
+        Stamps {
+            open: join(lo, hi),
+            close: join(end_lo, end_hi),
+            aux_open: aux0,
+            aux_close: aux1,
+        }
+    }};
+    (plain [$($crossing:expr),* $(,)?] [$($operand:tt)*] options($($option:ident),*)) => {{
+        let (lo, hi): (u32, u32);
+        let (end_lo, end_hi): (u32, u32);
+        asm!(
+            stamp_open!(),
+            "mov {lo:e}, eax",
+            "mov {hi:e}, edx",
+            $($crossing,)*
+            stamp_close!(),
+            $($operand)*
+            lo = out(reg) lo,
+            hi = out(reg) hi,
+            out("eax") end_lo,
+            out("edx") end_hi,
+            out("ecx") _,
+            options($($option),*),
+        );
+        (join(lo, hi), join(end_lo, end_hi))
+    }};
+}
+
+/// The stamp pair with nothing between.
+#[inline(always)]
+pub fn null_pair() -> Stamps {
+    // SAFETY: the stamps only (rdtsc, rdtscp, lfence); every clobbered register is declared.
+    unsafe { stamped!(cpu [] [] options(nostack, preserves_flags)) }
 }
 
 /// A dependent chain of `n` `imul` (a positive multiple of 8, as the
@@ -86,40 +118,20 @@ pub fn null_pair() -> Stamps {
 /// block is [`null_pair`]'s, so that the two differ by the chain alone.
 #[inline(always)]
 pub fn chain_pair(n: u64) -> Stamps {
-    let (lo, hi, aux0): (u32, u32, u32);
-    let (end_lo, end_hi, aux1): (u32, u32, u32);
     // SAFETY: register arithmetic and the stamps; every clobbered register
     // is declared. A count of 0 would wrap: it is raised to 8.
     unsafe {
-        asm!(
-            "rdtscp",
-            "mov {aux0:e}, ecx",
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
+        stamped!(cpu [
             "mov {count}, {n}",
             "2:",
             "imul rax, rax", "imul rax, rax", "imul rax, rax", "imul rax, rax",
             "imul rax, rax", "imul rax, rax", "imul rax, rax", "imul rax, rax",
             "sub {count}, 8",
             "jnz 2b",
-            stamp_close!(),
+        ] [
             n = in(reg) n.max(8) & !7,
             count = out(reg) _,
-            aux0 = out(reg) aux0,
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") aux1,
-            options(nostack),
-        );
-    }
-    Stamps {
-        open: join(lo, hi),
-        close: join(end_lo, end_hi),
-        aux_open: aux0,
-        aux_close: aux1,
+        ] options(nostack))
     }
 }
 
@@ -131,31 +143,8 @@ pub fn chain_pair(n: u64) -> Stamps {
 /// populated).
 #[inline(always)]
 pub unsafe fn store_pair(addr: *mut u8) -> Stamps {
-    let (lo, hi, aux0): (u32, u32, u32);
-    let (end_lo, end_hi, aux1): (u32, u32, u32);
-    asm!(
-        "rdtscp",
-        "mov {aux0:e}, ecx",
-        stamp_open!(),
-        "mov {lo:e}, eax",
-        "mov {hi:e}, edx",
-        "mov byte ptr [{addr}], 1",
-        stamp_close!(),
-        addr = in(reg) addr,
-        aux0 = out(reg) aux0,
-        lo = out(reg) lo,
-        hi = out(reg) hi,
-        out("eax") end_lo,
-        out("edx") end_hi,
-        out("ecx") aux1,
-        options(nostack, preserves_flags),
-    );
-    Stamps {
-        open: join(lo, hi),
-        close: join(end_lo, end_hi),
-        aux_open: aux0,
-        aux_close: aux1,
-    }
+    stamped!(cpu ["mov byte ptr [{addr}], 1"] [addr = in(reg) addr,]
+        options(nostack, preserves_flags))
 }
 
 /// `getppid` through a raw `syscall` between the stamps. Its result is not
@@ -169,40 +158,14 @@ pub fn getppid_pair() -> Stamps {
 /// stamps: the batched figure, as perf bench times syscalls.
 #[inline(always)]
 pub fn getppid_batch(k: u64) -> Stamps {
-    let (lo, hi, aux0): (u32, u32, u32);
-    let (end_lo, end_hi, aux1): (u32, u32, u32);
     // SAFETY: getppid has no arguments and no side effects; syscall clobbers
     // rcx, r11 and rax (the result, overwritten by rdtscp), all declared.
     unsafe {
-        asm!(
-            "rdtscp",
-            "mov {aux0:e}, ecx",
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
-            "2:",
-            "mov eax, {nr}",
-            "syscall",
-            "dec {k}",
-            "jnz 2b",
-            stamp_close!(),
+        stamped!(cpu ["2:", "mov eax, {nr}", "syscall", "dec {k}", "jnz 2b"] [
             nr = const libc::SYS_getppid,
             k = inout(reg) k.max(1) => _,
-            aux0 = out(reg) aux0,
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") aux1,
             out("r11") _,
-            options(nostack),
-        );
-    }
-    Stamps {
-        open: join(lo, hi),
-        close: join(end_lo, end_hi),
-        aux_open: aux0,
-        aux_close: aux1,
+        ] options(nostack))
     }
 }
 
@@ -212,79 +175,33 @@ pub fn getppid_batch(k: u64) -> Stamps {
 /// register around it.
 #[inline(always)]
 pub fn cpuid_pair(leaf: u32) -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
     // SAFETY: cpuid and the stamps touch only declared registers; rbx is restored.
     unsafe {
-        asm!(
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
+        stamped!(plain [
             "mov eax, {leaf:e}",
             "xor ecx, ecx",
             "mov {rbx}, rbx",
             "cpuid",
             "mov rbx, {rbx}",
-            stamp_close!(),
+        ] [
             leaf = in(reg) leaf,
             rbx = out(reg) _,
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") _,
-            options(nostack, preserves_flags),
-        );
+        ] options(nostack, preserves_flags))
     }
-    (join(lo, hi), join(end_lo, end_hi))
 }
 
 /// One more `rdtsc` between the stamps: (open, close).
 #[inline(always)]
 pub fn rdtsc_pair() -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
     // SAFETY: the stamps and rdtsc only; every clobbered register is declared.
-    unsafe {
-        asm!(
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
-            "rdtsc",
-            stamp_close!(),
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") _,
-            options(nostack, preserves_flags),
-        );
-    }
-    (join(lo, hi), join(end_lo, end_hi))
+    unsafe { stamped!(plain ["rdtsc"] [] options(nostack, preserves_flags)) }
 }
 
 /// One more `rdtscp` between the stamps: (open, close).
 #[inline(always)]
 pub fn rdtscp_pair() -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
     // SAFETY: the stamps and rdtscp only; every clobbered register is declared.
-    unsafe {
-        asm!(
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
-            "rdtscp",
-            stamp_close!(),
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") _,
-            options(nostack, preserves_flags),
-        );
-    }
-    (join(lo, hi), join(end_lo, end_hi))
+    unsafe { stamped!(plain ["rdtscp"] [] options(nostack, preserves_flags)) }
 }
 
 /// `count` (at least 1) `pause` instructions in a loop between the stamps:
@@ -292,57 +209,22 @@ pub fn rdtscp_pair() -> (u64, u64) {
 /// enough run of them.
 #[inline(always)]
 pub fn pause_pair(count: u32) -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
     // SAFETY: pause, a counted loop and the stamps; every register is declared.
     unsafe {
-        asm!(
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
-            "2:",
-            "pause",
-            "dec {n:e}",
-            "jnz 2b",
-            stamp_close!(),
-            n = inout(reg) count.max(1) => _,
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") _,
-            options(nostack),
-        );
+        stamped!(plain ["2:", "pause", "dec {n:e}", "jnz 2b"] [n = inout(reg) count.max(1) => _,]
+            options(nostack))
     }
-    (join(lo, hi), join(end_lo, end_hi))
 }
 
 /// A `dec; jnz` loop of `count` (at least 1) iterations between the stamps:
 /// the control for [`pause_pair`] (same shape, no pause).
 #[inline(always)]
 pub fn spin_pair(count: u32) -> (u64, u64) {
-    let (lo, hi): (u32, u32);
-    let (end_lo, end_hi): (u32, u32);
     // SAFETY: a counted loop and the stamps; every register is declared.
     unsafe {
-        asm!(
-            stamp_open!(),
-            "mov {lo:e}, eax",
-            "mov {hi:e}, edx",
-            "2:",
-            "dec {n:e}",
-            "jnz 2b",
-            stamp_close!(),
-            n = inout(reg) count.max(1) => _,
-            lo = out(reg) lo,
-            hi = out(reg) hi,
-            out("eax") end_lo,
-            out("edx") end_hi,
-            out("ecx") _,
-            options(nostack),
-        );
+        stamped!(plain ["2:", "dec {n:e}", "jnz 2b"] [n = inout(reg) count.max(1) => _,]
+            options(nostack))
     }
-    (join(lo, hi), join(end_lo, end_hi))
 }
 
 #[cfg(test)]
