@@ -139,21 +139,25 @@ const ALT_LAYOUTS: [AltLayout; 2] = [
     },
 ];
 
-/// The layout under which `table` (at `start`) divides into whole entries
-/// whose instructions all lie in the image. Read with the wrong stride, the
-/// offsets are other fields' bytes and point nowhere, so at most one fits a
-/// real kernel's thousands of entries.
-fn alt_layout(sections: &Sections, table: &[u8], start: u64) -> Result<AltLayout> {
+/// Feature numbers are below 32 words of 32 bits (capabilities and bugs
+/// together: 24 words in 6.1, 25 in 6.12).
+const MAX_FEATURE: u16 = 32 * 32;
+/// Before 6.3, `ALT_NOT(feature)` sets bit 15 of the 16-bit feature field
+/// (`ALTINSTR_FLAG_INV`); from 6.3 such flags live in the upper half.
+const ALT_FLAG_INV: u16 = 1 << 15;
+
+/// The layout under which `table` divides into whole entries whose feature
+/// fields are all feature numbers. Read with the wrong stride, the field is
+/// other fields' bytes (offsets, lengths), and among a real kernel's
+/// thousands of entries many are not; the instructions' bytes are not
+/// needed, so a vmlinux cut down to the tables (the fuzz seeds) is read the
+/// same way.
+fn alt_layout(table: &[u8]) -> Result<AltLayout> {
     let fits = |layout: &AltLayout| {
         table.len().is_multiple_of(layout.stride)
             && table
                 .chunks_exact(layout.stride)
-                .enumerate()
-                .all(|(i, entry)| {
-                    let at = start + (layout.stride * i) as u64;
-                    let address = relative(at, i32_at(entry, 0).into());
-                    sections.bytes_at(address, 1).is_ok()
-                })
+                .all(|entry| u16::from_le_bytes([entry[8], entry[9]]) & !ALT_FLAG_INV < MAX_FEATURE)
     };
     ALT_LAYOUTS.into_iter().find(fits).ok_or_else(|| {
         Error::Kernel(
@@ -168,7 +172,7 @@ fn alt_layout(sections: &Sections, table: &[u8], start: u64) -> Result<AltLayout
 fn alternative_sites(sections: &Sections, symbols: &Symbols) -> Result<Vec<HookSite>> {
     let (start, stop) = table_range(symbols, "__alt_instructions", "__alt_instructions_end")?;
     let table = sections.bytes_at(start, stop - start).map_err(bad)?;
-    let layout = alt_layout(sections, table, start)?;
+    let layout = alt_layout(table)?;
     let mut sites = Vec::new();
     for (i, entry) in table.chunks_exact(layout.stride).enumerate() {
         let at = start + (layout.stride * i) as u64;
@@ -346,7 +350,7 @@ mod tests {
 
     /// A kernel before 6.3 (Debian 12's 6.1) has 12-byte `alt_instr`
     /// entries. Seven of them (84 bytes) also divide into six 14-byte ones,
-    /// so only the instructions' addresses tell the layouts apart.
+    /// so only the feature fields tell the layouts apart.
     #[test]
     fn alternatives_of_a_6_1_kernel_have_the_12_byte_layout() {
         let base = 0xffff_ffff_8100_0000u64;
@@ -364,10 +368,11 @@ mod tests {
         };
         for i in 0..7 {
             let at = base + 0x20 + 12 * i as u64;
-            let (instr, feature) = if i == 3 {
-                (base, X86_FEATURE_XPERF)
-            } else {
-                (base + 5, 7)
+            // Entry 5 is an ALT_NOT one: bit 15 set, as 6.1 marks it.
+            let (instr, feature) = match i {
+                3 => (base, X86_FEATURE_XPERF),
+                5 => (base + 5, 7 | ALT_FLAG_INV),
+                _ => (base + 5, 7),
             };
             text[0x20 + 12 * i..0x2c + 12 * i].copy_from_slice(&alt(instr, feature, at));
         }
