@@ -154,6 +154,36 @@ pub fn skipped(what: &str) -> bool {
     false
 }
 
+/// `xvmm compare VM BARE --json JSON` with the static `xvmm` the harness
+/// built: its table (stdout) and the comparison it wrote. A failed run is
+/// an error carrying its stderr.
+pub fn xvmm_compare(
+    xvmm: &std::path::Path,
+    vm: &std::path::Path,
+    bare: &std::path::Path,
+    json: &std::path::Path,
+) -> std::result::Result<(String, xvmm_results::Comparison), String> {
+    let out = std::process::Command::new(xvmm)
+        .arg("compare")
+        .arg(vm)
+        .arg(bare)
+        .arg("--json")
+        .arg(json)
+        .output()
+        .map_err(|e| format!("running {}: {e}", xvmm.display()))?;
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        return Err(format!(
+            "xvmm compare failed ({}): {}{table}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    let cmp = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+    Ok((table, cmp))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -387,24 +387,14 @@ fn xvmm_compare_prints_the_vm_to_bare_metal_ratio_per_mode() {
         return;
     }
     let r = run();
-    let json = r.dir.join("probes-compare.json");
-    let out = std::process::Command::new(&r.xvmm)
-        .arg("compare")
-        .arg(r.dir.join("probes-vm.json"))
-        .arg(r.dir.join("probes-bm.json"))
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("run xvmm compare");
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, cmp) = harness::xvmm_compare(
+        &r.xvmm,
+        &r.dir.join("probes-vm.json"),
+        &r.dir.join("probes-bm.json"),
+        &r.dir.join("probes-compare.json"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     println!("=== xvmm compare (VM vs bare metal, TCG-emulated)\n{table}");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cmp: xvmm_results::Comparison =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for m in mode::MEASURED {
         let row = cmp
             .probes

@@ -484,24 +484,14 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
         return;
     }
     let r = run();
-    let json = r.dir.join(format!("{GROUP}-compare.json"));
-    let out = std::process::Command::new(&r.xvmm)
-        .arg("compare")
-        .arg(r.dir.join(format!("{GROUP}-vm.json")))
-        .arg(r.dir.join(format!("{GROUP}-bm.json")))
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("run xvmm compare");
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, cmp) = harness::xvmm_compare(
+        &r.xvmm,
+        &r.dir.join(format!("{GROUP}-vm.json")),
+        &r.dir.join(format!("{GROUP}-bm.json")),
+        &r.dir.join(format!("{GROUP}-compare.json")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     println!("=== xvmm compare (VM vs bare metal)\n{table}");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cmp: xvmm_results::Comparison =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     // #PF and getppid are stamped at different depths: compare says so.
     assert!(table.contains("what the VM adds, decomposed"), "{table}");
     assert!(
