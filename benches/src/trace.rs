@@ -25,7 +25,7 @@ impl ReadRun {
 }
 
 pub fn synthetic_text(n: u64) -> String {
-    let mut text = String::with_capacity(n as usize * 200);
+    let mut text = String::with_capacity(xvmm_results::num::usize_from(n) * 200);
     for i in 0..n {
         let ts = START + i * SPACING;
         text += &format!(
@@ -60,7 +60,8 @@ pub fn synthetic_pages(decoder: &RawDecoder, n: u64) -> Vec<Vec<u8>> {
     for i in 0..n {
         let ts = START + i * SPACING;
         for (at, record) in [(ts, &exit), (ts + IN_HOST, &entry)] {
-            if !page.event((at - last) as u32, record) {
+            let delta = u32::try_from(at - last).expect("SPACING and IN_HOST are small");
+            if !page.event(delta, record) {
                 let full = std::mem::replace(&mut page, PageWriter::new(decoder.layout(), at));
                 pages.push(full.finish(Missed::None));
                 page.event(0, record);

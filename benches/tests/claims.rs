@@ -261,7 +261,13 @@ fn binary_trace_reader_beats_the_text_reader() {
     for _ in 0..3 {
         let t = read_text(&text);
         let r = read_pages(&decoder, &pages);
-        assert_eq!((t.exits, r.exits), (n as usize, n as usize));
+        assert_eq!(
+            (t.exits, r.exits),
+            (
+                xvmm_results::num::usize_from(n),
+                xvmm_results::num::usize_from(n)
+            )
+        );
         text_best = text_best.max(t.exits_per_sec());
         raw_best = raw_best.max(r.exits_per_sec());
     }

@@ -251,7 +251,8 @@ fn value_matches(ours: &Value, text: &str) -> bool {
         } => match number(text) {
             Some(n) if n < 0 => n == i128::from(*signed),
             // As wide as the field: a signed field may print as hex.
-            Some(n) => (n as u128) & (u128::MAX >> (128 - 8 * size)) == u128::from(*unsigned),
+            Some(n) => u128::try_from(n)
+                .is_ok_and(|n| n & (u128::MAX >> (128 - 8 * size)) == u128::from(*unsigned)),
             None => false,
         },
         Value::Bytes(bytes) => match text
@@ -395,7 +396,9 @@ fn kvm_theirs(items: &[Item<String>]) -> Kvm {
             "kvm_write_tsc_offset" => TraceEvent::TscOffset {
                 ts,
                 vcpu: u32::try_from(get("vcpu_id")).unwrap(),
-                offset: u64::try_from(get("next_tsc_offset")).unwrap() as i64,
+                offset: xvmm_results::num::i64_from_bits(
+                    u64::try_from(get("next_tsc_offset")).unwrap(),
+                ),
             },
             _ => continue,
         };
@@ -429,7 +432,7 @@ fn compare_kvm(ours: &[Kvm], theirs: &[Kvm]) -> Result<usize, String> {
 fn trace_dat(r: &Recording, page_size: usize) -> Vec<u8> {
     let mut b = b"\x17\x08\x44tracing6\0".to_vec();
     b.extend_from_slice(&[0, 8]); // little-endian, 8-byte longs
-    b.extend_from_slice(&(page_size as u32).to_le_bytes());
+    b.extend_from_slice(&u32::try_from(page_size).unwrap().to_le_bytes());
     for (name, text) in [
         ("header_page", &r.header_page),
         ("header_event", &r.header_event),
@@ -442,7 +445,7 @@ fn trace_dat(r: &Recording, page_size: usize) -> Vec<u8> {
     b.extend_from_slice(&0u32.to_le_bytes()); // no ftrace formats
     let mut systems: Vec<&str> = r.formats.iter().map(|(s, _)| s.as_str()).collect();
     systems.dedup();
-    b.extend_from_slice(&(systems.len() as u32).to_le_bytes());
+    b.extend_from_slice(&u32::try_from(systems.len()).unwrap().to_le_bytes());
     for system in systems {
         let formats: Vec<&String> = r
             .formats
@@ -452,7 +455,7 @@ fn trace_dat(r: &Recording, page_size: usize) -> Vec<u8> {
             .collect();
         b.extend_from_slice(system.as_bytes());
         b.push(0);
-        b.extend_from_slice(&(formats.len() as u32).to_le_bytes());
+        b.extend_from_slice(&u32::try_from(formats.len()).unwrap().to_le_bytes());
         for f in formats {
             b.extend_from_slice(&(f.len() as u64).to_le_bytes());
             b.extend_from_slice(f.as_bytes());
@@ -461,7 +464,7 @@ fn trace_dat(r: &Recording, page_size: usize) -> Vec<u8> {
     b.extend_from_slice(&0u32.to_le_bytes()); // kallsyms
     b.extend_from_slice(&0u32.to_le_bytes()); // printk formats
     b.extend_from_slice(&0u64.to_le_bytes()); // task names
-    b.extend_from_slice(&(r.cpus.len() as u32).to_le_bytes());
+    b.extend_from_slice(&u32::try_from(r.cpus.len()).unwrap().to_le_bytes());
     b.extend_from_slice(b"flyrecord\0");
     let table = b.len();
     b.resize(table + 16 * r.cpus.len(), 0);

@@ -97,8 +97,11 @@ fn fits(model: &BTreeMap<String, Node>, name: &str, node: &Node) -> bool {
     ancestors_ok && nothing_below
 }
 
-/// (name, mode, rdev, data) of every entry before the trailer.
-fn unpack(bytes: &[u8]) -> Vec<(String, u32, (u32, u32), Vec<u8>)> {
+/// One unpacked entry: (name, mode, rdev, data).
+type Entry = (String, u32, (u32, u32), Vec<u8>);
+
+/// Every entry before the trailer.
+fn unpack(bytes: &[u8]) -> Vec<Entry> {
     assert_eq!(bytes.len() % 4, 0);
     let mut rest = bytes;
     let mut entries = Vec::new();

@@ -21,7 +21,7 @@ fn guest() -> &'static (GuestMemoryMmap, Vec<layout::RamRange>) {
         let ram = layout::ram_ranges(MEM);
         let ranges: Vec<_> = ram
             .iter()
-            .map(|r| (GuestAddress(r.start), r.size as usize))
+            .map(|r| (GuestAddress(r.start), xvmm_results::num::usize_from(r.size)))
             .collect();
         (GuestMemoryMmap::from_ranges(&ranges).unwrap(), ram)
     })
@@ -58,7 +58,8 @@ fuzz_target!(|data: &[u8]| {
             continue;
         }
         let (memory, ram) = guest();
-        let mut initrd = Cursor::new(&ZEROS[..initrd_size.unwrap_or(0) as usize]);
+        let mut initrd =
+            Cursor::new(&ZEROS[..xvmm_results::num::usize_from(initrd_size.unwrap_or(0))]);
         let loaded = boot::load(
             memory,
             ram,

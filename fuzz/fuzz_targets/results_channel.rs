@@ -19,7 +19,7 @@ fn slot() -> &'static Mutex<(GuestMemoryMmap, usize)> {
     SLOT.get_or_init(|| {
         let region = (
             GuestAddress(layout::RESULTS_GPA),
-            layout::RESULTS_SIZE as usize,
+            xvmm_results::num::usize_from(layout::RESULTS_SIZE),
         );
         Mutex::new((GuestMemoryMmap::from_ranges(&[region]).unwrap(), 0))
     })
@@ -29,8 +29,12 @@ fuzz_target!(|data: &[u8]| {
     let (mode, rest) = knob(data);
     let raw = usize::from(mode % 6).saturating_sub(1).min(rest.len());
     let (raw_doorbell, contents) = rest.split_at(raw);
-    let contents = &contents[..contents.len().min(layout::RESULTS_SIZE as usize)];
-    let honest = (contents.len() as u32).to_le_bytes();
+    let contents = &contents[..contents
+        .len()
+        .min(xvmm_results::num::usize_from(layout::RESULTS_SIZE))];
+    let honest = u32::try_from(contents.len())
+        .expect("at most RESULTS_SIZE")
+        .to_le_bytes();
     let doorbell = if mode % 6 == 0 {
         &honest[..]
     } else {

@@ -105,7 +105,7 @@ fn check_printed(p: &Printed) {
         );
     } else {
         let expected = Record {
-            pid: (p.pid % (PID_MAX + 1)) as i32,
+            pid: i32::try_from(p.pid % (PID_MAX + 1)).expect("at most PID_MAX"),
             cpu: u32::from(p.cpu),
             ts: p.ts,
             body: &body,

@@ -441,7 +441,8 @@ mod tests {
     #[test]
     fn cpu_time_is_utime_plus_stime_after_the_name() {
         // A command name holding ") " and spaces cannot shift the fields.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        // SAFETY: sysconf only reads a configuration value.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).unwrap();
         let stat = format!(
             "1234 (qemu) x (y) S 1 1234 1234 0 -1 4194560 100 0 0 0 {} {} 0 0 20 0 4 0",
             3 * hz,

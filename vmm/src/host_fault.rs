@@ -136,12 +136,14 @@ fn unavailable(errno: i32) -> Error {
 /// the API handshake.
 fn open_userfaultfd() -> Result<OwnedFd> {
     // SAFETY: the syscall takes flags only and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
-    if fd < 0 {
-        return Err(unavailable(errno()));
-    }
+    let ret = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    // A descriptor (an int in the kernel) or -1.
+    let fd = match RawFd::try_from(ret) {
+        Ok(fd) if fd >= 0 => fd,
+        _ => return Err(unavailable(errno())),
+    };
     // SAFETY: a descriptor the syscall just returned, owned by no one else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut api = uapi::UffdioApi {
         api: uapi::UFFD_API,
         ..Default::default()
@@ -297,7 +299,7 @@ impl HostFaults {
         memory: &GuestMemoryMmap,
         count: u32,
     ) -> std::result::Result<u32, DropRefusal> {
-        let mut page = vec![0u8; GUEST_PAGE as usize];
+        let mut page = vec![0u8; xvmm_results::num::usize_from(GUEST_PAGE)];
         memory
             .read_slice(&mut page, GuestAddress(RESULTS_GPA + DROP_REQUEST_OFFSET))
             .map_err(|_| DropRefusal::HostFailed)?;
@@ -321,7 +323,7 @@ impl HostFaults {
             let ret = unsafe {
                 libc::madvise(
                     run.0 as *mut libc::c_void,
-                    run.1 as usize,
+                    xvmm_results::num::usize_from(run.1),
                     libc::MADV_DONTNEED,
                 )
             };
@@ -448,7 +450,7 @@ fn serve(
     served: &Mutex<Served>,
 ) -> std::result::Result<(), String> {
     // UFFDIO_COPY needs no alignment of its source.
-    let zero = vec![0u8; GUEST_PAGE as usize];
+    let zero = vec![0u8; xvmm_results::num::usize_from(GUEST_PAGE)];
     loop {
         let mut fds = [
             libc::pollfd {
@@ -533,7 +535,7 @@ fn read_message(uffd: &OwnedFd) -> std::result::Result<Option<uapi::UffdMsg>, St
             )),
         };
     }
-    if n as usize != size {
+    if usize::try_from(n).ok() != Some(size) {
         return Err(format!("short userfaultfd message ({n} of {size} bytes)"));
     }
     Ok(Some(msg))
@@ -604,8 +606,11 @@ mod tests {
 
     fn memory() -> (GuestMemoryMmap, Vec<RamRange>) {
         let memory = GuestMemoryMmap::from_ranges(&[
-            (GuestAddress(0), RAM_SIZE as usize),
-            (GuestAddress(RESULTS_GPA), RESULTS_SIZE as usize),
+            (GuestAddress(0), xvmm_results::num::usize_from(RAM_SIZE)),
+            (
+                GuestAddress(RESULTS_GPA),
+                xvmm_results::num::usize_from(RESULTS_SIZE),
+            ),
         ])
         .unwrap();
         let ram = vec![RamRange {
@@ -622,7 +627,7 @@ mod tests {
             let at = base + (DROP_REQUEST_HEADER + i * 8) as u64;
             memory.write_obj(*g, GuestAddress(at)).unwrap();
         }
-        faults.serve_request(memory, gpas.len() as u32);
+        faults.serve_request(memory, u32::try_from(gpas.len()).unwrap());
         DropAnswer::decode(memory.read_obj::<i64>(GuestAddress(base)).unwrap())
     }
 
@@ -647,7 +652,7 @@ mod tests {
             return None;
         }
         // SAFETY: the descriptor the syscall just returned, closed once.
-        unsafe { libc::close(fd as i32) };
+        unsafe { libc::close(i32::try_from(fd).unwrap()) };
         Some(
             HostFaults::start(delay, memory, ram, Box::new(|_| {}))
                 .unwrap_or_else(|e| panic!("{e}")),
@@ -679,7 +684,7 @@ mod tests {
         let summary = faults.finish();
         assert_eq!((summary.requests, summary.pages_dropped), (1, 1));
         assert_eq!(summary.faults_served, 1);
-        assert!(summary.latency_ns[0] >= delay.as_nanos() as u64);
+        assert!(u128::from(summary.latency_ns[0]) >= delay.as_nanos());
         assert_eq!(summary.failure, None);
     }
 

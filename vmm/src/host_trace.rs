@@ -198,7 +198,7 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
             ts,
             vcpu: field(body, "vcpu")?.parse().ok()?,
             // Printed as an unsigned 64-bit number: the bits of an i64.
-            offset: field(body, "next")?.parse::<u64>().ok()? as i64,
+            offset: xvmm_results::num::i64_from_bits(field(body, "next")?.parse().ok()?),
         }),
         _ => None,
     }
@@ -1485,7 +1485,7 @@ mod tests {
                 for r in page.records() {
                     let r = r.unwrap();
                     assert_eq!(r.id(), Some(format.id));
-                    let pid = format.signed("common_pid", r.data).unwrap() as i32;
+                    let pid = i32::try_from(format.signed("common_pid", r.data).unwrap()).unwrap();
                     let nr = format.signed("id", r.data).unwrap();
                     merge.push(cpu, r.ts, (r.ts, pid, nr));
                 }
@@ -1534,7 +1534,7 @@ mod tests {
         let tracefs = fresh_tracefs();
         let root = tracefs.root();
         let global_clock = fs::read_to_string(root.join("trace_clock")).unwrap();
-        let tracer = ExitTracer::start(&[std::process::id() as i32]).unwrap();
+        let tracer = ExitTracer::start(&[i32::try_from(std::process::id()).unwrap()]).unwrap();
         let path = tracer.instance_path().to_path_buf();
         let clock = fs::read_to_string(path.join("trace_clock")).unwrap();
         assert!(clock.contains("[x86-tsc]"), "instance clock: {clock}");

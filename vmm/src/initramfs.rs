@@ -173,8 +173,7 @@ impl Archive {
             all.insert(path, node.clone());
         }
         let mut out = Vec::new();
-        for (ino, (path, node)) in all.iter().enumerate() {
-            let ino = ino as u32 + 1;
+        for (ino, (path, node)) in (1u32..).zip(&all) {
             let (mode, nlink, data, rdev): (u32, u32, &[u8], (u32, u32)) = match node {
                 Node::File { data, mode } => (S_IFREG | (mode & 0o7777), 1, data, (0, 0)),
                 Node::Dir { mode } => (S_IFDIR | (mode & 0o7777), 2, &[], (0, 0)),
@@ -191,6 +190,10 @@ impl Archive {
 }
 
 /// One header + name + data, each of name and data padded to 4 bytes.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "sizes fit the u32 fields: Archive::add rejects files of 4 GiB and more, names and symlink targets are paths"
+)]
 fn write_entry(
     out: &mut Vec<u8>,
     ino: u32,
@@ -201,8 +204,6 @@ fn write_entry(
     data: &[u8],
 ) {
     out.extend_from_slice(MAGIC);
-    // The size fits: Archive::add rejects files of 4 GiB and more, and names
-    // and symlink targets are far smaller.
     let fields = [
         ino,
         mode,

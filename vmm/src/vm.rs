@@ -102,7 +102,7 @@ impl Vm {
         }
         ranges.push((
             GuestAddress(layout::RESULTS_GPA),
-            layout::RESULTS_SIZE as usize,
+            xvmm_results::num::usize_from(layout::RESULTS_SIZE),
         ));
         ranges.sort_by_key(|r| r.0);
         let memory = GuestMemoryMmap::from_ranges(&ranges).map_err(|e| {
@@ -112,12 +112,12 @@ impl Vm {
             ))
         })?;
 
-        for (slot, region) in memory.iter().enumerate() {
+        for (slot, region) in (0u32..).zip(memory.iter()) {
             let host = region
                 .get_host_address(vm_memory::MemoryRegionAddress(0))
                 .map_err(|e| Error::Memory(format!("guest region has no host mapping: {e}")))?;
             let mem_region = kvm_userspace_memory_region {
-                slot: slot as u32,
+                slot,
                 flags: 0,
                 guest_phys_addr: region.start_addr().0,
                 memory_size: region.len(),
@@ -134,7 +134,7 @@ impl Vm {
             })?;
         }
 
-        fd.set_tss_address(layout::TSS_GPA as usize)
+        fd.set_tss_address(xvmm_results::num::usize_from(layout::TSS_GPA))
             .map_err(|e| Error::Kvm(format!("KVM_SET_TSS_ADDR failed: {e}")))?;
         fd.set_identity_map_address(layout::IDENTITY_MAP_GPA)
             .map_err(|e| Error::Kvm(format!("KVM_SET_IDENTITY_MAP_ADDR failed: {e}")))?;
@@ -243,7 +243,7 @@ pub fn read_results_bytes(memory: &GuestMemoryMmap, len: u64) -> Result<Vec<u8>>
             layout::RESULTS_SIZE
         )));
     }
-    let mut buf = vec![0u8; len as usize];
+    let mut buf = vec![0u8; xvmm_results::num::usize_from(len)];
     memory
         .read_slice(&mut buf, GuestAddress(layout::RESULTS_GPA))
         .map_err(|e| Error::Guest(format!("cannot read the results slot: {e}")))?;
@@ -341,7 +341,7 @@ mod tests {
     fn results_length_is_bounds_checked() {
         let mem = GuestMemoryMmap::from_ranges(&[(
             GuestAddress(layout::RESULTS_GPA),
-            layout::RESULTS_SIZE as usize,
+            xvmm_results::num::usize_from(layout::RESULTS_SIZE),
         )])
         .unwrap();
         mem.write_slice(b"{\"x\":1}", GuestAddress(layout::RESULTS_GPA))

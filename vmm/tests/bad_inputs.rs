@@ -588,7 +588,8 @@ fn run(c: &Case, f: &Path, xperf: &Path) -> Ran {
     };
     let start = Instant::now();
     let mut child = cmd.spawn().expect("spawn");
-    let pid = child.id() as libc::pid_t;
+    let id = child.id();
+    let pid = libc::pid_t::try_from(id).unwrap();
     let out = child.stdout.take().map(drain);
     let err = drain(child.stderr.take().unwrap());
     let mut deadline = start + MAX_TIME;
@@ -615,7 +616,7 @@ fn run(c: &Case, f: &Path, xperf: &Path) -> Ran {
                 let _ = out.join();
             }
             return Ran {
-                pid: pid as u32,
+                pid: id,
                 status: std::process::ExitStatus::from_raw(status),
                 stderr: String::from_utf8_lossy(&err.join().unwrap()).into_owned(),
                 max_rss_kib: usage.ru_maxrss,

@@ -101,7 +101,7 @@ fn state() -> Vec<(String, String)> {
 fn kill_and_check_leftovers(mut child: Child, instance: &str) -> u32 {
     let pid = child.id();
     // SAFETY: our own child, not reaped yet.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    unsafe { libc::kill(i32::try_from(pid).unwrap(), libc::SIGKILL) };
     child.wait().unwrap();
     assert!(
         has_instance(instance),
@@ -240,7 +240,7 @@ fn two_traced_runs_share_the_mount_and_the_last_unmounts_it() {
     assert_eq!(tracefs_mounts(), 1, "one mount, shared");
     let interrupt = |child: Child| {
         // SAFETY: our own child, not reaped yet.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGINT) };
         child.wait_with_output().unwrap()
     };
     let out = interrupt(first);
@@ -285,7 +285,7 @@ fn a_mount_is_left_to_another_process_that_still_uses_it() {
     assert!(tracefs_mounted_here(), "xvmm mounted tracefs");
     let ours = FsUse::acquire(FsKind::Tracefs, None).expect("the mount xvmm made");
     // SAFETY: our own child, not reaped yet.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    unsafe { libc::kill(i32::try_from(child.id()).unwrap(), libc::SIGINT) };
     let status = child.wait_with_output().unwrap().status;
     assert_eq!(status.code(), Some(130));
     assert!(

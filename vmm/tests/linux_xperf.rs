@@ -209,7 +209,10 @@ fn results_get_the_host_view_trace_and_baseline_comparison() {
     let kernel = file(
         &dir,
         "bzImage",
-        &bzimage(&linux64_send_results(sent.as_bytes(), sent.len() as u32)),
+        &bzimage(&linux64_send_results(
+            sent.as_bytes(),
+            u32::try_from(sent.len()).unwrap(),
+        )),
     );
     let bare = xperf_like_report(xvmm_results::Environment::BareMetal, 250);
     let bare_path = file(&dir, "bare.json", bare.to_json_pretty().as_bytes());

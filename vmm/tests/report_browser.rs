@@ -316,7 +316,7 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
     std::fs::write(&blank, "<!DOCTYPE html><html><body></body></html>").unwrap();
     let blank_png = dir.join("blank.png");
     browse(&blank, &[format!("--screenshot={}", blank_png.display())]);
-    let blank_len = std::fs::metadata(&blank_png).unwrap().len() as usize;
+    let blank_len = xvmm_results::num::usize_from(std::fs::metadata(&blank_png).unwrap().len());
     assert!(
         png.len() > 10 * blank_len,
         "report {} bytes, blank {blank_len}",

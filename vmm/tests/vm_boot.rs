@@ -161,8 +161,9 @@ fn sigint_stops_a_running_guest_cleanly() {
     }
     let child = spawn_spinning_guest("sigint", &[]);
     std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = i32::try_from(child.id()).unwrap();
     // SAFETY: signalling our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let start = std::time::Instant::now();
     let out = child.wait_with_output().expect("wait");
     assert!(start.elapsed().as_secs_f64() < 5.0, "{:?}", start.elapsed());
@@ -201,9 +202,10 @@ fn signals_during_a_traced_run_leave_tracefs_as_found(tag: &str, signals: &[libc
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let traced = has_instance();
+    let pid = i32::try_from(child.id()).unwrap();
     for &signal in signals {
         // SAFETY: signalling our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = child.wait_with_output().expect("wait");
@@ -265,7 +267,7 @@ fn results_doorbell_reaches_json_file() {
     }
     let dir = scratch("results");
     let json = serde_json::to_string(&sample_report()).unwrap();
-    let code = linux64_send_results(json.as_bytes(), json.len() as u32);
+    let code = linux64_send_results(json.as_bytes(), u32::try_from(json.len()).unwrap());
     let kernel = file(&dir, "bzImage", &bzimage(&code));
     let out_path = dir.join("out.json");
     let out = xvmm(&[
@@ -306,7 +308,10 @@ fn malformed_or_oversized_results_are_guest_errors() {
     let kernel = file(
         &dir,
         "k1",
-        &bzimage(&linux64_send_results(garbage, garbage.len() as u32)),
+        &bzimage(&linux64_send_results(
+            garbage,
+            u32::try_from(garbage.len()).unwrap(),
+        )),
     );
     let out = xvmm(&["--kernel", kernel.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));

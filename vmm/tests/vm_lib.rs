@@ -247,7 +247,8 @@ fn tsc_offset_control_is_applied_or_clearly_unsupported() {
     // harness checks kvm_amd's); elsewhere either, as long as it is clear.
     let here = Platform::probe();
     let fact = platform::expected_tsc_offset_control(here);
-    let set = vcpu.set_tsc_offset(-(host as i64));
+    let offset = -i64::try_from(host).unwrap();
+    let set = vcpu.set_tsc_offset(offset);
     match (fact.outcome, &set) {
         (Outcome::Unavailable | Outcome::Undocumented, Err(err)) => {
             let err = err.to_string();
@@ -266,7 +267,7 @@ fn tsc_offset_control_is_applied_or_clearly_unsupported() {
             fact.source
         ),
     }
-    assert_eq!(vcpu.tsc_offset().unwrap(), -(host as i64));
+    assert_eq!(vcpu.tsc_offset().unwrap(), offset);
     let mut code = vec![0x0f, 0x31]; // rdtsc
     code.extend_from_slice(&OUT_EAX);
     code.extend_from_slice(&[0x89, 0xd0]); // mov eax, edx

@@ -157,7 +157,7 @@ fn compare_with_perf(rt: &xvmm_results::Interval, tsc_khz: u64) {
     );
     println!(
         "glibc's getppid() is `mov eax, 110; syscall; ret`: here it costs {} ticks more per call than the bare syscall (the return after the syscall mispredicts: after the kernel ran, the return stack buffer no longer holds the user's return address), which perf's figure includes and xperf's does not",
-        libc_loop as i64 - raw_loop as i64
+        xvmm_results::num::difference(libc_loop, raw_loop)
     );
 }
 

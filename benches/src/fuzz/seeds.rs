@@ -120,7 +120,11 @@ pub fn shrink_bzimage(bz: &[u8], payload: usize) -> Option<Vec<u8>> {
     };
     let end = (sects + 1) * 512 + payload;
     let mut out = bz.get(..end)?.to_vec();
-    put(&mut out, 0x1f4, &((payload / 16) as u32).to_le_bytes());
+    put(
+        &mut out,
+        0x1f4,
+        &u32::try_from(payload / 16).ok()?.to_le_bytes(),
+    );
     Some(out)
 }
 
@@ -141,7 +145,7 @@ pub fn shrink_elf(elf: &[u8], keep: u64) -> Option<Vec<u8>> {
         let limit = if p_type == 4 { 4096 } else { keep };
         let len = filesz.min(limit);
         let from = usize::try_from(offset).ok()?;
-        let bytes = elf.get(from..from + len as usize)?;
+        let bytes = elf.get(from..from + xvmm_results::num::usize_from(len))?;
         put(
             ph,
             8,
@@ -187,7 +191,13 @@ fn tiny_pvh() -> Vec<u8> {
         (1u32, 64 + 112 + note.len() as u64, 0x100_0000u64, 16u64),
         (4, 64 + 112, 0, note.len() as u64),
     ];
-    let mut b = elf_header(2, 64, segments.len() as u16, 0, 0);
+    let mut b = elf_header(
+        2,
+        64,
+        u16::try_from(segments.len()).expect("two segments"),
+        0,
+        0,
+    );
     for (kind, off, addr, size) in segments {
         b.extend_from_slice(&kind.to_le_bytes());
         b.extend_from_slice(&5u32.to_le_bytes());
@@ -301,7 +311,8 @@ pub fn elf_with_sections(sections: &[(u64, Vec<u8>)], symbols: &[(String, u64)])
     let mut symtab = vec![0u8; 24];
     for (name, value) in symbols {
         let mut e = [0u8; 24];
-        put(&mut e, 0, &(strtab.len() as u32).to_le_bytes());
+        let name_at = u32::try_from(strtab.len()).expect("a string table below 4 GiB");
+        put(&mut e, 0, &name_at.to_le_bytes());
         put(&mut e, 8, &value.to_le_bytes());
         symtab.extend_from_slice(&e);
         strtab.extend_from_slice(name.as_bytes());
@@ -312,7 +323,7 @@ pub fn elf_with_sections(sections: &[(u64, Vec<u8>)], symbols: &[(String, u64)])
     body.extend_from_slice(&symtab);
     let strtab_at = 64 + body.len() as u64;
     body.extend_from_slice(&strtab);
-    let strtab_index = headers.len() as u32 + 1;
+    let strtab_index = u32::try_from(headers.len()).expect("fewer than 65535 sections") + 1;
     headers.push(header(
         SHT_SYMTAB,
         0,
@@ -324,7 +335,8 @@ pub fn elf_with_sections(sections: &[(u64, Vec<u8>)], symbols: &[(String, u64)])
     headers.push(header(3, 0, 0, strtab_at, strtab.len() as u64, 0));
     body.resize(body.len().next_multiple_of(8), 0);
     let shoff = 64 + body.len() as u64;
-    let mut out = elf_header(2, 0, 0, shoff, headers.len() as u16);
+    let shnum = u16::try_from(headers.len()).expect("fewer than 65536 sections");
+    let mut out = elf_header(2, 0, 0, shoff, shnum);
     out.extend_from_slice(&body);
     for h in headers {
         out.extend_from_slice(&h);
@@ -334,6 +346,11 @@ pub fn elf_with_sections(sections: &[(u64, Vec<u8>)], symbols: &[(String, u64)])
 
 /// Hook sites as the xperf series lays them out: two jump labels on the key,
 /// one on another key, and the feature's alternative.
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    reason = "rel32 and rel64 displacements between kernel addresses 0x90 bytes apart, as two's complement"
+)]
 fn synthetic_hooks() -> Vec<u8> {
     let base = 0xffff_ffff_8100_0000u64;
     let mut text = vec![0xccu8; 0x90];
@@ -443,8 +460,11 @@ pub fn shrink_vmlinux_for_hooks(vmlinux: &[u8]) -> Option<Vec<u8>> {
             let data = s.data(LE, vmlinux).ok()?;
             pieces.push((
                 from,
-                data.get((from - addr) as usize..(to - addr) as usize)?
-                    .to_vec(),
+                data.get(
+                    xvmm_results::num::usize_from(from - addr)
+                        ..xvmm_results::num::usize_from(to - addr),
+                )?
+                .to_vec(),
             ));
         }
     }

@@ -346,7 +346,7 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
         .collect();
     host.exit_free = Stats::from_samples(&free);
     host.exit_free_median_ci = thinned_median_ci(&free);
-    let free_median = host.exit_free.median as i64;
+    let free_median = i64::try_from(host.exit_free.median).unwrap_or(i64::MAX);
     for p in placed.iter().filter(|p| !p.exits.is_empty()) {
         host.samples_with_exits += 1;
         let v = &index.vcpus[&p.vcpu];

@@ -46,7 +46,7 @@ impl SplitMix64 {
     /// Uniform in 0..n (n > 0); the modulo bias is below 2^-40 for any n a
     /// run can have.
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        crate::num::usize_from(self.next() % n as u64)
     }
 }
 
@@ -63,7 +63,7 @@ pub fn median_ci(samples: &[u64]) -> Option<MedianCi> {
     if n < 2 {
         return None;
     }
-    let block = (n as f64).sqrt().ceil() as usize;
+    let block = crate::num::usize_saturating((n as f64).sqrt().ceil());
     let starts = n - block + 1;
     let blocks = n.div_ceil(block);
     let mut rng = SplitMix64(SEED);
@@ -79,7 +79,10 @@ pub fn median_ci(samples: &[u64]) -> Option<MedianCi> {
         medians.push(median_of(&mut resample));
     }
     medians.sort_unstable();
-    let at = |p: f64| medians[((p * RESAMPLES as f64).round() as usize).clamp(1, RESAMPLES) - 1];
+    let at = |p: f64| {
+        medians
+            [crate::num::usize_saturating((p * RESAMPLES as f64).round()).clamp(1, RESAMPLES) - 1]
+    };
     Some(MedianCi {
         low: at(0.025),
         high: at(0.975),

@@ -41,6 +41,7 @@ pub const DROP_REQUEST_OFFSET: u64 = RESULTS_SIZE - 4096;
 pub const DROP_REQUEST_HEADER: usize = 16;
 
 /// Most pages one request may name (what fits in the page).
+#[allow(clippy::cast_possible_truncation, reason = "(4096 - 16) / 8 = 510")]
 pub const DROP_REQUEST_MAX: u32 = ((4096 - DROP_REQUEST_HEADER) / 8) as u32;
 
 /// Guest page size of every address in a request.

@@ -2,6 +2,7 @@
 //! `xvmm-comparison` schema and how it is computed.
 
 use crate::attribution::SegmentHost;
+use crate::num;
 use crate::probes::{compare_probes, ProbeComparisonRow};
 use crate::{Crossing, Environment, Interval, MedianCi, Report, Stats};
 use serde::{Deserialize, Serialize};
@@ -146,7 +147,10 @@ pub fn difference_interval(a: u64, a_ci: MedianCi, b: u64, b_ci: MedianCi) -> (i
     let below = (f(a) - f(a_ci.low)).hypot(f(b_ci.high) - f(b));
     let above = (f(a_ci.high) - f(a)).hypot(f(b) - f(b_ci.low));
     // Saturating casts: medians of untrusted files may be anything.
-    ((d - below).floor() as i64, (d + above).ceil() as i64)
+    (
+        num::i64_saturating((d - below).floor()),
+        num::i64_saturating((d + above).ceil()),
+    )
 }
 
 /// The exit-free part: VM exit-free median minus bare-metal median.

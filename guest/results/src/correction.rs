@@ -119,7 +119,7 @@ impl HooksCost {
             crossing: crossing.into(),
             on_median,
             off_median,
-            delta: on_median as i64 - off_median as i64,
+            delta: crate::num::difference(on_median, off_median),
             off_keeps: off_keeps.into(),
             predicted: None,
         }
@@ -128,8 +128,8 @@ impl HooksCost {
     /// The same with the hooks' own sequences timed on (`on`) and off
     /// (`off`): `predicted` is the difference of their medians.
     pub fn with_prediction(mut self, on: &[u64], off: &[u64]) -> HooksCost {
-        let on = Stats::from_samples(on).median as i64;
-        self.predicted = Some(on - Stats::from_samples(off).median as i64);
+        let (on, off) = (Stats::from_samples(on), Stats::from_samples(off));
+        self.predicted = Some(crate::num::difference(on.median, off.median));
         self
     }
 

@@ -39,6 +39,10 @@ pub const MAX_VIRTUAL_READ: u64 = 1 << 16;
 /// Symbol names longer than this are treated as absent. A kernel's are at
 /// most 511 bytes (KSYM_NAME_LEN); the bound keeps lookups linear in the file.
 pub const MAX_SYMBOL_NAME: usize = 1024;
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "an ELF64 program header is 56 bytes (object's repr(C) struct)"
+)]
 const PROGRAM_HEADER_SIZE: u16 = std::mem::size_of::<ProgramHeader64<LittleEndian>>() as u16;
 
 /// Why a file is not a usable ELF file. Each renders as one line.
@@ -562,6 +566,10 @@ impl Symbols<'_> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "test fixtures: ELF files of a few headers, names and bytes"
+)]
 mod tests {
     use super::*;
 

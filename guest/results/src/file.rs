@@ -355,7 +355,7 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
             mib(limit)
         )));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    let mut bytes = Vec::with_capacity(crate::num::usize_from(meta.len()));
     // take(): a file that grows while it is read cannot pass the limit either.
     (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {

@@ -23,6 +23,7 @@ pub mod json;
 pub mod limits;
 pub mod linearity;
 pub mod machine;
+pub mod num;
 pub mod probes;
 pub mod quantum;
 pub mod render;

@@ -208,7 +208,7 @@ pub fn control_step(v: &Verdict, quantum: Option<f64>) -> f64 {
 pub fn wrong_corrections(v: &Verdict, quantum: Option<f64>) -> Vec<(u64, String)> {
     let c = v.correction as f64;
     let step = control_step(v, quantum);
-    let at = |x: f64| x.round().max(0.0) as u64;
+    let at = |x: f64| crate::num::u64_saturating(x.round().max(0.0));
     vec![
         (0, "no correction".into()),
         (2 * v.correction, "twice the correction".into()),
@@ -396,7 +396,7 @@ pub(crate) mod tests {
 
     /// The same on a counter of quantum `q`: every median on a step.
     fn synthetic_q(a: u64, null: u64, q: f64) -> (SweepFit, SweepPhase, StampSweep) {
-        let on_step = |t: f64| ((t / q).round() * q).round() as u64;
+        let on_step = |t: f64| crate::num::u64_saturating(((t / q).round() * q).round());
         let phase = |n: u64, k: u64| {
             let lengths = sweep::lengths(n, k);
             let medians: Vec<u64> = lengths
@@ -465,7 +465,7 @@ pub(crate) mod tests {
         let c = decided.correction as f64;
         let controls = wrong_corrections(&v, Some(q));
         for x in [c - q, c + q] {
-            let x = x.round() as u64;
+            let x = crate::num::u64_saturating(x.round());
             assert!(
                 controls.iter().any(|(w, _)| w.abs_diff(x) <= 1),
                 "no control one quantum off {c} ({x}): {controls:?}"

@@ -235,7 +235,7 @@ pub mod cpuid {
     #[cfg(target_arch = "x86_64")]
     pub fn tsc_khz() -> Option<(u64, &'static str)> {
         if has_hypervisor() && leaf(0x4000_0000).eax >= 0x4000_0010 {
-            let khz = leaf(0x4000_0010).eax as u64;
+            let khz = u64::from(leaf(0x4000_0010).eax);
             if khz != 0 {
                 return Some((khz, "cpuid-0x40000010"));
             }
@@ -244,7 +244,7 @@ pub mod cpuid {
             let r = leaf(0x15);
             if r.eax != 0 && r.ebx != 0 && r.ecx != 0 {
                 return Some((
-                    r.ecx as u64 * r.ebx as u64 / r.eax as u64 / 1000,
+                    u64::from(r.ecx) * u64::from(r.ebx) / u64::from(r.eax) / 1000,
                     "cpuid-0x15",
                 ));
             }

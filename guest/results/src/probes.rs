@@ -160,7 +160,7 @@ impl SignedStats {
             .sum::<f64>()
             / n as f64;
         let rank = |pct: f64| {
-            let r = ((pct / 100.0) * n as f64).ceil() as usize;
+            let r = crate::num::usize_saturating(((pct / 100.0) * n as f64).ceil());
             sorted[r.clamp(1, n) - 1]
         };
         SignedStats {
@@ -197,7 +197,8 @@ fn div_nearest(v: i64, k: u64) -> i64 {
     let k = i128::from(k);
     let v = i128::from(v);
     let q = (2 * v.abs() + k) / (2 * k);
-    (if v < 0 { -q } else { q }) as i64
+    // Never clamps: |q| <= |v| for k >= 1.
+    crate::num::i64_clamped(if v < 0 { -q } else { q })
 }
 
 /// A 95 % confidence interval of a signed median, in ticks.

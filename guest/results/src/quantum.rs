@@ -131,7 +131,7 @@ mod tests {
     /// Back-to-back reads of a counter stepping by `step` ticks, read every
     /// `latency` ticks, starting at offsets spread over a step.
     fn stepped(step: f64, latency: f64, n: usize) -> Vec<u64> {
-        let read = |t: f64| ((t / step).floor() * step).round() as u64;
+        let read = |t: f64| crate::num::u64_saturating(((t / step).floor() * step).round());
         (0..n)
             .map(|i| {
                 let t0 = 1000.0 + i as f64 * 7.31;

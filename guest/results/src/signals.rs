@@ -138,6 +138,7 @@ mod tests {
         assert_eq!(stop_requested(), None);
         // SAFETY: raising a signal whose handler only stores atomics.
         unsafe { libc::raise(libc::SIGTERM) };
+        // SAFETY: the same handler (`on_stop`) takes SIGINT.
         unsafe { libc::raise(libc::SIGINT) };
         assert_eq!(
             stop_requested(),

@@ -69,7 +69,7 @@ pub fn percentile(sorted: &[u64], pct: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }
-    let rank = ((pct / 100.0) * sorted.len() as f64).ceil() as usize;
+    let rank = crate::num::usize_saturating(((pct / 100.0) * sorted.len() as f64).ceil());
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
@@ -78,14 +78,14 @@ impl Histogram {
         // Saturating: samples spanning the whole u64 range must not overflow.
         let span = (hi - lo).saturating_add(1);
         let width = span.div_ceil(HISTOGRAM_BUCKETS as u64).max(1);
-        let buckets = span.div_ceil(width) as usize;
+        let buckets = crate::num::usize_from(span.div_ceil(width));
         let mut counts = vec![0u64; buckets];
         let mut above = 0;
         for &v in sorted {
             if v > hi {
                 above += 1;
             } else {
-                counts[((v - lo) / width) as usize] += 1;
+                counts[crate::num::usize_from((v - lo) / width)] += 1;
             }
         }
         Histogram {

@@ -281,7 +281,7 @@ pub fn decide(null_median: u64, fit: SweepFit, quantum: Option<f64>) -> StampSwe
     let usable = fit.intercept.is_finite() && fit.intercept >= 0.0 && fit.slope > 0.0;
     let used = usable && bias.abs() > limit;
     let correction = if used {
-        fit.intercept.round() as u64
+        crate::num::u64_saturating(fit.intercept.round())
     } else {
         null_median
     };
@@ -497,7 +497,7 @@ mod tests {
                 let lengths = lengths(n, k);
                 let medians: Vec<u64> = lengths
                     .iter()
-                    .map(|&l| (a + 2.3 * l as f64).round() as u64)
+                    .map(|&l| crate::num::u64_saturating((a + 2.3 * l as f64).round()))
                     .collect();
                 SweepPhase::from_medians(&lengths, &medians, 1000).unwrap()
             })
@@ -551,7 +551,10 @@ mod tests {
     fn the_slope_error_comes_from_the_phases_or_the_steps() {
         let p = |n: u64, slope: f64| {
             let l = lengths(n, 8);
-            let m: Vec<u64> = l.iter().map(|&x| 60 + (slope * x as f64) as u64).collect();
+            let m: Vec<u64> = l
+                .iter()
+                .map(|&x| 60 + crate::num::u64_saturating(slope * x as f64))
+                .collect();
             SweepPhase::from_medians(&l, &m, 10).unwrap()
         };
         // Identical phases: only the steps (quantum 1: 1/sqrt(12 sxx)).

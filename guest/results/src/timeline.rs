@@ -63,6 +63,10 @@ impl TscScaling {
         }
         // adjust_tsc_khz(): u64 arithmetic, truncated to u32.
         let ppm = i64::from(self.tolerance_ppm);
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "adjust_tsc_khz() truncates its u64 result to u32 too"
+        )]
         let adjust = |sign: i64| {
             let factor = u64::try_from(1_000_000 + sign * ppm).unwrap_or(0);
             (u64::from(host_khz) * factor / 1_000_000) as u32
@@ -70,7 +74,10 @@ impl TscScaling {
         if (adjust(-1)..=adjust(1)).contains(&guest_khz) {
             return Ok(one);
         }
-        let ratio = ((u128::from(one) * u128::from(guest_khz)) / u128::from(host_khz)) as u64;
+        // Saturating: a ratio beyond 64 bits (only on a host below 65 MHz) is
+        // refused just below as too large.
+        let ratio = u64::try_from((u128::from(one) * u128::from(guest_khz)) / u128::from(host_khz))
+            .unwrap_or(u64::MAX);
         if ratio == 0 || ratio >= self.max_ratio {
             return Err(format!(
                 "KVM refuses {guest_khz} kHz on a {host_khz} kHz host (ratio {ratio:#x} \
@@ -135,6 +142,10 @@ impl Mapping {
     /// `host` scaled by the ratio, without the offset: KVM's
     /// `mul_u64_u64_shr(host, ratio, frac_bits)`, truncated to 64 bits as
     /// the hardware's counter is.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "truncated to 64 bits on purpose, as mul_u64_u64_shr() and the counter are"
+    )]
     pub fn scale(&self, host: u64) -> i128 {
         i128::from(((u128::from(host) * u128::from(self.ratio_fixed)) >> self.frac_bits) as u64)
     }
@@ -258,7 +269,7 @@ pub struct Verification {
 }
 
 fn clamp_i64(v: i128) -> i64 {
-    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+    crate::num::i64_clamped(v)
 }
 
 /// Checks every pair against `mapping` (see the module text).
@@ -546,6 +557,11 @@ mod tests {
     /// apart from [`TscScaling`]: `set_tsc_khz`'s
     /// `mul_u64_u32_div(1ULL << frac, user_tsc_khz, tsc_khz)`, then
     /// `kvm_scale_tsc` (`mul_u64_u64_shr(tsc, ratio, frac)`) plus the offset.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "the kernel's u64 arithmetic: results truncated to 64 bits, the offset added as two's complement"
+    )]
     fn kvm_guest_tsc(host: u64, offset: i64, g: u32, h: u32, frac: u32) -> i128 {
         let ratio = ((1u128 << frac) * u128::from(g) / u128::from(h)) as u64;
         let scaled = ((u128::from(host) * u128::from(ratio)) >> frac) as u64;

@@ -67,11 +67,17 @@ impl Field {
     /// The field's value, sign-extended when the format says it is signed.
     pub fn signed(&self, data: &[u8]) -> Option<i64> {
         let v = self.unsigned(data)?;
-        let unused = 64 - 8 * self.size as u32;
-        Some(if self.signed && unused > 0 {
-            ((v << unused) as i64) >> unused
-        } else {
-            v as i64
+        if !self.signed {
+            // An unsigned field of 8 bytes reads as its two's-complement bits.
+            return Some(crate::num::i64_from_bits(v));
+        }
+        // unsigned() checked the range and that the size is 1, 2, 4 or 8.
+        let bytes = &data[self.offset..self.offset + self.size];
+        Some(match self.size {
+            1 => i64::from(i8::from_ne_bytes([bytes[0]])),
+            2 => i64::from(i16::from_ne_bytes(bytes.try_into().ok()?)),
+            4 => i64::from(i32::from_ne_bytes(bytes.try_into().ok()?)),
+            _ => i64::from_ne_bytes(bytes.try_into().ok()?),
         })
     }
 }
@@ -581,11 +587,10 @@ impl PageWriter {
     /// A data event as the kernel writes it: its length in the header up
     /// to 112 bytes, in a word of its own beyond. `delta` keeps 27 bits.
     pub fn event(&mut self, delta: u32, payload: &[u8]) -> bool {
-        let words = payload.len().div_ceil(4);
-        if words == 0 || words > MAX_DATA_TYPE_LEN as usize {
-            return self.long_event(delta, payload);
+        match u32::try_from(payload.len().div_ceil(4)) {
+            Ok(words @ 1..=MAX_DATA_TYPE_LEN) => self.put(&[(delta << 5) | words], payload),
+            _ => self.long_event(delta, payload),
         }
-        self.put(&[(delta << 5) | words as u32], payload)
     }
 
     /// A data event with its length in a word of its own.
@@ -597,12 +602,20 @@ impl PageWriter {
     }
 
     /// A time extend: the next event's delta does not fit in 27 bits.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the format keeps 27 + 32 bits of the delta: the rest is cut off as the kernel does"
+    )]
     pub fn time_extend(&mut self, delta: u64) -> bool {
         let low = (delta as u32 & ((1 << TS_SHIFT) - 1)) << 5;
         self.put(&[low | TYPE_TIME_EXTEND, (delta >> TS_SHIFT) as u32], &[])
     }
 
     /// An absolute time stamp (59 bits kept).
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "the format keeps 27 + 32 bits of the stamp: the rest is cut off as the kernel does"
+    )]
     pub fn time_stamp(&mut self, ts: u64) -> bool {
         let low = (ts as u32 & ((1 << TS_SHIFT) - 1)) << 5;
         self.put(&[low | TYPE_TIME_STAMP, (ts >> TS_SHIFT) as u32], &[])
@@ -643,6 +656,10 @@ impl PageWriter {
 
 /// `value` cut to an integer of `size` bytes (1, 2, 4 or 8) in this
 /// machine's byte order.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "cutting `value` to `size` bytes is the point"
+)]
 fn ne_bytes(value: u64, size: usize) -> Vec<u8> {
     match size {
         1 => vec![value as u8],
@@ -675,6 +692,12 @@ pub fn encode_record(format: &EventFormat, values: &[(&str, u64)]) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    clippy::cast_sign_loss,
+    reason = "test data: field bit patterns, small sizes and seeds cut to bytes on purpose"
+)]
 mod tests {
     use super::*;
 

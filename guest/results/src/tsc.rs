@@ -129,9 +129,11 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     };
     // SAFETY: a valid timespec to write; an invalid clock leaves it 0.
     unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec as u64)
+    // Neither is negative for the clocks used here (monotonic ones).
+    u64::try_from(ts.tv_sec)
+        .unwrap_or(0)
         .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
+        .saturating_add(u64::try_from(ts.tv_nsec).unwrap_or(0))
 }
 
 /// TSC ticks per millisecond, counted against the monotonic clock over
@@ -157,7 +159,8 @@ pub fn calibrate_khz_on(clock: libc::clockid_t, window: Duration) -> u64 {
     let (t1, c1) = paired(&now);
     let nanos = t1.saturating_sub(t0).max(1);
     // ticks * 1e6 / ns = kHz, in 128 bits: no overflow for any window.
-    (u128::from(c1.saturating_sub(c0)) * 1_000_000 / u128::from(nanos)) as u64
+    u64::try_from(u128::from(c1.saturating_sub(c0)) * 1_000_000 / u128::from(nanos))
+        .unwrap_or(u64::MAX)
 }
 
 /// The TSC rate the running kernel settled on, from its log ("tsc: Refined
@@ -167,14 +170,10 @@ pub fn calibrate_khz_on(clock: libc::clockid_t, window: Duration) -> u64 {
 pub fn kernel_khz() -> Option<u64> {
     const SYSLOG_ACTION_READ_ALL: libc::c_int = 3;
     let mut buf = vec![0u8; 1 << 20];
-    // SAFETY: the kernel writes at most buf.len() bytes into buf.
-    let n = unsafe {
-        libc::klogctl(
-            SYSLOG_ACTION_READ_ALL,
-            buf.as_mut_ptr().cast(),
-            buf.len() as libc::c_int,
-        )
-    };
+    // 1 MiB: fits a c_int.
+    let len = libc::c_int::try_from(buf.len()).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the kernel writes at most `len` <= buf.len() bytes into buf.
+    let n = unsafe { libc::klogctl(SYSLOG_ACTION_READ_ALL, buf.as_mut_ptr().cast(), len) };
     let text = String::from_utf8_lossy(buf.get(..usize::try_from(n).ok()?)?);
     kernel_khz_in(&text)
 }

@@ -117,16 +117,17 @@ pub fn kernel_log() -> Result<String> {
     const SYSLOG_ACTION_SIZE_BUFFER: libc::c_int = 10;
     // SAFETY: SIZE_BUFFER takes no buffer.
     let size = unsafe { libc::klogctl(SYSLOG_ACTION_SIZE_BUFFER, std::ptr::null_mut(), 0) };
-    if size <= 0 {
-        return Err(Error::last_os("syslog(SIZE_BUFFER)"));
-    }
-    let mut buf = vec![0u8; size as usize];
+    let len = match usize::try_from(size) {
+        Ok(len) if len > 0 => len,
+        _ => return Err(Error::last_os("syslog(SIZE_BUFFER)")),
+    };
+    let mut buf = vec![0u8; len];
     // SAFETY: the kernel writes at most `size` bytes into `buf`.
     let n = unsafe { libc::klogctl(SYSLOG_ACTION_READ_ALL, buf.as_mut_ptr().cast(), size) };
-    if n < 0 {
+    let Ok(n) = usize::try_from(n) else {
         return Err(Error::last_os("syslog(READ_ALL)"));
-    }
-    buf.truncate(n as usize);
+    };
+    buf.truncate(n);
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 

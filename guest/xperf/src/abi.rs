@@ -61,8 +61,9 @@ pub enum Hooks {
 pub fn query() -> Hooks {
     // SAFETY: prctl with integer arguments only; an unknown option is EINVAL.
     let ret = unsafe { libc::prctl(PR_XPERF, PR_XPERF_QUERY, 0 as libc::c_ulong, 0, 0) };
-    if ret >= 0 {
-        return Hooks::Present(ret as u32);
+    // Non-negative: the hooks' version.
+    if let Ok(version) = u32::try_from(ret) {
+        return Hooks::Present(version);
     }
     match std::io::Error::last_os_error().raw_os_error() {
         Some(libc::EINVAL) => Hooks::Absent,

@@ -153,12 +153,14 @@ where
             "--null-samples" => opts.null_samples = count(&name, &value, 1)?,
             "--rounds" => {
                 let n = count(&name, &value, 1)?;
-                if n > MAX_ROUNDS {
-                    return Err(Error::Usage(format!(
-                        "--rounds must be between 1 and {MAX_ROUNDS}, got {n}"
-                    )));
-                }
-                opts.rounds = n as u32;
+                opts.rounds = match u32::try_from(n) {
+                    Ok(rounds) if n <= MAX_ROUNDS => rounds,
+                    _ => {
+                        return Err(Error::Usage(format!(
+                            "--rounds must be between 1 and {MAX_ROUNDS}, got {n}"
+                        )))
+                    }
+                };
             }
             "--cpu" => {
                 let cpu = value.parse::<u32>().map_err(|_| {

@@ -40,9 +40,11 @@ impl Calibrator {
     pub fn checkpoint(&mut self) {
         self.passed += 1;
         let due = due(self.total, self.checkpoints, self.passed);
-        while (self.taken.len() as u32) < due {
-            let index = self.taken.len() as u32;
+        // At most `total` (a u32) are ever taken.
+        let mut index = u32::try_from(self.taken.len()).unwrap_or(u32::MAX);
+        while index < due {
             self.taken.push(calibration_exit(index));
+            index += 1;
         }
     }
 
@@ -56,7 +58,9 @@ fn due(total: u32, checkpoints: u32, passed: u32) -> u32 {
     if passed >= checkpoints {
         total
     } else {
-        (u64::from(total) * u64::from(passed) / u64::from(checkpoints)) as u32
+        // Below `total`: passed < checkpoints.
+        u32::try_from(u64::from(total) * u64::from(passed) / u64::from(checkpoints))
+            .unwrap_or(total)
     }
 }
 

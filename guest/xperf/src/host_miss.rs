@@ -135,7 +135,7 @@ fn voluntary_switches() -> u64 {
     if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
         return 0;
     }
-    usage.ru_nvcsw as u64
+    u64::try_from(usage.ru_nvcsw).unwrap_or(0)
 }
 
 /// Spinner iterations per 1000 TSC ticks while the measuring task sleeps.
@@ -258,7 +258,7 @@ mod tests {
     #[test]
     fn the_spinner_runs_only_while_this_task_sleeps() {
         // SAFETY: no arguments.
-        let cpu = unsafe { libc::sched_getcpu() } as u32;
+        let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).expect("sched_getcpu");
         crate::affinity::pin(Some(cpu)).unwrap();
         let spinner = Spinner::start(cpu).unwrap();
         // Sleeping lets it run (idle class, same CPU)...

@@ -320,8 +320,10 @@ fn round_crossings(r: &mut Rounds, mode: &mut Mode, warmup: usize, samples: usiz
     let (warm_region, _) = Region::map(warmup)?;
     let (region, no_thp) = Region::map(samples)?;
     r.thp_refused |= !no_thp;
-    // SAFETY (both closures): page(i) is inside a live writable mapping.
+    // SAFETY: page(i) wraps into the region's writable mapping, which the
+    // closure borrows, so it outlives every call.
     let warm_touch = |i: usize| unsafe { stamp::store_pair(warm_region.page(i)) };
+    // SAFETY: as above, for `region`.
     let touch = |i: usize| unsafe { stamp::store_pair(region.page(i)) };
     let pf = abi::PF_SLOTS;
     take(mode, pf, warmup, &mut ignored, warm_touch);
@@ -1028,7 +1030,11 @@ mod tests {
         let page = StampPage::unregistered().unwrap();
         let base = page.base_ptr();
         // The test plays the kernel: it writes the page as the hooks would.
+        // SAFETY: every `off` is an `abi::offset` u64 slot (8-aligned, inside
+        // the page-aligned 4 KiB mapping), which `page` and then `mode` keep
+        // mapped to the end of the test; this thread alone touches it.
         let write = |off: usize, v: u64| unsafe { base.add(off).cast::<u64>().write_volatile(v) };
+        // SAFETY: as for `write`.
         let read = |off: usize| unsafe { base.add(off).cast::<u64>().read_volatile() };
         let deliver = |t: u64, irqs: u64| {
             write(abi::offset::SC_U2K_K, t + 20);
@@ -1047,6 +1053,8 @@ mod tests {
                     deliver(t, i as u64);
                     write(abi::offset::SC_SEQ, read(abi::offset::SC_SEQ) + 1);
                     let path = if i == 1 { abi::RET_PATH_IRET } else { 0 };
+                    // SAFETY: SC_RET_PATH is the page's (4-aligned) u32 slot,
+                    // in the same live mapping as `write`'s.
                     unsafe {
                         base.add(abi::offset::SC_RET_PATH)
                             .cast::<u32>()

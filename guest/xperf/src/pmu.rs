@@ -61,7 +61,7 @@ impl CycleCounter {
             ..Default::default()
         };
         // SAFETY: a valid attribute of the size it states; this thread, any CPU.
-        let fd = unsafe {
+        let ret = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
                 &attr as *const AttrVer0,
@@ -70,7 +70,9 @@ impl CycleCounter {
                 -1,
                 0,
             )
-        } as libc::c_int;
+        };
+        // A file descriptor or -1, both an int in the kernel.
+        let fd = libc::c_int::try_from(ret).unwrap_or(-1);
         if fd < 0 {
             return Err(format!(
                 "no PMU: perf_event_open(cycles) failed: {}",
@@ -170,7 +172,8 @@ impl CycleCounter {
     /// The counter's offset (the kernel's part of the count), unused by
     /// differences but kept for a reader of the page.
     pub fn offset(&self) -> i64 {
-        self.u64_at(PAGE_OFFSET) as i64
+        // The kernel's field is an s64: the same bits.
+        xvmm_results::num::i64_from_bits(self.u64_at(PAGE_OFFSET))
     }
 }
 

@@ -292,8 +292,7 @@ mod tests {
         // Pinned, the thread cannot move: TSC_AUX's low 12 bits (Linux
         // writes node << 12 | cpu) must name the CPU the kernel reports.
         // SAFETY: no arguments.
-        let cpu = unsafe { libc::sched_getcpu() };
-        assert!(cpu >= 0);
+        let cpu = u32::try_from(unsafe { libc::sched_getcpu() }).expect("sched_getcpu");
         // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
         // sched_setaffinity only touch it and this thread's affinity.
         unsafe {
@@ -308,7 +307,7 @@ mod tests {
         for _ in 0..100 {
             // SAFETY: a live, writable local buffer.
             let s = unsafe { store_pair(cell.as_mut_ptr()) };
-            assert_eq!(s.cpu(), Some(cpu as u32), "{s:?}");
+            assert_eq!(s.cpu(), Some(cpu), "{s:?}");
         }
         // The node bits above the mask are not the CPU; differing CPUs are
         // no CPU.

@@ -175,9 +175,10 @@ fn interrupted(tag: &str, signals: &[libc::c_int]) -> (Option<i32>, String, Opti
     }
     assert!(seen.contains("measuring"), "no progress line: {seen}");
     std::thread::sleep(Duration::from_millis(200));
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
     for &s in signals {
         // SAFETY: signalling our own child.
-        unsafe { libc::kill(child.id() as libc::pid_t, s) };
+        unsafe { libc::kill(pid, s) };
         std::thread::sleep(Duration::from_millis(50));
     }
     let status = child.wait().expect("xperf ends");

@@ -27,7 +27,7 @@ pub fn encode(cmdline: &str, size: usize, limit_source: &str) -> Result<Vec<u8>>
         return Err(Error::Cmdline("command line contains a NUL byte".into()));
     }
     let max = size
-        .min(layout::CMDLINE_MAX_SIZE as usize)
+        .min(xvmm_results::num::usize_from(layout::CMDLINE_MAX_SIZE))
         .saturating_sub(1);
     if cmdline.len() > max {
         return Err(Error::Cmdline(format!(
@@ -63,7 +63,7 @@ mod tests {
         );
         assert!(encode("a\0b", 100, "x").is_err());
         // A kernel's huge cmdline_size is capped by the room xvmm reserves.
-        let long = "a".repeat(layout::CMDLINE_MAX_SIZE as usize);
+        let long = "a".repeat(xvmm_results::num::usize_from(layout::CMDLINE_MAX_SIZE));
         assert!(encode(&long, usize::MAX, "x").is_err());
     }
 }

@@ -128,7 +128,7 @@ impl ImageBytes for std::fs::File {
 const HEAD_SIZE: u64 = 4096;
 
 fn read(src: &(impl ImageBytes + ?Sized), offset: u64, len: u64) -> Result<Vec<u8>> {
-    src.read_at(offset, len as usize)
+    src.read_at(offset, xvmm_results::num::usize_from(len))
         .map_err(|e| Error::Kernel(format!("cannot read {len} bytes at {offset:#x}: {e}")))
 }
 
@@ -302,8 +302,11 @@ pub(crate) mod tests {
         b[hdr::HEADER..hdr::HEADER + 4].copy_from_slice(b"HdrS");
         b[hdr::VERSION..hdr::VERSION + 2].copy_from_slice(&0x020fu16.to_le_bytes());
         b[hdr::LOADFLAGS] = 1;
-        b[hdr::SYSSIZE..hdr::SYSSIZE + 4]
-            .copy_from_slice(&(payload.len().div_ceil(16) as u32).to_le_bytes());
+        b[hdr::SYSSIZE..hdr::SYSSIZE + 4].copy_from_slice(
+            &u32::try_from(payload.len().div_ceil(16))
+                .unwrap()
+                .to_le_bytes(),
+        );
         b[hdr::CODE32_START..hdr::CODE32_START + 4].copy_from_slice(&0x10_0000u32.to_le_bytes());
         b[hdr::INITRD_ADDR_MAX..hdr::INITRD_ADDR_MAX + 4]
             .copy_from_slice(&0x7fff_ffffu32.to_le_bytes());

@@ -125,7 +125,11 @@ pub fn load<K: ImageReader, I: ImageReader>(
             .rewind()
             .and_then(|_| {
                 memory
-                    .read_exact_volatile_from(GuestAddress(place.addr), reader, place.size as usize)
+                    .read_exact_volatile_from(
+                        GuestAddress(place.addr),
+                        reader,
+                        xvmm_results::num::usize_from(place.size),
+                    )
                     .map_err(std::io::Error::other)
             })
             .map_err(|e| {
@@ -194,7 +198,7 @@ mod tests {
         let ram = layout::ram_ranges(bytes);
         let ranges: Vec<_> = ram
             .iter()
-            .map(|r| (GuestAddress(r.start), r.size as usize))
+            .map(|r| (GuestAddress(r.start), xvmm_results::num::usize_from(r.size)))
             .collect();
         (GuestMemoryMmap::from_ranges(&ranges).unwrap(), ram)
     }
@@ -232,7 +236,7 @@ mod tests {
         let zp: linux_loader::bootparam::boot_params = memory
             .read_obj(GuestAddress(layout::ZERO_PAGE_GPA))
             .unwrap();
-        assert_eq!({ zp.hdr.ramdisk_image } as u64, (64 << 20) - 0x3000);
+        assert_eq!(u64::from(zp.hdr.ramdisk_image), (64 << 20) - 0x3000);
         assert_eq!({ zp.hdr.code32_start }, 0x10_0000);
         let mut cl = [0u8; 14];
         memory

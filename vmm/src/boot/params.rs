@@ -82,13 +82,16 @@ pub fn zero_page(
         params.hdr.ramdisk_image = addr;
         params.hdr.ramdisk_size = size;
     }
-    if e820.len() > params.e820_table.len() {
-        return Err(Error::Memory(format!(
-            "{} memory map entries, the zero page holds {}",
-            e820.len(),
-            params.e820_table.len()
-        )));
-    }
+    let entries = match u8::try_from(e820.len()) {
+        Ok(n) if e820.len() <= params.e820_table.len() => n,
+        _ => {
+            return Err(Error::Memory(format!(
+                "{} memory map entries, the zero page holds {}",
+                e820.len(),
+                params.e820_table.len()
+            )))
+        }
+    };
     for (slot, e) in params.e820_table.iter_mut().zip(e820) {
         *slot = boot_e820_entry {
             addr: e.addr,
@@ -96,7 +99,7 @@ pub fn zero_page(
             r#type: e.kind,
         };
     }
-    params.e820_entries = e820.len() as u8;
+    params.e820_entries = entries;
     Ok(params)
 }
 
@@ -115,13 +118,16 @@ pub fn pvh_info(
     initrd: Option<InitrdPlacement>,
     e820: &[E820Entry],
 ) -> Result<PvhInfo> {
-    if e820.len() > layout::PVH_MEMMAP_MAX_ENTRIES {
-        return Err(Error::Memory(format!(
-            "{} memory map entries, room for {}",
-            e820.len(),
-            layout::PVH_MEMMAP_MAX_ENTRIES
-        )));
-    }
+    let memmap_entries = match u32::try_from(e820.len()) {
+        Ok(n) if e820.len() <= layout::PVH_MEMMAP_MAX_ENTRIES => n,
+        _ => {
+            return Err(Error::Memory(format!(
+                "{} memory map entries, room for {}",
+                e820.len(),
+                layout::PVH_MEMMAP_MAX_ENTRIES
+            )))
+        }
+    };
     let memmap: Vec<hvm_memmap_table_entry> = e820
         .iter()
         .map(|e| hvm_memmap_table_entry {
@@ -144,7 +150,8 @@ pub fn pvh_info(
         magic: XEN_HVM_START_MAGIC,
         version: HVM_START_INFO_VERSION,
         flags: 0,
-        nr_modules: modules.len() as u32,
+        // The initrd is the one module there can be.
+        nr_modules: u32::from(initrd.is_some()),
         modlist_paddr: if modules.is_empty() {
             0
         } else {
@@ -153,7 +160,7 @@ pub fn pvh_info(
         cmdline_paddr: cmdline_gpa,
         rsdp_paddr: 0,
         memmap_paddr: layout::PVH_MEMMAP_GPA,
-        memmap_entries: memmap.len() as u32,
+        memmap_entries,
         reserved: 0,
     };
     Ok(PvhInfo {

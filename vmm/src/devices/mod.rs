@@ -74,7 +74,7 @@ impl PortBus {
     fn uart_offset(port: u16) -> Option<u8> {
         port.checked_sub(layout::UART_PORT)
             .filter(|o| *o < layout::UART_PORT_COUNT)
-            .map(|o| o as u8)
+            .and_then(|o| u8::try_from(o).ok())
     }
 
     /// Handles `in`: fills `data` (size x count bytes, guest-chosen).

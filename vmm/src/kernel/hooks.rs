@@ -225,6 +225,11 @@ pub fn table(sites: &[HookSite]) -> String {
 mod elf_fixture;
 
 #[cfg(test)]
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_possible_wrap,
+    reason = "test fixtures: rel32 displacements between addresses a few bytes apart, as two's complement"
+)]
 mod tests {
     use super::*;
 

@@ -239,7 +239,7 @@ mod tests {
         e[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
         e[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
         e[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        e[0x38..0x3a].copy_from_slice(&(types.len() as u16).to_le_bytes());
+        e[0x38..0x3a].copy_from_slice(&u16::try_from(types.len()).unwrap().to_le_bytes());
         for (i, t) in types.iter().enumerate() {
             let off = 64 + 56 * i;
             e[off..off + 4].copy_from_slice(&t.to_le_bytes());

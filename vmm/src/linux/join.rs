@@ -179,7 +179,7 @@ pub fn add_timeline(
         measured_khz: v
             .measured_ratio
             .filter(|_| tsc.host_khz > 0)
-            .map(|r| (r * tsc.host_khz as f64).round() as u64),
+            .map(|r| xvmm_results::num::u64_saturating((r * tsc.host_khz as f64).round())),
         requested_khz: tsc.requested_khz,
         unmatched,
         lost_events: trace.lost,
@@ -345,11 +345,12 @@ mod tests {
         // floor(2^32 * 1e6 / 2_445_000), exits around host TSC 2e14.
         let (mut r, mut trace, mut tsc) = run();
         let ratio = (1u128 << 32) * 1_000_000 / 2_445_000;
-        let guest = |host: u64| ((u128::from(host) * ratio) >> 32) as u64 - 1000;
+        let guest = |host: u64| u64::try_from((u128::from(host) * ratio) >> 32).unwrap() - 1000;
         for (i, c) in trace.calibrations.iter_mut().enumerate() {
             c.exit = 200_000_000_000_000 + i as u64 * 1_000_000_000;
             c.entry = c.exit + 60;
-            r.calibration[i] = GuestCalibration(i as u32, guest(c.exit) - 20, guest(c.entry) + 20);
+            let index = u32::try_from(i).unwrap();
+            r.calibration[i] = GuestCalibration(index, guest(c.exit) - 20, guest(c.entry) + 20);
         }
         (tsc.requested_khz, tsc.host_khz) = (Some(1_000_000), 2_445_000);
         tsc.scaling = Some(TscScaling::SVM);
@@ -358,7 +359,7 @@ mod tests {
         assert!(t.verified, "{t:?}");
         assert_eq!(
             (t.ratio_fixed, t.ratio_frac_bits),
-            (Some(ratio as u64), Some(32))
+            (Some(u64::try_from(ratio).unwrap()), Some(32))
         );
         assert_eq!(t.measured_khz, Some(1_000_000));
         // The same run taken for VMX's 48-bit fraction misses by 20 k ticks.

@@ -186,11 +186,11 @@ fn new_run_id() -> String {
     let mut bytes = [0u8; 8];
     // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
     let n = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    if n != bytes.len() as isize {
+    if usize::try_from(n).ok() != Some(bytes.len()) {
         // No entropy source: time and pid still differ from run to run.
         let t = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         bytes = (t ^ u64::from(std::process::id()) << 40).to_le_bytes();
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()

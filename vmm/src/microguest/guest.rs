@@ -333,7 +333,7 @@ mod tests {
     #[test]
     fn exception_stubs_are_sixteen_bytes_apart() {
         let code = kernel_code();
-        let stubs = (kernel_entries().stubs - layout::KERNEL_CODE_GPA) as usize;
+        let stubs = xvmm_results::num::usize_from(kernel_entries().stubs - layout::KERNEL_CODE_GPA);
         for v in 0..32u8 {
             let stub = &code[stubs + 16 * v as usize..];
             // push imm8 is 6a ib; vectors without a CPU error code push 0 first.

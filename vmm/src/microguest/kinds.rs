@@ -299,7 +299,10 @@ const _: () = {
     let mut i = 0;
     while i < KINDS.len() {
         assert!(KINDS[i].kind as usize == i);
-        assert!(matches!(KINDS[i].blob, Blob::User) == (i < Kind::FIRST_KERNEL as usize));
+        assert!(
+            matches!(KINDS[i].blob, Blob::User)
+                == (i < xvmm_results::num::usize_from(Kind::FIRST_KERNEL))
+        );
         i += 1;
     }
     assert!(exit_count(true) == exit_count(false));

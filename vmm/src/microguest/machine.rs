@@ -118,7 +118,7 @@ pub fn vector_name(vector: u64) -> &'static str {
         "#26", "#27", "#HV", "#VC", "#SX", "#31",
     ];
     match vector {
-        v if v < 32 => NAMES[v as usize],
+        v if v < 32 => NAMES[xvmm_results::num::usize_from(v)],
         guest::OTHER_VECTOR => "interrupt >= 32",
         _ => "invalid command",
     }
@@ -214,7 +214,7 @@ pub fn run_phase(
                     phase.kind
                 )));
             }
-            let mut bytes = vec![0u8; buffer_bytes as usize];
+            let mut bytes = vec![0u8; xvmm_results::num::usize_from(buffer_bytes)];
             vm.memory
                 .read_slice(&mut bytes, GuestAddress(layout::SAMPLES_GPA))
                 .map_err(|e| Error::Guest(format!("cannot read the sample buffer: {e}")))?;
@@ -319,9 +319,9 @@ fn write_guest(
         "user code",
     )?;
 
-    let mut block = vec![0u8; layout::PAGE as usize];
+    let mut block = vec![0u8; xvmm_results::num::usize_from(layout::PAGE)];
     let mut put = |offset: u64, value: u64| {
-        let o = offset as usize;
+        let o = xvmm_results::num::usize_from(offset);
         block[o..o + 8].copy_from_slice(&value.to_le_bytes());
     };
     put(control::KIND, phase.kind as u64);
@@ -333,7 +333,7 @@ fn write_guest(
     put(control::USER_DONE, guest::user_done_rip());
     write_bytes(memory, layout::CONTROL_GPA, &block, "control block")?;
     // Kernel slots the handler never fills keep this sentinel.
-    let fill = vec![0xffu8; buffer_bytes as usize];
+    let fill = vec![0xffu8; xvmm_results::num::usize_from(buffer_bytes)];
     write_bytes(memory, layout::SAMPLES_GPA, &fill, "sample buffer")
 }
 
@@ -343,7 +343,11 @@ fn setup_cpu(vcpu: &Vcpu) -> Result<()> {
         .get_sregs()
         .map_err(|e| Error::Kvm(format!("KVM_GET_SREGS failed: {e}")))?;
     let gdt = tables::gdt();
-    let seg = |sel: u16| kvm_segment_from_gdt(gdt[(sel >> 3) as usize], (sel >> 3) as u8);
+    let seg = |sel: u16| {
+        // The selectors index the 9-entry GDT.
+        let index = u8::try_from(sel >> 3).expect("a microguest selector");
+        kvm_segment_from_gdt(gdt[usize::from(index)], index)
+    };
     let data = seg(selector::KERNEL_SS);
     sregs.cs = seg(selector::KERNEL_CS);
     sregs.ds = data;
@@ -356,9 +360,9 @@ fn setup_cpu(vcpu: &Vcpu) -> Result<()> {
     tr.type_ = 11;
     sregs.tr = tr;
     sregs.gdt.base = layout::GDT_GPA;
-    sregs.gdt.limit = (gdt.len() * 8 - 1) as u16;
+    sregs.gdt.limit = tables::GDT_LIMIT;
     sregs.idt.base = layout::IDT_GPA;
-    sregs.idt.limit = (256 * 16 - 1) as u16;
+    sregs.idt.limit = 256 * 16 - 1;
     sregs.cr0 = X86_CR0_PE | X86_CR0_ET | X86_CR0_NE | X86_CR0_WP | X86_CR0_PG;
     sregs.cr3 = layout::PML4_GPA;
     sregs.cr4 = X86_CR4_PAE;

@@ -180,7 +180,8 @@ fn assemble(opts: &Options, c: Collected) -> Measured {
     let host = Machine::probe();
     let mut method = Method::standard(opts.warmup, opts.samples);
     method.pinned_cpu = opts.pinned_cpu;
-    method.rounds = c.user_pair.len().max(1) as u32;
+    // One entry per round taken, and the rounds asked for are a u32.
+    method.rounds = u32::try_from(c.user_pair.len().max(1)).unwrap_or(u32::MAX);
     let (exit_text, entry_text) = c.kernel_stamps.text();
     method.kernel_stamps = Some(KernelStampText {
         entry: entry_text.into(),
@@ -347,7 +348,7 @@ fn traced_exit(
         in_vmm.extend(
             m.host
                 .iter()
-                .skip(warmup as usize)
+                .skip(xvmm_results::num::usize_from(warmup))
                 .map(|h| h.reentered.saturating_sub(h.exited)),
         );
     }
@@ -385,7 +386,7 @@ fn split_timing(
         let in_vmm: Vec<u64> = row
             .rounds
             .iter()
-            .flat_map(|m| m.host.iter().skip(warmup as usize))
+            .flat_map(|m| m.host.iter().skip(xvmm_results::num::usize_from(warmup)))
             .map(|h| h.reentered.saturating_sub(h.exited))
             .collect();
         timing.in_vmm = Some(Stats::from_samples(&in_vmm));

@@ -258,7 +258,8 @@ impl Session<'_> {
             }
         };
         let user = intervals(Kind::Null, "user stamp pair")?;
-        let round = c.user_pair.len() as u32;
+        // One entry per round taken, and the rounds asked for are a u32.
+        let round = u32::try_from(c.user_pair.len()).unwrap_or(u32::MAX);
         let sweep = sweep_round(
             self.rc,
             &self.cfg,
@@ -475,7 +476,7 @@ pub fn vmm_pairs(warmup: u64, samples: u64) -> (Vec<u64>, Vec<u64>) {
     for _ in 0..warmup {
         std::hint::black_box((tsc::open(), tsc::close()));
     }
-    let n = samples as usize;
+    let n = xvmm_results::num::usize_from(samples);
     let (mut pair, mut reverse) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for _ in 0..n {
         let open = tsc::open();

@@ -12,7 +12,7 @@ const CODE32_USER: u16 = 0xc0fb;
 
 /// GDT: null, kernel code/data, user code32/data/code64, the SYSEXIT data
 /// copy, then the two-slot 64-bit TSS descriptor (see [`layout::selector`]).
-pub fn gdt() -> [u64; 9] {
+pub fn gdt() -> [u64; GDT_ENTRIES] {
     let tss_base = layout::TSS_GPA;
     [
         0,
@@ -22,13 +22,27 @@ pub fn gdt() -> [u64; 9] {
         gdt_entry(flags::DATA_USER, 0, 0xfffff),
         gdt_entry(flags::CODE64_USER, 0, 0xfffff),
         gdt_entry(flags::DATA_USER, 0, 0xfffff),
-        gdt_entry(flags::TSS64, tss_base as u32, TSS_SIZE as u32 - 1),
+        // A 64-bit TSS descriptor: the base's low half here, its high half
+        // in the next slot.
+        gdt_entry(flags::TSS64, (tss_base & 0xffff_ffff) as u32, TSS_LIMIT),
         tss_base >> 32,
     ]
 }
 
+/// Entries in [`gdt`].
+pub const GDT_ENTRIES: usize = 9;
+/// [`gdt`]'s limit: its size in bytes less one.
+#[allow(clippy::cast_possible_truncation, reason = "9 entries of 8 bytes: 71")]
+pub const GDT_LIMIT: u16 = (GDT_ENTRIES * 8 - 1) as u16;
+
 /// Size of the 64-bit TSS without an I/O permission bitmap.
 pub const TSS_SIZE: usize = 104;
+/// The TSS descriptor's limit: the TSS's size less one.
+#[allow(clippy::cast_possible_truncation, reason = "TSS_SIZE is 104")]
+const TSS_LIMIT: u32 = TSS_SIZE as u32 - 1;
+/// The TSS's I/O bitmap offset: its size (no bitmap).
+#[allow(clippy::cast_possible_truncation, reason = "TSS_SIZE is 104")]
+const TSS_IOMAP_BASE: u16 = TSS_SIZE as u16;
 
 /// The TSS: RSP0 for entries from user mode, IST1 for double faults, and an
 /// I/O bitmap offset past the limit (none: user port access relies on IOPL 3).
@@ -36,19 +50,19 @@ pub fn tss() -> [u8; TSS_SIZE] {
     let mut t = [0u8; TSS_SIZE];
     t[4..12].copy_from_slice(&layout::KERNEL_STACK_TOP.to_le_bytes());
     t[36..44].copy_from_slice(&layout::IST_STACK_TOP.to_le_bytes());
-    t[102..104].copy_from_slice(&(TSS_SIZE as u16).to_le_bytes());
+    t[102..104].copy_from_slice(&TSS_IOMAP_BASE.to_le_bytes());
     t
 }
 
 /// One 16-byte 64-bit interrupt gate.
 pub fn idt_gate(handler: u64, dpl: u8, ist: u8) -> [u8; 16] {
     let mut g = [0u8; 16];
-    g[0..2].copy_from_slice(&(handler as u16).to_le_bytes());
+    g[0..2].copy_from_slice(&((handler & 0xffff) as u16).to_le_bytes());
     g[2..4].copy_from_slice(&selector::KERNEL_CS.to_le_bytes());
     g[4] = ist & 7;
     // Present, DPL, type 0xE (64-bit interrupt gate: IF cleared on entry).
     g[5] = 0x80 | ((dpl & 3) << 5) | 0xe;
-    g[6..8].copy_from_slice(&((handler >> 16) as u16).to_le_bytes());
+    g[6..8].copy_from_slice(&(((handler >> 16) & 0xffff) as u16).to_le_bytes());
     g[8..12].copy_from_slice(&((handler >> 32) as u32).to_le_bytes());
     g
 }
@@ -173,7 +187,10 @@ mod tests {
     #[test]
     fn gdt_matches_the_selectors_syscall_and_sysexit_use() {
         let g = gdt();
-        let seg = |sel: u16| kvm_segment_from_gdt(g[(sel >> 3) as usize], (sel >> 3) as u8);
+        let seg = |sel: u16| {
+            let index = u8::try_from(sel >> 3).unwrap();
+            kvm_segment_from_gdt(g[usize::from(index)], index)
+        };
         let kcs = seg(selector::KERNEL_CS);
         assert_eq!((kcs.l, kcs.dpl, kcs.type_ & 8), (1, 0, 8));
         assert_eq!(seg(selector::KERNEL_SS).dpl, 0);

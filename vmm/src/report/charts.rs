@@ -35,6 +35,9 @@ pub const MAX_LABEL: usize = 48;
 pub const MAX_CAPTION: usize = 96;
 
 const WIDTH: u32 = 960;
+/// [`WIDTH`] as an x coordinate.
+#[allow(clippy::cast_possible_wrap, reason = "960")]
+const RIGHT: i32 = WIDTH as i32;
 const FONT: &str = "sans-serif";
 const PALETTE: [RGBColor; 8] = [
     RGBColor(31, 119, 180),
@@ -191,11 +194,18 @@ fn no_data(caption: &str) -> String {
     message(caption, "no data")
 }
 
+/// Pixels `text` takes at 8 a character, plus `pad`; the names drawn are
+/// cut to [`MAX_LABEL`] characters, far from saturating.
+fn text_width(text: &str, pad: i32) -> i32 {
+    i32::try_from(text.chars().count())
+        .map_or(i32::MAX, |n| n.saturating_mul(8).saturating_add(pad))
+}
+
 /// Labels the series of a chart at its top right.
 fn legend(root: &Area, names: &[(String, RGBColor)]) -> Result<(), Failure> {
-    let mut x = WIDTH as i32 - 10;
+    let mut x = RIGHT - 10;
     for (name, c) in names.iter().rev() {
-        let w = (name.chars().count() as i32) * 8 + 24;
+        let w = text_width(name, 24);
         x -= w;
         root.draw(&Rectangle::new([(x, 8), (x + 12, 20)], c.filled()))
             .map_err(failed)?;
@@ -490,10 +500,11 @@ impl Body<SegmentedRange> for BarsBody<'_> {
     where
         X: Ranged<ValueType = f64> + ValueFormatter<f64>,
     {
-        let n = self.bars.len() as u32;
-        let row = |i: usize| n - 1 - i as u32;
+        // At most MAX_ROWS bars.
+        let n = u32::try_from(self.bars.len()).unwrap_or(u32::MAX);
+        let row = |i: u32| n - 1 - i;
         let x = self.x;
-        let rects = self.bars.iter().enumerate().map(|(i, b)| {
+        let rects = self.bars.iter().zip(0..).map(|(b, i)| {
             let from = b.from.map_or(x.lo, |f| x.clamp(f));
             let to = x.clamp(b.to);
             let (a, z) = if from <= to { (from, to) } else { (to, from) };
@@ -508,7 +519,7 @@ impl Body<SegmentedRange> for BarsBody<'_> {
             r
         });
         chart.draw_series(rects).map_err(failed)?;
-        let whiskers = self.bars.iter().enumerate().filter_map(|(i, b)| {
+        let whiskers = self.bars.iter().zip(0..).filter_map(|(b, i)| {
             let w = b.whisker?;
             let y = SegmentValue::CenterOf(row(i));
             Some(PathElement::new(
@@ -517,7 +528,7 @@ impl Body<SegmentedRange> for BarsBody<'_> {
             ))
         });
         chart.draw_series(whiskers).map_err(failed)?;
-        let marks = self.bars.iter().enumerate().filter_map(|(i, b)| {
+        let marks = self.bars.iter().zip(0..).filter_map(|(b, i)| {
             Some(Circle::new(
                 (x.clamp(b.mark?), SegmentValue::CenterOf(row(i))),
                 3,
@@ -558,9 +569,12 @@ pub fn bars(chart: &BarChart) -> String {
         caption += &format!(" (first {} of {total} rows)", shown.len());
     }
     let labels: Vec<String> = shown.iter().map(|b| label(&b.label)).collect();
-    let widest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
-    let y_area = (widest * 8 + 16).clamp(60, 360);
-    let n = shown.len() as u32;
+    // Labels are cut to MAX_LABEL characters, and there are at most MAX_ROWS.
+    let widest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let y_area = u32::try_from(widest)
+        .map_or(u32::MAX, |w| w.saturating_mul(8).saturating_add(16))
+        .clamp(60, 360);
+    let n = u32::try_from(shown.len()).unwrap_or(u32::MAX);
     let names: Vec<(String, RGBColor)> = chart
         .series
         .iter()
@@ -732,8 +746,8 @@ fn legend_row(area: &Area, names: &[(String, RGBColor)]) -> Result<(), Failure> 
     let mut x = 70;
     let mut y = 4;
     for (name, c) in names {
-        let w = (name.chars().count() as i32) * 8 + 28;
-        if x + w > WIDTH as i32 - 10 {
+        let w = text_width(name, 28);
+        if x + w > RIGHT - 10 {
             x = 70;
             y += 18;
         }
@@ -830,8 +844,8 @@ mod tests {
         // A file's statistics need not agree with its raw samples.
         let bins = (0..4)
             .map(|k| Bin {
-                lo: 400.0 + 10.0 * k as f64,
-                hi: 410.0 + 10.0 * k as f64,
+                lo: 400.0 + 10.0 * f64::from(k),
+                hi: 410.0 + 10.0 * f64::from(k),
                 count: 3,
                 tail: true,
             })
@@ -886,7 +900,7 @@ mod tests {
     #[test]
     fn huge_inputs_stay_bounded_and_say_what_was_left_out() {
         let many: Vec<Bar> = (0..10_000)
-            .map(|i| bar(&format!("row {i}"), 1.0 + i as f64))
+            .map(|i| bar(&format!("row {i}"), 1.0 + f64::from(i)))
             .collect();
         let b = bars(&BarChart {
             caption: "many".into(),
@@ -913,7 +927,7 @@ mod tests {
             .map(|i| Line {
                 name: format!("m{i}"),
                 points: (0..1000)
-                    .map(|t| (t as f64, 1.0 + (t % 7) as f64 + i as f64))
+                    .map(|t| (f64::from(t), 1.0 + f64::from(t % 7) + f64::from(i)))
                     .collect(),
             })
             .collect();

@@ -984,7 +984,7 @@ pub fn bins_of(values: &[u64], p99: u64) -> Vec<Bin> {
             v as f64
         };
         let k = if step > 0.0 {
-            ((x - a) / step) as usize
+            xvmm_results::num::usize_saturating((x - a) / step)
         } else {
             0
         };

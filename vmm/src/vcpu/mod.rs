@@ -185,7 +185,8 @@ impl Vcpu {
                 std::io::Error::last_os_error()
             )));
         }
-        Ok(value as i64)
+        // KVM's attribute is an s64 passed as its bits.
+        Ok(xvmm_results::num::i64_from_bits(value))
     }
 
     /// Sets the guest TSC offset.
@@ -193,7 +194,7 @@ impl Vcpu {
         if !self.has_tsc_offset_control() {
             return Err(unsupported_tsc_offset());
         }
-        let value = offset as u64;
+        let value = xvmm_results::num::u64_from_bits(offset);
         let attr = Self::tsc_offset_attr(&value as *const u64 as u64);
         // SAFETY: KVM reads 8 bytes from `attr.addr`, which points at `value`.
         let ret = unsafe {

@@ -230,8 +230,9 @@ impl RunControl {
         let run = vcpu.fd.get_kvm_run();
         let immediate_exit: *mut u8 = &mut run.immediate_exit;
         IMMEDIATE_EXIT.with(|p| p.set(immediate_exit));
-        // SAFETY: pthread_self and gettid have no preconditions.
+        // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() };
+        // SAFETY: gettid has no preconditions either.
         let tid = unsafe { libc::gettid() };
         self.shared
             .threads

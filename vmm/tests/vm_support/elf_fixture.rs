@@ -38,7 +38,7 @@ pub fn with_sections(mut body: Vec<u8>, sections: &[Section], shstrndx: u16) -> 
     body[0x12..0x14].copy_from_slice(&62u16.to_le_bytes());
     body[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
     body[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-    body[0x3c..0x3e].copy_from_slice(&(sections.len() as u16).to_le_bytes());
+    body[0x3c..0x3e].copy_from_slice(&u16::try_from(sections.len()).unwrap().to_le_bytes());
     body[0x3e..0x40].copy_from_slice(&shstrndx.to_le_bytes());
     body
 }

@@ -22,7 +22,8 @@ pub fn bzimage(code: &[u8]) -> Vec<u8> {
         b[off..off + bytes.len()].copy_from_slice(bytes)
     };
     b[0x1f1] = 1; // setup_sects
-    put(&mut b, 0x1f4, &((payload.len() / 16) as u32).to_le_bytes()); // syssize
+    let syssize = u32::try_from(payload.len() / 16).unwrap();
+    put(&mut b, 0x1f4, &syssize.to_le_bytes());
     put(&mut b, 0x1fe, &[0x55, 0xaa]);
     put(&mut b, 0x202, b"HdrS");
     put(&mut b, 0x206, &0x020fu16.to_le_bytes()); // protocol 2.15
@@ -47,7 +48,7 @@ pub fn pvh_elf(machine: u16, paddr: u64, code: &[u8], pvh: bool) -> Vec<u8> {
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .chain(*b"Xen\0")
-            .chain((paddr as u32).to_le_bytes())
+            .chain(u32::try_from(paddr).unwrap().to_le_bytes())
             .collect()
     } else {
         Vec::new()
@@ -144,9 +145,10 @@ pub fn linux64_send_results(json: &[u8], announced_len: u32) -> Vec<u8> {
         0xb0, 0x00, 0xee, // mov al, 0; out dx, al
         0xf4, // hlt
     ];
-    let rel = (code.len() - 7) as u32; // json follows the code; RIP-relative from after lea
+    // json follows the code; RIP-relative from after lea
+    let rel = u32::try_from(code.len() - 7).unwrap();
     code[3..7].copy_from_slice(&rel.to_le_bytes());
-    code[13..17].copy_from_slice(&(json.len() as u32).to_le_bytes());
+    code[13..17].copy_from_slice(&u32::try_from(json.len()).unwrap().to_le_bytes());
     code[24..28].copy_from_slice(&announced_len.to_le_bytes());
     code.extend_from_slice(json);
     code
@@ -262,7 +264,7 @@ pub fn linux64_print_then_reset(msg: &[u8]) -> Vec<u8> {
         0xb0, 0xfe, 0xe6, 0x64, // mov al, 0xfe; out 0x64, al
         0xf4, // hlt
     ];
-    code[12..16].copy_from_slice(&(msg.len() as u32).to_le_bytes());
+    code[12..16].copy_from_slice(&u32::try_from(msg.len()).unwrap().to_le_bytes());
     code.extend_from_slice(msg);
     code
 }

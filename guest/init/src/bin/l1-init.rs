@@ -129,13 +129,14 @@ fn run_step(step: &Step) -> StepResult {
         })
         .collect();
     drop(tx);
-    let (killed_for, status, rusage) =
-        wait_step(step, child.id() as libc::pid_t, start, &rx, &mut result);
+    // Pids stay below PID_MAX_LIMIT (2^22).
+    let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
+    let (killed_for, status, rusage) = wait_step(step, pid, start, &rx, &mut result);
     result.elapsed_ms = start.elapsed().as_secs_f64() * 1e3;
     for r in readers {
         let _ = r.join();
     }
-    result.max_rss_kib = rusage.ru_maxrss.max(0) as u64;
+    result.max_rss_kib = u64::try_from(rusage.ru_maxrss).unwrap_or(0);
     result.outcome = match (killed_for, status) {
         (Some(why), _) => why,
         (None, Some(s)) if libc::WIFEXITED(s) => Outcome::Exited(libc::WEXITSTATUS(s)),

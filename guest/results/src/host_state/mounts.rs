@@ -75,10 +75,11 @@ fn unescape(field: &str) -> String {
             && i + 3 < b.len()
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
-            out.push(v as u8);
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            // The low byte, as `as u8` gave: the kernel writes \000..\377 only.
+            out.push(v.to_le_bytes()[0]);
             i += 4;
         } else {
             out.push(b[i]);

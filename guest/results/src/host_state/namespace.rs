@@ -117,6 +117,9 @@ mod tests {
         let before = mount_table().unwrap();
         let inside = in_private_namespace(|| {
             assert!(!tracefs_mounted(), "tracefs starts unmounted");
+            // SAFETY: the four pointers are C-string literals ('static and
+            // NUL-terminated) and a null `data`, which mount(2) accepts; it
+            // keeps none of them after it returns.
             let rc = unsafe {
                 libc::mount(
                     c"nodev".as_ptr(),

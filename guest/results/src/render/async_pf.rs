@@ -128,7 +128,7 @@ mod tests {
             touch_median: median,
             touch_ci: (median - 10, median + 10),
             touch_mean: median as f64,
-            spinner_median: Some(spin as u64),
+            spinner_median: Some(crate::num::u64_saturating(spin)),
             spinner_mean: Some(spin),
             async_pf_received: Some(3),
             not_present: Some(4),

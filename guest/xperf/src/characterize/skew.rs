@@ -36,7 +36,7 @@ impl Skew {
         let (mut lower, mut upper) = (i128::MIN, i128::MAX);
         let mut estimates = Vec::with_capacity(rounds.len());
         for r in rounds {
-            let (t1, t2, t3) = (r.t1 as i128, r.t2 as i128, r.t3 as i128);
+            let (t1, t2, t3) = (i128::from(r.t1), i128::from(r.t2), i128::from(r.t3));
             lower = lower.max(t2 - t3);
             upper = upper.min(t2 - t1);
             let mid = t2 - (t1 + t3) / 2;
@@ -99,7 +99,7 @@ fn wait_for(cell: &AtomicU64, want: u64, shared: &Shared, deadline: Instant) -> 
 }
 
 fn pinger(shared: &Shared, rounds: u64, deadline: Instant) -> Vec<Round> {
-    let mut out = Vec::with_capacity(rounds as usize);
+    let mut out = Vec::with_capacity(xvmm_results::num::usize_from(rounds));
     for r in 1..=rounds {
         let t1 = tsc::open();
         shared.ping.0.store(r, Ordering::Release);

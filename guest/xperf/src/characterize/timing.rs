@@ -224,7 +224,7 @@ impl PauseLoops {
 /// exits, the exit sits inside every burst's median and makes no spike, but
 /// the pause chunks' median then lies an exit above the control loops'.
 pub fn pause_verdict(p: &PauseLoops) -> String {
-    let total = CHUNKS_PER_BURST as u32 * PAUSES_PER_CHUNK;
+    let total = CHUNKS_PER_BURST * PAUSES_PER_CHUNK as usize;
     let (pause_spikes, control_spikes, bursts, extra) =
         (p.pause_spikes, p.control_spikes, p.bursts, p.extra);
     let counts = format!(
@@ -261,7 +261,7 @@ pub fn control_spins(short_median: u64, short: u32, gap_median: u64, gap: u32) -
     if spins >= f64::from(u32::MAX) {
         u32::MAX
     } else {
-        (spins as u32).max(1)
+        xvmm_results::num::u32_saturating(spins).max(1)
     }
 }
 

@@ -205,7 +205,11 @@ where
             "--rounds" => o.rounds = count(&name, &v, 1, MAX_ROUNDS)?,
             "--warmup" => o.warmup = count(&name, &v, 0, MAX_SAMPLES)?,
             "--null-samples" => o.null_samples = count(&name, &v, 1, MAX_SAMPLES)?,
-            "--cpu" => o.cpu = Some(count(&name, &v, 0, u64::from(u32::MAX))? as u32),
+            "--cpu" => {
+                // count() keeps it at most u32::MAX.
+                let cpu = count(&name, &v, 0, u64::from(u32::MAX))?;
+                o.cpu = Some(u32::try_from(cpu).unwrap_or(u32::MAX));
+            }
             "--modes" => o.modes = modes(&v)?,
             "--crossings" => o.crossings = crossings(&v)?,
             "--getppid-probe" => o.getppid_probe = point(&v)?,

@@ -292,7 +292,7 @@ fn new_runner<'a>(
     let mut runner = Runner {
         session,
         cpu,
-        pid: std::process::id() as i32,
+        pid: i32::try_from(std::process::id()).expect("pids are below PID_MAX_LIMIT (2^22)"),
         peek_event: kernel.peek.then(|| "peek".to_string()),
         original: BTreeMap::new(),
         rounds,

@@ -237,9 +237,9 @@ fn set_brand(entries: &mut Vec<kvm_cpuid_entry2>, brand: &[u32; 12]) {
         .find(|e| e.function == 0x8000_0000)
         .map_or(0, |e| e.eax);
     if max_ext >= 0x8000_0004 {
-        for (i, chunk) in brand.chunks_exact(4).enumerate() {
+        for (function, chunk) in (0x8000_0002..).zip(brand.chunks_exact(4)) {
             let regs = [chunk[0], chunk[1], chunk[2], chunk[3]];
-            upsert(entries, entry(0x8000_0002 + i as u32, 0, 0, regs));
+            upsert(entries, entry(function, 0, 0, regs));
         }
     }
 }

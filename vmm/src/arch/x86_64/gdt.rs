@@ -33,7 +33,8 @@ fn base(entry: u64) -> u64 {
 }
 
 fn raw_limit(entry: u64) -> u32 {
-    ((entry & 0xffff) | ((entry >> 32) & 0xf_0000)) as u32
+    // Two masked parts of 16 and 20 bits: each fits.
+    ((entry & 0xffff) as u32) | (((entry >> 32) & 0xf_0000) as u32)
 }
 
 /// Converts a descriptor at GDT index `index` into the `kvm_segment` KVM wants

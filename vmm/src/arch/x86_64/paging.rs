@@ -26,14 +26,14 @@ pub const IDENTITY_MAPPED_BYTES: u64 = 4 << 30;
 /// The identity-mapping tables as 512-entry arrays, placed from `base`
 /// (4 KiB aligned): `[PML4, PDPT, PD0..PD3]`.
 pub fn identity_tables(base: u64) -> Vec<[u64; 512]> {
-    let mut tables = vec![[0u64; 512]; TABLE_COUNT as usize];
+    let mut tables = vec![[0u64; 512]; xvmm_results::num::usize_from(TABLE_COUNT)];
     let pdpt = base + 0x1000;
     tables[0][0] = pdpt | PTE_P | PTE_RW;
-    for pd in 0..4u64 {
-        tables[1][pd as usize] = (base + 0x2000 + pd * 0x1000) | PTE_P | PTE_RW;
-        for i in 0..512u64 {
+    for (pd, pd_at) in (0..4u64).zip(0..) {
+        tables[1][pd_at] = (base + 0x2000 + pd * 0x1000) | PTE_P | PTE_RW;
+        for (i, at) in (0..512u64).zip(0..) {
             let addr = ((pd * 512) + i) << 21;
-            tables[2 + pd as usize][i as usize] = addr | PTE_P | PTE_RW | PTE_PS;
+            tables[2 + pd_at][at] = addr | PTE_P | PTE_RW | PTE_PS;
         }
     }
     tables
@@ -62,7 +62,8 @@ mod tests {
 
     /// Walks the tables like the MMU does (2 MiB leaves only).
     fn translate(tables: &[[u64; 512]], base: u64, va: u64) -> Option<u64> {
-        let table = |entry: u64| &tables[((entry & PTE_ADDR) - base) as usize / 0x1000];
+        let table =
+            |entry: u64| &tables[xvmm_results::num::usize_from((entry & PTE_ADDR) - base) / 0x1000];
         let pml4e = table(base)[((va >> 39) & 511) as usize];
         if pml4e & PTE_P == 0 {
             return None;

@@ -41,6 +41,10 @@ pub const BOOT_GDT: [u64; 6] = [
     gdt_entry(flags::CODE32_KERNEL, 0, 0xfffff),
 ];
 
+/// The boot GDT's size in bytes less one.
+#[allow(clippy::cast_possible_truncation, reason = "6 entries of 8 bytes: 47")]
+const BOOT_GDT_LIMIT: u16 = (BOOT_GDT.len() * 8 - 1) as u16;
+
 /// How a guest starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BootEntry {
@@ -76,7 +80,7 @@ fn set_flat_segments(sregs: &mut kvm_sregs, code_index: u8) {
     sregs.ss = data;
     sregs.tr = tss;
     sregs.gdt.base = layout::BOOT_GDT_GPA;
-    sregs.gdt.limit = (std::mem::size_of_val(&BOOT_GDT) - 1) as u16;
+    sregs.gdt.limit = BOOT_GDT_LIMIT;
     sregs.idt.base = layout::BOOT_IDT_GPA;
     sregs.idt.limit = 7;
 }
@@ -173,12 +177,12 @@ pub fn setup_lint(vcpu: &VcpuFd) -> Result<()> {
     ] {
         let bytes: Vec<u8> = lapic.regs[offset..offset + 4]
             .iter()
-            .map(|b| *b as u8)
+            .map(|b| b.to_ne_bytes()[0])
             .collect();
         let value = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let new = set_delivery_mode(value, mode).to_le_bytes();
         for (dst, src) in lapic.regs[offset..offset + 4].iter_mut().zip(new) {
-            *dst = src as _;
+            *dst = libc::c_char::from_ne_bytes([src]);
         }
     }
     vcpu.set_lapic(&lapic)
