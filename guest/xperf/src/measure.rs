@@ -706,6 +706,65 @@ fn getppid_cycles(samples: usize, report: &mut Report) -> String {
 }
 
 /// Runs the whole measurement and returns the report.
+/// The three crossings' rows from the rounds taken: split where the kernel
+/// stamps, round trips where it does not, or why a crossing was not taken.
+fn crossings(
+    config: &Config,
+    r: &Rounds,
+    mode: &Mode,
+    corr: &Corrections,
+    pf_corr: &Corrections,
+) -> Vec<Crossing> {
+    let runs = [
+        (PF_FIRST_TOUCH, Ok(&r.first_touch)),
+        (PF_REFAULT, r.refault.as_ref()),
+        (GETPPID, Ok(&r.getppid)),
+    ];
+    runs.into_iter()
+        .map(|(name, kept)| match (kept, mode) {
+            (Err(why), _) => Crossing::unsupported(name, config.samples, why.clone()),
+            (Ok(k), Mode::Split(_)) => {
+                let c = if name == GETPPID { corr } else { pf_corr };
+                split_crossing(name, config.samples, k, c, config.raw)
+            }
+            (Ok(k), Mode::RoundTrip(reason)) => round_trip_crossing(
+                name,
+                config.samples,
+                k,
+                corr.user_round_trip,
+                config.raw,
+                reason,
+            ),
+        })
+        .collect()
+}
+
+/// getppid's batched figure, taken when its round trip is within a few TSC
+/// quanta (one crossing is too short for the counter to resolve).
+fn batch_getppid_if_coarse(
+    config: &Config,
+    setup: &mut Setup,
+    user_round_trip: u64,
+    report: &mut Report,
+) -> Result<()> {
+    let quantum = setup.machine.tsc_quantum_ticks;
+    let Some(getppid) = report.crossings.iter_mut().find(|c| c.name == GETPPID) else {
+        return Ok(());
+    };
+    let coarse = getppid
+        .round_trip
+        .as_ref()
+        .is_some_and(|rt| xvmm_results::quantum::is_coarse(rt.corrected.median, quantum));
+    if coarse {
+        getppid.batched = Some(batched_getppid(
+            &mut setup.mode,
+            usize_of(config.samples)?,
+            user_round_trip,
+        )?);
+    }
+    Ok(())
+}
+
 pub fn run(config: &Config) -> Result<Report> {
     let mut setup = set_up(config)?;
     let mut cal = Calibrator::new(config.calibrate, config.rounds.max(1) + 1)?;
@@ -735,43 +794,9 @@ pub fn run(config: &Config) -> Result<Report> {
         method(config, &setup),
     );
     report.null_overhead = costs.user_pair.stats.clone();
-    let runs = [
-        (PF_FIRST_TOUCH, Ok(&r.first_touch)),
-        (PF_REFAULT, r.refault.as_ref()),
-        (GETPPID, Ok(&r.getppid)),
-    ];
-    for (name, kept) in runs {
-        report.crossings.push(match (kept, &setup.mode) {
-            (Err(why), _) => Crossing::unsupported(name, config.samples, why.clone()),
-            (Ok(k), Mode::Split(_)) => {
-                let c = if name == GETPPID { &corr } else { &pf_corr };
-                split_crossing(name, config.samples, k, c, config.raw)
-            }
-            (Ok(k), Mode::RoundTrip(reason)) => round_trip_crossing(
-                name,
-                config.samples,
-                k,
-                corr.user_round_trip,
-                config.raw,
-                reason,
-            ),
-        });
-    }
+    report.crossings = crossings(config, &r, &setup.mode, &corr, &pf_corr);
     setup.machine.pmu = getppid_cycles(usize_of(config.samples)?, &mut report);
-    let quantum = setup.machine.tsc_quantum_ticks;
-    if let Some(getppid) = report.crossings.iter_mut().find(|c| c.name == GETPPID) {
-        let coarse = getppid
-            .round_trip
-            .as_ref()
-            .is_some_and(|rt| xvmm_results::quantum::is_coarse(rt.corrected.median, quantum));
-        if coarse {
-            getppid.batched = Some(batched_getppid(
-                &mut setup.mode,
-                usize_of(config.samples)?,
-                corr.user_round_trip,
-            )?);
-        }
-    }
+    batch_getppid_if_coarse(config, &mut setup, corr.user_round_trip, &mut report)?;
     match &setup.mode {
         Mode::Split(_) => setup.notes.push(format!(
             "getppid returned through IRET in {} of {} samples (SYSRET otherwise)",

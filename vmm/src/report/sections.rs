@@ -467,18 +467,11 @@ fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Secti
         runs.iter()
             .map(|r| format!("{} (+{:.1} {unit})", column(r.0, r.1), since(r.2))),
     );
-    let rows = timed
-        .iter()
-        .take(MAX_TABLE_ROWS)
-        .map(|m| {
-            let mut row = vec![Cell::from(m.name.as_str())];
-            row.extend(indexes.iter().enumerate().map(|(k, idx)| {
-                let this = idx.get(m.name.as_str()).copied();
-                matrix_cell(this, basis.ratio(Some(*m).filter(|_| k > 0), k, this))
-            }));
-            row
-        })
-        .collect();
+    let table = Table {
+        header,
+        rows: trend_rows(&timed, &indexes, &basis),
+        numeric: true,
+    };
     let host = &runs[0].2.hostname;
     let mut blocks = vec![
         Block::Paragraph(format!(
@@ -501,20 +494,33 @@ fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Secti
             reference: Some(1.0),
         })),
     ];
-    capped(
-        Table {
-            header,
-            rows,
-            numeric: true,
-        },
-        timed.len(),
-        &mut blocks,
-    );
+    capped(table, timed.len(), &mut blocks);
     Section {
         id: format!("trend-{}", n + 1),
         title: format!("Trend: {} over time", or_dash(host)),
         blocks,
     }
+}
+
+/// The trend table's rows: each timed metric (at most [`MAX_TABLE_ROWS`]),
+/// each run's median relative to the first run's.
+fn trend_rows(
+    timed: &[&Metric],
+    indexes: &[HashMap<&str, &Metric>],
+    basis: &Basis,
+) -> Vec<Vec<Cell>> {
+    timed
+        .iter()
+        .take(MAX_TABLE_ROWS)
+        .map(|m| {
+            let mut row = vec![Cell::from(m.name.as_str())];
+            row.extend(indexes.iter().enumerate().map(|(k, idx)| {
+                let this = idx.get(m.name.as_str()).copied();
+                matrix_cell(this, basis.ratio(Some(*m).filter(|_| k > 0), k, this))
+            }));
+            row
+        })
+        .collect()
 }
 
 // ------------------------------------------------------- one file's section
