@@ -38,7 +38,13 @@ fuzz_target!(|data: &[u8]| {
         .and_then(|phoff| usize::try_from(phoff).ok()?.checked_add(16))
         .and_then(word)
         .unwrap_or(0);
-    for address in [0, 0xffff_ffff_8100_0000, first_vaddr, first_vaddr.wrapping_add(1), u64::MAX - 3] {
+    for address in [
+        0,
+        0xffff_ffff_8100_0000,
+        first_vaddr,
+        first_vaddr.wrapping_add(1),
+        u64::MAX - 3,
+    ] {
         for len in [0, 1, 16, 1 << 17] {
             let read = parsed.bytes_at_virtual(address, len);
             assert_eq!(read, streamed.bytes_at_virtual(address, len));
