@@ -12,12 +12,17 @@ pub const MAX_SAMPLES: u64 = 1_000_000;
 
 /// `value` as a count of `name` within `min..=MAX_SAMPLES`.
 pub(crate) fn count(name: &str, value: &str, min: u64) -> Result<u64> {
+    count_within(name, value, min, MAX_SAMPLES)
+}
+
+/// `value` as a count of `name` within `min..=max`.
+pub(crate) fn count_within(name: &str, value: &str, min: u64, max: u64) -> Result<u64> {
     let n: u64 = value
         .parse()
         .map_err(|_| Error::Usage(format!("{name} needs a whole number, got {value:?}")))?;
-    if !(min..=MAX_SAMPLES).contains(&n) {
+    if !(min..=max).contains(&n) {
         return Err(Error::Usage(format!(
-            "{name} must be between {min} and {MAX_SAMPLES}, got {n}"
+            "{name} must be between {min} and {max}, got {n}"
         )));
     }
     Ok(n)

@@ -3,7 +3,7 @@
 
 use super::parse::{self, ProbePoint};
 use super::sampling::Kind;
-use crate::counts::MAX_SAMPLES;
+use crate::counts::{count_within, MAX_SAMPLES};
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 use xvmm_results::probes::mode;
@@ -95,18 +95,6 @@ impl Default for Options {
 pub enum Command {
     Run(Box<Options>),
     Help,
-}
-
-fn count(name: &str, value: &str, min: u64, max: u64) -> Result<u64> {
-    let n: u64 = value
-        .parse()
-        .map_err(|_| Error::Usage(format!("{name} needs a whole number, got {value:?}")))?;
-    if !(min..=max).contains(&n) {
-        return Err(Error::Usage(format!(
-            "{name} must be between {min} and {max}, got {n}"
-        )));
-    }
-    Ok(n)
 }
 
 fn modes(value: &str) -> Result<Vec<&'static str>> {
@@ -201,13 +189,13 @@ where
         let point =
             |v: &str| parse::probe_point(v).map_err(|e| Error::Usage(format!("{name}: {e}")));
         match name.as_str() {
-            "--samples" => o.samples = count(&name, &v, 1, MAX_SAMPLES)?,
-            "--rounds" => o.rounds = count(&name, &v, 1, MAX_ROUNDS)?,
-            "--warmup" => o.warmup = count(&name, &v, 0, MAX_SAMPLES)?,
-            "--null-samples" => o.null_samples = count(&name, &v, 1, MAX_SAMPLES)?,
+            "--samples" => o.samples = count_within(&name, &v, 1, MAX_SAMPLES)?,
+            "--rounds" => o.rounds = count_within(&name, &v, 1, MAX_ROUNDS)?,
+            "--warmup" => o.warmup = count_within(&name, &v, 0, MAX_SAMPLES)?,
+            "--null-samples" => o.null_samples = count_within(&name, &v, 1, MAX_SAMPLES)?,
             "--cpu" => {
-                // count() keeps it at most u32::MAX.
-                let cpu = count(&name, &v, 0, u64::from(u32::MAX))?;
+                // count_within() keeps it at most u32::MAX.
+                let cpu = count_within(&name, &v, 0, u64::from(u32::MAX))?;
                 o.cpu = Some(u32::try_from(cpu).unwrap_or(u32::MAX));
             }
             "--modes" => o.modes = modes(&v)?,
