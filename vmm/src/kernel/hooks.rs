@@ -146,6 +146,11 @@ const MAX_FEATURE: u16 = 32 * 32;
 /// (`ALTINSTR_FLAG_INV`); from 6.3 such flags live in the upper half.
 const ALT_FLAG_INV: u16 = 1 << 15;
 
+/// An `alt_instr` entry's feature field, at byte 8 in both layouts.
+fn feature(entry: &[u8]) -> u16 {
+    u16::from_le_bytes([entry[8], entry[9]])
+}
+
 /// The layout under which `table` divides into whole entries whose feature
 /// fields are all feature numbers. Read with the wrong stride, the field is
 /// other fields' bytes (offsets, lengths), and among a real kernel's
@@ -157,7 +162,7 @@ fn alt_layout(table: &[u8]) -> Result<AltLayout> {
         table.len().is_multiple_of(layout.stride)
             && table
                 .chunks_exact(layout.stride)
-                .all(|entry| u16::from_le_bytes([entry[8], entry[9]]) & !ALT_FLAG_INV < MAX_FEATURE)
+                .all(|entry| feature(entry) & !ALT_FLAG_INV < MAX_FEATURE)
     };
     ALT_LAYOUTS.into_iter().find(fits).ok_or_else(|| {
         Error::Kernel(
@@ -176,8 +181,7 @@ fn alternative_sites(sections: &Sections, symbols: &Symbols) -> Result<Vec<HookS
     let mut sites = Vec::new();
     for (i, entry) in table.chunks_exact(layout.stride).enumerate() {
         let at = start + (layout.stride * i) as u64;
-        let feature = u16::from_le_bytes([entry[8], entry[9]]);
-        if feature != X86_FEATURE_XPERF {
+        if feature(entry) != X86_FEATURE_XPERF {
             continue;
         }
         let address = relative(at, i32_at(entry, 0).into());
