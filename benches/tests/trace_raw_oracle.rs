@@ -396,9 +396,7 @@ fn kvm_theirs(items: &[Item<String>]) -> Kvm {
             "kvm_write_tsc_offset" => TraceEvent::TscOffset {
                 ts,
                 vcpu: u32::try_from(get("vcpu_id")).unwrap(),
-                offset: xvmm_results::num::i64_from_bits(
-                    u64::try_from(get("next_tsc_offset")).unwrap(),
-                ),
+                offset: u64::try_from(get("next_tsc_offset")).unwrap().cast_signed(),
             },
             _ => continue,
         };

@@ -198,7 +198,7 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
             ts,
             vcpu: field(body, "vcpu")?.parse().ok()?,
             // Printed as an unsigned 64-bit number: the bits of an i64.
-            offset: xvmm_results::num::i64_from_bits(field(body, "next")?.parse().ok()?),
+            offset: field(body, "next")?.parse::<u64>().ok()?.cast_signed(),
         }),
         _ => None,
     }

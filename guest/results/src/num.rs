@@ -15,20 +15,6 @@ pub const fn usize_from(v: u64) -> usize {
     v as usize
 }
 
-/// The `i64` with the bits of `v` (two's complement, as `as` reinterprets
-/// them): for fields that hold an s64 in a u64, or print one as unsigned.
-#[must_use]
-pub const fn i64_from_bits(v: u64) -> i64 {
-    i64::from_ne_bytes(v.to_ne_bytes())
-}
-
-/// The `u64` with the bits of `v` (two's complement), the inverse of
-/// [`i64_from_bits`].
-#[must_use]
-pub const fn u64_from_bits(v: i64) -> u64 {
-    u64::from_ne_bytes(v.to_ne_bytes())
-}
-
 /// `v` as a `u64`, saturating: NaN and anything below 0 give 0, anything at
 /// or above 2^64 gives `u64::MAX`, a fraction is cut off. This is what `as`
 /// does from a float; the name says that the clamp is meant.
@@ -97,14 +83,6 @@ mod tests {
     fn usize_from_keeps_every_bit() {
         assert_eq!(usize_from(u64::MAX), usize::MAX);
         assert_eq!(usize_from(4096), 4096);
-    }
-
-    #[test]
-    fn bits_reinterpret_as_twos_complement() {
-        assert_eq!(i64_from_bits(u64::MAX), -1);
-        assert_eq!(i64_from_bits(1 << 63), i64::MIN);
-        assert_eq!(u64_from_bits(-100), 0u64.wrapping_sub(100));
-        assert_eq!(i64_from_bits(u64_from_bits(i64::MIN + 7)), i64::MIN + 7);
     }
 
     #[test]

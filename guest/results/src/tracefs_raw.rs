@@ -69,7 +69,7 @@ impl Field {
         let v = self.unsigned(data)?;
         if !self.signed {
             // An unsigned field of 8 bytes reads as its two's-complement bits.
-            return Some(crate::num::i64_from_bits(v));
+            return Some(v.cast_signed());
         }
         // unsigned() checked the range and that the size is 1, 2, 4 or 8.
         let bytes = &data[self.offset..self.offset + self.size];

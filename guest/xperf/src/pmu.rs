@@ -173,7 +173,7 @@ impl CycleCounter {
     /// differences but kept for a reader of the page.
     pub fn offset(&self) -> i64 {
         // The kernel's field is an s64: the same bits.
-        xvmm_results::num::i64_from_bits(self.u64_at(PAGE_OFFSET))
+        self.u64_at(PAGE_OFFSET).cast_signed()
     }
 }
 

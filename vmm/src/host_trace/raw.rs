@@ -41,7 +41,7 @@ fn raw_event(format: &EventFormat, ts: u64, data: &[u8]) -> Option<TraceEvent> {
             ts,
             vcpu: u32_of("vcpu_id")?,
             // The bits of an i64, as the text reader reads them.
-            offset: xvmm_results::num::i64_from_bits(format.unsigned("next_tsc_offset", data)?),
+            offset: format.unsigned("next_tsc_offset", data)?.cast_signed(),
         }),
         name => AsyncPfEvent::from_tracepoint(name).map(|kind| TraceEvent::AsyncPf { kind, ts }),
     }
@@ -397,7 +397,7 @@ mod tests {
         let offset = [
             ("common_pid", 7),
             ("vcpu_id", 0),
-            ("next_tsc_offset", xvmm_results::num::u64_from_bits(-100)),
+            ("next_tsc_offset", (-100i64).cast_unsigned()),
         ];
         vec![
             exit(1, 30, "IO_INSTRUCTION"),

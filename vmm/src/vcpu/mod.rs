@@ -186,7 +186,7 @@ impl Vcpu {
             )));
         }
         // KVM's attribute is an s64 passed as its bits.
-        Ok(xvmm_results::num::i64_from_bits(value))
+        Ok(value.cast_signed())
     }
 
     /// Sets the guest TSC offset.
@@ -194,7 +194,7 @@ impl Vcpu {
         if !self.has_tsc_offset_control() {
             return Err(unsupported_tsc_offset());
         }
-        let value = xvmm_results::num::u64_from_bits(offset);
+        let value = offset.cast_unsigned();
         let attr = Self::tsc_offset_attr(&value as *const u64 as u64);
         // SAFETY: KVM reads 8 bytes from `attr.addr`, which points at `value`.
         let ret = unsafe {
