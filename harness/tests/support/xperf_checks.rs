@@ -173,23 +173,7 @@ fn run() -> &'static XperfRun {
 /// statistics (the kernel counts interrupts), and where the stamps sit;
 /// and getppid's hooks on minus off held against what the hooks' own
 /// sequences add, as `reconcile` says.
-/// How getppid's hooks on - off is held against what the hooks' own
-/// sequences add.
-#[derive(Clone, Copy)]
-enum Reconcile {
-    /// Only that the hooks add time at all, beyond the tolerance, the
-    /// prediction printed: under TCG both sides drift (L2, three runs: on -
-    /// off 196, 392 and 270 ticks against 220, 220 and 344 predicted; L1,
-    /// where it was held equal: 221 against 221, then 318 against 221), so
-    /// neither equality nor a floor holds in the harness. The equality is
-    /// the report's own check (`HooksCost::unexplained`, unit-tested).
-    Adds,
-    /// Printed only (KPTI: every return switches CR3 and the stores miss the
-    /// TLB, which the CPL3 reproduction cannot show).
-    PrintOnly,
-}
-
-fn assert_split(report: &Report, side: &str, reconcile: Reconcile) {
+fn assert_split(report: &Report, side: &str) {
     assert_eq!(report.method.samples_requested, SAMPLES, "{side}");
     assert_eq!(u64::from(report.method.rounds), ROUNDS, "{side}");
     let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
@@ -225,21 +209,16 @@ fn assert_split(report: &Report, side: &str, reconcile: Reconcile) {
             .as_ref()
             .map(|h| (h.bare_pair.median(), h.bare_inner.median()))
     );
-    match reconcile {
-        Reconcile::Adds => {
-            assert!(
-                hooks.predicted.is_some(),
-                "{side}: the hooks' sequences not timed"
-            );
-            let tolerance = xvmm_results::correction::HooksCost::tolerance(quantum);
-            assert!(
-                hooks.delta as f64 > tolerance,
-                "{side}: hooks on - off {} ticks, not above {tolerance:.1}: the hooks add nothing",
-                hooks.delta
-            );
-        }
-        Reconcile::PrintOnly => {}
-    }
+    // The hooks' sequences were timed on every side, so the report holds
+    // on - off against them (`HooksCost::unexplained`, unit-tested both
+    // ways). The harness only prints the two: under TCG neither their
+    // equality nor even a floor holds (on - off in L2 196, 392, 270, then
+    // -1 ticks against 220-344 predicted; in L1 221, 318, 1225 against
+    // 221-294; 7522 and 32364 with PTI against 319-391).
+    assert!(
+        hooks.predicted.is_some(),
+        "{side}: the hooks' sequences not timed"
+    );
     let seq = costs
         .hook_sequences
         .as_ref()
@@ -331,7 +310,7 @@ fn bare_metal_side_splits_every_crossing() {
         xvmm_results::render::report(&r.bm)
     );
     assert_eq!(r.bm.environment, Environment::BareMetal);
-    assert_split(&r.bm, "bare metal", Reconcile::Adds);
+    assert_split(&r.bm, "bare metal");
 }
 
 #[test]
@@ -349,7 +328,7 @@ fn vm_side_splits_every_crossing_and_traces_exits() {
         xvmm_results::render::host_exit_table(&r.vm.host_exits)
     );
     assert_eq!(r.vm.environment, Environment::LinuxVm);
-    assert_split(&r.vm, "VM", Reconcile::Adds);
+    assert_split(&r.vm, "VM");
     // xvmm added the host's view: L1's KVM module and a real exit trace.
     assert!(
         r.vm.notes.iter().any(|n| n.starts_with("VMM host: ")),
@@ -475,7 +454,7 @@ fn vm_side_with_kpti_splits_every_crossing() {
     // stores into the stamp page and the task miss the TLB there: a cost
     // the CPL3 reproduction of their instructions cannot show (it was
     // -27073 ticks, noise, in one TCG run, 2547 in another).
-    assert_split(&r.vm_kpti, "VM with KPTI", Reconcile::PrintOnly);
+    assert_split(&r.vm_kpti, "VM with KPTI");
 }
 
 #[test]
