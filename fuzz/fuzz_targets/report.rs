@@ -18,9 +18,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use scraper::{Html, Node};
-use xvmm::progress::Silent;
-use xvmm::report::html::CONTENT_SECURITY_POLICY;
-use xvmm::report::{self, Input};
+use xvmm_results::progress::Silent;
+use xvmm_report::html::CONTENT_SECURITY_POLICY;
+use xvmm_report::{self as report, Input};
 use xvmm_fuzz::{assert_one_line, assert_terminal_safe};
 use xvmm_results::{compare, render, Report};
 

@@ -25,11 +25,9 @@ pub mod kernel;
 pub mod layout;
 pub mod linux;
 pub mod microguest;
-pub mod progress;
-pub mod report;
 pub mod vcpu;
 pub mod vm;
 
 pub use error::{Error, Result};
 /// The one ELF reader, shared with xperf (which reads `/proc/kcore`).
-pub use xvmm_results::elf;
+pub use xvmm_results::{elf, progress};

@@ -16,7 +16,6 @@ const LAYERS: &[(&str, u32)] = &[
     ("linux", 6),
     ("microguest", 6),
     ("kernel", 5),
-    ("report", 5),
     ("vcpu", 4),
     ("host_trace", 4),
     ("vm", 3),

@@ -25,6 +25,7 @@ pub mod linearity;
 pub mod machine;
 pub mod num;
 pub mod probes;
+pub mod progress;
 pub mod quantum;
 pub mod render;
 mod sample_format;

@@ -8,7 +8,7 @@ use super::input;
 use super::output::Stdout;
 use super::progress::Terminal;
 use crate::progress::Progress;
-use crate::report::{self, Input};
+use xvmm_report::{self as report, Input};
 use crate::{Error, Result};
 use std::path::Path;
 

@@ -1075,7 +1075,7 @@ mod tests {
             summary(&r)
         );
     }
-    use crate::progress::Silent;
+    use xvmm_results::progress::Silent;
     use xvmm_results::{HostFacts, Method};
 
     fn report(env: Environment, names: &[&str], scale: u64) -> Report {

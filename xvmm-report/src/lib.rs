@@ -17,7 +17,7 @@ pub mod html;
 pub mod markdown;
 pub mod sections;
 
-use crate::progress::Progress;
+use xvmm_results::progress::Progress;
 use xvmm_results::Report;
 
 /// One result file: the name it is shown under, and its content.
