@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use xvmm::kernel::hooks::{self, HookKind};
 use xvmm_fuzz::{assert_one_line, assert_terminal_safe};
+use xvmm_kernel::hooks::{self, HookKind};
 
 fuzz_target!(|data: &[u8]| {
     let sites = match hooks::find(data) {

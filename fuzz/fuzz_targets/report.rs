@@ -18,10 +18,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use scraper::{Html, Node};
-use xvmm_results::progress::Silent;
+use xvmm_fuzz::{assert_one_line, assert_terminal_safe};
 use xvmm_report::html::CONTENT_SECURITY_POLICY;
 use xvmm_report::{self as report, Input};
-use xvmm_fuzz::{assert_one_line, assert_terminal_safe};
+use xvmm_results::progress::Silent;
 use xvmm_results::{compare, render, Report};
 
 /// In every planted text: markup a browser would act on if it were not

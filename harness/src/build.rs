@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use xvmm::kernel::{self, BuildRequest, BuiltKernel, Flavour, LinuxVersion};
 use xvmm::progress::Silent;
 use xvmm::{Error, Result};
+use xvmm_kernel::{self as kernel, BuildRequest, BuiltKernel, Flavour, LinuxVersion};
 
 /// Everything the harness boots, built (or found in the caches).
 #[derive(Clone, Debug)]

@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use xvmm::kernel::cache::{self, CacheLock};
 use xvmm::{Error, Result};
+use xvmm_kernel::cache::{self, CacheLock};
 
 /// Debian 12's kernel (6.1), by the metapackage that follows its updates.
 pub const DEBIAN_12_KERNEL: &str = "linux-image-amd64";

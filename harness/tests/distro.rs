@@ -21,9 +21,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm::kernel::BuiltKernel;
 use xvmm_harness::distro::{self, DistroKernel};
 use xvmm_harness::{self as harness, l1, Step};
+use xvmm_kernel::BuiltKernel;
 use xvmm_results::probes::mode;
 use xvmm_results::{Environment, Report, Status};
 
@@ -98,9 +98,9 @@ fn skipped() -> bool {
 }
 
 /// The project's own kernel of `flavour` (plain), through the cache.
-fn project_kernel(flavour: xvmm::kernel::Flavour) -> Result<BuiltKernel, String> {
-    xvmm::kernel::build(
-        &xvmm::kernel::BuildRequest::new(flavour),
+fn project_kernel(flavour: xvmm_kernel::Flavour) -> Result<BuiltKernel, String> {
+    xvmm_kernel::build(
+        &xvmm_kernel::BuildRequest::new(flavour),
         &xvmm::progress::Silent,
     )
     .map_err(|e| e.to_string())
@@ -154,7 +154,7 @@ fn run() -> &'static DistroRun {
     let result = RUN.get_or_init(|| {
         let kernel = fetch(distro::DEBIAN_12_KERNEL)?;
         let ibt = fetch(distro::DEBIAN_612_KERNEL)?;
-        let host = project_kernel(xvmm::kernel::Flavour::Host)?;
+        let host = project_kernel(xvmm_kernel::Flavour::Host)?;
         let files = [
             (DEBIAN_KERNEL, kernel.vmlinuz.as_path()),
             (IBT_KERNEL, ibt.vmlinuz.as_path()),
@@ -395,7 +395,7 @@ fn debian_host() -> &'static DebianHost {
             cached: true,
             seconds: 0.0,
         };
-        let guest = project_kernel(xvmm::kernel::Flavour::Guest)?;
+        let guest = project_kernel(xvmm_kernel::Flavour::Guest)?;
         let names: Vec<String> = kernel
             .modules
             .iter()

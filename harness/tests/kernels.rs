@@ -4,9 +4,9 @@
 //! `vmm/tests/kernel_cli.rs`.
 
 use std::time::Instant;
-use xvmm::kernel::Flavour as KernelFlavour;
-use xvmm::kernel::{self, BuildRequest};
 use xvmm::progress::Silent;
+use xvmm_kernel::Flavour as KernelFlavour;
+use xvmm_kernel::{self as kernel, BuildRequest};
 
 #[test]
 fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
@@ -73,8 +73,8 @@ fn patched_kernels_have_every_hook_site_a_nop_when_off() {
         );
         return;
     }
-    use xvmm::kernel::hooks::{self, HookKind};
-    use xvmm::kernel::LinuxVersion;
+    use xvmm_kernel::hooks::{self, HookKind};
+    use xvmm_kernel::LinuxVersion;
     for (version, flavour) in LinuxVersion::ALL
         .into_iter()
         .flat_map(|v| [(v, KernelFlavour::Guest), (v, KernelFlavour::Host)])

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 use std::process::Command;
-use xvmm::kernel::{self, LinuxVersion};
 use xvmm::progress::Silent;
+use xvmm_kernel::{self as kernel, LinuxVersion};
 
 /// checkpatch's verdict on `patch`, run from `tree`: (clean, its output).
 fn checkpatch(tree: &Path, patch: &Path) -> (bool, String) {

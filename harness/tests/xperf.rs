@@ -5,8 +5,8 @@
 //! them); XVMM_SKIP_HARNESS=1 skips. Console: target/harness/xperf.log; the
 //! two reports and the comparison: target/harness/xperf-{bm,vm,compare}.json.
 
-use xvmm::kernel::LinuxVersion;
 use xvmm_harness as harness;
+use xvmm_kernel::LinuxVersion;
 use xvmm_results::{Environment, Report};
 
 const VERSION: LinuxVersion = LinuxVersion::V6_12;

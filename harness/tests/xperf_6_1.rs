@@ -7,7 +7,7 @@
 //! them); XVMM_SKIP_HARNESS=1 skips. Console: target/harness/xperf-6.1.log;
 //! the reports and the comparison: target/harness/xperf-6.1-{bm,vm,compare}.json.
 
-use xvmm::kernel::LinuxVersion;
+use xvmm_kernel::LinuxVersion;
 
 const VERSION: LinuxVersion = LinuxVersion::V6_1;
 const GROUP: &str = "xperf-6.1";

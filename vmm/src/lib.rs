@@ -21,7 +21,6 @@ pub mod error;
 pub mod host_fault;
 pub mod host_trace;
 pub mod initramfs;
-pub mod kernel;
 pub mod layout;
 pub mod linux;
 pub mod microguest;

@@ -21,9 +21,9 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use xvmm::kernel::{self, BuildRequest, BuiltKernel, Flavour};
 use xvmm::progress::Silent;
 use xvmm_harness::{self as harness, l1, Artifacts, Step};
+use xvmm_kernel::{self as kernel, BuildRequest, BuiltKernel, Flavour};
 use xvmm_results::probes::{self, mode, Probe};
 use xvmm_results::{Report, Stats};
 

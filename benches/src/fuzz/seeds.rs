@@ -377,7 +377,7 @@ fn synthetic_hooks() -> Vec<u8> {
     put(
         &mut text,
         0x68,
-        &u32::from(xvmm::kernel::hooks::X86_FEATURE_XPERF).to_le_bytes(),
+        &u32::from(xvmm_kernel::hooks::X86_FEATURE_XPERF).to_le_bytes(),
     );
     text[0x6c] = 5;
     let symbols = [
@@ -396,7 +396,7 @@ fn synthetic_hooks() -> Vec<u8> {
 /// and alternatives tables, a few bytes around each site, the key and the
 /// symbols naming them (tens of KiB instead of tens of MiB).
 pub fn shrink_vmlinux_for_hooks(vmlinux: &[u8]) -> Option<Vec<u8>> {
-    let sites = xvmm::kernel::hooks::find(vmlinux).ok()?;
+    let sites = xvmm_kernel::hooks::find(vmlinux).ok()?;
     let header = FileHeader64::<LE>::parse(vmlinux).ok()?;
     let sections = header.sections(LE, vmlinux).ok()?;
     let symtab = sections.symbols(LE, vmlinux, SHT_SYMTAB).ok()?;
@@ -581,7 +581,7 @@ caf\xc3\xa9 \xe2\x80\xae reversed \xff\xfe\n";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvmm::kernel::hooks;
+    use xvmm_kernel::hooks;
 
     #[test]
     fn shrunk_images_keep_what_their_parsers_read() {

@@ -3,9 +3,9 @@
 use super::cli::{KernelBuildArgs, KernelFlavour, KernelVersion};
 use super::output::{self, Stdout};
 use super::progress::Terminal;
-use crate::kernel::{self, hooks, BuildRequest, Flavour, LinuxVersion};
 use crate::{Error, Result};
 use std::path::Path;
+use xvmm_kernel::{self as kernel, hooks, BuildRequest, Flavour, LinuxVersion};
 
 impl From<KernelFlavour> for Flavour {
     fn from(f: KernelFlavour) -> Flavour {
@@ -73,8 +73,8 @@ pub fn build(args: &KernelBuildArgs, stdout: &Stdout) -> Result<()> {
 pub fn hooks(vmlinux: &Path, stdout: &Stdout) -> Result<()> {
     let data = super::input::read_regular(vmlinux, super::input::MAX_VMLINUX_BYTES, "vmlinux")?;
     let sites = hooks::find(&data).map_err(|e| match e {
-        Error::Kernel(m) => Error::Kernel(format!("{}: {m}", vmlinux.display())),
-        other => other,
+        kernel::Error::Image(m) => Error::Kernel(format!("{}: {m}", vmlinux.display())),
+        other => Error::from(other),
     })?;
     stdout.print(&hooks::table(&sites));
     let not_nops = sites.iter().filter(|s| !s.is_nop()).count();

@@ -8,9 +8,9 @@ use super::input;
 use super::output::Stdout;
 use super::progress::Terminal;
 use crate::progress::Progress;
-use xvmm_report::{self as report, Input};
 use crate::{Error, Result};
 use std::path::Path;
+use xvmm_report::{self as report, Input};
 
 /// Where the page goes, checked before reading.
 enum Destination {

@@ -1,5 +1,5 @@
 //! Hand-built vmlinux-like ELF files with section headers: the hook finder's
-//! unit tests (`src/kernel/hooks.rs`, through `#[path]`) and the bad-input
+//! unit tests (`xvmm-kernel/src/hooks.rs`, through `#[path]`) and the bad-input
 //! corpus (`tests/bad_inputs.rs`) share them.
 
 pub const SHT_PROGBITS: u32 = 1;

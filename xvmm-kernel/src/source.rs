@@ -4,12 +4,12 @@
 
 use super::cache::{self, CacheLock};
 use super::key::KeyInputs;
-use crate::progress::Progress;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::UNIX_EPOCH;
+use xvmm_results::progress::Progress;
 
 use super::LinuxVersion;
 

@@ -5,10 +5,10 @@
 //! real binary instead of trusting a listing.
 //!
 //! Read from the ELF itself (section headers and `.symtab`, through
-//! [`crate::elf`]); pure, no tools.
+//! [`xvmm_results::elf`]); pure, no tools.
 
-use crate::elf::{ElfError, ElfFile, Sections, Symbols};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
+use xvmm_results::elf::{ElfError, ElfFile, Sections, Symbols};
 
 /// `X86_FEATURE_XPERF` = word 21, bit 31 (the series' cpufeatures.h).
 pub const X86_FEATURE_XPERF: u16 = 21 * 32 + 31;
@@ -44,7 +44,7 @@ impl HookSite {
 }
 
 fn bad(e: ElfError) -> Error {
-    Error::Kernel(format!("not a usable vmlinux: {e}"))
+    Error::Image(format!("not a usable vmlinux: {e}"))
 }
 
 /// Whether a symbol is worth naming a site after: not an assembler-local
@@ -55,11 +55,11 @@ fn is_real_name(name: &[u8]) -> bool {
 
 /// The address range `start..stop` between two linker-defined symbols.
 fn table_range(symbols: &Symbols, start: &str, stop: &str) -> Result<(u64, u64)> {
-    let missing = |name: &str| Error::Kernel(format!("not a usable vmlinux: no {name} symbol"));
+    let missing = |name: &str| Error::Image(format!("not a usable vmlinux: no {name} symbol"));
     let a = symbols.address_of(start).ok_or_else(|| missing(start))?;
     let b = symbols.address_of(stop).ok_or_else(|| missing(stop))?;
     if b < a {
-        return Err(Error::Kernel(format!(
+        return Err(Error::Image(format!(
             "not a usable vmlinux: {stop} is below {start}"
         )));
     }
@@ -81,7 +81,7 @@ pub fn find(vmlinux: &[u8]) -> Result<Vec<HookSite>> {
     let sections = elf.sections().map_err(bad)?;
     let symbols = sections.symbols(is_real_name).map_err(bad)?;
     let key = symbols.address_of("xperf_stamps_key").ok_or_else(|| {
-        Error::Kernel("no xperf_stamps_key symbol: not a kernel built with the xperf series (CONFIG_XPERF_STAMPS=y)".into())
+        Error::Image("no xperf_stamps_key symbol: not a kernel built with the xperf series (CONFIG_XPERF_STAMPS=y)".into())
     })?;
     let mut sites = jump_label_sites(&sections, &symbols, key)?;
     sites.extend(alternative_sites(&sections, &symbols)?);
@@ -165,7 +165,7 @@ fn alt_layout(table: &[u8]) -> Result<AltLayout> {
                 .all(|entry| feature(entry) & !ALT_FLAG_INV < MAX_FEATURE)
     };
     ALT_LAYOUTS.into_iter().find(fits).ok_or_else(|| {
-        Error::Kernel(
+        Error::Image(
             "not a usable vmlinux: .altinstructions fits neither alt_instr layout \
              (12 or 14 bytes per entry)"
                 .into(),
@@ -225,7 +225,7 @@ pub fn table(sites: &[HookSite]) -> String {
 }
 
 #[cfg(test)]
-#[path = "../../tests/vm_support/elf_fixture.rs"]
+#[path = "../../vmm/tests/vm_support/elf_fixture.rs"]
 mod elf_fixture;
 
 #[cfg(test)]

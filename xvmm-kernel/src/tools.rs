@@ -2,7 +2,7 @@
 //! missing tool is an error naming it and how to install it
 //! (`harness/setup.sh` installs everything the project needs).
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::path::Path;
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! publication (build in a temporary directory, rename into place) so an
 //! interrupted build never leaves a half-written entry.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};

@@ -3,19 +3,20 @@
 //! with the measurement patches, cached outside the checkout by its inputs.
 
 pub mod cache;
+pub mod error;
 pub mod fragment;
 pub mod hooks;
 pub mod key;
 pub mod source;
 mod tools;
 
-use crate::progress::Progress;
-use crate::{Error, Result};
+pub use error::{Error, Result};
 use source::Source;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
+use xvmm_results::progress::Progress;
 
 /// The fixed part of the build recipe; it is part of the cache key.
 const MAKE_RECIPE: &[&str] = &[
