@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source harness/setup.sh
 xvmm_setup
-cargo build --release -p xvmm
+cargo build --release -p xvmm-cli
 # The guest-side tool, static so it can be a Linux guest's /init; xvmm finds it
 # under target/x86_64-unknown-linux-gnu/release for `--kernel` runs.
 RUSTFLAGS="-C target-feature=+crt-static" \

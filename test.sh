@@ -58,7 +58,7 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 step "kernels (guest, host; plain and patched; the 6.1 series patched)"
-cargo build --release -p xvmm
+cargo build --release -p xvmm-cli
 for flavour in guest host; do
     ./target/release/xvmm kernel build --flavour "$flavour"
     ./target/release/xvmm kernel build --flavour "$flavour" --patched

@@ -39,9 +39,9 @@ pub const CORE: &[CoreFile] = &[
     core("guest/results/src/compare.rs", "xvmm-results", true),
     core("guest/results/src/tracefs_raw.rs", "xvmm-results", false),
     core("guest/results/src/characterize.rs", "xvmm-results", false),
-    core("vmm/src/linux/join.rs", "xvmm", false),
-    core("vmm/src/host_trace.rs", "xvmm", false),
-    core("vmm/src/microguest/verify.rs", "xvmm", false),
+    core("xvmm/src/linux/join.rs", "xvmm", false),
+    core("xvmm/src/host_trace.rs", "xvmm", false),
+    core("xvmm/src/microguest/verify.rs", "xvmm", false),
     core("guest/xperf/src/characterize/*.rs", "xperf", false),
 ];
 

@@ -18,9 +18,9 @@ use clap::Parser;
 use libfuzzer_sys::fuzz_target;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use xvmm::app::cli::{parse_delay, Cli, RunArgs};
-use xvmm::app::usage_message;
 use xvmm::host_fault::check_delay;
+use xvmm_cli::cli::{parse_delay, Cli, RunArgs};
+use xvmm_cli::usage_message;
 use xvmm_fuzz::{assert_one_line, assert_terminal_safe};
 
 /// The model of `parse_delay`: the delay in nanoseconds, if the text is one.

@@ -91,7 +91,7 @@ pub fn with_static_binaries(
     l2_kernel: BuiltKernel,
     extra: &[&str],
 ) -> Result<Artifacts> {
-    let mut packages = vec!["xvmm", "xvmm-init"];
+    let mut packages = vec!["xvmm-cli", "xvmm-init"];
     packages.extend_from_slice(extra);
     let bin = build_static(&packages)?;
     Ok(Artifacts {

@@ -1,7 +1,7 @@
 //! The harness's kernel builds through the real cache (`$XVMM_CACHE` or
 //! `~/.cache/xvmm`; ./test.sh builds both flavours before the tests run).
 //! The `xvmm kernel build` command line itself is tested in
-//! `vmm/tests/kernel_cli.rs`.
+//! `xvmm-cli/tests/kernel_cli.rs`.
 
 use std::time::Instant;
 use xvmm::progress::Silent;

@@ -225,7 +225,7 @@ pub fn table(sites: &[HookSite]) -> String {
 }
 
 #[cfg(test)]
-#[path = "../../vmm/tests/vm_support/elf_fixture.rs"]
+#[path = "../tests/support/elf_fixture.rs"]
 mod elf_fixture;
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub struct Sources {
     /// The main workspace's target directory (for the static xperf and the
     /// harness's reports).
     pub target: PathBuf,
-    /// The repository (for the reports in `vmm/tests/data/report`).
+    /// The repository (for the reports in `xvmm-cli/tests/data/report`).
     pub repo: PathBuf,
 }
 
@@ -509,7 +509,7 @@ fn reports(src: &Sources, doorbell: bool) -> Vec<Seed> {
 /// The `xperf characterize` reports the `xvmm report` tests render (bare
 /// metal, VM, L1, L2), each alone and VM with bare metal as a pair.
 fn characterize_reports(src: &Sources) -> Vec<Seed> {
-    let dir = src.repo.join("vmm/tests/data/report");
+    let dir = src.repo.join("xvmm-cli/tests/data/report");
     let read = |name: &str| std::fs::read(dir.join(format!("characterize-{name}.json"))).ok();
     let mut seeds: Vec<Seed> = ["bm", "vm", "l1", "l2"]
         .iter()

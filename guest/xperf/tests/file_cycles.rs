@@ -1,9 +1,9 @@
 //! No two files of xperf use one another (README "Architecture": no arrow
 //! runs both ways), with the scanner of xvmm's layer test.
 
-// Shared with vmm/tests/layers.rs, which uses the parts this test does not.
+// Shared with xvmm/tests/layers.rs, which uses the parts this test does not.
 #[allow(dead_code)]
-#[path = "../../../vmm/tests/source_tree/mod.rs"]
+#[path = "../../../xvmm/tests/source_tree/mod.rs"]
 mod source_tree;
 
 use source_tree::tree::Crate;

@@ -8,10 +8,10 @@
 //!   ([`JsonOutput::prepare`]). If one still fails at the end, the JSON goes to
 //!   a fallback file whose path is printed: a measurement is never lost.
 
-use crate::{Error, Result};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use xvmm::{Error, Result};
 
 #[derive(Debug)]
 enum Health {

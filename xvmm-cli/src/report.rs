@@ -7,9 +7,9 @@ use super::cli::ReportArgs;
 use super::input;
 use super::output::Stdout;
 use super::progress::Terminal;
-use crate::progress::Progress;
-use crate::{Error, Result};
 use std::path::Path;
+use xvmm::progress::Progress;
+use xvmm::{Error, Result};
 use xvmm_report::{self as report, Input};
 
 /// Where the page goes, checked before reading.

@@ -1,11 +1,11 @@
 //! What a person sees of long work: indicatif bars on a terminal, status
 //! lines on stderr, nothing with `--quiet`.
 
-use crate::progress::Progress;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::Duration;
+use xvmm::progress::Progress;
 
 /// Progress on stderr: a bar (or a spinner when the number of steps is not
 /// known) on a terminal, plain `xvmm: ...` status lines otherwise.

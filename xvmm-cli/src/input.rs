@@ -1,8 +1,8 @@
 //! Reading input files a user names: only regular files, only up to a size
 //! that fits the purpose (see [`xvmm_results::file::read_bounded`]).
 
-use crate::{Error, Result};
 use std::path::Path;
+use xvmm::{Error, Result};
 use xvmm_results::Report;
 
 /// Largest result file read: a `--raw` run of a million samples fits.

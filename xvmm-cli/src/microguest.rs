@@ -2,10 +2,10 @@
 
 use super::cli::{AsyncPf, RunArgs};
 use super::output::{JsonOutput, Stdout};
-use crate::microguest::{self, Options};
-use crate::vcpu::StopSignals;
-use crate::{Error, Result};
 use std::time::Duration;
+use xvmm::microguest::{self, Options};
+use xvmm::vcpu::StopSignals;
+use xvmm::{Error, Result};
 
 /// Samples per crossing by default: a few seconds on real hardware and under
 /// this machine's emulated CPL0 (~20 us per crossing).
@@ -44,7 +44,7 @@ fn options(args: &RunArgs) -> Result<Options> {
 /// error.
 fn pin(requested: Option<usize>, opts: &mut Options) -> Result<Option<String>> {
     if let Some(cpu) = requested {
-        crate::affinity::pin_current_thread(cpu)?;
+        xvmm::affinity::pin_current_thread(cpu)?;
         return Ok(None);
     }
     // SAFETY: no arguments.
@@ -55,7 +55,7 @@ fn pin(requested: Option<usize>, opts: &mut Options) -> Result<Option<String>> {
             std::io::Error::last_os_error()
         )));
     };
-    match crate::affinity::pin_current_thread(cpu) {
+    match xvmm::affinity::pin_current_thread(cpu) {
         Ok(()) => {
             opts.pinned_cpu = u32::try_from(cpu).ok();
             Ok(None)

@@ -17,9 +17,9 @@ mod progress;
 mod report;
 mod reports;
 
-use crate::Error;
 use clap::Parser as _;
 use output::Stdout;
+use xvmm::Error;
 
 /// Parses the command line, runs it and returns the exit status. Every error
 /// is one escaped line on stderr (clap's usage errors: clap's whole message).
@@ -94,7 +94,7 @@ pub fn usage_message(e: &clap::Error) -> String {
 }
 
 /// Runs what the command line asks for.
-fn run(cli: cli::Cli, stdout: &Stdout) -> crate::Result<()> {
+fn run(cli: cli::Cli, stdout: &Stdout) -> xvmm::Result<()> {
     if cli.run.timeout == 0 || cli.run.timeout > cli::MAX_TIMEOUT_SECS {
         return Err(Error::Usage(format!(
             "--timeout {} is out of range: it must be at least 1 second and at most {}",

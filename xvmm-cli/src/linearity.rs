@@ -3,10 +3,10 @@
 
 use super::cli::LinearityArgs;
 use super::output::{JsonOutput, Stdout};
-use crate::microguest::linearity::{check_linearity, LinearityOptions};
-use crate::vcpu::StopSignals;
-use crate::{Error, Result};
 use std::time::Duration;
+use xvmm::microguest::linearity::{check_linearity, LinearityOptions};
+use xvmm::vcpu::StopSignals;
+use xvmm::{Error, Result};
 
 /// The options a command line asks for: `samples` for the independent
 /// sweep, half that for each decision phase.

@@ -3,8 +3,8 @@
 use super::cli::{KernelBuildArgs, KernelFlavour, KernelVersion};
 use super::output::{self, Stdout};
 use super::progress::Terminal;
-use crate::{Error, Result};
 use std::path::Path;
+use xvmm::{Error, Result};
 use xvmm_kernel::{self as kernel, hooks, BuildRequest, Flavour, LinuxVersion};
 
 impl From<KernelFlavour> for Flavour {

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../xvmm-kernel/tests/support/elf_fixture.rs"]
 pub mod elf_fixture;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Exit statuses (README, "Exit status"): every error maps to one, and a
 //! status a guest asks for can never look like one of xvmm's own.
 
-use crate::Error;
+use xvmm::Error;
 
 pub const OK: i32 = 0;
 /// Any failure without a status of its own.

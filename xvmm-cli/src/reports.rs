@@ -4,10 +4,10 @@
 use super::cli::{CompareArgs, InitramfsArgs};
 use super::input::{self, MAX_INITRAMFS_FILE_BYTES};
 use super::output::{JsonOutput, Stdout};
-use crate::initramfs::Archive;
-use crate::{Error, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use xvmm::initramfs::Archive;
+use xvmm::{Error, Result};
 use xvmm_results::{render, Machine};
 
 /// `xvmm compare VM.json BARE.json [--json FILE]`: the table on stdout (on

@@ -13,7 +13,6 @@
 //!   trait and the one error type.
 
 pub mod affinity;
-pub mod app;
 pub mod arch;
 pub mod boot;
 pub mod devices;

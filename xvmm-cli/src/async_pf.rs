@@ -5,10 +5,10 @@
 use super::cli::RunArgs;
 use super::linux::{boot, config, deliver, kernel, Outputs};
 use super::output::{self, JsonOutput, Stdout};
-use crate::linux;
-use crate::vcpu::StopSignals;
-use crate::{Error, Result};
 use std::path::{Path, PathBuf};
+use xvmm::linux;
+use xvmm::vcpu::StopSignals;
+use xvmm::{Error, Result};
 use xvmm_results::{async_pf, render};
 
 /// Where each run's report goes: `X.on.json` and `X.off.json` for `--json X`.

@@ -3,13 +3,13 @@
 
 use super::cli::{AsyncPf, RunArgs};
 use super::output::{self, JsonOutput, Stdout};
-use crate::host_trace::TraceSummary;
-use crate::linux::{self, Console, LinuxConfig, Userspace};
-use crate::vcpu::StopSignals;
-use crate::{Error, Result};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
+use xvmm::host_trace::TraceSummary;
+use xvmm::linux::{self, Console, LinuxConfig, Userspace};
+use xvmm::vcpu::StopSignals;
+use xvmm::{Error, Result};
 use xvmm_results::escape::ConsoleEscaper;
 use xvmm_results::{render, Machine, Report};
 

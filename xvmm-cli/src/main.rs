@@ -1,7 +1,7 @@
-//! The xvmm binary: everything lives in the library's application layer.
+//! The xvmm binary: everything lives in the application layer (`xvmm_cli`).
 
 fn main() {
-    std::process::exit(xvmm::app::main());
+    std::process::exit(xvmm_cli::main());
 }
 
 // Runs before the standard library's start-up, which would hide a closed

@@ -4,7 +4,7 @@
 //! `--quiet`, nothing but the JSON.
 
 use super::output::{self, JsonOutput, Stdout};
-use crate::Result;
+use xvmm::Result;
 use xvmm_results::{render, Report};
 
 /// Writes `report` as JSON to `json` (if any) and prints its tables followed
