@@ -2,14 +2,21 @@
 //! `probes`' options included): often PID 1 with arguments from the kernel command line, so
 //! any bytes. Input: the arguments,
 //! separated by NUL bytes. Accepted options stay in range; errors are one
-//! terminal-safe line with the usage status.
+//! terminal-safe line with the usage status. The crossing run's options
+//! (`xvmm_results::xperf_args::XperfArgs`, which xvmm writes the built-in
+//! xperf's arguments with) read back from their own `to_argv` unchanged.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use xperf::args::{parse, Command, MAX_SAMPLES};
 use xvmm_fuzz::{assert_one_line, split_args};
+use xvmm_results::xperf_args::{Parsed, XperfArgs};
 
 fuzz_target!(|data: &[u8]| {
+    if let Ok(Parsed::Run(a)) = XperfArgs::parse(split_args(data)) {
+        assert_eq!(a.out_of_range(), None, "{a:?}");
+        assert_eq!(XperfArgs::parse(a.to_argv()), Ok(Parsed::Run(a.clone())));
+    }
     match parse(split_args(data)) {
         Ok(Command::Run(o)) => {
             assert!((1..=MAX_SAMPLES).contains(&o.samples), "{o:?}");

@@ -11,12 +11,8 @@ use xvmm::linux::{self, Console, LinuxConfig, Userspace};
 use xvmm::vcpu::StopSignals;
 use xvmm::{Error, Result};
 use xvmm_results::escape::ConsoleEscaper;
+use xvmm_results::xperf_args::XperfArgs;
 use xvmm_results::{render, Machine, Report};
-
-/// xperf's own bounds for `--samples` and `--warmup` (guest/xperf/src/args.rs).
-const XPERF_MAX_COUNT: u64 = 1_000_000;
-/// xperf's bound for `--rounds`.
-const XPERF_MAX_ROUNDS: u32 = 100;
 
 /// The library's configuration from the command line, async PF offered or not.
 pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<LinuxConfig> {
@@ -37,7 +33,7 @@ pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<Li
             Userspace::Initrd(path.clone())
         }
         None => Userspace::BuiltIn {
-            xperf_args: xperf_args(args)?,
+            xperf: xperf_options(args)?,
         },
     };
     Ok(LinuxConfig {
@@ -56,39 +52,28 @@ pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<Li
     })
 }
 
-/// `--samples`, `--warmup` and `--raw` as xperf options, checked against
-/// xperf's limits here rather than after a boot.
-fn xperf_args(args: &RunArgs) -> Result<Vec<String>> {
-    if let Some(n) = args.samples {
-        if !(1..=XPERF_MAX_COUNT).contains(&n) {
-            return Err(Error::Usage(format!(
-                "--samples {n} is out of range: xperf takes 1 to {XPERF_MAX_COUNT}"
-            )));
-        }
+/// `--samples`, `--warmup`, `--rounds` and `--raw` as xperf's options
+/// (and `--host-miss` under `--host-fault-delay`), checked against xperf's
+/// bounds here rather than after a boot.
+fn xperf_options(args: &RunArgs) -> Result<XperfArgs> {
+    let options = XperfArgs {
+        samples: args.samples,
+        warmup: args.warmup,
+        rounds: args.rounds,
+        raw: args.raw,
+        host_miss: args.host_fault_delay.map(|_| {
+            args.samples
+                .map_or(linux::HOST_MISS_PAGES, |n| n.min(linux::HOST_MISS_PAGES))
+        }),
+        ..XperfArgs::default()
+    };
+    match options.out_of_range() {
+        Some(e) => Err(Error::Usage(format!(
+            "{} {} is out of range: xperf takes {} to {}",
+            e.flag, e.value, e.min, e.max
+        ))),
+        None => Ok(options),
     }
-    if let Some(n) = args.warmup {
-        if n > XPERF_MAX_COUNT {
-            return Err(Error::Usage(format!(
-                "--warmup {n} is out of range: xperf takes 0 to {XPERF_MAX_COUNT}"
-            )));
-        }
-    }
-    let mut xperf = linux::builtin::xperf_args(args.samples, args.warmup, args.raw);
-    if let Some(n) = args.rounds {
-        if !(1..=XPERF_MAX_ROUNDS).contains(&n) {
-            return Err(Error::Usage(format!(
-                "--rounds {n} is out of range: xperf takes 1 to {XPERF_MAX_ROUNDS}"
-            )));
-        }
-        xperf.extend(["--rounds".to_string(), n.to_string()]);
-    }
-    if args.host_fault_delay.is_some() {
-        let pages = args
-            .samples
-            .map_or(linux::HOST_MISS_PAGES, |n| n.min(linux::HOST_MISS_PAGES));
-        xperf.extend(["--host-miss".to_string(), pages.to_string()]);
-    }
-    Ok(xperf)
 }
 
 /// Where `--json` and the `--baseline` comparison go, opened before booting.
@@ -417,23 +402,33 @@ mod tests {
             assert!(err.to_string().contains("out of range"), "{bad:?}: {err}");
         }
         let cfg = config(&run_args(&["--samples", "1000000"]), Path::new("k"), false).unwrap();
-        let Userspace::BuiltIn { xperf_args } = cfg.userspace else {
+        let Userspace::BuiltIn { xperf } = cfg.userspace else {
             panic!("not the built-in userspace");
         };
-        assert_eq!(xperf_args, ["--samples", "1000000"]);
+        assert_eq!(xperf.to_argv(), ["--samples", "1000000"]);
+        let err = config(&run_args(&["--rounds", "101"]), Path::new("k"), false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "usage: --rounds 101 is out of range: xperf takes 1 to 100"
+        );
         let host_miss = |extra: &[&str]| {
             let cfg = config(&run_args(extra), Path::new("k"), true).unwrap();
             assert!(cfg.trace && cfg.async_pf, "a delay implies tracing");
-            let Userspace::BuiltIn { xperf_args } = cfg.userspace else {
+            let Userspace::BuiltIn { xperf } = cfg.userspace else {
                 panic!("not the built-in userspace");
             };
-            xperf_args[xperf_args.len() - 2..].join(" ")
+            xperf.host_miss
         };
-        assert_eq!(host_miss(&["--host-fault-delay", "2ms"]), "--host-miss 200");
+        assert_eq!(host_miss(&["--host-fault-delay", "2ms"]), Some(200));
         assert_eq!(
             host_miss(&["--host-fault-delay", "2ms", "--samples", "50"]),
-            "--host-miss 50"
+            Some(50)
         );
+        let plain = config(&run_args(&[]), Path::new("k"), false).unwrap();
+        let Userspace::BuiltIn { xperf } = plain.userspace else {
+            panic!("not the built-in userspace");
+        };
+        assert_eq!(xperf.host_miss, None, "no --host-miss without a delay");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod timeline;
 pub mod tracefs;
 pub mod tracefs_raw;
 pub mod tsc;
+pub mod xperf_args;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

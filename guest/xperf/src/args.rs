@@ -1,19 +1,20 @@
 //! Command-line options. Parsed by hand: xperf is often a guest's PID 1 with
 //! arguments from the kernel command line, and every error must be one line.
+//! The crossing run's options, their bounds and the word splitter are
+//! `xvmm_results::xperf_args`, which xvmm writes the built-in xperf's
+//! arguments with; this file dispatches the subcommands and applies the
+//! defaults.
 
-use crate::counts::count;
-pub use crate::counts::{DEFAULT_ROUNDS, MAX_SAMPLES};
 use crate::error::{Error, Result};
 use std::path::PathBuf;
+use xvmm_results::xperf_args::{Parsed, XperfArgs};
+pub use xvmm_results::xperf_args::{
+    DEFAULT_ROUNDS, MAX_CALIBRATIONS, MAX_COUNT as MAX_SAMPLES, MAX_ROUNDS, MAX_RUN_ID,
+};
 
 pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_WARMUP: u64 = 1_000;
 pub const DEFAULT_NULL_SAMPLES: u64 = 100_000;
-pub const MAX_ROUNDS: u64 = 100;
-/// Upper bound for `--calibrate`.
-pub const MAX_CALIBRATIONS: u64 = 4096;
-/// Upper bound for the length of `--run-id`.
-pub const MAX_RUN_ID: usize = 64;
 
 pub const USAGE: &str = "\
 usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw] [--json FILE]
@@ -91,14 +92,22 @@ pub enum Command {
     Version,
 }
 
-fn run_id(value: &str) -> Result<String> {
-    let hex = value.bytes().all(|b| b.is_ascii_hexdigit());
-    if value.is_empty() || value.len() > MAX_RUN_ID || !hex {
-        return Err(Error::Usage(format!(
-            "--run-id takes 1 to {MAX_RUN_ID} hex digits"
-        )));
+/// The options as given, with xperf's defaults for the rest.
+impl From<XperfArgs> for Options {
+    fn from(a: XperfArgs) -> Options {
+        Options {
+            samples: a.samples.unwrap_or(DEFAULT_SAMPLES),
+            warmup: a.warmup.unwrap_or(DEFAULT_WARMUP),
+            null_samples: a.null_samples.unwrap_or(DEFAULT_NULL_SAMPLES),
+            rounds: a.rounds.unwrap_or(DEFAULT_ROUNDS),
+            cpu: a.cpu,
+            raw: a.raw,
+            json: a.json,
+            calibrate: a.calibrate.unwrap_or(0),
+            run_id: a.run_id,
+            host_miss: a.host_miss.unwrap_or(0),
+        }
     }
-    Ok(value.to_string())
 }
 
 /// Parses the arguments after the program name.
@@ -107,7 +116,6 @@ where
     I: IntoIterator<Item = S>,
     S: Into<String>,
 {
-    let mut opts = Options::default();
     let mut args = args.into_iter().map(Into::into).peekable();
     if args.peek().is_some_and(|a| a == "probes") {
         args.next();
@@ -119,92 +127,11 @@ where
     if args.peek().is_some_and(|a| a == "characterize") {
         return crate::characterize::options::parse(args.skip(1)).map(Command::Characterize);
     }
-    while let Some(arg) = args.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let takes_value = matches!(
-            name.as_str(),
-            "--samples"
-                | "--warmup"
-                | "--null-samples"
-                | "--rounds"
-                | "--cpu"
-                | "--json"
-                | "--calibrate"
-                | "--run-id"
-                | "--host-miss"
-        );
-        if !takes_value && inline.is_some() {
-            return Err(Error::Usage(format!("{name} takes no value")));
-        }
-        let value = if takes_value {
-            match inline.or_else(|| args.next()) {
-                Some(v) => v,
-                None => return Err(Error::Usage(format!("{name} needs a value"))),
-            }
-        } else {
-            String::new()
-        };
-        match name.as_str() {
-            "--samples" => opts.samples = count(&name, &value, 1)?,
-            "--warmup" => opts.warmup = count(&name, &value, 0)?,
-            "--null-samples" => opts.null_samples = count(&name, &value, 1)?,
-            "--rounds" => {
-                let n = count(&name, &value, 1)?;
-                opts.rounds = match u32::try_from(n) {
-                    Ok(rounds) if n <= MAX_ROUNDS => rounds,
-                    _ => {
-                        return Err(Error::Usage(format!(
-                            "--rounds must be between 1 and {MAX_ROUNDS}, got {n}"
-                        )))
-                    }
-                };
-            }
-            "--cpu" => {
-                let cpu = value.parse::<u32>().map_err(|_| {
-                    Error::Usage(format!("--cpu needs a CPU number, got {value:?}"))
-                })?;
-                opts.cpu = Some(cpu);
-            }
-            "--json" => {
-                if value.is_empty() {
-                    return Err(Error::Usage("--json needs a file name".into()));
-                }
-                opts.json = Some(PathBuf::from(value));
-            }
-            "--raw" => opts.raw = true,
-            "--calibrate" => {
-                let n = count(&name, &value, 0)?;
-                if n > MAX_CALIBRATIONS {
-                    return Err(Error::Usage(format!(
-                        "--calibrate must be between 0 and {MAX_CALIBRATIONS}, got {n}"
-                    )));
-                }
-                opts.calibrate = n;
-            }
-            "--run-id" => opts.run_id = Some(run_id(&value)?),
-            "--host-miss" => {
-                let n = count(&name, &value, 0)?;
-                if n > crate::host_miss::MAX_PAGES {
-                    return Err(Error::Usage(format!(
-                        "--host-miss must be between 0 and {}, got {n}",
-                        crate::host_miss::MAX_PAGES
-                    )));
-                }
-                opts.host_miss = n;
-            }
-            "-h" | "--help" => return Ok(Command::Help),
-            "-V" | "--version" => return Ok(Command::Version),
-            other => {
-                return Err(Error::Usage(format!(
-                    "unknown argument {other:?} (try --help)"
-                )))
-            }
-        }
+    match XperfArgs::parse(args).map_err(Error::Usage)? {
+        Parsed::Run(a) => Ok(Command::Run(Options::from(a))),
+        Parsed::Help => Ok(Command::Help),
+        Parsed::Version => Ok(Command::Version),
     }
-    Ok(Command::Run(opts))
 }
 
 #[cfg(test)]

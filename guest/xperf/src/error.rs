@@ -95,6 +95,13 @@ mod tests {
     #[test]
     fn control_characters_in_arguments_are_escaped() {
         let err = crate::args::parse(["--wa\u{1}rmup=0"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "usage: unknown argument \"--wa\\u{1}rmup\" (try --help)"
+        );
+        let err = crate::args::parse(["--json", "a", "--x\u{1}"]).unwrap_err();
+        assert!(!err.to_string().chars().any(char::is_control), "{err}");
+        let err = Error::Usage("--wa\u{1}rmup takes no value".into());
         assert_eq!(err.to_string(), "usage: --wa\\x01rmup takes no value");
         let err = crate::args::parse(["--json", "\u{1b}[2J\u{202e}", "--samples"]).unwrap_err();
         assert_eq!(err.to_string(), "usage: --samples needs a value");

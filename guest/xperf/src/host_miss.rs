@@ -29,7 +29,7 @@ use xvmm_results::channel::DROP_REQUEST_MAX;
 use xvmm_results::{Sample, Stats, UNFILLED};
 
 /// Most pages per round (each costs at least the host's delay).
-pub const MAX_PAGES: u64 = 10_000;
+pub const MAX_PAGES: u64 = xvmm_results::xperf_args::MAX_HOST_MISS_PAGES;
 
 /// Why the crossing is a round trip only.
 pub const ROUND_TRIP_REASON: &str = "the guest's page table entry stays present: the fault is \

@@ -32,7 +32,6 @@ pub mod app;
 pub mod args;
 pub mod calibrate;
 pub mod characterize;
-pub mod counts;
 pub mod error;
 pub mod hookseq;
 pub mod host;

@@ -159,21 +159,6 @@ pub fn xperf_initramfs(xperf: &[u8]) -> Result<Vec<u8>> {
     Ok(archive.to_bytes())
 }
 
-/// The xperf options xvmm's own flags stand for.
-pub fn xperf_args(samples: Option<u64>, warmup: Option<u64>, raw: bool) -> Vec<String> {
-    let mut args = Vec::new();
-    if let Some(n) = samples {
-        args.extend(["--samples".to_string(), n.to_string()]);
-    }
-    if let Some(n) = warmup {
-        args.extend(["--warmup".to_string(), n.to_string()]);
-    }
-    if raw {
-        args.push("--raw".into());
-    }
-    args
-}
-
 /// Whether the command line already has the ` -- ` that starts init's argv.
 fn has_init_separator(cmdline: &str) -> bool {
     cmdline.split_ascii_whitespace().any(|w| w == "--")
@@ -409,9 +394,13 @@ mod tests {
 
     #[test]
     fn xperf_options_become_init_arguments() {
-        let args = xperf_args(Some(2000), Some(0), true);
-        assert_eq!(args, ["--samples", "2000", "--warmup", "0", "--raw"]);
-        assert!(xperf_args(None, None, false).is_empty());
+        let args = xvmm_results::xperf_args::XperfArgs {
+            samples: Some(2000),
+            warmup: Some(0),
+            raw: true,
+            ..Default::default()
+        }
+        .to_argv();
         assert_eq!(
             xperf_cmdline(None, "console=ttyS0", &args),
             "console=ttyS0 xperf_stamps=1 -- --samples 2000 --warmup 0 --raw"

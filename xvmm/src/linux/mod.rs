@@ -40,6 +40,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use xvmm_results::xperf_args::XperfArgs;
 use xvmm_results::Report;
 
 /// Guest memory when no size is asked for.
@@ -56,8 +57,8 @@ pub enum Userspace {
     /// The user's initramfs, run as is.
     Initrd(PathBuf),
     /// The built-in initramfs: the static xperf as `/init`, given these
-    /// arguments after ` -- ` on the kernel command line.
-    BuiltIn { xperf_args: Vec<String> },
+    /// options after ` -- ` on the kernel command line.
+    BuiltIn { xperf: XperfArgs },
 }
 
 /// What to boot and how.
@@ -136,18 +137,20 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
                 .clone()
                 .unwrap_or_else(boot::cmdline::default_cmdline),
         ),
-        Userspace::BuiltIn { xperf_args } => {
+        Userspace::BuiltIn { xperf: options } => {
             let xperf = builtin::locate_xperf()?;
             let cpio = builtin::xperf_initramfs(&xperf.bytes)?;
-            let mut xperf_args = xperf_args.clone();
-            if config.trace && builtin::runs_crossings(config.cmdline.as_deref(), &xperf_args) {
+            let mut options = options.clone();
+            if config.trace
+                && builtin::runs_crossings(config.cmdline.as_deref(), &options.to_argv())
+            {
                 run_id = Some(new_run_id());
-                xperf_args.extend(traced_xperf_args(&xperf_args, run_id.as_deref()));
+                traced(&mut options, run_id.clone());
             }
             let cmdline = builtin::xperf_cmdline(
                 config.cmdline.as_deref(),
                 &boot::cmdline::default_cmdline(),
-                &xperf_args,
+                &options.to_argv(),
             );
             (Init::BuiltIn(Cursor::new(cpio)), cmdline)
         }
@@ -167,18 +170,12 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
     })
 }
 
-/// What a traced run adds to xperf's arguments: every sample's stamps, the
+/// What a traced run adds to xperf's options: every sample's stamps, the
 /// calibration exits and the run id.
-fn traced_xperf_args(given: &[String], run_id: Option<&str>) -> Vec<String> {
-    let mut args = Vec::new();
-    if !given.iter().any(|a| a == "--raw") {
-        args.push("--raw".to_string());
-    }
-    args.extend(["--calibrate".to_string(), CALIBRATIONS.to_string()]);
-    if let Some(id) = run_id {
-        args.extend(["--run-id".to_string(), id.to_string()]);
-    }
-    args
+fn traced(options: &mut XperfArgs, run_id: Option<String>) {
+    options.raw = true;
+    options.calibrate = Some(CALIBRATIONS);
+    options.run_id = run_id;
 }
 
 /// 64 random bits as hex: tells this run's results from any other's.

@@ -126,7 +126,7 @@ fn crossing_config(config: &Config) -> measure::Config {
         samples: config.samples,
         warmup: (config.samples / 10).max(1),
         null_samples: config.samples.saturating_mul(10).clamp(1000, 100_000),
-        rounds: crate::counts::DEFAULT_ROUNDS,
+        rounds: xvmm_results::xperf_args::DEFAULT_ROUNDS,
         cpu: config.cpu,
         raw: false,
         vmm_channel: config.vmm_channel,

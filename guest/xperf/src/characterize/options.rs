@@ -1,9 +1,9 @@
 //! `xperf characterize` options, parsed by hand as xperf's own (every error
 //! one line; the arguments may come from a kernel command line).
 
-use crate::counts::count;
 use crate::error::{Error, Result};
 use std::path::PathBuf;
+use xvmm_results::xperf_args::{self as words, Words, MAX_COUNT};
 
 /// Samples per timed metric and per crossing by default.
 pub const DEFAULT_SAMPLES: u64 = 10_000;
@@ -52,27 +52,18 @@ impl Default for Options {
 /// Parses the arguments after `characterize`.
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
     let mut opts = Options::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
+    let mut args = Words::new(args);
+    while let Some((name, inline)) = args.next_option() {
         let mut value = || {
-            inline
-                .clone()
-                .or_else(|| args.next())
+            args.value(inline.clone())
                 .ok_or_else(|| Error::Usage(format!("characterize {name} needs a value")))
         };
         match name.as_str() {
-            "--samples" => opts.samples = count("--samples", &value()?, 1)?,
-            "--cpu" => {
-                let v = value()?;
-                opts.cpu =
-                    Some(v.parse().map_err(|_| {
-                        Error::Usage(format!("--cpu needs a CPU number, got {v:?}"))
-                    })?);
+            "--samples" => {
+                opts.samples =
+                    words::count("--samples", &value()?, 1, MAX_COUNT).map_err(Error::Usage)?
             }
+            "--cpu" => opts.cpu = Some(words::cpu(&value()?).map_err(Error::Usage)?),
             "--json" => {
                 let v = value()?;
                 if v.is_empty() {

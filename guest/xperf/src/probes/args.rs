@@ -3,10 +3,10 @@
 
 use super::parse::{self, ProbePoint};
 use super::sampling::Kind;
-use crate::counts::{count_within, MAX_SAMPLES};
 use crate::error::{Error, Result};
 use std::path::PathBuf;
 use xvmm_results::probes::mode;
+use xvmm_results::xperf_args::{self as words, Words, MAX_COUNT as MAX_SAMPLES};
 
 pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_ROUNDS: u64 = 10;
@@ -133,15 +133,21 @@ fn crossings(value: &str) -> Result<Vec<Kind>> {
     Ok(out)
 }
 
-fn value_of(
+/// `name`'s value (inline or the next word), which may not be empty.
+fn value_of<I: Iterator<Item = String>>(
     name: &str,
     inline: Option<String>,
-    args: &mut impl Iterator<Item = String>,
+    words: &mut Words<I>,
 ) -> Result<String> {
-    match inline.or_else(|| args.next()) {
+    match words.value(inline) {
         Some(v) if !v.is_empty() => Ok(v),
         _ => Err(Error::Usage(format!("{name} needs a value"))),
     }
+}
+
+/// A count of `name` within `min..=max`.
+fn count_within(name: &str, value: &str, min: u64, max: u64) -> Result<u64> {
+    words::count(name, value, min, max).map_err(Error::Usage)
 }
 
 /// Parses the arguments after `probes`.
@@ -151,12 +157,8 @@ where
     S: Into<String>,
 {
     let mut o = Options::default();
-    let mut args = args.into_iter().map(Into::into);
-    while let Some(arg) = args.next() {
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
+    let mut args = Words::new(args.into_iter().map(Into::into));
+    while let Some((name, inline)) = args.next_option() {
         if matches!(name.as_str(), "-h" | "--help" | "--show-state") {
             if inline.is_some() {
                 return Err(Error::Usage(format!("{name} takes no value")));
