@@ -5,6 +5,7 @@
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use xvmm::{Error, Setting};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -258,4 +259,84 @@ pub struct RunArgs {
     /// tables or progress (built-in microguest).
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// The flag that sets a library [`Setting`].
+pub fn flag(setting: Setting) -> &'static str {
+    match setting {
+        Setting::Samples => "--samples",
+        Setting::Warmup => "--warmup",
+        Setting::Rounds => "--rounds",
+        Setting::Timeout => "--timeout",
+        Setting::MemoryMib => "--mem",
+        Setting::PinCpu => "--pin",
+        Setting::TscKhz => "--tsc-khz",
+        Setting::HostFaultDelay => "--host-fault-delay",
+    }
+}
+
+/// A library error about a setting, said of the flag that set it (a memory
+/// error stays one: its exit status is 1, a usage error's 2).
+pub fn in_flag_terms(err: Error) -> Error {
+    match err {
+        Error::Invalid { setting, text } => {
+            let line = format!("{} {text}", flag(setting));
+            match setting {
+                Setting::MemoryMib => Error::Memory(line),
+                _ => Error::Usage(line),
+            }
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    const EVERY_SETTING: [Setting; 8] = [
+        Setting::Samples,
+        Setting::Warmup,
+        Setting::Rounds,
+        Setting::Timeout,
+        Setting::MemoryMib,
+        Setting::PinCpu,
+        Setting::TscKhz,
+        Setting::HostFaultDelay,
+    ];
+
+    #[test]
+    fn every_setting_is_named_by_a_flag_xvmm_has() {
+        let cmd = Cli::command();
+        let longs: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        for s in EVERY_SETTING {
+            assert!(longs.iter().any(|l| l == flag(s)), "{s:?}: {}", flag(s));
+        }
+    }
+
+    #[test]
+    fn a_setting_error_is_said_of_its_flag_with_its_kind() {
+        let e = in_flag_terms(Setting::PinCpu.invalid("9: no such CPU"));
+        assert!(
+            matches!(&e, Error::Usage(m) if m == "--pin 9: no such CPU"),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "usage: --pin 9: no such CPU");
+        let e = in_flag_terms(Setting::MemoryMib.invalid("16 MiB is too small"));
+        assert!(
+            matches!(&e, Error::Memory(m) if m == "--mem 16 MiB is too small"),
+            "{e:?}"
+        );
+        // The library's own wording names no flag.
+        for s in EVERY_SETTING {
+            let text = s.invalid("x").to_string();
+            assert!(!text.contains("--"), "{text}");
+        }
+        let other = in_flag_terms(Error::Kvm("k".into()));
+        assert!(matches!(other, Error::Kvm(m) if m == "k"));
+    }
 }

@@ -33,7 +33,9 @@ pub fn main() -> i32 {
     // process changed on the host before it aborts.
     xvmm_results::host_state::journal::install_panic_hook();
     let stdout = Stdout::new();
-    let result = run(cli, &stdout).and_then(|()| stdout.outcome());
+    let result = run(cli, &stdout)
+        .map_err(cli::in_flag_terms)
+        .and_then(|()| stdout.outcome());
     match result {
         Ok(()) => exit::OK,
         Err(err) => {

@@ -1,7 +1,7 @@
 //! Thread placement: pinning the vCPU thread (`--pin`) and keeping helper
 //! threads off the CPU it was pinned to.
 
-use crate::{Error, Result};
+use crate::{Result, Setting};
 
 /// The CPU mask the pinned thread had before [`pin_current_thread`]. Threads
 /// spawned after pinning inherit the single CPU; helpers (watchdog, trace
@@ -24,7 +24,7 @@ pub fn unpin_helper_thread() {
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(Error::Usage(format!("--pin {cpu}: no such CPU")));
+        return Err(Setting::PinCpu.invalid(format!("{cpu}: no such CPU")));
     }
     {
         let mut saved = MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
@@ -45,8 +45,8 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
     };
     if ret != 0 {
-        return Err(Error::Usage(format!(
-            "--pin {cpu}: cannot pin to that CPU ({}; this host has {ncpus} usable CPUs)",
+        return Err(Setting::PinCpu.invalid(format!(
+            "{cpu}: cannot pin to that CPU ({}; this host has {ncpus} usable CPUs)",
             std::io::Error::last_os_error()
         )));
     }

@@ -36,6 +36,10 @@ pub enum Error {
     Io(String),
     /// Invalid combination of command-line arguments.
     Usage(String),
+    /// A run setting the library was given is outside what it accepts, or
+    /// does not fit this host or kernel. Named in the library's terms: the
+    /// application names the flag that set it ([`Setting`]).
+    Invalid { setting: Setting, text: String },
     /// A self-check the command exists to make came out false (its result
     /// is delivered first).
     Check(String),
@@ -65,12 +69,62 @@ impl fmt::Display for Error {
             Error::HostFault(m) => write!(f, "host faults: {m}"),
             Error::Io(m) => write!(f, "io: {m}"),
             Error::Usage(m) => write!(f, "usage: {m}"),
+            Error::Invalid { setting, text } => {
+                write!(f, "{}: {} {text}", setting.kind(), setting.name())
+            }
             Error::Check(m) => write!(f, "check failed: {m}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// A setting of a run, as the library knows it. The library's messages name
+/// it this way; the application knows which flag set it and names that.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    Samples,
+    Warmup,
+    Rounds,
+    Timeout,
+    MemoryMib,
+    PinCpu,
+    TscKhz,
+    HostFaultDelay,
+}
+
+impl Setting {
+    /// Its name in the library's messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::Samples => "samples",
+            Setting::Warmup => "warm-up iterations",
+            Setting::Rounds => "rounds",
+            Setting::Timeout => "timeout",
+            Setting::MemoryMib => "guest memory",
+            Setting::PinCpu => "CPU to pin to",
+            Setting::TscKhz => "guest TSC rate (kHz)",
+            Setting::HostFaultDelay => "host fault delay",
+        }
+    }
+
+    /// The kind of error a bad value is: guest memory that does not fit is
+    /// a memory error (exit status 1), the rest usage errors (2).
+    pub fn kind(self) -> &'static str {
+        match self {
+            Setting::MemoryMib => "memory",
+            _ => "usage",
+        }
+    }
+
+    /// `Error::Invalid` for this setting.
+    pub fn invalid(self, text: impl Into<String>) -> Error {
+        Error::Invalid {
+            setting: self,
+            text: text.into(),
+        }
+    }
+}
 
 /// The kernel builder's error as xvmm's: the same text, the exit status by
 /// kind.

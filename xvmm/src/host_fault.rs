@@ -20,7 +20,7 @@
 //! the run stopped ([`HostFaults::start`]'s `on_failure`).
 
 use crate::layout::RamRange;
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -46,14 +46,12 @@ pub const MAX_KEPT_LATENCIES: usize = 1 << 20;
 /// where its own allocations would fail.
 pub const MAX_REGISTERED_RUNS: u64 = 16_384;
 
-/// Checks `--host-fault-delay` before anything is built.
+/// Checks the delay before anything is built.
 pub fn check_delay(delay: Duration) -> Result<()> {
     if (MIN_DELAY..=MAX_DELAY).contains(&delay) {
         Ok(())
     } else {
-        Err(Error::Usage(format!(
-            "--host-fault-delay {delay:?} is out of range: 1us to 1s"
-        )))
+        Err(Setting::HostFaultDelay.invalid(format!("{delay:?} is out of range: 1us to 1s")))
     }
 }
 
@@ -785,7 +783,16 @@ mod tests {
             Duration::from_nanos(999),
             Duration::from_millis(1001),
         ] {
-            assert!(matches!(check_delay(d), Err(Error::Usage(_))), "{d:?}");
+            assert!(
+                matches!(
+                    check_delay(d),
+                    Err(Error::Invalid {
+                        setting: Setting::HostFaultDelay,
+                        ..
+                    })
+                ),
+                "{d:?}"
+            );
         }
         for d in [MIN_DELAY, Duration::from_micros(200), MAX_DELAY] {
             assert!(check_delay(d).is_ok());

@@ -26,6 +26,6 @@ pub mod microguest;
 pub mod vcpu;
 pub mod vm;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, Setting};
 /// The one ELF reader, shared with xperf (which reads `/proc/kcore`).
 pub use xvmm_results::{elf, progress};

@@ -18,7 +18,7 @@ pub mod params;
 
 use crate::arch::x86_64::regs::BootEntry;
 use crate::layout;
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use image::{KernelImage, BZIMAGE_ENTRY_64_OFFSET};
 use linux_loader::loader::{bzimage::BzImage, elf::Elf, elf::PvhBootCapability, KernelLoader};
 use params::{mib, InitrdPlacement};
@@ -79,8 +79,8 @@ pub fn plan(
         }
     };
     if kernel_end > low_end {
-        return Err(Error::Memory(format!(
-            "--mem {} MiB is too small for this kernel: it needs guest memory up to {kernel_end:#x} ({}) to boot",
+        return Err(Setting::MemoryMib.invalid(format!(
+            "{} MiB is too small for this kernel: it needs guest memory up to {kernel_end:#x} ({}) to boot",
             mem_bytes >> 20,
             mib(kernel_end)
         )));
@@ -299,7 +299,7 @@ mod tests {
         assert!(plan(image, 20 << 20, None, "").is_ok());
         let err = plan(image, 16 << 20, None, "").unwrap_err().to_string();
         assert!(
-            err.starts_with("memory: --mem 16 MiB is too small for this kernel"),
+            err.starts_with("memory: guest memory 16 MiB is too small for this kernel"),
             "{err}"
         );
         let err = plan(image, 20 << 20, Some(1 << 20), "")

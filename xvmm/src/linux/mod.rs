@@ -35,7 +35,7 @@ use crate::host_fault::HostFaults;
 use crate::host_trace::{ExitTracer, TraceSummary};
 use crate::vcpu::{self, GuestEnd, Machine, MachineSpec, RunControl, TscOffset, VcpuConfig};
 use crate::vm::{Vm, VmConfig};
-use crate::{layout, Error, Result};
+use crate::{layout, Error, Result, Setting};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -114,8 +114,8 @@ impl Prepared {
 /// Checks every input and builds the built-in initramfs if there is one.
 pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
     let mem_bytes = config.mem_mib.checked_mul(1 << 20).ok_or_else(|| {
-        Error::Memory(format!(
-            "--mem {} MiB is not a representable size",
+        Setting::MemoryMib.invalid(format!(
+            "{} MiB is not a representable size",
             config.mem_mib
         ))
     })?;

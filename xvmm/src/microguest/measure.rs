@@ -19,7 +19,7 @@ use super::session::{Collected, CrossingRounds, ExitRounds, Session};
 use super::stamps::{aligned_intervals, TwoStamp};
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use std::time::{Duration, Instant};
 use xvmm_results::correction::{ExitCorrections, HooksCost, PairCost};
 use xvmm_results::exit_trace::{self, TracedExit};
@@ -59,16 +59,16 @@ pub const MAX_SAMPLES: u64 = super::layout::SAMPLES_SIZE / 32;
 impl Options {
     pub fn new(samples: u64, warmup: u64) -> Result<Options> {
         if samples == 0 {
-            return Err(Error::Usage("--samples must be at least 1".into()));
+            return Err(Setting::Samples.invalid("must be at least 1"));
         }
         if warmup > MAX_SAMPLES {
-            return Err(Error::Usage(format!(
-                "--warmup {warmup} is more than the microguest allows ({MAX_SAMPLES}, its sample buffer's size)"
+            return Err(Setting::Warmup.invalid(format!(
+                "{warmup} is more than the microguest allows ({MAX_SAMPLES}, its sample buffer's size)"
             )));
         }
         if samples > MAX_SAMPLES {
-            return Err(Error::Usage(format!(
-                "--samples {samples} is more than the microguest's sample buffer holds ({MAX_SAMPLES})"
+            return Err(Setting::Samples.invalid(format!(
+                "{samples} is more than the microguest's sample buffer holds ({MAX_SAMPLES})"
             )));
         }
         Ok(Options {
@@ -85,9 +85,8 @@ impl Options {
     /// The same with `rounds` rounds (1 to [`MAX_ROUNDS`]).
     pub fn with_rounds(mut self, rounds: u32) -> Result<Options> {
         if !(1..=MAX_ROUNDS).contains(&rounds) {
-            return Err(Error::Usage(format!(
-                "--rounds must be between 1 and {MAX_ROUNDS}, not {rounds}"
-            )));
+            return Err(Setting::Rounds
+                .invalid(format!("must be between 1 and {MAX_ROUNDS}, not {rounds}")));
         }
         self.rounds = rounds;
         Ok(self)
@@ -124,7 +123,7 @@ fn not_measured(err: Option<&Error>) -> String {
 /// ([`phases`]).
 pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Result<Measured> {
     if timeout.is_zero() {
-        return Err(Error::Usage("--timeout must be at least 1 second".into()));
+        return Err(Setting::Timeout.invalid("must be at least 1 second"));
     }
     let rc = RunControl::new(timeout)?;
     let mut session = Session {

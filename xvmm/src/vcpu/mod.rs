@@ -29,7 +29,7 @@ pub use signals::StopSignals;
 
 use crate::arch::x86_64::cpuid::{self, CpuidOptions};
 use crate::vm::Vm;
-use crate::{Error, Result};
+use crate::{Error, Result, Setting};
 use kvm_bindings::{kvm_device_attr, CpuId, KVM_VCPU_TSC_CTRL, KVM_VCPU_TSC_OFFSET};
 use kvm_ioctls::{Cap, VcpuFd};
 
@@ -101,7 +101,7 @@ impl Vcpu {
             .map_err(|e| Error::Kvm(format!("KVM_CREATE_VCPU {} failed: {e}", cfg.id)))?;
         if let Some(khz) = cfg.tsc_khz {
             if khz == 0 {
-                return Err(Error::Usage("--tsc-khz must be positive".into()));
+                return Err(Setting::TscKhz.invalid("must be positive"));
             }
             if !vm.kvm.check_extension(Cap::TscControl) {
                 return Err(Error::Kvm(
