@@ -40,7 +40,7 @@ pub const CORE: &[CoreFile] = &[
     core("guest/results/src/tracefs_raw.rs", "xvmm-results", false),
     core("guest/results/src/characterize.rs", "xvmm-results", false),
     core("xvmm/src/linux/join.rs", "xvmm", false),
-    core("xvmm/src/host_trace.rs", "xvmm", false),
+    core("xvmm/src/host_trace/*.rs", "xvmm", false),
     core("xvmm/src/microguest/verify.rs", "xvmm", false),
     core("guest/xperf/src/characterize/*.rs", "xperf", false),
 ];

@@ -4,7 +4,7 @@
 //! across CPUs by time (a vCPU thread may migrate, and the aggregator pairs
 //! each thread's exit with its next entry).
 
-use super::{AsyncPfEvent, TraceEvent, TRACED_EVENTS};
+use super::parse::{AsyncPfEvent, TraceEvent, TRACED_EVENTS};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::fs::{self, File};
