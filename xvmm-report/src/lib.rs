@@ -8,8 +8,6 @@
 //! functions here are pure and never panic on a report's content, so a fuzz
 //! target can call them on any parsed file.
 
-mod async_pf;
-mod attribution;
 pub mod basis;
 pub mod charts;
 pub mod document;

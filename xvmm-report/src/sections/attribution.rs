@@ -3,8 +3,8 @@
 //! figure built on it), then one row per crossing segment and a chart of
 //! all-sample against exit-free medians.
 
-use super::charts::{Bar, BarChart};
-use super::document::{capped, Block, Cell, Chart, Table, MAX_TABLE_ROWS};
+use crate::charts::{Bar, BarChart};
+use crate::document::{capped, Block, Cell, Chart, Table, MAX_TABLE_ROWS};
 use xvmm_results::attribution::SEGMENTS;
 use xvmm_results::render::timeline_lines;
 use xvmm_results::timeline::Verdict;

@@ -2,8 +2,8 @@
 //! counts (the text renderer's block), and with `--async-pf both` the two
 //! runs side by side with a chart of the spinner's work per touch.
 
-use super::charts::{Bar, BarChart};
-use super::document::{Block, Cell, Chart, Table};
+use crate::charts::{Bar, BarChart};
+use crate::document::{Block, Cell, Chart, Table};
 use xvmm_results::async_pf::{OnOff, OnOffSide};
 use xvmm_results::render::async_pf_lines;
 use xvmm_results::Report;

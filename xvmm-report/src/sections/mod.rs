@@ -1,0 +1,441 @@
+//! What the report shows, built from the result files: the inputs, VM
+//! against bare metal, the characterisation matrix and trend, and one
+//! section per file (summary, distributions, exits, characterisation, notes,
+//! machine).
+//!
+//! Every loop here is linear in the size of the files (a result file is
+//! untrusted: its number of crossings or metrics is not ours to pick), and
+//! tables and charts are cut at fixed sizes with the number left out said.
+
+mod async_pf;
+mod attribution;
+mod bins;
+mod comparison;
+mod matrix;
+mod run;
+mod trend;
+
+use crate::document::{capped, Cell, Document, Section, Table, MAX_TABLE_ROWS};
+use crate::Input;
+use comparison::comparison_sections;
+use matrix::matrix_section;
+use run::report_section;
+use trend::trend_sections;
+
+pub use bins::{bins_of, bins_of_histogram, distribution};
+
+/// Most distributions drawn per file.
+pub const MAX_DISTRIBUTIONS: usize = 60;
+/// Longest value shown in a matrix cell (the whole text is its title).
+const MAX_CELL: usize = 60;
+const TICKS: &str = "TSC ticks (null overhead subtracted)";
+
+/// The whole document.
+pub fn document(inputs: &[Input]) -> Document {
+    let mut sections = vec![inputs_section(inputs)];
+    sections.extend(comparison_sections(inputs));
+    sections.extend(matrix_section(inputs));
+    sections.extend(trend_sections(inputs));
+    sections.extend(
+        inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| report_section(i, input)),
+    );
+    Document {
+        title: "xvmm report".into(),
+        subtitle: format!(
+            "{} result file(s), rendered by xvmm {}",
+            inputs.len(),
+            env!("CARGO_PKG_VERSION")
+        ),
+        sections,
+    }
+}
+
+fn column(i: usize, input: &Input) -> String {
+    format!("#{} {}", i + 1, input.label)
+}
+
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn inputs_section(inputs: &[Input]) -> Section {
+    let header = [
+        "#",
+        "file",
+        "tool",
+        "environment",
+        "CPU",
+        "kernel",
+        "TSC kHz",
+        "hypervisor",
+        "contents",
+    ];
+    let rows = inputs
+        .iter()
+        .enumerate()
+        .take(MAX_TABLE_ROWS)
+        .map(|(i, input)| {
+            let r = &input.report;
+            let mut contents = format!("{} crossings, {} exits", r.crossings.len(), r.exits.len());
+            if !r.host_exits.is_empty() {
+                contents += &format!(", {} traced exit reasons", r.host_exits.len());
+            }
+            if let Some(c) = &r.characterize {
+                contents += &format!(", characterization ({} metrics)", c.metrics.len());
+            }
+            vec![
+                Cell::from(format!("{}", i + 1)),
+                input.label.as_str().into(),
+                r.tool.as_str().into(),
+                r.environment.describe().into(),
+                or_dash(&r.host.cpu_model).into(),
+                or_dash(&r.host.kernel_release).into(),
+                r.host.tsc_khz.to_string().into(),
+                or_dash(&r.host.hypervisor_signature).into(),
+                contents.into(),
+            ]
+        })
+        .collect();
+    let mut blocks = Vec::new();
+    capped(
+        Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows,
+            numeric: false,
+        },
+        inputs.len(),
+        &mut blocks,
+    );
+    Section {
+        id: "inputs".into(),
+        title: "Result files".into(),
+        blocks,
+    }
+}
+
+// ------------------------------------------------------------- comparison
+
+#[cfg(test)]
+mod tests {
+    use super::run::summary;
+    use super::trend::time_unit;
+    use super::*;
+    use crate::charts;
+    use crate::document::{Block, Chart};
+    use xvmm_results::{Characterization, Crossing, Environment, Metric, Report, Sample, Stats};
+
+    #[test]
+    fn the_summary_says_what_was_subtracted() {
+        use xvmm_results::correction::{PairCost, StampCosts};
+        use xvmm_results::sweep::{decide, SweepFit, SweepPhase};
+        let mut r = Report::new(
+            "t".into(),
+            xvmm_results::Environment::Microguest,
+            xvmm_results::HostFacts::default(),
+            xvmm_results::Method::standard(1, 2),
+        );
+        assert!(summary(&r).ends_with("samples) subtracted from every timing."));
+        let costs = StampCosts::new(PairCost::from_rounds("a", "b", &[vec![42]]), None, None);
+        r.stamp_costs = Some(costs.clone());
+        assert!(
+            summary(&r).ends_with("own stamps' cost (user pair 42)."),
+            "{}",
+            summary(&r)
+        );
+        let phase = SweepPhase::from_medians(&[16, 32], &[70, 102], 10).unwrap();
+        let sweep = decide(
+            42,
+            SweepFit::new(vec![phase], Some(2.0)).unwrap(),
+            Some(2.0),
+        );
+        r.stamp_costs = Some(costs.with_user_sweep(sweep));
+        assert!(
+            summary(&r).ends_with("sweep's intercept, 38 ticks (the null pair is +4.0 off)."),
+            "{}",
+            summary(&r)
+        );
+    }
+    use xvmm_results::progress::Silent;
+    use xvmm_results::{HostFacts, Method};
+
+    fn report(env: Environment, names: &[&str], scale: u64) -> Report {
+        let host = HostFacts {
+            cpu_model: "Test CPU".into(),
+            tsc_khz: 2_000_000,
+            ..Default::default()
+        };
+        let mut r = Report::new("test".into(), env, host, Method::standard(1, 4));
+        r.null_overhead = Stats::from_samples(&[40, 50, 60]);
+        for name in names {
+            let samples: Vec<Sample> = (0..4)
+                .map(|i| Sample {
+                    u2k_u: 0,
+                    u2k_k: 100 * scale + i,
+                    k2u_k: 300 * scale,
+                    k2u_u: 500 * scale + i,
+                    cpu: None,
+                    interrupts: None,
+                })
+                .collect();
+            r.crossings.push(Crossing::from_samples(
+                name,
+                4,
+                &samples,
+                &xvmm_results::Corrections::derive(50, Some((50, 10))),
+                true,
+            ));
+        }
+        r
+    }
+
+    fn input(label: &str, report: Report) -> Input {
+        Input {
+            label: label.into(),
+            report,
+        }
+    }
+
+    fn characterized(host: &str, started: u64, cpuid: u64) -> Report {
+        let mut r = report(Environment::BareMetal, &["getppid"], 1);
+        r.characterize = Some(Characterization {
+            started_unix: started,
+            seconds: 1.0,
+            hostname: host.into(),
+            privileged: false,
+            metrics: vec![
+                Metric::from_samples("exits", "cpuid", "ticks", &[cpuid, cpuid + 10]),
+                Metric::fact("hypervisor", "virt", "kvm"),
+                Metric::missing("hypervisor", "dmi", "no DMI"),
+            ],
+        });
+        r
+    }
+
+    fn ids(doc: &Document) -> Vec<&str> {
+        doc.sections.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    #[test]
+    fn a_vm_and_a_bare_metal_file_give_a_comparison_with_both_sides() {
+        let doc = document(&[
+            input("vm.json", report(Environment::LinuxVm, &["getppid"], 2)),
+            input("bm.json", report(Environment::BareMetal, &["getppid"], 1)),
+        ]);
+        assert_eq!(ids(&doc), ["inputs", "compare-1", "file-1", "file-2"]);
+        let Some(Block::Chart(Chart::Bars(chart))) = doc.sections[1].blocks.get(1) else {
+            panic!("no comparison chart: {:?}", doc.sections[1].blocks);
+        };
+        assert_eq!(chart.series, ["VM", "bare metal"]);
+        let sides: Vec<usize> = chart.bars.iter().map(|b| b.series).collect();
+        assert!(sides.contains(&0) && sides.contains(&1), "{sides:?}");
+        // u2k raw 200 (VM) vs 100 (BM), minus its stamp cost (50 + 50) / 2.
+        let u2k: Vec<f64> = chart
+            .bars
+            .iter()
+            .filter(|b| b.label.starts_with("getppid u2k"))
+            .map(|b| b.to)
+            .collect();
+        assert_eq!(u2k, [151.0, 51.0]);
+    }
+
+    #[test]
+    fn characterizations_give_a_matrix_and_over_time_a_trend() {
+        let doc = document(&[
+            input("a.json", characterized("box", 1_000, 1000)),
+            input("b.json", characterized("box", 1_000 + 7200, 2000)),
+            input("c.json", characterized("other", 5, 500)),
+        ]);
+        assert_eq!(
+            ids(&doc),
+            ["inputs", "matrix", "trend-1", "file-1", "file-2", "file-3"]
+        );
+        let matrix = &doc.sections[1];
+        let Some(Block::Table(t)) = matrix.blocks.iter().find(|b| matches!(b, Block::Table(_)))
+        else {
+            panic!("no matrix table");
+        };
+        let cpuid = t.rows.iter().find(|r| r[0].text == "exits: cpuid").unwrap();
+        // Nearest-rank medians of two samples: the lower one.
+        assert_eq!(cpuid[1].text, "1000 ticks");
+        assert_eq!(cpuid[2].text, "2000 ticks (2.00x)");
+        let dmi = t
+            .rows
+            .iter()
+            .find(|r| r[0].text == "hypervisor: dmi")
+            .unwrap();
+        assert_eq!(
+            (dmi[1].text.as_str(), dmi[1].title.as_deref()),
+            ("not measured", Some("no DMI"))
+        );
+        let Some(Block::Chart(Chart::Trend(trend))) = doc.sections[2].blocks.get(1) else {
+            panic!("no trend chart");
+        };
+        let cpuid_line = trend.lines.iter().find(|l| l.name == "cpuid").unwrap();
+        assert_eq!(cpuid_line.points.len(), 2);
+        assert_eq!(cpuid_line.points[1].0, 2.0, "two hours later");
+        assert_eq!(trend.x_unit, "hours since the first run");
+        assert_eq!(time_unit(30), ("seconds", 1.0));
+        assert_eq!(time_unit(10 * 86_400).0, "days");
+        assert_eq!(cpuid_line.points[1].1, 2.0);
+        // One file per machine: no trend. The same host name under another
+        // hypervisor is another machine (L1 and L2 of the harness).
+        let doc = document(&[
+            input("a", characterized("x", 1, 5)),
+            input("b", characterized("y", 2, 5)),
+        ]);
+        assert_eq!(ids(&doc), ["inputs", "matrix", "file-1", "file-2"]);
+        let mut guest = characterized("x", 2, 5);
+        guest.host.hypervisor_signature = "KVMKVMKVM".into();
+        let doc = document(&[input("a", characterized("x", 1, 5)), input("b", guest)]);
+        assert_eq!(ids(&doc), ["inputs", "matrix", "file-1", "file-2"]);
+    }
+
+    /// The matrix's `exits: cpuid` row.
+    fn cpuid_row(doc: &Document) -> Vec<Cell> {
+        let matrix = doc.sections.iter().find(|s| s.id == "matrix").unwrap();
+        let Some(Block::Table(t)) = matrix.blocks.iter().find(|b| matches!(b, Block::Table(_)))
+        else {
+            panic!("no matrix table");
+        };
+        t.rows
+            .iter()
+            .find(|r| r[0].text == "exits: cpuid")
+            .unwrap()
+            .clone()
+    }
+
+    fn matrix_text(doc: &Document) -> String {
+        let matrix = doc.sections.iter().find(|s| s.id == "matrix").unwrap();
+        format!("{:?}", matrix.blocks)
+    }
+
+    #[test]
+    fn machines_with_different_tsc_rates_compare_in_nanoseconds() {
+        // 3000 ticks at 3 GHz and 2000 ticks at 2 GHz: both 1 us.
+        let mut fast = characterized("fast", 1, 3000);
+        fast.host.tsc_khz = 3_000_000;
+        let mut slow = characterized("slow", 2, 2000);
+        slow.host.tsc_khz = 2_000_000;
+        let doc = document(&[input("slow", slow.clone()), input("fast", fast.clone())]);
+        let row = cpuid_row(&doc);
+        assert_eq!(row[2].text, "3000 ticks (1.00x)", "{row:?}");
+        let text = matrix_text(&doc);
+        assert!(text.contains("ratios of nanoseconds"), "{text}");
+        // One TSC rate (within 0.1 %): ticks, and the page says so.
+        fast.host.tsc_khz = 2_001_000;
+        let doc = document(&[input("slow", slow.clone()), input("fast", fast.clone())]);
+        assert_eq!(cpuid_row(&doc)[2].text, "3000 ticks (1.50x)");
+        assert!(matrix_text(&doc).contains("ratios of TSC ticks"));
+        // A file without a rate cannot be converted: no ratio, and why.
+        fast.host.tsc_khz = 0;
+        let doc = document(&[input("slow", slow), input("fast", fast)]);
+        let row = cpuid_row(&doc);
+        assert_eq!(row[2].text, "3000 ticks", "{row:?}");
+        assert!(row[2].title.as_deref().unwrap().contains("no TSC rate"));
+    }
+
+    #[test]
+    fn metrics_in_different_units_get_no_ratio() {
+        let mut a = characterized("a", 1, 1000);
+        let mut b = characterized("b", 2, 1000);
+        for (r, chunk) in [(&mut a, 128), (&mut b, 64)] {
+            let c = r.characterize.as_mut().unwrap();
+            c.metrics[0].unit = format!("ticks/{chunk} pauses");
+        }
+        let row = cpuid_row(&document(&[input("a", a), input("b", b)]));
+        assert_eq!(row[2].text, "1000 ticks/64 pauses", "{row:?}");
+    }
+
+    #[test]
+    fn raw_samples_and_stored_histograms_become_bins() {
+        let lin = bins_of(&[100, 110, 120, 130, 1000], 130);
+        assert_eq!(lin.iter().map(|b| b.count).sum::<u64>(), 5);
+        assert!(lin.iter().all(|b| b.lo < b.hi));
+        assert!(lin.last().unwrap().tail && !lin[0].tail);
+        let log = bins_of(&[1, 10, 100, 1000, 10_000, 0], 1000);
+        assert!(log[1].hi / log[1].lo > 1.1, "log-spaced: {log:?}");
+        assert_eq!(log.iter().map(|b| b.count).sum::<u64>(), 6);
+        assert!(bins_of(&[], 0).is_empty());
+        assert_eq!(
+            bins_of(&[7, 7, 7], 7).iter().map(|b| b.count).sum::<u64>(),
+            3
+        );
+
+        let mut values: Vec<u64> = (0..1000).map(|i| 400 + i % 50).collect();
+        values.extend([100_000; 5]);
+        let stats = Stats::from_samples(&values);
+        let bins = bins_of_histogram(&stats);
+        let tail = bins.last().unwrap();
+        assert!(tail.tail && tail.hi == 100_000.0, "{tail:?}");
+        assert_eq!(bins.iter().map(|b| b.count).sum::<u64>(), 1005);
+        // A hostile histogram: a million buckets of width 0.
+        let mut odd = stats.clone();
+        odd.histogram.counts = vec![1; 1_000_000];
+        odd.histogram.width = 0;
+        let bins = bins_of_histogram(&odd);
+        assert!(bins.len() <= charts::MAX_BINS + 1);
+        assert_eq!(
+            bins.iter()
+                .filter(|b| !b.tail)
+                .map(|b| b.count)
+                .sum::<u64>(),
+            1_000_000
+        );
+    }
+
+    #[test]
+    fn a_huge_file_is_cut_to_fixed_sizes() {
+        let names: Vec<String> = (0..3000).map(|i| format!("c{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let doc = document(&[input("huge.json", report(Environment::BareMetal, &refs, 1))]);
+        let file = &doc.sections[1];
+        let grid = file.blocks.iter().find_map(|b| match b {
+            Block::Grid(g) => Some(g.len()),
+            _ => None,
+        });
+        assert_eq!(grid, Some(MAX_DISTRIBUTIONS));
+        let tables: Vec<usize> = file
+            .blocks
+            .iter()
+            .filter_map(|b| match b {
+                Block::Table(t) => Some(t.rows.len()),
+                _ => None,
+            })
+            .collect();
+        assert!(tables.iter().all(|&n| n <= MAX_TABLE_ROWS), "{tables:?}");
+        assert!(file
+            .blocks
+            .iter()
+            .any(|b| matches!(b, Block::Paragraph(p) if p.contains("of 3000 rows"))));
+        let html = super::super::html(
+            &[input(
+                "huge.json",
+                report(Environment::BareMetal, &refs[..200], 1),
+            )],
+            &Silent,
+        );
+        assert!(html.len() < 8 << 20, "{} bytes", html.len());
+    }
+
+    #[test]
+    fn names_from_files_reach_the_page_as_text() {
+        let mut r = report(Environment::BareMetal, &["<script>alert(1)</script>"], 1);
+        r.notes.push("<img src=x onerror=alert(1)>".into());
+        r.tool = "\"><svg onload=alert(1)>".into();
+        let html = super::super::html(&[input("<b>.json", r.clone())], &Silent);
+        for raw in ["<script", "<img", "<b>", "<svg onload"] {
+            assert!(!html.contains(raw), "{raw} reached the page raw");
+        }
+        assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+        let md = super::super::markdown(&[input("<b>.json", r)], &Silent);
+        assert!(!md.contains("<script") && md.contains("&lt;script&gt;"));
+        assert!(md.contains("*Chart (in the HTML report): "));
+    }
+}

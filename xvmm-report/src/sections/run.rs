@@ -1,0 +1,428 @@
+//! One section per result file: its summary, crossings and their
+//! distributions, host exits, characterisation, notes and machine.
+
+use super::bins::distribution;
+use super::matrix::short;
+use super::{column, or_dash, MAX_DISTRIBUTIONS, TICKS};
+use crate::charts::{self, Bar, BarChart};
+use crate::document::{capped, Block, Cell, Chart, Section, Table, MAX_TABLE_ROWS};
+use crate::Input;
+use xvmm_results::render::{by_group, machine_facts};
+use xvmm_results::{Characterization, Crossing, Interval, Report, Sample, Stats, Status};
+
+/// One measured segment of a report: label, statistics, raw values if kept.
+pub(super) struct Segment {
+    label: String,
+    stats: Stats,
+    raw: Option<Vec<u64>>,
+}
+
+pub(super) type IntervalOf = fn(&Crossing) -> &Option<Interval>;
+
+pub(super) type ValueOf = fn(&Sample) -> u64;
+
+pub(super) const CROSSING_SEGMENTS: [(&str, IntervalOf, ValueOf); 4] = [
+    ("u2k", |c| &c.u2k, Sample::u2k),
+    ("k2u", |c| &c.k2u, Sample::k2u),
+    ("in kernel", |c| &c.in_kernel, Sample::in_kernel),
+    ("round trip", |c| &c.round_trip, Sample::round_trip),
+];
+
+/// The first `limit` crossing segments and exit round trips with samples,
+/// in order, and how many there are in all.
+pub(super) fn segments(r: &Report, limit: usize) -> (Vec<Segment>, usize) {
+    let null = r.null_overhead.median;
+    let measured = |i: &Option<Interval>| i.as_ref().is_some_and(|i| i.corrected.count > 0);
+    let total = r
+        .crossings
+        .iter()
+        .map(|c| {
+            CROSSING_SEGMENTS
+                .iter()
+                .filter(|(_, interval, _)| measured(interval(c)))
+                .count()
+        })
+        .sum::<usize>()
+        + r.exits.iter().filter(|e| measured(&e.round_trip)).count();
+    let mut out = Vec::new();
+    for c in &r.crossings {
+        if out.len() >= limit {
+            break;
+        }
+        let valid: Option<Vec<&Sample>> = c
+            .samples
+            .as_ref()
+            .filter(|_| c.status == Status::Measured)
+            .map(|s| s.iter().filter(|s| s.validate().is_ok()).collect());
+        for (name, interval, value) in CROSSING_SEGMENTS {
+            let Some(i) = interval(c).as_ref().filter(|i| i.corrected.count > 0) else {
+                continue;
+            };
+            // Each segment subtracts its own stamp cost; files written before
+            // per-kind corrections subtracted the one null from everything.
+            let correction = i.correction.unwrap_or(null);
+            let stats = i.corrected.clone();
+            let raw = valid.as_ref().map(|v| {
+                v.iter()
+                    .map(|s| value(s).saturating_sub(correction))
+                    .collect()
+            });
+            out.push(Segment {
+                label: format!("{} {name}", c.name),
+                stats,
+                raw,
+            });
+        }
+    }
+    for e in &r.exits {
+        if let Some(stats) = e
+            .round_trip
+            .as_ref()
+            .map(|i| i.corrected.clone())
+            .filter(|s| s.count > 0)
+        {
+            out.push(Segment {
+                label: format!("exit {} round trip", e.name),
+                stats,
+                raw: None,
+            });
+        }
+        if out.len() >= limit {
+            break;
+        }
+    }
+    out.truncate(limit);
+    (out, total)
+}
+
+/// A range bar: min to p99, the median as a dot, a whisker to the max.
+pub(super) fn range_bar(label: String, s: &Stats) -> Bar {
+    Bar {
+        label,
+        series: 0,
+        from: Some(s.min as f64),
+        to: s.p99 as f64,
+        mark: Some(s.median as f64),
+        whisker: Some(s.max as f64),
+    }
+}
+
+pub(super) fn report_section(i: usize, input: &Input) -> Section {
+    let r = &input.report;
+    let mut blocks = vec![Block::Paragraph(summary(r))];
+    let (segs, total) = segments(r, charts::MAX_ROWS.max(MAX_DISTRIBUTIONS) + 1);
+    if !segs.is_empty() {
+        blocks.push(Block::Chart(Chart::Bars(BarChart {
+            caption: "Every segment: min to p99, median dot, whisker to the max".into(),
+            unit: TICKS.into(),
+            series: vec![],
+            bars: segs
+                .iter()
+                .map(|s| range_bar(s.label.clone(), &s.stats))
+                .collect(),
+            reference: None,
+            omitted: total - segs.len(),
+        })));
+        blocks.push(Block::Subheading("Distributions".into()));
+        let shown = segs.len().min(MAX_DISTRIBUTIONS);
+        blocks.push(Block::Grid(
+            segs[..shown]
+                .iter()
+                .map(|s| Chart::Histogram(distribution(&s.label, &s.stats, s.raw.as_deref())))
+                .collect(),
+        ));
+        if total > shown {
+            blocks.push(Block::Paragraph(format!(
+                "(the first {shown} of {total} distributions)"
+            )));
+        }
+    }
+    crossing_blocks(r, &mut blocks);
+    super::attribution::timeline_blocks(r, &mut blocks);
+    super::async_pf::async_pf_blocks(r, &mut blocks);
+    host_exit_blocks(r, &mut blocks);
+    if let Some(c) = &r.characterize {
+        characterize_blocks(c, &mut blocks);
+    }
+    if !r.notes.is_empty() {
+        blocks.push(Block::Subheading("Notes".into()));
+        blocks.push(Block::List(
+            r.notes.iter().take(MAX_TABLE_ROWS).cloned().collect(),
+        ));
+    }
+    if let Some(m) = &r.machine {
+        blocks.push(Block::Subheading("Machine".into()));
+        let facts = machine_facts(m);
+        let total = facts.len();
+        let rows = facts
+            .into_iter()
+            .take(MAX_TABLE_ROWS)
+            .map(|(k, v)| vec![Cell::from(k), Cell::from(v)])
+            .collect();
+        capped(
+            Table {
+                header: vec!["fact".into(), "value".into()],
+                rows,
+                numeric: false,
+            },
+            total,
+            &mut blocks,
+        );
+    }
+    Section {
+        id: format!("file-{}", i + 1),
+        title: format!("{}: {}", column(i, input), r.environment.describe()),
+        blocks,
+    }
+}
+
+/// What the report's timings had subtracted: older reports the null
+/// overhead from everything, newer ones each interval's own stamps, the user
+/// pair's being the null pair or its sweep's intercept.
+pub(super) fn subtracted(r: &Report) -> String {
+    match r.stamp_costs.as_ref() {
+        None => " subtracted from every timing".into(),
+        Some(c) => match c.user_sweep.as_ref().filter(|s| s.intercept_used) {
+            Some(s) => format!(
+                "; each timing minus its own stamps' cost, the user pair's being its linearity \
+                 sweep's intercept, {} ticks (the null pair is {:+.1} off)",
+                s.correction, s.bias
+            ),
+            None => format!(
+                "; each timing minus its own stamps' cost (user pair {})",
+                c.user_cost()
+            ),
+        },
+    }
+}
+
+pub(super) fn summary(r: &Report) -> String {
+    let n = &r.null_overhead;
+    format!(
+        "{} on {} ({} kHz TSC, hypervisor {}, kernel {}). {} samples per row after {} warm-up; stamps {} .. {}; null overhead median {} (min {}, p99 {}, {} samples){}.",
+        r.tool,
+        or_dash(&r.host.cpu_model),
+        r.host.tsc_khz,
+        if r.host.hypervisor_signature.is_empty() { "none seen".into() } else { format!("{:?}", r.host.hypervisor_signature) },
+        or_dash(&r.host.kernel_release),
+        r.method.samples_requested,
+        r.method.warmup,
+        r.method.stamp_begin,
+        r.method.stamp_end,
+        n.median,
+        n.min,
+        n.p99,
+        n.count,
+        subtracted(r)
+    )
+}
+
+pub(super) fn stat_cells(s: Option<&Stats>) -> [Cell; 2] {
+    match s.filter(|s| s.count > 0) {
+        Some(s) => [s.median.to_string().into(), s.p99.to_string().into()],
+        None => ["-".into(), "-".into()],
+    }
+}
+
+pub(super) fn crossing_blocks(r: &Report, blocks: &mut Vec<Block>) {
+    if !r.crossings.is_empty() {
+        let rows = r
+            .crossings
+            .iter()
+            .take(MAX_TABLE_ROWS)
+            .map(|c| {
+                let status = match c.status.why_not() {
+                    None => Cell::from("measured"),
+                    Some(why) => Cell::with_title(short(&why), why),
+                };
+                let mut row = vec![
+                    Cell::from(c.name.as_str()),
+                    status,
+                    format!("{}/{}", c.samples_valid, c.samples_requested).into(),
+                ];
+                for i in [&c.u2k, &c.k2u, &c.round_trip] {
+                    row.extend(stat_cells(i.as_ref().map(|i| &i.corrected)));
+                }
+                row
+            })
+            .collect();
+        let header = [
+            "crossing",
+            "status",
+            "valid",
+            "u2k med",
+            "u2k p99",
+            "k2u med",
+            "k2u p99",
+            "rtrip med",
+            "rtrip p99",
+        ];
+        blocks.push(Block::Subheading("Crossings".into()));
+        let t = Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows,
+            numeric: true,
+        };
+        capped(t, r.crossings.len(), blocks);
+    }
+    if !r.exits.is_empty() {
+        let rows = r
+            .exits
+            .iter()
+            .take(MAX_TABLE_ROWS)
+            .map(|e| {
+                let mut row = vec![
+                    Cell::from(e.name.as_str()),
+                    format!("{}/{}", e.samples_valid, e.samples_requested).into(),
+                ];
+                row.extend(stat_cells(e.round_trip.as_ref().map(|i| &i.corrected)));
+                for s in [&e.guest_to_vmm, &e.in_vmm, &e.vmm_to_guest] {
+                    row.push(stat_cells(s.as_ref())[0].clone());
+                }
+                row
+            })
+            .collect();
+        let header = [
+            "VM exit",
+            "valid",
+            "rtrip med",
+            "rtrip p99",
+            "guest->VMM med",
+            "in VMM med",
+            "VMM->guest med",
+        ];
+        blocks.push(Block::Subheading("VM exits timed in the guest".into()));
+        let t = Table {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            rows,
+            numeric: true,
+        };
+        capped(t, r.exits.len(), blocks);
+    }
+}
+
+pub(super) fn host_exit_blocks(r: &Report, blocks: &mut Vec<Block>) {
+    if r.host_exits.is_empty() {
+        return;
+    }
+    blocks.push(Block::Subheading(
+        "Exits by reason (host kvm_exit -> kvm_entry)".into(),
+    ));
+    let bars = r
+        .host_exits
+        .iter()
+        .filter(|e| e.exit_to_entry.count > 0)
+        .map(|e| Bar {
+            label: format!("{} ({}x)", e.reason, e.exit_to_entry.count),
+            series: 0,
+            from: None,
+            to: e.exit_to_entry.median as f64,
+            mark: None,
+            whisker: Some(e.exit_to_entry.p99 as f64),
+        })
+        .collect();
+    blocks.push(Block::Chart(Chart::Bars(BarChart {
+        caption: "Host time per exit, median with a whisker to the p99".into(),
+        unit: "host TSC ticks".into(),
+        series: vec![],
+        bars,
+        reference: None,
+        omitted: 0,
+    })));
+    let rows = r
+        .host_exits
+        .iter()
+        .take(MAX_TABLE_ROWS)
+        .map(|e| {
+            let s = &e.exit_to_entry;
+            let total = s.mean * s.count as f64;
+            vec![
+                Cell::from(e.reason.as_str()),
+                s.count.to_string().into(),
+                s.median.to_string().into(),
+                s.p99.to_string().into(),
+                format!("{total:.0}").into(),
+            ]
+        })
+        .collect();
+    let header = ["reason", "count", "median", "p99", "total (mean x count)"];
+    let t = Table {
+        header: header.iter().map(|h| h.to_string()).collect(),
+        rows,
+        numeric: true,
+    };
+    capped(t, r.host_exits.len(), blocks);
+}
+
+pub(super) fn characterize_blocks(c: &Characterization, blocks: &mut Vec<Block>) {
+    blocks.push(Block::Subheading(format!(
+        "Characterization ({:.1} s{}, host {})",
+        c.seconds,
+        if c.privileged { ", as root" } else { "" },
+        or_dash(&c.hostname)
+    )));
+    let timed: Vec<Bar> = c
+        .metrics
+        .iter()
+        .filter(|m| m.unit == "ticks")
+        .filter_map(|m| Some(range_bar(m.name.clone(), m.measured()?)))
+        .collect();
+    if !timed.is_empty() {
+        blocks.push(Block::Chart(Chart::Bars(BarChart {
+            caption: "Timed metrics: min to p99, median dot, whisker to the max".into(),
+            unit: TICKS.into(),
+            series: vec![],
+            bars: timed,
+            reference: None,
+            omitted: 0,
+        })));
+    }
+    let mut rows = Vec::new();
+    for (group, metrics) in by_group(c) {
+        for m in metrics
+            .into_iter()
+            .take(MAX_TABLE_ROWS.saturating_sub(rows.len()))
+        {
+            let mut row = vec![Cell::from(group), Cell::from(m.name.as_str())];
+            match m.measured() {
+                Some(s) => row.extend(
+                    [
+                        s.count.to_string(),
+                        s.min.to_string(),
+                        s.median.to_string(),
+                        s.p99.to_string(),
+                        format!("{:.0}", s.mean),
+                        m.unit.clone(),
+                    ]
+                    .map(Cell::from),
+                ),
+                None => row.extend((0..6).map(|_| Cell::from(""))),
+            }
+            row.push(match (&m.value, &m.reason) {
+                (Some(v), _) => Cell::from(v.as_str()),
+                (None, Some(r)) => Cell::from(format!("not measured: {r}")),
+                (None, None) => Cell::from("-"),
+            });
+            rows.push(row);
+        }
+    }
+    let header = [
+        "group",
+        "metric",
+        "n",
+        "min",
+        "median",
+        "p99",
+        "mean",
+        "unit",
+        "value or reason",
+    ];
+    let t = Table {
+        header: header.iter().map(|h| h.to_string()).collect(),
+        rows,
+        numeric: true,
+    };
+    capped(t, c.metrics.len(), blocks);
+}
+
+// ------------------------------------------------------------ distributions
