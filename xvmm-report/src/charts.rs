@@ -19,6 +19,7 @@
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use xvmm_results::document::{Bar, BarChart, Bin, Distribution, Line, TrendChart};
 use xvmm_results::escape::visible;
 
 /// Largest max/min ratio drawn on a linear axis.
@@ -307,27 +308,6 @@ where
 
 // ---------------------------------------------------------------- histogram
 
-/// One bin of a distribution: `[lo, hi)` holds `count` samples.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Bin {
-    pub lo: f64,
-    pub hi: f64,
-    pub count: u64,
-    /// Above the p99 (drawn in its own colour).
-    pub tail: bool,
-}
-
-/// A distribution to draw.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Distribution {
-    pub caption: String,
-    /// What the x axis counts ("TSC ticks").
-    pub unit: String,
-    pub bins: Vec<Bin>,
-    pub median: f64,
-    pub p99: f64,
-}
-
 struct HistogramBody<'a> {
     d: &'a Distribution,
     x: Axis,
@@ -455,37 +435,6 @@ pub fn histogram(d: &Distribution) -> String {
 
 // --------------------------------------------------------------------- bars
 
-/// One row of a bar chart.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Bar {
-    pub label: String,
-    /// Index into [`BarChart::series`] (the colour).
-    pub series: usize,
-    /// Where the bar starts (`None`: the axis start).
-    pub from: Option<f64>,
-    /// Where the bar ends: the value.
-    pub to: f64,
-    /// A dot on the bar (the median of a range).
-    pub mark: Option<f64>,
-    /// A thin line from the bar's end to here (a p99, a maximum).
-    pub whisker: Option<f64>,
-}
-
-/// Horizontal bars, one per row.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BarChart {
-    pub caption: String,
-    /// What the x axis counts.
-    pub unit: String,
-    /// Series names (the legend), by colour.
-    pub series: Vec<String>,
-    pub bars: Vec<Bar>,
-    /// A vertical reference line (1.0 for ratios).
-    pub reference: Option<f64>,
-    /// Rows left out before the chart was built (the caption counts them).
-    pub omitted: usize,
-}
-
 struct BarsBody<'a> {
     bars: &'a [Bar],
     x: Axis,
@@ -608,25 +557,6 @@ pub fn bars(chart: &BarChart) -> String {
 }
 
 // -------------------------------------------------------------------- trend
-
-/// One line of a trend chart.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Line {
-    pub name: String,
-    /// (x, y) points; non-finite ones are left out.
-    pub points: Vec<(f64, f64)>,
-}
-
-/// Lines over an x axis (time).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TrendChart {
-    pub caption: String,
-    pub x_unit: String,
-    pub y_unit: String,
-    pub lines: Vec<Line>,
-    /// A horizontal reference line (1.0 for ratios).
-    pub reference: Option<f64>,
-}
 
 struct TrendBody<'a> {
     lines: &'a [Line],

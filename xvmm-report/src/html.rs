@@ -9,8 +9,8 @@
 //! `<script>` is shown as that text.
 
 use super::charts;
-use super::document::{Block, Cell, Chart, Document, Section, Table};
 use std::fmt::Write as _;
+use xvmm_results::document::{Block, Cell, Chart, Document, Row, Section, Table};
 use xvmm_results::escape::visible;
 
 /// The page's policy: inline styles, nothing else.
@@ -107,10 +107,34 @@ fn table(out: &mut String, t: &Table) {
         cell(out, "th", &Cell::from(h.as_str()), false);
     }
     out.push_str("</tr></thead>\n<tbody>\n");
+    let columns = t.header.len().max(1);
     for row in &t.rows {
-        out.push_str("<tr>");
-        for (i, c) in row.iter().enumerate() {
-            cell(out, "td", c, t.numeric && i > 0);
+        match row {
+            Row::Cells(cells) => {
+                out.push_str("<tr>");
+                for (i, c) in cells.iter().enumerate() {
+                    cell(out, "td", c, t.numeric && i > 0);
+                }
+            }
+            // Free text under the row before it, across the columns.
+            Row::Note(text) => {
+                let _ = write!(
+                    out,
+                    "<tr class=\"note\"><td></td><td colspan=\"{}\">{}",
+                    columns.saturating_sub(1).max(1),
+                    escape(text)
+                );
+                out.push_str("</td>");
+            }
+            Row::Labelled(label, text) => {
+                cell(out, "td", &Cell::from(label.as_str()), false);
+                let _ = write!(
+                    out,
+                    "<td colspan=\"{}\">{}</td>",
+                    columns.saturating_sub(1).max(1),
+                    escape(text)
+                );
+            }
         }
         out.push_str("</tr>\n");
     }
@@ -247,7 +271,11 @@ mod tests {
                     Block::List(vec!["<li>".into()]),
                     Block::Table(Table {
                         header: vec!["<th>".into()],
-                        rows: vec![vec![Cell::with_title("<td>", "\"><script>")]],
+                        rows: vec![
+                            Row::Cells(vec![Cell::with_title("<td>", "\"><script>")]),
+                            Row::Note("<b>note</b>".into()),
+                            Row::Labelled("<i>".into(), "</table>".into()),
+                        ],
                         numeric: false,
                     }),
                 ],

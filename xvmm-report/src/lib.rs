@@ -10,7 +10,6 @@
 
 pub mod basis;
 pub mod charts;
-pub mod document;
 pub mod html;
 pub mod markdown;
 pub mod sections;

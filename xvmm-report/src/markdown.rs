@@ -6,8 +6,8 @@
 //! backslash-escaped or written as an entity, so a name like `<script>` or
 //! `*a*|b` is shown as that text and cannot break a table.
 
-use super::document::{Block, Cell, Document, Section, Table};
 use std::fmt::Write as _;
+use xvmm_results::document::{Block, Cell, Document, Row, Section, Table};
 use xvmm_results::escape::visible;
 
 /// Text safe in a Markdown paragraph or table cell.
@@ -38,9 +38,9 @@ fn cell_text(c: &Cell) -> String {
 
 fn table(out: &mut String, t: &Table) {
     let columns = t
-        .rows
+        .cell_rows()
         .iter()
-        .map(Vec::len)
+        .map(|r| r.len())
         .chain([t.header.len()])
         .max()
         .unwrap_or(0);
@@ -56,9 +56,29 @@ fn table(out: &mut String, t: &Table) {
         .collect();
     let _ = writeln!(out, "|{}|", rule.join("|"));
     for row in &t.rows {
-        let cells: Vec<String> = (0..columns)
-            .map(|i| row.get(i).map(cell_text).unwrap_or_default())
-            .collect();
+        // A Markdown table has no spanning cell: a note or a labelled row
+        // puts its text in the second column.
+        let cells: Vec<String> = match row {
+            Row::Cells(row) => (0..columns)
+                .map(|i| row.get(i).map(cell_text).unwrap_or_default())
+                .collect(),
+            Row::Note(text) => (0..columns)
+                .map(|i| {
+                    if i == 1.min(columns - 1) {
+                        escape(text)
+                    } else {
+                        String::new()
+                    }
+                })
+                .collect(),
+            Row::Labelled(label, text) => (0..columns)
+                .map(|i| match i {
+                    0 => escape(label),
+                    1 => escape(text),
+                    _ => String::new(),
+                })
+                .collect(),
+        };
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     out.push('\n');
@@ -131,8 +151,9 @@ mod tests {
                 blocks: vec![Block::Table(Table {
                     header: vec!["name".into(), "median".into()],
                     rows: vec![
-                        vec![Cell::from("a|b"), Cell::with_title("-", "why|not")],
-                        vec![],
+                        Row::Cells(vec![Cell::from("a|b"), Cell::with_title("-", "why|not")]),
+                        Row::Cells(vec![]),
+                        Row::Note("n|ote".into()),
                     ],
                     numeric: true,
                 })],

@@ -13,6 +13,7 @@ pub mod characterize;
 pub mod compare;
 pub mod correction;
 pub mod cpu;
+pub mod document;
 pub mod elf;
 pub mod escape;
 pub mod exit_trace;

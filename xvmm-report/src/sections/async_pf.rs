@@ -2,9 +2,9 @@
 //! counts (the text renderer's block), and with `--async-pf both` the two
 //! runs side by side with a chart of the spinner's work per touch.
 
-use crate::charts::{Bar, BarChart};
-use crate::document::{Block, Cell, Chart, Table};
 use xvmm_results::async_pf::{OnOff, OnOffSide};
+use xvmm_results::document::{Bar, BarChart};
+use xvmm_results::document::{Block, Cell, Chart, Row, Table};
 use xvmm_results::render::async_pf_lines;
 use xvmm_results::Report;
 
@@ -52,7 +52,10 @@ fn on_off_blocks(c: &OnOff, blocks: &mut Vec<Block>) {
                 "".into(),
                 "".into(),
             ],
-        ],
+        ]
+        .into_iter()
+        .map(Row::Cells)
+        .collect(),
         numeric: true,
     }));
     let bar = |label: &str, s: &OnOffSide| Bar {
@@ -128,7 +131,7 @@ mod tests {
         let Some(Block::Table(t)) = blocks.get(2) else {
             panic!("no table: {blocks:?}");
         };
-        assert_eq!(t.rows[2][1].text, "+10");
+        assert_eq!(t.cell_rows()[2][1].text, "+10");
         let Some(Block::Chart(Chart::Bars(chart))) = blocks.get(3) else {
             panic!("no chart: {blocks:?}");
         };

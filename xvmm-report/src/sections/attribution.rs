@@ -3,9 +3,9 @@
 //! figure built on it), then one row per crossing segment and a chart of
 //! all-sample against exit-free medians.
 
-use crate::charts::{Bar, BarChart};
-use crate::document::{capped, Block, Cell, Chart, Table, MAX_TABLE_ROWS};
 use xvmm_results::attribution::SEGMENTS;
+use xvmm_results::document::{capped, Block, Cell, Chart, Row, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{Bar, BarChart};
 use xvmm_results::render::timeline_lines;
 use xvmm_results::timeline::Verdict;
 use xvmm_results::{Crossing, Interval, Report};
@@ -122,7 +122,7 @@ pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
         rows: segments
             .iter()
             .take(MAX_TABLE_ROWS)
-            .map(|(c, name, i)| row(c, name, i))
+            .map(|(c, name, i)| Row::Cells(row(c, name, i)))
             .collect(),
         numeric: true,
     };
@@ -217,7 +217,7 @@ mod tests {
         let Block::Table(t) = &blocks[3] else {
             panic!("{blocks:?}")
         };
-        assert_eq!(t.rows.len(), 1);
-        assert_eq!(t.rows[0][7].text, "npf 1x, 150 host ticks");
+        assert_eq!(t.cell_rows().len(), 1);
+        assert_eq!(t.cell_rows()[0][7].text, "npf 1x, 150 host ticks");
     }
 }

@@ -2,7 +2,8 @@
 //! report's stored histogram, in fixed numbers of bins.
 
 use super::TICKS;
-use crate::charts::{self, Bin, Distribution};
+use crate::charts;
+use xvmm_results::document::{Bin, Distribution};
 use xvmm_results::Stats;
 
 /// Bins of a segment: from the raw values when the file kept them (log

@@ -2,9 +2,10 @@
 //! decomposition of each crossing with its chart.
 
 use super::{column, TICKS};
-use crate::charts::{self, Bar, BarChart};
-use crate::document::{capped, Block, Cell, Chart, Section, Table, MAX_TABLE_ROWS};
+use crate::charts;
 use crate::Input;
+use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{Bar, BarChart};
 use xvmm_results::{compare, Comparison, Environment};
 
 /// Each VM report against the first bare-metal report.
@@ -59,7 +60,7 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
     let c = compare(&vm.report, &bare.report);
     let chart = comparison_chart(&c);
     let fig = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
-    let rows = c
+    let rows: Vec<Vec<Cell>> = c
         .rows
         .iter()
         .take(MAX_TABLE_ROWS)
@@ -107,7 +108,7 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
     capped(
         Table {
             header: header.iter().map(|h| h.to_string()).collect(),
-            rows,
+            rows: rows.into_iter().map(Row::Cells).collect(),
             numeric: true,
         },
         c.rows.len(),

@@ -3,10 +3,10 @@
 
 use super::{column, MAX_CELL};
 use crate::basis::{Basis, Unit};
-use crate::charts::{Bar, BarChart};
-use crate::document::{capped, Block, Cell, Chart, Section, Table, MAX_TABLE_ROWS};
 use crate::Input;
 use std::collections::HashMap;
+use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{Bar, BarChart};
 use xvmm_results::{Characterization, Metric};
 
 pub(super) fn characterized(inputs: &[Input]) -> Vec<(usize, &Input, &Characterization)> {
@@ -144,7 +144,7 @@ pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
     capped(
         Table {
             header,
-            rows,
+            rows: rows.into_iter().map(Row::Cells).collect(),
             numeric: true,
         },
         names.len(),

@@ -15,12 +15,12 @@ mod matrix;
 mod run;
 mod trend;
 
-use crate::document::{capped, Cell, Document, Section, Table, MAX_TABLE_ROWS};
 use crate::Input;
 use comparison::comparison_sections;
 use matrix::matrix_section;
 use run::report_section;
 use trend::trend_sections;
+use xvmm_results::document::{capped, Cell, Document, Row, Section, Table, MAX_TABLE_ROWS};
 
 pub use bins::{bins_of, bins_of_histogram, distribution};
 
@@ -77,7 +77,7 @@ fn inputs_section(inputs: &[Input]) -> Section {
         "hypervisor",
         "contents",
     ];
-    let rows = inputs
+    let rows: Vec<Vec<Cell>> = inputs
         .iter()
         .enumerate()
         .take(MAX_TABLE_ROWS)
@@ -107,7 +107,7 @@ fn inputs_section(inputs: &[Input]) -> Section {
     capped(
         Table {
             header: header.iter().map(|h| h.to_string()).collect(),
-            rows,
+            rows: rows.into_iter().map(Row::Cells).collect(),
             numeric: false,
         },
         inputs.len(),
@@ -128,7 +128,7 @@ mod tests {
     use super::trend::time_unit;
     use super::*;
     use crate::charts;
-    use crate::document::{Block, Chart};
+    use xvmm_results::document::{Block, Chart};
     use xvmm_results::{Characterization, Crossing, Environment, Metric, Report, Sample, Stats};
 
     #[test]
@@ -261,12 +261,12 @@ mod tests {
         else {
             panic!("no matrix table");
         };
-        let cpuid = t.rows.iter().find(|r| r[0].text == "exits: cpuid").unwrap();
+        let rows = t.cell_rows();
+        let cpuid = rows.iter().find(|r| r[0].text == "exits: cpuid").unwrap();
         // Nearest-rank medians of two samples: the lower one.
         assert_eq!(cpuid[1].text, "1000 ticks");
         assert_eq!(cpuid[2].text, "2000 ticks (2.00x)");
-        let dmi = t
-            .rows
+        let dmi = rows
             .iter()
             .find(|r| r[0].text == "hypervisor: dmi")
             .unwrap();
@@ -304,11 +304,11 @@ mod tests {
         else {
             panic!("no matrix table");
         };
-        t.rows
+        t.cell_rows()
             .iter()
             .find(|r| r[0].text == "exits: cpuid")
             .unwrap()
-            .clone()
+            .to_vec()
     }
 
     fn matrix_text(doc: &Document) -> String {
@@ -405,7 +405,7 @@ mod tests {
             .blocks
             .iter()
             .filter_map(|b| match b {
-                Block::Table(t) => Some(t.rows.len()),
+                Block::Table(t) => Some(t.cell_rows().len()),
                 _ => None,
             })
             .collect();

@@ -4,9 +4,10 @@
 use super::bins::distribution;
 use super::matrix::short;
 use super::{column, or_dash, MAX_DISTRIBUTIONS, TICKS};
-use crate::charts::{self, Bar, BarChart};
-use crate::document::{capped, Block, Cell, Chart, Section, Table, MAX_TABLE_ROWS};
+use crate::charts;
 use crate::Input;
+use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{Bar, BarChart};
 use xvmm_results::render::{by_group, machine_facts};
 use xvmm_results::{Characterization, Crossing, Interval, Report, Sample, Stats, Status};
 
@@ -154,7 +155,7 @@ pub(super) fn report_section(i: usize, input: &Input) -> Section {
         blocks.push(Block::Subheading("Machine".into()));
         let facts = machine_facts(m);
         let total = facts.len();
-        let rows = facts
+        let rows: Vec<Vec<Cell>> = facts
             .into_iter()
             .take(MAX_TABLE_ROWS)
             .map(|(k, v)| vec![Cell::from(k), Cell::from(v)])
@@ -162,7 +163,7 @@ pub(super) fn report_section(i: usize, input: &Input) -> Section {
         capped(
             Table {
                 header: vec!["fact".into(), "value".into()],
-                rows,
+                rows: rows.into_iter().map(Row::Cells).collect(),
                 numeric: false,
             },
             total,
@@ -226,7 +227,7 @@ pub(super) fn stat_cells(s: Option<&Stats>) -> [Cell; 2] {
 
 pub(super) fn crossing_blocks(r: &Report, blocks: &mut Vec<Block>) {
     if !r.crossings.is_empty() {
-        let rows = r
+        let rows: Vec<Vec<Cell>> = r
             .crossings
             .iter()
             .take(MAX_TABLE_ROWS)
@@ -260,13 +261,13 @@ pub(super) fn crossing_blocks(r: &Report, blocks: &mut Vec<Block>) {
         blocks.push(Block::Subheading("Crossings".into()));
         let t = Table {
             header: header.iter().map(|h| h.to_string()).collect(),
-            rows,
+            rows: rows.into_iter().map(Row::Cells).collect(),
             numeric: true,
         };
         capped(t, r.crossings.len(), blocks);
     }
     if !r.exits.is_empty() {
-        let rows = r
+        let rows: Vec<Vec<Cell>> = r
             .exits
             .iter()
             .take(MAX_TABLE_ROWS)
@@ -294,7 +295,7 @@ pub(super) fn crossing_blocks(r: &Report, blocks: &mut Vec<Block>) {
         blocks.push(Block::Subheading("VM exits timed in the guest".into()));
         let t = Table {
             header: header.iter().map(|h| h.to_string()).collect(),
-            rows,
+            rows: rows.into_iter().map(Row::Cells).collect(),
             numeric: true,
         };
         capped(t, r.exits.len(), blocks);
@@ -329,7 +330,7 @@ pub(super) fn host_exit_blocks(r: &Report, blocks: &mut Vec<Block>) {
         reference: None,
         omitted: 0,
     })));
-    let rows = r
+    let rows: Vec<Vec<Cell>> = r
         .host_exits
         .iter()
         .take(MAX_TABLE_ROWS)
@@ -348,7 +349,7 @@ pub(super) fn host_exit_blocks(r: &Report, blocks: &mut Vec<Block>) {
     let header = ["reason", "count", "median", "p99", "total (mean x count)"];
     let t = Table {
         header: header.iter().map(|h| h.to_string()).collect(),
-        rows,
+        rows: rows.into_iter().map(Row::Cells).collect(),
         numeric: true,
     };
     capped(t, r.host_exits.len(), blocks);
@@ -419,7 +420,7 @@ pub(super) fn characterize_blocks(c: &Characterization, blocks: &mut Vec<Block>)
     ];
     let t = Table {
         header: header.iter().map(|h| h.to_string()).collect(),
-        rows,
+        rows: rows.into_iter().map(Row::Cells).collect(),
         numeric: true,
     };
     capped(t, c.metrics.len(), blocks);

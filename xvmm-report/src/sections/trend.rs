@@ -5,10 +5,10 @@ use super::column;
 use super::matrix::{characterized, index, matrix_cell};
 use super::or_dash;
 use crate::basis::{Basis, Unit};
-use crate::charts::{Line, TrendChart};
-use crate::document::{capped, Block, Cell, Chart, Section, Table, MAX_TABLE_ROWS};
 use crate::Input;
 use std::collections::HashMap;
+use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{Line, TrendChart};
 use xvmm_results::{Characterization, Metric};
 
 /// What tells one machine from another in a characterization: host name,
@@ -96,7 +96,10 @@ pub(super) fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)
     );
     let table = Table {
         header,
-        rows: trend_rows(&timed, &indexes, &basis),
+        rows: trend_rows(&timed, &indexes, &basis)
+            .into_iter()
+            .map(Row::Cells)
+            .collect(),
         numeric: true,
     };
     let host = &runs[0].2.hostname;

@@ -1,7 +1,7 @@
 //! Async page faults as text: one run's block, and the on/off table.
 
-use super::table::Table;
 use crate::async_pf::{AsyncPf, OnOff, OnOffSide};
+use crate::document::Table;
 use crate::escape::visible;
 
 fn opt(v: Option<u64>) -> String {

@@ -1,8 +1,8 @@
 //! The `characterize` block as text: one row per metric, grouped, with the
 //! statistics, and under it what the figures mean or why there are none.
 
-use super::table::Table;
 use crate::characterize::{Characterization, Metric, GROUPS};
+use crate::document::Table;
 use crate::escape::visible;
 use std::collections::HashMap;
 use std::fmt::Write as _;

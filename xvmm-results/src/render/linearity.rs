@@ -1,6 +1,6 @@
 //! `xvmm linearity`: each stamp pair's self-check and its controls.
 
-use super::table::Table;
+use crate::document::Table;
 use crate::escape::visible;
 use crate::linearity::{Linearity, PairLinearity};
 use std::fmt::Write as _;

@@ -7,17 +7,16 @@
 //! [`crate::escape::visible`]: a report is untrusted input.
 
 use crate::compare::Comparison;
+use crate::document::Table;
 use crate::escape::visible;
 use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, Status};
 use std::fmt::Write as _;
-use table::Table;
 
 mod async_pf;
 mod characterize;
 mod linearity;
 mod method;
 mod probes;
-mod table;
 mod timeline;
 
 pub use async_pf::{async_pf_lines, on_off_table};

@@ -2,7 +2,8 @@
 //! VM/bare-metal ratio per mode of a comparison.
 
 use super::method::quantum_of;
-use super::{status_text, table::Table};
+use super::status_text;
+use crate::document::Table;
 use crate::escape::visible;
 use crate::probes::{mode, vm_explanation, Probe, ProbeComparisonRow};
 use crate::{Report, Status};

@@ -1,9 +1,9 @@
 //! The timeline of a traced run and where the host's exits fell: one line
 //! for the mapping and its check, one table row per crossing segment.
 
-use super::table::Table;
 use super::{cell, median};
 use crate::attribution::{SegmentHost, SEGMENTS};
+use crate::document::Table;
 use crate::escape::visible;
 use crate::timeline::{Timeline, Verdict};
 use crate::{Crossing, ExitTiming};
