@@ -4,24 +4,11 @@
 //! all-sample against exit-free medians.
 
 use xvmm_results::attribution::SEGMENTS;
-use xvmm_results::document::{capped, Block, Cell, Chart, Row, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{capped, Block, Chart, MAX_TABLE_ROWS};
 use xvmm_results::document::{Bar, BarChart};
-use xvmm_results::render::timeline_lines;
+use xvmm_results::render::{self, timeline_lines};
 use xvmm_results::timeline::Verdict;
 use xvmm_results::{Crossing, Interval, Report};
-
-/// Exits by reason, most host time first.
-fn reasons(i: &Interval) -> String {
-    let Some(h) = &i.host else {
-        return String::new();
-    };
-    let shown: Vec<String> = h
-        .reasons_by_host_time()
-        .iter()
-        .map(|(r, c)| format!("{r} {}x, {} host ticks", c.count, c.host_ticks))
-        .collect();
-    shown.join("; ")
-}
 
 /// Every attributed segment of the report, in order.
 fn attributed(r: &Report) -> Vec<(&Crossing, &'static str, &Interval)> {
@@ -34,31 +21,6 @@ fn attributed(r: &Report) -> Vec<(&Crossing, &'static str, &Interval)> {
         }
     }
     out
-}
-
-fn row(c: &Crossing, segment: &str, i: &Interval) -> Vec<Cell> {
-    let h = i
-        .host
-        .as_ref()
-        .expect("attributed() keeps hosted intervals");
-    let free = if h.exit_free.count > 0 {
-        h.exit_free.median.to_string()
-    } else {
-        "-".into()
-    };
-    vec![
-        Cell::from(c.name.as_str()),
-        segment.into(),
-        h.samples.to_string().into(),
-        h.samples_with_exits.to_string().into(),
-        h.unattributable.to_string().into(),
-        i.corrected.median.to_string().into(),
-        free.into(),
-        h.reason
-            .as_ref()
-            .map_or_else(|| reasons(i), |why| format!("not attributed: {why}"))
-            .into(),
-    ]
 }
 
 /// Adds the timeline and attribution blocks when the report has them.
@@ -107,26 +69,9 @@ pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
         reference: None,
         omitted: 0,
     })));
-    let header = [
-        "crossing",
-        "segment",
-        "samples",
-        "with exits",
-        "unattributable",
-        "median",
-        "exit-free median",
-        "exits by reason",
-    ];
-    let table = Table {
-        header: header.iter().map(|h| h.to_string()).collect(),
-        rows: segments
-            .iter()
-            .take(MAX_TABLE_ROWS)
-            .map(|(c, name, i)| Row::Cells(row(c, name, i)))
-            .collect(),
-        numeric: true,
-    };
-    capped(table, segments.len(), blocks);
+    if let Some(table) = render::attribution_of(&r.crossings) {
+        capped(table, segments.len(), blocks);
+    }
 }
 
 #[cfg(test)]
@@ -218,6 +163,6 @@ mod tests {
             panic!("{blocks:?}")
         };
         assert_eq!(t.cell_rows().len(), 1);
-        assert_eq!(t.cell_rows()[0][7].text, "npf 1x, 150 host ticks");
+        assert_eq!(t.cell_rows()[0][7].text, "npf 1/150");
     }
 }

@@ -2,13 +2,12 @@
 //! distributions, host exits, characterisation, notes and machine.
 
 use super::bins::distribution;
-use super::matrix::short;
 use super::{column, or_dash, MAX_DISTRIBUTIONS, TICKS};
 use crate::charts;
 use crate::Input;
 use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
 use xvmm_results::document::{Bar, BarChart};
-use xvmm_results::render::{by_group, machine_facts};
+use xvmm_results::render::{self, machine_facts};
 use xvmm_results::{Characterization, Crossing, Interval, Report, Sample, Stats, Status};
 
 /// One measured segment of a report: label, statistics, raw values if kept.
@@ -218,87 +217,20 @@ pub(super) fn summary(r: &Report) -> String {
     )
 }
 
-pub(super) fn stat_cells(s: Option<&Stats>) -> [Cell; 2] {
-    match s.filter(|s| s.count > 0) {
-        Some(s) => [s.median.to_string().into(), s.p99.to_string().into()],
-        None => ["-".into(), "-".into()],
-    }
-}
-
 pub(super) fn crossing_blocks(r: &Report, blocks: &mut Vec<Block>) {
+    let quantum = render::quantum_of(r);
     if !r.crossings.is_empty() {
-        let rows: Vec<Vec<Cell>> = r
-            .crossings
-            .iter()
-            .take(MAX_TABLE_ROWS)
-            .map(|c| {
-                let status = match c.status.why_not() {
-                    None => Cell::from("measured"),
-                    Some(why) => Cell::with_title(short(&why), why),
-                };
-                let mut row = vec![
-                    Cell::from(c.name.as_str()),
-                    status,
-                    format!("{}/{}", c.samples_valid, c.samples_requested).into(),
-                ];
-                for i in [&c.u2k, &c.k2u, &c.round_trip] {
-                    row.extend(stat_cells(i.as_ref().map(|i| &i.corrected)));
-                }
-                row
-            })
-            .collect();
-        let header = [
-            "crossing",
-            "status",
-            "valid",
-            "u2k med",
-            "u2k p99",
-            "k2u med",
-            "k2u p99",
-            "rtrip med",
-            "rtrip p99",
-        ];
         blocks.push(Block::Subheading("Crossings".into()));
-        let t = Table {
-            header: header.iter().map(|h| h.to_string()).collect(),
-            rows: rows.into_iter().map(Row::Cells).collect(),
-            numeric: true,
-        };
+        let t = render::crossings_of(&r.crossings, r.host.tsc_khz, quantum);
         capped(t, r.crossings.len(), blocks);
     }
     if !r.exits.is_empty() {
-        let rows: Vec<Vec<Cell>> = r
-            .exits
-            .iter()
-            .take(MAX_TABLE_ROWS)
-            .map(|e| {
-                let mut row = vec![
-                    Cell::from(e.name.as_str()),
-                    format!("{}/{}", e.samples_valid, e.samples_requested).into(),
-                ];
-                row.extend(stat_cells(e.round_trip.as_ref().map(|i| &i.corrected)));
-                for s in [&e.guest_to_vmm, &e.in_vmm, &e.vmm_to_guest] {
-                    row.push(stat_cells(s.as_ref())[0].clone());
-                }
-                row
-            })
-            .collect();
-        let header = [
-            "VM exit",
-            "valid",
-            "rtrip med",
-            "rtrip p99",
-            "guest->VMM med",
-            "in VMM med",
-            "VMM->guest med",
-        ];
         blocks.push(Block::Subheading("VM exits timed in the guest".into()));
-        let t = Table {
-            header: header.iter().map(|h| h.to_string()).collect(),
-            rows: rows.into_iter().map(Row::Cells).collect(),
-            numeric: true,
-        };
-        capped(t, r.exits.len(), blocks);
+        capped(
+            render::exits_of(&r.exits, r.host.tsc_khz),
+            r.exits.len(),
+            blocks,
+        );
     }
 }
 
@@ -330,29 +262,11 @@ pub(super) fn host_exit_blocks(r: &Report, blocks: &mut Vec<Block>) {
         reference: None,
         omitted: 0,
     })));
-    let rows: Vec<Vec<Cell>> = r
-        .host_exits
-        .iter()
-        .take(MAX_TABLE_ROWS)
-        .map(|e| {
-            let s = &e.exit_to_entry;
-            let total = s.mean * s.count as f64;
-            vec![
-                Cell::from(e.reason.as_str()),
-                s.count.to_string().into(),
-                s.median.to_string().into(),
-                s.p99.to_string().into(),
-                format!("{total:.0}").into(),
-            ]
-        })
-        .collect();
-    let header = ["reason", "count", "median", "p99", "total (mean x count)"];
-    let t = Table {
-        header: header.iter().map(|h| h.to_string()).collect(),
-        rows: rows.into_iter().map(Row::Cells).collect(),
-        numeric: true,
-    };
-    capped(t, r.host_exits.len(), blocks);
+    capped(
+        render::host_exits_of(&r.host_exits),
+        r.host_exits.len(),
+        blocks,
+    );
 }
 
 pub(super) fn characterize_blocks(c: &Characterization, blocks: &mut Vec<Block>) {
@@ -378,52 +292,7 @@ pub(super) fn characterize_blocks(c: &Characterization, blocks: &mut Vec<Block>)
             omitted: 0,
         })));
     }
-    let mut rows = Vec::new();
-    for (group, metrics) in by_group(c) {
-        for m in metrics
-            .into_iter()
-            .take(MAX_TABLE_ROWS.saturating_sub(rows.len()))
-        {
-            let mut row = vec![Cell::from(group), Cell::from(m.name.as_str())];
-            match m.measured() {
-                Some(s) => row.extend(
-                    [
-                        s.count.to_string(),
-                        s.min.to_string(),
-                        s.median.to_string(),
-                        s.p99.to_string(),
-                        format!("{:.0}", s.mean),
-                        m.unit.clone(),
-                    ]
-                    .map(Cell::from),
-                ),
-                None => row.extend((0..6).map(|_| Cell::from(""))),
-            }
-            row.push(match (&m.value, &m.reason) {
-                (Some(v), _) => Cell::from(v.as_str()),
-                (None, Some(r)) => Cell::from(format!("not measured: {r}")),
-                (None, None) => Cell::from("-"),
-            });
-            rows.push(row);
-        }
-    }
-    let header = [
-        "group",
-        "metric",
-        "n",
-        "min",
-        "median",
-        "p99",
-        "mean",
-        "unit",
-        "value or reason",
-    ];
-    let t = Table {
-        header: header.iter().map(|h| h.to_string()).collect(),
-        rows: rows.into_iter().map(Row::Cells).collect(),
-        numeric: true,
-    };
-    capped(t, c.metrics.len(), blocks);
+    capped(render::characterize_of(c), c.metrics.len(), blocks);
 }
 
 // ------------------------------------------------------------ distributions

@@ -65,6 +65,12 @@ pub fn characterize_table(c: &Characterization) -> String {
         c.seconds,
         if c.privileged { ", as root" } else { ", not root" }
     );
+    out + &characterize_of(c).render()
+}
+
+/// The characterisation's metrics by group, for every backend: a group's
+/// name, then a row per metric with its value or why it is missing below.
+pub fn characterize_of(c: &Characterization) -> Table {
     let mut t = Table::new(&["metric", "n", "min", "median", "p99", "mean", "unit"]);
     for (group, metrics) in by_group(c) {
         t.row(vec![format!("{}:", visible(group))]);
@@ -72,7 +78,7 @@ pub fn characterize_table(c: &Characterization) -> String {
             metric_rows(&mut t, m);
         }
     }
-    out + &t.render()
+    t
 }
 
 #[cfg(test)]

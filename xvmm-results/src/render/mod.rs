@@ -20,10 +20,11 @@ mod probes;
 mod timeline;
 
 pub use async_pf::{async_pf_lines, on_off_table};
-pub use characterize::{by_group, characterize_table};
+pub use characterize::{by_group, characterize_of, characterize_table};
 pub use linearity::linearity_table;
+pub use method::quantum_of;
 pub use probes::{probe_comparison_table, probes_table};
-pub use timeline::{attribution_table, timeline_lines, traced_exit_table};
+pub use timeline::{attribution_of, attribution_table, timeline_lines, traced_exit_table};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -153,6 +154,11 @@ fn discarded_note(c: &Crossing) -> Option<String> {
 /// The crossing table: one row per crossing, u2k / k2u / round trip, median
 /// and p99; medians under 20 TSC quanta (`quantum`) marked `*`.
 pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64, quantum: Option<f64>) -> String {
+    crossings_of(crossings, tsc_khz, quantum).render()
+}
+
+/// The crossing table, for every backend (the terminal, `xvmm report`).
+pub fn crossings_of(crossings: &[Crossing], tsc_khz: u64, quantum: Option<f64>) -> Table {
     let mut t = Table::new(&[
         "crossing",
         "valid",
@@ -194,11 +200,16 @@ pub fn crossing_table(crossings: &[Crossing], tsc_khz: u64, quantum: Option<f64>
             t.note(note);
         }
     }
-    t.render()
+    t
 }
 
 /// The exit table: round trip in the guest, and its host-side split.
 pub fn exit_table(exits: &[ExitTiming], tsc_khz: u64) -> String {
+    exits_of(exits, tsc_khz).render()
+}
+
+/// The exit table, for every backend.
+pub fn exits_of(exits: &[ExitTiming], tsc_khz: u64) -> Table {
     let mut t = Table::new(&[
         "VM exit",
         "valid",
@@ -242,7 +253,7 @@ pub fn exit_table(exits: &[ExitTiming], tsc_khz: u64) -> String {
             cell(median(parts[2])),
         ]);
     }
-    t.render()
+    t
 }
 
 /// Host-side exit-to-entry times per exit reason (TSC ticks).
@@ -252,7 +263,13 @@ pub fn host_exit_table(exits: &[HostExit]) -> String {
         out += "(no exits traced)\n";
         return out;
     }
-    let mut t = Table::new(&["reason", "count", "median", "p99"]);
+    out + &host_exits_of(exits).render()
+}
+
+/// Host-side exit-to-entry times per exit reason, for every backend: what
+/// each reason cost in all (mean x count) beside its median and p99.
+pub fn host_exits_of(exits: &[HostExit]) -> Table {
+    let mut t = Table::new(&["reason", "count", "median", "p99", "total (mean x count)"]);
     for e in exits {
         let s = &e.exit_to_entry;
         t.row(vec![
@@ -260,9 +277,10 @@ pub fn host_exit_table(exits: &[HostExit]) -> String {
             s.count.to_string(),
             s.median.to_string(),
             s.p99.to_string(),
+            format!("{:.0}", s.mean * s.count as f64),
         ]);
     }
-    out + &t.render()
+    t
 }
 
 /// Everything a report holds, as text: header, crossings, exits, host exits,
@@ -634,7 +652,8 @@ mod tests {
         }];
         assert_eq!(
             row_of(&host_exit_table(&exits), "io"),
-            ["io", "3", "20", "30"]
+            ["io", "3", "20", "30", "60"],
+            "reason, count, median, p99, total (mean 20 x 3)"
         );
         assert!(host_exit_table(&[]).contains("(no exits traced)"));
     }

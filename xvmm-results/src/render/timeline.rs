@@ -118,6 +118,29 @@ fn reasons(h: &SegmentHost) -> String {
 /// all samples', and the exits by reason (count / host ticks), under a
 /// heading that says how far the timeline can be trusted.
 pub fn attribution_table(crossings: &[Crossing], verdict: Verdict) -> String {
+    let Some(t) = attribution_of(crossings) else {
+        return String::new();
+    };
+    let mut out = String::from(match verdict {
+        Verdict::Verified => {
+            "host exits by sample segment (corrected guest ticks; an exit belongs to the segment \
+             its kvm_exit falls in)\n"
+        }
+        Verdict::Consistent => {
+            "host exits by sample segment -- OFFSET INFERRED from the calibration exits: \
+             placements agree with them, not verified\n"
+        }
+        Verdict::NotVerified => {
+            "host exits by sample segment -- UNVERIFIED TIMELINE: placements may be wrong\n"
+        }
+    });
+    out += &t.render();
+    out
+}
+
+/// The attribution table, for every backend: a row per attributed crossing
+/// segment (`None` when the report has none).
+pub fn attribution_of(crossings: &[Crossing]) -> Option<Table> {
     let mut t = Table::new(&[
         "crossing",
         "segment",
@@ -149,24 +172,7 @@ pub fn attribution_table(crossings: &[Crossing], verdict: Verdict) -> String {
             }
         }
     }
-    if !any {
-        return String::new();
-    }
-    let mut out = String::from(match verdict {
-        Verdict::Verified => {
-            "host exits by sample segment (corrected guest ticks; an exit belongs to the segment \
-             its kvm_exit falls in)\n"
-        }
-        Verdict::Consistent => {
-            "host exits by sample segment -- OFFSET INFERRED from the calibration exits: \
-             placements agree with them, not verified\n"
-        }
-        Verdict::NotVerified => {
-            "host exits by sample segment -- UNVERIFIED TIMELINE: placements may be wrong\n"
-        }
-    });
-    out += &t.render();
-    out
+    any.then_some(t)
 }
 
 /// VM exits cut at the host's tracepoints, with the probe effect.
