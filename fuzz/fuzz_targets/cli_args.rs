@@ -19,7 +19,7 @@ use libfuzzer_sys::fuzz_target;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use xvmm::host_fault::check_delay;
-use xvmm_cli::cli::{parse_delay, Cli, RunArgs};
+use xvmm_cli::cli::{parse_delay, AsyncPf, Cli, RunArgs, MAX_TIMEOUT_SECS};
 use xvmm_cli::usage_message;
 use xvmm_fuzz::{assert_one_line, assert_terminal_safe};
 
@@ -101,8 +101,19 @@ fn check_accepted(cli: &Cli, args: &[OsString]) {
     let needs_kernel = run.initrd.is_some()
         || run.cmdline.is_some()
         || run.host_fault_delay.is_some()
-        || run.baseline.is_some();
+        || run.baseline.is_some()
+        || run.mem.is_some()
+        || run.async_pf != AsyncPf::Off;
     assert!(!needs_kernel || run.kernel.is_some(), "{args:?}");
+    // The built-in xperf's options never reach a user's initrd.
+    let xperf_options =
+        run.samples.is_some() || run.warmup.is_some() || run.rounds.is_some() || run.raw;
+    assert!(run.initrd.is_none() || !xperf_options, "{args:?}");
+    assert!(
+        run.async_pf != AsyncPf::Both || run.host_fault_delay.is_some(),
+        "{args:?}"
+    );
+    assert!((1..=MAX_TIMEOUT_SECS).contains(&run.timeout), "{args:?}");
     if let (Some(d), Some(text)) = (run.host_fault_delay, delay_argument(args)) {
         assert_eq!(delay_model(&text), Some(d.as_nanos()), "{args:?}");
     }

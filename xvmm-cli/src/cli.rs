@@ -204,16 +204,18 @@ pub struct RunArgs {
     #[arg(long)]
     pub kernel: Option<PathBuf>,
     /// Initial ramdisk for the Linux guest (default: the built-in xperf initramfs).
-    #[arg(long, requires = "kernel")]
+    /// The built-in xperf's options (--samples, --warmup, --rounds, --raw)
+    /// do not apply to it: put init arguments after ' -- ' in --cmdline.
+    #[arg(long, requires = "kernel", conflicts_with_all = ["samples", "warmup", "rounds", "raw"])]
     pub initrd: Option<PathBuf>,
     /// Kernel command line (replaces the default).
     #[arg(long, requires = "kernel")]
     pub cmdline: Option<String>,
-    /// Guest memory in MiB.
-    #[arg(long)]
+    /// Guest memory in MiB (Linux guests).
+    #[arg(long, requires = "kernel")]
     pub mem: Option<u64>,
     /// Give up after this many seconds of guest run time (1 to 1000000).
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub timeout: u64,
     /// Pin the vCPU thread to this host CPU.
     #[arg(long)]
@@ -241,8 +243,14 @@ pub struct RunArgs {
     #[arg(long, allow_hyphen_values = true)]
     pub tsc_offset: Option<i64>,
     /// Offer KVM asynchronous page faults to the guest; `both` boots twice
-    /// (on, then off) and prints the two side by side.
-    #[arg(long, value_enum, default_value = "off")]
+    /// (on, then off) and prints the two side by side (Linux guests; `both`
+    /// needs --host-fault-delay, without which no fault goes asynchronous).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "off",
+        requires_ifs = [("on", "kernel"), ("both", "kernel"), ("both", "host_fault_delay")]
+    )]
     pub async_pf: AsyncPf,
     /// Drop pages the guest names on the host and serve their faults after
     /// this delay through userfaultfd (e.g. 200us; 1us to 1s): the built-in
@@ -338,5 +346,60 @@ mod tests {
         }
         let other = in_flag_terms(Error::Kvm("k".into()));
         assert!(matches!(other, Error::Kvm(m) if m == "k"));
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("xvmm").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn which_flags_apply_to_which_run_is_clap_s_to_say() {
+        use clap::error::ErrorKind::{ArgumentConflict, MissingRequiredArgument, ValueValidation};
+        let k = ["--kernel", "k"];
+        let refused = [
+            (&["--mem", "64"][..], MissingRequiredArgument),
+            (&["--async-pf", "on"], MissingRequiredArgument),
+            (&["--async-pf", "both"], MissingRequiredArgument),
+            (&[k[0], k[1], "--async-pf", "both"], MissingRequiredArgument),
+            (
+                &[k[0], k[1], "--initrd", "i", "--samples", "5"],
+                ArgumentConflict,
+            ),
+            (
+                &[k[0], k[1], "--initrd", "i", "--warmup", "5"],
+                ArgumentConflict,
+            ),
+            (
+                &[k[0], k[1], "--initrd", "i", "--rounds", "2"],
+                ArgumentConflict,
+            ),
+            (&[k[0], k[1], "--initrd", "i", "--raw"], ArgumentConflict),
+            (&["--timeout", "0"], ValueValidation),
+            (&["--timeout", "1000001"], ValueValidation),
+        ];
+        for (args, kind) in refused {
+            let e = parse(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert_eq!(e.kind(), kind, "{args:?}: {e}");
+        }
+        for ok in [
+            &[k[0], k[1], "--mem", "64"][..],
+            &[k[0], k[1], "--async-pf", "on"],
+            &[
+                k[0],
+                k[1],
+                "--async-pf",
+                "both",
+                "--host-fault-delay",
+                "1ms",
+            ],
+            &[k[0], k[1], "--initrd", "i", "--trace", "--pin", "0"],
+            &["--async-pf", "off", "--samples", "5", "--raw"],
+            &["--timeout", "1"],
+            &["--timeout", "1000000"],
+        ] {
+            assert!(parse(ok).is_ok(), "{ok:?} refused");
+        }
     }
 }

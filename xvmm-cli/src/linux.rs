@@ -18,18 +18,7 @@ use xvmm_results::{render, Machine, Report};
 pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<LinuxConfig> {
     let userspace = match &args.initrd {
         Some(path) => {
-            // These become xperf's arguments, so they need the built-in xperf.
-            let xperf_only = [
-                (args.samples.is_some(), "--samples"),
-                (args.warmup.is_some(), "--warmup"),
-                (args.rounds.is_some(), "--rounds"),
-                (args.raw, "--raw"),
-            ];
-            if let Some((_, name)) = xperf_only.iter().find(|(given, _)| *given) {
-                return Err(Error::Usage(format!(
-                    "{name} is passed to the built-in xperf and cannot be used with --initrd (put init arguments after ' -- ' in --cmdline)"
-                )));
-            }
+            // clap refuses the built-in xperf's options beside --initrd.
             Userspace::Initrd(path.clone())
         }
         None => Userspace::BuiltIn {
@@ -376,19 +365,8 @@ mod tests {
                 "{ok:?}"
             );
         }
-        for (bad, name) in [
-            (&["--initrd", "i", "--samples", "5"][..], "--samples"),
-            (&["--initrd", "i", "--warmup", "5"], "--warmup"),
-            (&["--initrd", "i", "--raw"], "--raw"),
-        ] {
-            let err = config(&run_args(bad), Path::new("k"), false).unwrap_err();
-            assert!(matches!(err, Error::Usage(_)));
-            assert!(
-                err.to_string()
-                    .starts_with(&format!("usage: {name} is passed")),
-                "{err}"
-            );
-        }
+        let initrd = config(&run_args(&["--initrd", "i"]), Path::new("k"), false).unwrap();
+        assert!(matches!(initrd.userspace, Userspace::Initrd(_)));
     }
 
     #[test]

@@ -1,30 +1,20 @@
 //! `xvmm` without `--kernel`: the built-in microguest's measurement.
 
-use super::cli::{AsyncPf, RunArgs};
+use super::cli::RunArgs;
 use super::output::{JsonOutput, Stdout};
 use std::time::Duration;
 use xvmm::microguest::{self, Options};
 use xvmm::vcpu::StopSignals;
-use xvmm::{Error, Result};
+use xvmm::Result;
 
 /// Samples per crossing by default: a few seconds on real hardware and under
 /// this machine's emulated CPL0 (~20 us per crossing).
 pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_WARMUP: u64 = 1_000;
 
-/// The microguest's options from the command line; options that only mean
-/// something for a Linux guest are usage errors.
+/// The microguest's options from the command line (clap refuses those that
+/// only mean something for a Linux guest: they require --kernel).
 fn options(args: &RunArgs) -> Result<Options> {
-    let linux_only = [
-        (args.async_pf == AsyncPf::On, "--async-pf on"),
-        (args.async_pf == AsyncPf::Both, "--async-pf both"),
-        (args.mem.is_some(), "--mem"),
-    ];
-    if let Some((_, flag)) = linux_only.iter().find(|(given, _)| *given) {
-        return Err(Error::Usage(format!(
-            "{flag} applies to Linux guests (--kernel); the built-in microguest does not use it"
-        )));
-    }
     let opts = Options::new(
         args.samples.unwrap_or(DEFAULT_SAMPLES),
         args.warmup.unwrap_or(DEFAULT_WARMUP),
@@ -100,19 +90,7 @@ mod tests {
     }
 
     #[test]
-    fn linux_only_options_are_usage_errors() {
-        for (flag, extra) in [
-            ("--async-pf on", &["--async-pf", "on"][..]),
-            ("--mem", &["--mem", "64"]),
-        ] {
-            let err = parse(extra).unwrap_err();
-            assert!(matches!(err, Error::Usage(_)));
-            assert!(
-                err.to_string()
-                    .starts_with(&format!("usage: {flag} applies")),
-                "{err}"
-            );
-        }
+    fn options_carry_the_flags() {
         let o = parse(&["--samples", "5", "--warmup", "0", "--raw", "--pin", "1"]).unwrap();
         assert_eq!(
             (o.samples, o.warmup, o.raw, o.pinned_cpu),
