@@ -30,7 +30,7 @@ pub fn main() -> i32 {
     };
     // With `panic = "abort"` no destructor runs: the hook undoes what this
     // process changed on the host before it aborts.
-    xvmm_results::host_state::journal::install_panic_hook();
+    xvmm_results::host_state::undo::install_panic_hook(|line| output::eprint(&format!("{line}\n")));
     let stdout = Stdout::new();
     let result = run(cli, &stdout)
         .map_err(cli::in_flag_terms)
@@ -126,7 +126,7 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> xvmm::Result<()> {
 /// host (tracefs instances, dynamic events, sysctls, mounts; README
 /// "Privileges"), one line on stderr for each.
 fn recover_host_state() {
-    let recovery = xvmm_results::host_state::journal::recover_orphans();
+    let recovery = xvmm_results::host_state::undo::recover_orphans();
     for line in recovery.restored {
         let line = format!("xvmm: note: {line}");
         output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));

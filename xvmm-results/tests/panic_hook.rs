@@ -1,4 +1,4 @@
-//! The panic hook of xvmm and xperf (`journal::install_panic_hook`) undoes
+//! The panic hook of xvmm and xperf (`undo::install_panic_hook`) undoes
 //! what the process changed on the host before it dies: the release profile
 //! has `panic = "abort"`, so no destructor would. A child process (this test
 //! binary, running [`panic_scenario`]) makes a tracefs instance, changes a
@@ -6,12 +6,14 @@
 //! parent checks what is left. Without the hook (the control) everything is
 //! left, and the next start's recovery must undo it instead.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use xvmm_results::host_state::journal::{self, Change};
 use xvmm_results::host_state::mounts::{mount_table, FsKind, FsUse};
 use xvmm_results::host_state::namespace::enter_private_mount_namespace;
 use xvmm_results::host_state::snapshot::instance_names;
+use xvmm_results::host_state::undo;
 
 const SCENARIO: &str = "XVMM_PANIC_SCENARIO";
 const WITH_HOOK: &str = "XVMM_PANIC_WITH_HOOK";
@@ -23,7 +25,9 @@ fn panic_scenario() {
         return;
     };
     if std::env::var_os(WITH_HOOK).is_some() {
-        journal::install_panic_hook();
+        undo::install_panic_hook(|line| {
+            let _ = writeln!(std::io::stderr(), "{line}");
+        });
     }
     let tracefs = FsUse::acquire(FsKind::Tracefs, None).unwrap();
     let name = format!("xvmm-{}-panictest", std::process::id());
@@ -101,7 +105,7 @@ fn a_panic_undoes_what_the_process_changed_and_without_the_hook_recovery_does() 
     assert!(journal_of(pid).exists());
     assert!(tracefs_mounted_here());
     // ... until the next start's recovery.
-    let recovery = journal::recover_orphans();
+    let recovery = undo::recover_orphans();
     assert!(recovery.failed.is_empty(), "{recovery:?}");
     assert!(!has_instance(&name));
     assert_eq!(std::fs::read_to_string(&value).unwrap(), "before");

@@ -210,10 +210,12 @@ fn no_two_files_use_one_another() {
 }
 
 /// The library crates beside xvmm (Cargo keeps the direction between
-/// crates; within each, files and the terminal are checked here).
+/// crates; within each, files and the terminal are checked here). Adding
+/// xvmm-results found a journal <-> mounts <-> namespace cycle and a
+/// stderr write in its panic hook, both since removed.
 fn sibling_libraries() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    ["xvmm-report", "xvmm-kernel"]
+    ["xvmm-report", "xvmm-kernel", "xvmm-results"]
         .iter()
         .map(|c| root.join(c).join("src"))
         .collect()
@@ -228,7 +230,7 @@ fn the_application_crate_has_no_two_files_using_one_another() {
 }
 
 #[test]
-fn the_report_and_kernel_crates_never_print_and_no_two_files_use_one_another() {
+fn the_library_crates_never_print_and_no_two_files_use_one_another() {
     for src in sibling_libraries() {
         let krate = Crate::load(&src);
         assert!(krate.files.len() > 3, "{}: too few files", src.display());

@@ -144,7 +144,7 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
 /// the host (instances, dynamic events, kprobes-optimization, mounts), one
 /// line on stderr for each.
 fn recover_host_state() {
-    let recovery = xvmm_results::host_state::journal::recover_orphans();
+    let recovery = xvmm_results::host_state::undo::recover_orphans();
     for line in recovery.restored {
         crate::sayln!("xperf: note: {}", xvmm_results::escape::visible(&line));
     }

@@ -3,7 +3,7 @@
 fn main() {
     // `panic = "abort"`: no destructor runs, so the hook undoes what this
     // process changed on the host (probes, instance, sysctl) first.
-    xvmm_results::host_state::journal::install_panic_hook();
+    xvmm_results::host_state::undo::install_panic_hook(|line| eprintln!("{line}"));
     let pid1 = xperf::init::is_pid1();
     let argv: Vec<String> = std::env::args_os()
         .skip(1)

@@ -6,7 +6,8 @@
 //! - [`journal`]: every change (a mount, a tracefs instance, a dynamic event,
 //!   a sysctl) is written to `/run/xvmm` before it is made, so what a killed
 //!   or aborted run left is found and undone by the next start of either
-//!   tool, and a panic hook can undo it before the process aborts.
+//!   tool ([`undo::recover_orphans`]), and a panic hook can undo it before
+//!   the process aborts ([`undo::install_panic_hook`]).
 //! - [`snapshot`]: the host's tracing state, read without changing anything;
 //!   the suite compares one from its start with one from its end.
 //! - [`namespace`]: a private mount namespace for a thread, where tracefs
@@ -16,7 +17,9 @@ pub mod journal;
 pub mod mounts;
 pub mod namespace;
 pub mod snapshot;
+pub mod undo;
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Why the host's state could not be found, changed or restored: one line.
@@ -35,4 +38,42 @@ pub type Result<T> = std::result::Result<T, HostStateError>;
 
 fn err(what: impl Into<String>) -> HostStateError {
     HostStateError(what.into())
+}
+
+/// Where tracefs is mounted when it is not (and where it usually is).
+pub const TRACEFS_DIR: &str = "/sys/kernel/tracing";
+/// Where debugfs is mounted when it is not.
+pub const DEBUGFS_DIR: &str = "/sys/kernel/debug";
+
+/// A file system xvmm and xperf may need mounted.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum FsKind {
+    Tracefs,
+    Debugfs,
+}
+
+impl FsKind {
+    pub fn fstype(self) -> &'static str {
+        match self {
+            FsKind::Tracefs => "tracefs",
+            FsKind::Debugfs => "debugfs",
+        }
+    }
+
+    /// Where it is mounted when it is not mounted anywhere.
+    pub fn default_dir(self) -> &'static str {
+        match self {
+            FsKind::Tracefs => TRACEFS_DIR,
+            FsKind::Debugfs => DEBUGFS_DIR,
+        }
+    }
+
+    /// Whether `dir` holds this file system's tree.
+    pub(crate) fn looks_right(self, dir: &std::path::Path) -> bool {
+        match self {
+            FsKind::Tracefs => dir.join("instances").is_dir() && dir.join("trace").is_file(),
+            FsKind::Debugfs => dir.is_dir(),
+        }
+    }
 }

@@ -10,7 +10,7 @@
 
 use super::journal::{self, Change, MountRecord};
 use super::{err, Result};
-use serde::{Deserialize, Serialize};
+pub use super::{FsKind, DEBUGFS_DIR, TRACEFS_DIR};
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs;
@@ -18,44 +18,6 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-/// Where tracefs is mounted when it is not (and where it usually is).
-pub const TRACEFS_DIR: &str = "/sys/kernel/tracing";
-/// Where debugfs is mounted when it is not.
-pub const DEBUGFS_DIR: &str = "/sys/kernel/debug";
-
-/// A file system xvmm and xperf may need mounted.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum FsKind {
-    Tracefs,
-    Debugfs,
-}
-
-impl FsKind {
-    pub fn fstype(self) -> &'static str {
-        match self {
-            FsKind::Tracefs => "tracefs",
-            FsKind::Debugfs => "debugfs",
-        }
-    }
-
-    /// Where it is mounted when it is not mounted anywhere.
-    pub fn default_dir(self) -> &'static str {
-        match self {
-            FsKind::Tracefs => TRACEFS_DIR,
-            FsKind::Debugfs => DEBUGFS_DIR,
-        }
-    }
-
-    /// Whether `dir` holds this file system's tree.
-    fn looks_right(self, dir: &Path) -> bool {
-        match self {
-            FsKind::Tracefs => dir.join("instances").is_dir() && dir.join("trace").is_file(),
-            FsKind::Debugfs => dir.is_dir(),
-        }
-    }
-}
 
 /// One line of `/proc/thread-self/mountinfo`, the fields used here.
 #[derive(Debug, Clone, PartialEq, Eq)]
