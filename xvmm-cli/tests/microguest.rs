@@ -103,7 +103,8 @@ fn every_crossing_and_exit_is_measured_or_explained() {
             hypercall,
             "rdmsr",
             "wrmsr",
-            "hlt"
+            "hlt",
+            "xsetbv"
         ],
         "{here:?}"
     );

@@ -613,7 +613,7 @@ impl Crossing {
 /// host-side stamps taken around `KVM_RUN`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ExitTiming {
-    /// "cpuid", "pio-out", "pio-in", "mmio-write", "vmcall", "rdmsr", "wrmsr", "hlt"...
+    /// "cpuid", "pio-out", "pio-in", "mmio-write", "vmcall", "rdmsr", "wrmsr", "hlt", "xsetbv"...
     #[serde(deserialize_with = "limits::exit_name")]
     pub name: String,
     pub status: Status,

@@ -54,6 +54,9 @@ kinds! {
     Rdmsr => (Kernel, "xvmm_mg_k_rdmsr", exit("rdmsr", Some(VmmExit::Rdmsr)));
     Wrmsr => (Kernel, "xvmm_mg_k_wrmsr", exit("wrmsr", Some(VmmExit::Wrmsr)));
     Hlt => (Kernel, "xvmm_mg_k_hlt", exit("hlt", Some(VmmExit::Hlt)));
+    /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
+    /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
+    Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave));
     /// The kernel stamps as a handler takes them: closing, then opening.
     KernelNullInner => (Kernel, "xvmm_mg_k_null_inner", Role::Stamps { chain: false });
     /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
@@ -100,7 +103,18 @@ pub enum Role {
         name: &'static str,
         reaches: Option<VmmExit>,
         cpus: Cpus,
+        /// What the guest's CPU must offer for the instruction to run.
+        needs: Needs,
     },
+}
+
+/// A CPU feature an exit's instruction needs in the guest; where the guest
+/// lacks it the row says so instead of running it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    /// CPUID leaf 1 ECX bit 26, and so CR4.OSXSAVE (XSETBV).
+    Xsave,
 }
 
 const fn crossing(name: &'static str, handler: Handler) -> Role {
@@ -113,6 +127,17 @@ const fn exit(name: &'static str, reaches: Option<VmmExit>) -> Role {
         name,
         reaches,
         cpus: Cpus::Any,
+        needs: Needs::Nothing,
+    }
+}
+
+/// An exit on every CPU that has `needs`.
+const fn exit_needing(name: &'static str, reaches: Option<VmmExit>, needs: Needs) -> Role {
+    Role::Exit {
+        name,
+        reaches,
+        cpus: Cpus::Any,
+        needs,
     }
 }
 
@@ -123,6 +148,7 @@ const fn hypercall(name: &'static str, cpus: Cpus) -> Role {
         name,
         reaches: None,
         cpus,
+        needs: Needs::Nothing,
     }
 }
 
@@ -232,6 +258,14 @@ impl Kind {
         match self.role() {
             Role::Exit { reaches, .. } => reaches,
             _ => None,
+        }
+    }
+
+    /// The CPU feature the kind's instruction needs in the guest.
+    pub const fn needs(self) -> Needs {
+        match self.role() {
+            Role::Exit { needs, .. } => needs,
+            _ => Needs::Nothing,
         }
     }
 }
@@ -388,11 +422,11 @@ mod tests {
         let exits = |amd| exit_rows(amd).map(|(name, _)| name).collect::<Vec<_>>();
         let with = |hypercall| {
             let mut rows = vec!["cpuid", "pio-out", "pio-in", "mmio-write"];
-            rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
+            rows.extend([hypercall, "rdmsr", "wrmsr", "hlt", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 8);
+        assert_eq!(EXIT_ROWS, 9);
     }
 }

@@ -13,7 +13,9 @@ use super::layout::{self, control, selector};
 use super::tables;
 use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
 use crate::arch::x86_64::msr::{self, EFER_LMA, EFER_LME, EFER_SCE};
-use crate::arch::x86_64::regs::{X86_CR0_ET, X86_CR0_NE, X86_CR0_PE, X86_CR0_PG, X86_CR4_PAE};
+use crate::arch::x86_64::regs::{
+    X86_CR0_ET, X86_CR0_NE, X86_CR0_PE, X86_CR0_PG, X86_CR4_OSXSAVE, X86_CR4_PAE,
+};
 use crate::host_trace::{ExitTracer, TraceSummary};
 use crate::vcpu::{
     run_loop, Action, ExitHandler, Fatal, Machine, MachineSpec, RunControl, TscOffset, Vcpu,
@@ -55,6 +57,8 @@ pub struct GuestFacts {
     pub tsc_khz: u32,
     /// KVM_CAP_X86_USER_SPACE_MSR: unknown-MSR accesses reach the VMM.
     pub user_space_msr: bool,
+    /// XSAVE in the guest's CPUID (so CR4.OSXSAVE is set and XSETBV runs).
+    pub xsave: bool,
 }
 
 impl GuestFacts {
@@ -193,6 +197,7 @@ pub fn run_phase(
         hypervisor_signature: cpuid_string(&vcpu, 0x4000_0000, [1, 2, 3]),
         tsc_khz: vcpu.tsc_khz,
         user_space_msr,
+        xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
     };
     write_guest(&vm.memory, cfg, phase, buffer_bytes)?;
     setup_cpu(&vcpu)?;
@@ -365,7 +370,14 @@ fn setup_cpu(vcpu: &Vcpu) -> Result<()> {
     sregs.idt.limit = 256 * 16 - 1;
     sregs.cr0 = X86_CR0_PE | X86_CR0_ET | X86_CR0_NE | X86_CR0_WP | X86_CR0_PG;
     sregs.cr3 = layout::PML4_GPA;
-    sregs.cr4 = X86_CR4_PAE;
+    // OSXSAVE where the guest has XSAVE, for the xsetbv row (without it
+    // XSETBV raises #UD and the row says so).
+    let osxsave = if crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()) {
+        X86_CR4_OSXSAVE
+    } else {
+        0
+    };
+    sregs.cr4 = X86_CR4_PAE | osxsave;
     sregs.efer = EFER_LME | EFER_LMA | EFER_SCE;
     fd.set_sregs(&sregs)
         .map_err(|e| Error::Kvm(format!("KVM_SET_SREGS (long mode) failed: {e}")))?;

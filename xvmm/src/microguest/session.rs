@@ -6,7 +6,7 @@
 //! what was measured.
 
 use super::guest::{KernelStamps, Kind};
-use super::kinds::{self, Role, VmmExit, CROSSINGS};
+use super::kinds::{self, Needs, Role, VmmExit, CROSSINGS};
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
 use super::stamps::{aligned_intervals, four_stamp_samples, two_stamp_samples, TwoStamp};
 use crate::progress::Progress;
@@ -353,6 +353,9 @@ impl Session<'_> {
                 "KVM lacks KVM_CAP_X86_USER_SPACE_MSR, so no MSR access reaches xvmm".into(),
             ));
         }
+        if let Some(missing) = missing_feature(kind.needs(), facts) {
+            return Ok(Some(missing.into()));
+        }
         self.probe(kind)
     }
 
@@ -627,9 +630,36 @@ pub fn chain_phases(
     Ok(out)
 }
 
+/// Why the guest cannot run an instruction that needs `needs`, if it cannot.
+fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
+    match needs {
+        Needs::Nothing => None,
+        Needs::Xsave if facts.xsave => None,
+        Needs::Xsave => Some(
+            "the guest's CPUID has no XSAVE (KVM_GET_SUPPORTED_CPUID leaf 1 ECX bit 26), so \
+             CR4.OSXSAVE stays clear and XSETBV would raise #UD",
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exit_runs_only_where_the_guest_has_what_it_needs() {
+        let with = GuestFacts {
+            xsave: true,
+            ..GuestFacts::default()
+        };
+        let without = GuestFacts::default();
+        assert_eq!(missing_feature(Needs::Nothing, &without), None);
+        assert_eq!(missing_feature(Needs::Xsave, &with), None);
+        let why = missing_feature(Needs::Xsave, &without).unwrap();
+        assert!(why.contains("no XSAVE") && why.contains("#UD"), "{why}");
+        assert_eq!(kinds::Kind::Xsetbv.needs(), Needs::Xsave);
+        assert_eq!(kinds::Kind::Cpuid.needs(), Needs::Nothing);
+    }
 
     #[test]
     fn misdelivered_crossings_are_told_apart_from_guest_bugs() {

@@ -115,6 +115,14 @@ pub fn build(kvm: &Kvm, opts: &CpuidOptions) -> Result<CpuId> {
         .map_err(|e| Error::Kvm(format!("too many CPUID entries ({}): {e:?}", entries.len())))
 }
 
+/// Whether these entries give the guest XSAVE (leaf 1, ECX bit 26), which
+/// CR4.OSXSAVE, and so XSETBV, needs.
+pub fn has_xsave(entries: &[kvm_cpuid_entry2]) -> bool {
+    entries
+        .iter()
+        .any(|e| e.function == 1 && e.index == 0 && e.ecx & (1 << 26) != 0)
+}
+
 /// Finds the entry for `function`/`index` (index ignored unless significant).
 pub fn find_mut(
     entries: &mut [kvm_cpuid_entry2],
@@ -266,6 +274,29 @@ fn set_invariant_tsc(entries: &mut Vec<kvm_cpuid_entry2>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xsave_is_leaf_1_ecx_bit_26() {
+        let leaf1 = |ecx: u32, index: u32| kvm_cpuid_entry2 {
+            function: 1,
+            index,
+            ecx,
+            ..Default::default()
+        };
+        assert!(has_xsave(&[leaf1(1 << 26, 0)]));
+        assert!(has_xsave(&[leaf1(0x8120_2000 | (1 << 26), 0)]));
+        // PVM's leaf 1 on the build machine: no XSAVE.
+        assert!(!has_xsave(&[leaf1(0x8120_2000, 0)]));
+        assert!(!has_xsave(&[leaf1(1 << 27, 0)]));
+        assert!(!has_xsave(&[leaf1(1 << 26, 1)]));
+        let other = kvm_cpuid_entry2 {
+            function: 7,
+            ecx: 1 << 26,
+            ..Default::default()
+        };
+        assert!(!has_xsave(&[other]));
+        assert!(!has_xsave(&[]));
+    }
 
     fn sample() -> Vec<kvm_cpuid_entry2> {
         vec![

@@ -21,6 +21,8 @@ pub const X86_CR0_ET: u64 = 1 << 4;
 pub const X86_CR0_NE: u64 = 1 << 5;
 pub const X86_CR0_PG: u64 = 1 << 31;
 pub const X86_CR4_PAE: u64 = 1 << 5;
+/// XSETBV and XGETBV allowed (needs XSAVE in the guest's CPUID).
+pub const X86_CR4_OSXSAVE: u64 = 1 << 18;
 /// RFLAGS bit 1 is reserved and always set.
 pub const RFLAGS_RESERVED: u64 = 1 << 1;
 

@@ -61,6 +61,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
     .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
     .long xvmm_mg_k_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
 
@@ -236,6 +237,19 @@ xvmm_mg_k_hlt:
 1:
     KSTAMP_OPEN 0
     hlt
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// XCR0 = 1 (x87 only, its value at reset): valid wherever XSAVE is, so the
+// loop changes nothing the guest uses.
+.p2align 4
+xvmm_mg_k_xsetbv:
+1:
+    KSTAMP_OPEN 0
+    xor ecx, ecx
+    mov eax, 1
+    xor edx, edx
+    xsetbv
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
