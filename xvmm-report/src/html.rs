@@ -107,7 +107,11 @@ fn table(out: &mut String, t: &Table) {
         cell(out, "th", &Cell::from(h.as_str()), false);
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    let columns = t.header.len().max(1);
+    // Free text across every column after the first.
+    let span = t.header.len().saturating_sub(1).max(1);
+    let spanning = |out: &mut String, text: &str| {
+        let _ = write!(out, "<td colspan=\"{span}\">{}</td>", escape(text));
+    };
     for row in &t.rows {
         match row {
             Row::Cells(cells) => {
@@ -116,24 +120,15 @@ fn table(out: &mut String, t: &Table) {
                     cell(out, "td", c, t.numeric && i > 0);
                 }
             }
-            // Free text under the row before it, across the columns.
+            // Under the row before it.
             Row::Note(text) => {
-                let _ = write!(
-                    out,
-                    "<tr class=\"note\"><td></td><td colspan=\"{}\">{}",
-                    columns.saturating_sub(1).max(1),
-                    escape(text)
-                );
-                out.push_str("</td>");
+                out.push_str("<tr class=\"note\"><td></td>");
+                spanning(out, text);
             }
             Row::Labelled(label, text) => {
+                out.push_str("<tr>");
                 cell(out, "td", &Cell::from(label.as_str()), false);
-                let _ = write!(
-                    out,
-                    "<td colspan=\"{}\">{}</td>",
-                    columns.saturating_sub(1).max(1),
-                    escape(text)
-                );
+                spanning(out, text);
             }
         }
         out.push_str("</tr>\n");
@@ -291,5 +286,10 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(html.contains("title=\"&quot;&gt;&lt;script&gt;\""));
         assert!(html.contains("id=\"x&quot;y\""));
+        // Every row, a note's and a labelled one's too, is one whole <tr>.
+        assert_eq!(html.matches("<tr").count(), 4, "{html}");
+        assert_eq!(html.matches("</tr>").count(), 4, "{html}");
+        assert!(html.contains("<tr class=\"note\"><td></td><td colspan=\"1\">&lt;b&gt;note&lt;/b&gt;</td></tr>"));
+        assert!(html.contains("<tr><td>&lt;i&gt;</td><td colspan=\"1\">&lt;/table&gt;</td></tr>"));
     }
 }
