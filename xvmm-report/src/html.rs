@@ -289,7 +289,9 @@ mod tests {
         // Every row, a note's and a labelled one's too, is one whole <tr>.
         assert_eq!(html.matches("<tr").count(), 4, "{html}");
         assert_eq!(html.matches("</tr>").count(), 4, "{html}");
-        assert!(html.contains("<tr class=\"note\"><td></td><td colspan=\"1\">&lt;b&gt;note&lt;/b&gt;</td></tr>"));
+        assert!(html.contains(
+            "<tr class=\"note\"><td></td><td colspan=\"1\">&lt;b&gt;note&lt;/b&gt;</td></tr>"
+        ));
         assert!(html.contains("<tr><td>&lt;i&gt;</td><td colspan=\"1\">&lt;/table&gt;</td></tr>"));
     }
 }
