@@ -31,14 +31,26 @@ const fn core(path: &'static str, package: &'static str, strict: bool) -> CoreFi
 
 /// The measurement core: what turns stamps and trace events into figures.
 pub const CORE: &[CoreFile] = &[
-    core("xvmm-results/src/stats.rs", "xvmm-results", false),
-    core("xvmm-results/src/quantum.rs", "xvmm-results", false),
-    core("xvmm-results/src/correction.rs", "xvmm-results", true),
-    core("xvmm-results/src/timeline.rs", "xvmm-results", true),
-    core("xvmm-results/src/attribution.rs", "xvmm-results", true),
-    core("xvmm-results/src/compare.rs", "xvmm-results", true),
-    core("xvmm-results/src/tracefs_raw.rs", "xvmm-results", false),
-    core("xvmm-results/src/characterize.rs", "xvmm-results", false),
+    core("xvmm-results/src/stats/mod.rs", "xvmm-results", false),
+    core("xvmm-results/src/stats/quantum.rs", "xvmm-results", false),
+    core("xvmm-results/src/stats/correction.rs", "xvmm-results", true),
+    core("xvmm-results/src/stats/timeline.rs", "xvmm-results", true),
+    core(
+        "xvmm-results/src/stats/attribution.rs",
+        "xvmm-results",
+        true,
+    ),
+    core("xvmm-results/src/stats/compare.rs", "xvmm-results", true),
+    core(
+        "xvmm-results/src/host/tracefs_raw.rs",
+        "xvmm-results",
+        false,
+    ),
+    core(
+        "xvmm-results/src/schema/characterize.rs",
+        "xvmm-results",
+        false,
+    ),
     core("xvmm/src/linux/join.rs", "xvmm", false),
     core("xvmm/src/host_trace/*.rs", "xvmm", false),
     core("xvmm/src/microguest/verify.rs", "xvmm", false),
@@ -295,8 +307,8 @@ mod tests {
         }
     }
 
-    const T: &str = "xvmm-results/src/timeline.rs";
-    const S: &str = "xvmm-results/src/stats.rs";
+    const T: &str = "xvmm-results/src/stats/timeline.rs";
+    const S: &str = "xvmm-results/src/stats/mod.rs";
 
     #[test]
     fn a_strict_file_with_one_unexplained_miss_is_below_target() {
@@ -342,7 +354,7 @@ mod tests {
 
     #[test]
     fn globbed_core_files_take_their_pattern_s_target() {
-        assert_eq!(target_for("xvmm-results/src/compare.rs"), 1.0);
+        assert_eq!(target_for("xvmm-results/src/stats/compare.rs"), 1.0);
         assert_eq!(
             target_for("guest/xperf/src/characterize/skew.rs"),
             CORE_TARGET
@@ -357,11 +369,11 @@ mod tests {
     fn outcomes_json_is_read_as_cargo_mutants_writes_it() {
         let json = r#"{"outcomes":[
           {"scenario":"Baseline","summary":"Success"},
-          {"scenario":{"Mutant":{"package":"xvmm-results","file":"xvmm-results/src/stats.rs",
-            "name":"xvmm-results/src/stats.rs:61:5: replace percentile -> u64 with 0",
+          {"scenario":{"Mutant":{"package":"xvmm-results","file":"xvmm-results/src/stats/mod.rs",
+            "name":"xvmm-results/src/stats/mod.rs:61:5: replace percentile -> u64 with 0",
             "replacement":"0","genre":"FnValue"}},"summary":"CaughtMutant"},
-          {"scenario":{"Mutant":{"package":"xvmm-results","file":"xvmm-results/src/stats.rs",
-            "name":"xvmm-results/src/stats.rs:40:12: replace > with >= in Stats::from_samples",
+          {"scenario":{"Mutant":{"package":"xvmm-results","file":"xvmm-results/src/stats/mod.rs",
+            "name":"xvmm-results/src/stats/mod.rs:40:12: replace > with >= in Stats::from_samples",
             "replacement":">=","genre":"BinaryOperator"}},"summary":"MissedMutant"}
         ]}"#;
         let ms = parse_outcomes(json).unwrap();
@@ -374,7 +386,7 @@ mod tests {
         assert_eq!(ms[0].outcome, Outcome::Caught);
         assert_eq!(
             ms[1].key(),
-            "xvmm-results/src/stats.rs: replace > with >= in Stats::from_samples"
+            "xvmm-results/src/stats/mod.rs: replace > with >= in Stats::from_samples"
         );
         assert!(parse_outcomes(r#"{"outcomes":[{"scenario":{"Mutant":{"file":"x","name":"x:1:1: y"}},"summary":"Weird"}]}"#).is_err());
     }
@@ -408,10 +420,10 @@ mod tests {
 
     #[test]
     fn list_output_becomes_keys_without_line_and_column() {
-        let list = "xvmm-results/src/quantum.rs:39:68: replace > with == in clusters\n";
+        let list = "xvmm-results/src/stats/quantum.rs:39:68: replace > with == in clusters\n";
         assert_eq!(
             listed_keys(list),
-            vec!["xvmm-results/src/quantum.rs: replace > with == in clusters"]
+            vec!["xvmm-results/src/stats/quantum.rs: replace > with == in clusters"]
         );
     }
 }

@@ -14,6 +14,8 @@ use std::fmt::Write as _;
 
 mod async_pf;
 mod characterize;
+pub mod document;
+pub mod escape;
 mod linearity;
 mod method;
 mod probes;

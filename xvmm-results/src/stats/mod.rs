@@ -1,6 +1,15 @@
 //! Order statistics over every sample (no sketching: runs are small enough to
 //! sort, and exact percentiles are what users compare across machines).
 
+pub mod attribution;
+pub mod bootstrap;
+pub mod compare;
+pub mod correction;
+pub mod linearity;
+pub mod quantum;
+pub mod sweep;
+pub mod timeline;
+
 use serde::{Deserialize, Serialize};
 
 /// Number of equal-width buckets between the minimum and the p99.

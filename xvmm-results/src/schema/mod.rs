@@ -1,0 +1,15 @@
+//! The result format's parts beyond the report's core types (`lib.rs`):
+//! what the guest sends over its channel, each block of a report, the
+//! bounds a file is read under, its JSON layout, and xperf's command line.
+
+pub mod async_pf;
+pub mod channel;
+pub mod characterize;
+pub mod exit_trace;
+pub mod intervals;
+pub mod json;
+pub mod limits;
+pub mod machine;
+pub mod probes;
+pub(crate) mod sample_format;
+pub mod xperf_args;
