@@ -77,6 +77,8 @@ const ATTRIBUTES: &[&str] = &[
     "font-weight",
     "text-anchor",
     "transform",
+    // A table's note and labelled rows span the columns after the first.
+    "colspan",
 ];
 
 /// Attributes whose value a browser shows as text and nothing else.
