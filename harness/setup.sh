@@ -4,7 +4,9 @@
 # Debian's linux-source-6.12 and linux-source-6.1 (the patch series' bases),
 # QEMU (the nested harness), perf (the xperf cross-check bench), Chromium
 # with a font (the `xvmm report` browser test) and the Python modules
-# checkpatch.pl uses for its SPDX check (the series' style test). Idempotent: asks apt only for what is missing. Sourced
+# checkpatch.pl uses for its SPDX check (the series' style test), Prometheus
+# and node_exporter (the OpenMetrics test starts its own, on loopback).
+# Idempotent: asks apt only for what is missing. Sourced
 # by ../run.sh and ../test.sh; run it directly to set up a machine. Also the
 # nightly toolchain and cargo-fuzz for the fuzz targets (xvmm_setup_fuzz), cargo-mutants
 # (xvmm_setup_mutants). The only
@@ -15,7 +17,8 @@ set -euo pipefail
 # The one package list.
 XVMM_PACKAGES=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
                linux-source-6.12 linux-source-6.1 qemu-system-x86 linux-perf curl ca-certificates
-               chromium fonts-dejavu-core trace-cmd python3-ply python3-git)
+               chromium fonts-dejavu-core trace-cmd python3-ply python3-git
+               prometheus prometheus-node-exporter)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

@@ -37,6 +37,13 @@ fn check(args: &RunArgs) -> Result<()> {
             "--async-pf both compares its two runs; --baseline applies to one run".into(),
         ));
     }
+    if args.openmetrics.is_some() {
+        return Err(Error::Usage(
+            "--async-pf both writes two reports whose series would collide in one textfile \
+             directory; --openmetrics applies to one run"
+                .into(),
+        ));
+    }
     Ok(())
 }
 
@@ -52,6 +59,7 @@ fn side_outputs(args: &RunArgs) -> Result<[Outputs; 2]> {
                 .transpose()?,
             comparison: None,
             baseline: None,
+            metrics: None,
         })
     };
     Ok([side("on")?, side("off")?])

@@ -175,6 +175,17 @@ pub enum AsyncPf {
 }
 
 /// `--host-fault-delay`: a number with a unit (ns, us, ms, s).
+/// An `--openmetrics` file: a name, not stdout (a textfile collector reads
+/// files).
+pub fn parse_metrics_path(text: &str) -> Result<PathBuf, String> {
+    match text {
+        "" | "-" => {
+            Err("needs a file name (node_exporter reads a directory of *.prom files)".into())
+        }
+        path => Ok(PathBuf::from(path)),
+    }
+}
+
 pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -233,6 +244,10 @@ pub struct RunArgs {
     /// Write the results as JSON to this file ("-" for stdout).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also write every figure as OpenMetrics gauges to this file,
+    /// atomically (name it *.prom in node_exporter's textfile directory).
+    #[arg(long, value_parser = parse_metrics_path)]
+    pub openmetrics: Option<PathBuf>,
     /// Keep every sample's four stamps in the JSON.
     #[arg(long)]
     pub raw: bool,

@@ -2,7 +2,7 @@
 //! measured, compare it with a bare-metal baseline.
 
 use super::cli::{AsyncPf, RunArgs};
-use super::output::{self, JsonOutput, Stdout};
+use super::output::{self, JsonOutput, MetricsOutput, Stdout};
 use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -68,6 +68,7 @@ fn xperf_options(args: &RunArgs) -> Result<XperfArgs> {
 /// Where `--json` and the `--baseline` comparison go, opened before booting.
 pub(super) struct Outputs {
     pub json: Option<JsonOutput>,
+    pub metrics: Option<MetricsOutput>,
     pub comparison: Option<JsonOutput>,
     pub baseline: Option<Report>,
 }
@@ -85,8 +86,14 @@ pub(super) fn outputs(args: &RunArgs) -> Result<Outputs> {
         }
         _ => None,
     };
+    let metrics = args
+        .openmetrics
+        .as_deref()
+        .map(MetricsOutput::prepare)
+        .transpose()?;
     Ok(Outputs {
         json,
+        metrics,
         comparison,
         baseline,
     })
@@ -339,7 +346,11 @@ pub(super) fn deliver(
             }
         }
     }
-    super::deliver::report(&report, &extra, outputs.json, args.quiet, stdout)?;
+    let to = super::deliver::To {
+        json: outputs.json,
+        metrics: outputs.metrics,
+    };
+    super::deliver::report(&report, &extra, to, args.quiet, stdout)?;
     compared.map(|()| true)
 }
 

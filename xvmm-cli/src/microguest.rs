@@ -1,7 +1,7 @@
 //! `xvmm` without `--kernel`: the built-in microguest's measurement.
 
 use super::cli::RunArgs;
-use super::output::{JsonOutput, Stdout};
+use super::output::{JsonOutput, MetricsOutput, Stdout};
 use std::time::Duration;
 use xvmm::microguest::{self, Options};
 use xvmm::vcpu::StopSignals;
@@ -61,6 +61,11 @@ fn pin(requested: Option<usize>, opts: &mut Options) -> Result<Option<String>> {
 pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     let opts = options(args)?;
     let json = args.json.as_deref().map(JsonOutput::prepare).transpose()?;
+    let metrics = args
+        .openmetrics
+        .as_deref()
+        .map(MetricsOutput::prepare)
+        .transpose()?;
     let _signals = StopSignals::install()?;
     let mut opts = opts;
     let pin_note = pin(args.pin, &mut opts)?;
@@ -71,7 +76,8 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
     if let Some(note) = pin_note {
         measured.report.notes.insert(0, note);
     }
-    super::deliver::report(&measured.report, "", json, args.quiet, stdout)?;
+    let to = super::deliver::To { json, metrics };
+    super::deliver::report(&measured.report, "", to, args.quiet, stdout)?;
     match measured.stopped {
         Some(err) => Err(err),
         None => Ok(()),

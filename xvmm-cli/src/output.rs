@@ -145,6 +145,44 @@ impl JsonOutput {
     }
 }
 
+/// An `--openmetrics` destination, checked before measuring.
+#[derive(Debug)]
+pub struct MetricsOutput {
+    path: PathBuf,
+    out: xvmm_results::Output,
+}
+
+impl MetricsOutput {
+    pub fn prepare(path: &Path) -> Result<MetricsOutput> {
+        let out = xvmm_results::Output::prepare(path)
+            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
+        Ok(MetricsOutput {
+            path: path.to_path_buf(),
+            out,
+        })
+    }
+
+    /// Replaces the file atomically with `report`'s figures under `xvmm_`;
+    /// on failure the text goes to a fallback file and the error names both.
+    pub fn deliver(self, report: &xvmm_results::Report) -> Result<()> {
+        let text = xvmm_results::render::openmetrics::openmetrics(report, "xvmm");
+        let failure = match self.out.commit(text.as_bytes()) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        let what = self.path.display();
+        match xvmm_results::file::save_fallback("xvmm-openmetrics", text.as_bytes()) {
+            Ok(saved) => Err(Error::Io(format!(
+                "cannot write the OpenMetrics to {what} ({failure}); they were saved to {}",
+                saved.display()
+            ))),
+            Err(e) => Err(Error::Io(format!(
+                "cannot write the OpenMetrics to {what} ({failure}), nor to a fallback file ({e})"
+            ))),
+        }
+    }
+}
+
 /// `FILE.compare.json` next to a `--json FILE`.
 pub fn comparison_path(json: &Path) -> PathBuf {
     let mut name = json.as_os_str().to_owned();

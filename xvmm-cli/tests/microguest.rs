@@ -315,6 +315,97 @@ fn table_goes_to_stdout_and_json_to_a_file() {
     assert!(table.contains("null overhead"));
 }
 
+/// The gauge `name` with every label of `labels` (the quoted forms), from
+/// an OpenMetrics text.
+fn gauge(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit_once(' '))
+        .map(|(_, v)| v.parse().unwrap())
+}
+
+#[test]
+fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
+    if !kvm_available() {
+        return;
+    }
+    let json = temp_json("om");
+    let prom = json.with_extension("prom");
+    let out = xvmm(&[
+        "--samples",
+        "20",
+        "--warmup",
+        "2",
+        "--timeout",
+        "60",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+        "--openmetrics",
+        prom.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let text = std::fs::read_to_string(&prom).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_file(&prom).unwrap();
+    assert!(text.ends_with("# EOF\n"));
+    let mut compared = 0;
+    for c in &report.crossings {
+        let Some(rt) = c.round_trip.as_ref().filter(|i| i.corrected.count > 0) else {
+            let unavailable = format!(
+                "metric=\"crossing_{}_round_trip\"",
+                c.name.replace('-', "_")
+            );
+            assert!(
+                text.contains(&unavailable),
+                "{} unmeasured but not named",
+                c.name
+            );
+            continue;
+        };
+        let labels = [
+            &format!("crossing=\"{}\"", c.name)[..],
+            "interval=\"round_trip\"",
+            "quantile=\"0.5\"",
+        ];
+        let got = gauge(&text, "xvmm_crossing_ticks", &labels);
+        assert_eq!(got, Some(rt.corrected.median as f64), "{}", c.name);
+        compared += 1;
+    }
+    for e in &report.exits {
+        if let Some(rt) = e.round_trip.as_ref().filter(|i| i.corrected.count > 0) {
+            let labels = [&format!("exit=\"{}\"", e.name)[..], "quantile=\"0.99\""];
+            let got = gauge(&text, "xvmm_exit_round_trip_ticks", &labels);
+            assert_eq!(got, Some(rt.corrected.p99 as f64), "{}", e.name);
+            compared += 1;
+        }
+    }
+    assert!(compared >= 5, "only {compared} figures compared");
+    // A destination that cannot be written fails before the VM is made.
+    let started = Instant::now();
+    let out = xvmm(&[
+        "--samples",
+        "20",
+        "--openmetrics",
+        "/nonexistent/dir/x.prom",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/dir/x.prom") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    let out = xvmm(&["--openmetrics", "-"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 #[test]
 fn quiet_json_to_stdout_is_the_only_output() {
     if !kvm_available() {

@@ -37,6 +37,10 @@ pub const TARGETS: &[Target] = &[
         parses: "result files: parse, render, compare, HTML",
     },
     Target {
+        name: "openmetrics",
+        parses: "result files as OpenMetrics text (label escaping, names)",
+    },
+    Target {
         name: "results_channel",
         parses: "the guest's results doorbell and slot",
     },

@@ -83,7 +83,7 @@ pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
         "kernel_image" => kernel_images(src),
         "elf_reader" | "static_binary" => elves(src),
         "kernel_hooks" => hook_elves(src),
-        "report" | "results_channel" => reports(src, target == "results_channel"),
+        "report" | "openmetrics" | "results_channel" => reports(src, target == "results_channel"),
         "trace_line" => vec![("trace".into(), [b"\x07".as_slice(), TRACE].concat())],
         "trace_raw_page" => raw_trace_pages(),
         "xperf_args" => ARGS

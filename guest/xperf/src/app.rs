@@ -114,6 +114,10 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
         Work::Characterize(o) => (o.json.clone(), characterize::options::DEFAULT_JSON),
     };
     let json_to = json_destination(json, default_json, region.is_some())?;
+    let metrics_to = match &work {
+        Work::Characterize(o) => openmetrics_destination(o.openmetrics.as_deref())?,
+        Work::Crossings(_) => None,
+    };
     let report = match work {
         Work::Crossings(opts) => measure::run(&Config {
             samples: opts.samples,
@@ -137,7 +141,38 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
             characterize::run(&config, &StderrSteps::new(pid1))?
         }
     };
-    deliver(&report, region, json_to)
+    let written = deliver(&report, region, json_to);
+    let metrics = write_openmetrics(&report, metrics_to);
+    written.and(metrics)
+}
+
+/// `--openmetrics FILE`, opened now (a directory that cannot take it fails
+/// before measuring, as `--json` does).
+fn openmetrics_destination(
+    path: Option<&std::path::Path>,
+) -> Result<Option<(PathBuf, xvmm_results::Output)>> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    let out = xvmm_results::Output::prepare(path)
+        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
+    Ok(Some((path.to_path_buf(), out)))
+}
+
+/// The figures as OpenMetrics text, replacing the file atomically (a
+/// textfile collector never reads half of it); saved elsewhere on failure.
+fn write_openmetrics(
+    report: &xvmm_results::Report,
+    to: Option<(PathBuf, xvmm_results::Output)>,
+) -> Result<()> {
+    let Some((path, out)) = to else {
+        return Ok(());
+    };
+    let text = xvmm_results::render::openmetrics::openmetrics(report, "xperf");
+    match out.commit(text.as_bytes()) {
+        Ok(()) => print(&format!("OpenMetrics written to {}\n", path.display())),
+        Err(e) => Err(saved_instead(&path.display().to_string(), &e, &text)),
+    }
 }
 
 /// Before measuring: undoes what a killed or aborted xperf or xvmm left on

@@ -18,6 +18,7 @@ pub mod document;
 pub mod escape;
 mod linearity;
 mod method;
+pub mod openmetrics;
 mod probes;
 mod timeline;
 

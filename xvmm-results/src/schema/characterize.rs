@@ -47,6 +47,10 @@ pub struct Metric {
     /// Why there are no statistics and no value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A fact's figure in `unit`, for machines (the OpenMetrics output):
+    /// the steal ratio, a rate in kHz. `value` says it in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number: Option<f64>,
 }
 
 impl Metric {
@@ -95,6 +99,13 @@ impl Metric {
     /// The same metric with `value` saying what it means.
     pub fn with_value(mut self, value: impl Into<String>) -> Metric {
         self.value = Some(value.into());
+        self
+    }
+
+    /// The same fact with its figure, `number` in `unit`.
+    pub fn with_number(mut self, number: f64, unit: &str) -> Metric {
+        self.number = Some(number);
+        self.unit = unit.into();
         self
     }
 

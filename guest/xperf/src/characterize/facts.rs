@@ -124,6 +124,13 @@ pub fn steal_text(before: CpuTimes, after: CpuTimes) -> Result<String, String> {
     ))
 }
 
+/// All CPUs' stolen share of time between two /proc/stat texts, as a
+/// fraction (0.0123 for the 1.23 % that [`steal_report`] says).
+pub fn steal_ratio(before: &str, after: &str) -> Option<f64> {
+    let (pct, _, _) = share(parse_proc_stat(before)?, parse_proc_stat(after)?).ok()?;
+    Some(pct / 100.0)
+}
+
 /// Steal time between two /proc/stat texts: the measured CPU's own share
 /// (its `cpuN` line), beside all CPUs' (diluted by idle CPUs), as one line.
 pub fn steal_report(before: &str, after: &str, cpu: Option<u32>) -> Result<String, String> {

@@ -275,7 +275,8 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
             TIME,
             "tsc-khz-reported",
             format!("{khz} kHz from {}", machine.tsc_khz_source),
-        ),
+        )
+        .with_number(khz as f64, "kHz"),
         None => Metric::missing(
             TIME,
             "tsc-khz-reported",
@@ -289,7 +290,8 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
         }),
     };
     let kernel_metric = match &kernel {
-        Ok((khz, line)) => Metric::fact(TIME, "tsc-khz-kernel", format!("{khz} kHz ({line})")),
+        Ok((khz, line)) => Metric::fact(TIME, "tsc-khz-kernel", format!("{khz} kHz ({line})"))
+            .with_number(*khz as f64, "kHz"),
         Err(reason) => Metric::missing(TIME, "tsc-khz-kernel", reason.clone()),
     };
     let clock = facts::rate_clock(Path::new("/sys/devices/system/clocksource/clocksource0"));
@@ -426,12 +428,15 @@ pub fn machine(
         m.logical_cpus
     );
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let memory = xvmm_results::machine::meminfo_bytes(&meminfo, "MemTotal")
-        .map(|b| format!("{:.2} GiB (MemTotal)", b as f64 / (1u64 << 30) as f64));
+    let memory_bytes = xvmm_results::machine::meminfo_bytes(&meminfo, "MemTotal");
+    let memory =
+        memory_bytes.map(|b| format!("{:.2} GiB (MemTotal)", b as f64 / (1u64 << 30) as f64));
     let version = facts::read_trimmed("/proc/sys/kernel/version");
     let kernel = (!m.kernel_release.is_empty()).then(|| format!("{} {version}", m.kernel_release));
     let steal = match (stat_before, proc_stat()) {
-        (Ok(a), Ok(b)) => facts::steal_report(&a, &b, measured),
+        (Ok(a), Ok(b)) => {
+            facts::steal_report(&a, &b, measured).map(|text| (text, facts::steal_ratio(&a, &b)))
+        }
         (Err(e), _) | (_, Err(e)) => Err(e),
     };
     vec![
@@ -442,7 +447,10 @@ pub fn machine(
             "/proc/cpuinfo has no microcode field",
         ),
         Metric::fact(MACHINE, "cpus", cpus),
-        fact_or("memory", memory, "/proc/meminfo has no MemTotal"),
+        match memory_bytes {
+            Some(b) => fact_or("memory", memory, "").with_number(b as f64, "bytes"),
+            None => fact_or("memory", memory, "/proc/meminfo has no MemTotal"),
+        },
         fact_or(
             "kernel",
             kernel,
@@ -461,7 +469,8 @@ pub fn machine(
             "neither the meltdown vulnerability file nor the CPU flags say",
         ),
         match steal {
-            Ok(v) => Metric::fact(MACHINE, "steal", v),
+            Ok((v, Some(ratio))) => Metric::fact(MACHINE, "steal", v).with_number(ratio, "ratio"),
+            Ok((v, None)) => Metric::fact(MACHINE, "steal", v),
             Err(e) => Metric::missing(MACHINE, "steal", e),
         },
     ]

@@ -11,7 +11,7 @@ pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_JSON: &str = "xperf-characterize.json";
 
 pub const USAGE: &str = "\
-usage: xperf characterize [--samples N] [--cpu N] [--json FILE]
+usage: xperf characterize [--samples N] [--cpu N] [--json FILE] [--openmetrics FILE]
 
 Characterises this machine in about a minute or less, without root: the
 hypervisor (CPUID 0x40000000, DMI, a systemd-detect-virt-like verdict,
@@ -27,6 +27,10 @@ As root the kernel log adds the kernel's TSC rate and hypervisor line.
   --json FILE   write the JSON report to FILE atomically, or to stdout after
                 the table when FILE is - (default: xperf-characterize.json
                 when there is no VMM results channel)
+  --openmetrics FILE
+                also write every figure as OpenMetrics gauges to FILE,
+                atomically (for node_exporter's textfile collector: name it
+                *.prom in its directory); checked before measuring
   -h, --help    this text";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +38,8 @@ pub struct Options {
     pub samples: u64,
     pub cpu: Option<u32>,
     pub json: Option<PathBuf>,
+    /// `--openmetrics FILE`: the figures for Prometheus.
+    pub openmetrics: Option<PathBuf>,
     /// `--help` was asked for.
     pub help: bool,
 }
@@ -44,6 +50,7 @@ impl Default for Options {
             samples: DEFAULT_SAMPLES,
             cpu: None,
             json: None,
+            openmetrics: None,
             help: false,
         }
     }
@@ -70,6 +77,16 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
                     return Err(Error::Usage("--json needs a file name".into()));
                 }
                 opts.json = Some(PathBuf::from(v));
+            }
+            "--openmetrics" => {
+                let v = value()?;
+                if v.is_empty() || v == "-" {
+                    return Err(Error::Usage(
+                        "--openmetrics needs a file name (node_exporter reads a directory of *.prom files)"
+                            .into(),
+                    ));
+                }
+                opts.openmetrics = Some(PathBuf::from(v));
             }
             "-h" | "--help" if inline.is_none() => opts.help = true,
             other => {
@@ -98,6 +115,12 @@ mod tests {
             (o.samples, o.cpu, o.json.as_deref()),
             (500, Some(1), Some(std::path::Path::new("-")))
         );
+        assert_eq!(o.openmetrics, None);
+        let o = parse(strings(&["--openmetrics=/d/xperf.prom"])).unwrap();
+        assert_eq!(
+            o.openmetrics.as_deref(),
+            Some(std::path::Path::new("/d/xperf.prom"))
+        );
         assert!(parse(strings(&["-h"])).unwrap().help);
     }
 
@@ -109,6 +132,9 @@ mod tests {
             &["--samples", "x"],
             &["--cpu", "-1"],
             &["--json="],
+            &["--openmetrics"],
+            &["--openmetrics="],
+            &["--openmetrics", "-"],
             &["--raw"],
             &["--help=1"],
             &["extra"],
