@@ -109,38 +109,76 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
         Command::Run(opts) => Work::Crossings(opts),
     };
     let region = channel::results_region_from_proc()?;
-    let (json, default_json) = match &work {
-        Work::Crossings(o) => (o.json.clone(), DEFAULT_JSON),
-        Work::Characterize(o) => (o.json.clone(), characterize::options::DEFAULT_JSON),
+    let opts = match work {
+        Work::Characterize(o) => return characterize_command(&o, region, pid1),
+        Work::Crossings(opts) => opts,
     };
-    let json_to = json_destination(json, default_json, region.is_some())?;
-    let metrics_to = match &work {
-        Work::Characterize(o) => openmetrics_destination(o.openmetrics.as_deref())?,
-        Work::Crossings(_) => None,
+    let json_to = json_destination(opts.json.clone(), DEFAULT_JSON, region.is_some())?;
+    let report = measure::run(&Config {
+        samples: opts.samples,
+        warmup: opts.warmup,
+        null_samples: opts.null_samples,
+        rounds: opts.rounds,
+        cpu: opts.cpu,
+        raw: opts.raw,
+        vmm_channel: region.is_some(),
+        calibrate: opts.calibrate,
+        run_id: opts.run_id.clone(),
+        host_miss: opts.host_miss,
+        channel: region,
+    })?;
+    deliver(&report, region, json_to)
+}
+
+/// `xperf characterize`: once, or with `--every` again after each period
+/// until a signal ends the process. Every file is replaced atomically, so a
+/// stop at any point leaves whole files. The first run's failure ends the
+/// command (a wrong path shows at once); a later one is said on stderr and
+/// the next period tries again (a full disk may clear).
+fn characterize_command(
+    opts: &characterize::Options,
+    region: Option<channel::ResultsRegion>,
+    pid1: bool,
+) -> Result<()> {
+    let Some(period) = opts.every else {
+        return characterize_once(opts, region, pid1);
     };
-    let report = match work {
-        Work::Crossings(opts) => measure::run(&Config {
-            samples: opts.samples,
-            warmup: opts.warmup,
-            null_samples: opts.null_samples,
-            rounds: opts.rounds,
-            cpu: opts.cpu,
-            raw: opts.raw,
-            vmm_channel: region.is_some(),
-            calibrate: opts.calibrate,
-            run_id: opts.run_id.clone(),
-            host_miss: opts.host_miss,
-            channel: region,
-        })?,
-        Work::Characterize(opts) => {
-            let config = characterize::Config {
-                samples: opts.samples,
-                cpu: opts.cpu,
-                vmm_channel: region.is_some(),
-            };
-            characterize::run(&config, &StderrSteps::new(pid1))?
+    if region.is_some() {
+        return Err(Error::Usage(
+            "--every repeats on a machine; in an xvmm guest the VMM takes one report".into(),
+        ));
+    }
+    let mut runs = 0u64;
+    loop {
+        let started = std::time::Instant::now();
+        match characterize_once(opts, region, pid1) {
+            Err(e) if runs == 0 => return Err(e),
+            Err(e) => crate::sayln!(
+                "xperf: run {} failed: {e}; trying again in {period:?}",
+                runs + 1
+            ),
+            Ok(()) => {}
         }
+        runs += 1;
+        std::thread::sleep(period.saturating_sub(started.elapsed()));
+    }
+}
+
+/// One characterisation: its files opened first, then measured, delivered.
+fn characterize_once(
+    opts: &characterize::Options,
+    region: Option<channel::ResultsRegion>,
+    pid1: bool,
+) -> Result<()> {
+    let default = characterize::options::DEFAULT_JSON;
+    let json_to = json_destination(opts.json.clone(), default, region.is_some())?;
+    let metrics_to = openmetrics_destination(opts.openmetrics.as_deref())?;
+    let config = characterize::Config {
+        samples: opts.samples,
+        cpu: opts.cpu,
+        vmm_channel: region.is_some(),
     };
+    let report = characterize::run(&config, &StderrSteps::new(pid1))?;
     let written = deliver(&report, region, json_to);
     let metrics = write_openmetrics(&report, metrics_to);
     written.and(metrics)

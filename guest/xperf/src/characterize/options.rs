@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use std::path::PathBuf;
+use std::time::Duration;
 use xvmm_results::xperf_args::{self as words, Words, MAX_COUNT};
 
 /// Samples per timed metric and per crossing by default.
@@ -12,6 +13,7 @@ pub const DEFAULT_JSON: &str = "xperf-characterize.json";
 
 pub const USAGE: &str = "\
 usage: xperf characterize [--samples N] [--cpu N] [--json FILE] [--openmetrics FILE]
+                          [--every PERIOD]
 
 Characterises this machine in about a minute or less, without root: the
 hypervisor (CPUID 0x40000000, DMI, a systemd-detect-virt-like verdict,
@@ -31,6 +33,10 @@ As root the kernel log adds the kernel's TSC rate and hypervisor line.
                 also write every figure as OpenMetrics gauges to FILE,
                 atomically (for node_exporter's textfile collector: name it
                 *.prom in its directory); checked before measuring
+  --every PERIOD
+                run again every PERIOD (e.g. 900, 90s, 15m, 6h; 1s to 7d)
+                until stopped, replacing the files each time (a Kubernetes
+                DaemonSet's container; see deploy/). Without it, run once
   -h, --help    this text";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +46,8 @@ pub struct Options {
     pub json: Option<PathBuf>,
     /// `--openmetrics FILE`: the figures for Prometheus.
     pub openmetrics: Option<PathBuf>,
+    /// `--every PERIOD`: run again after each PERIOD, until stopped.
+    pub every: Option<Duration>,
     /// `--help` was asked for.
     pub help: bool,
 }
@@ -51,6 +59,7 @@ impl Default for Options {
             cpu: None,
             json: None,
             openmetrics: None,
+            every: None,
             help: false,
         }
     }
@@ -88,6 +97,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
                 }
                 opts.openmetrics = Some(PathBuf::from(v));
             }
+            "--every" => opts.every = Some(period(&value()?).map_err(Error::Usage)?),
             "-h" | "--help" if inline.is_none() => opts.help = true,
             other => {
                 return Err(Error::Usage(format!(
@@ -97,6 +107,40 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
         }
     }
     Ok(opts)
+}
+
+/// Shortest and longest `--every`.
+pub const EVERY_BOUNDS: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(7 * 24 * 3600));
+
+/// A period: whole seconds, or a number with `s`, `m`, `h` or `d`.
+pub fn period(text: &str) -> std::result::Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "--every {text:?}: give seconds, or a number with s, m, h or d"
+            ))
+        }
+    };
+    let secs = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("--every {text:?} is not a period"))?;
+    let (lo, hi) = EVERY_BOUNDS;
+    let d = Duration::from_secs(secs);
+    if d < lo || d > hi {
+        return Err(format!("--every {text:?} is out of range: 1s to 7d"));
+    }
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -115,7 +159,17 @@ mod tests {
             (o.samples, o.cpu, o.json.as_deref()),
             (500, Some(1), Some(std::path::Path::new("-")))
         );
-        assert_eq!(o.openmetrics, None);
+        assert_eq!((o.openmetrics.as_ref(), o.every), (None, None));
+        for (text, secs) in [
+            ("900", 900),
+            ("90s", 90),
+            ("15m", 900),
+            ("6h", 21_600),
+            ("7d", 604_800),
+        ] {
+            let o = parse(strings(&["--every", text])).unwrap();
+            assert_eq!(o.every, Some(Duration::from_secs(secs)), "{text}");
+        }
         let o = parse(strings(&["--openmetrics=/d/xperf.prom"])).unwrap();
         assert_eq!(
             o.openmetrics.as_deref(),
@@ -135,6 +189,13 @@ mod tests {
             &["--openmetrics"],
             &["--openmetrics="],
             &["--openmetrics", "-"],
+            &["--every"],
+            &["--every", "0"],
+            &["--every", "8d"],
+            &["--every", "15 m"],
+            &["--every", "m"],
+            &["--every", "1.5h"],
+            &["--every", "99999999999999999999"],
             &["--raw"],
             &["--help=1"],
             &["extra"],
