@@ -133,15 +133,25 @@ impl JsonOutput {
                 Err(e) => (path.display().to_string(), e.to_string()),
             },
         };
-        match xvmm_results::file::save_fallback("xvmm-results", text.as_bytes()) {
-            Ok(saved) => Err(Error::Io(format!(
-                "cannot write the results to {what} ({failure}); they were saved to {}",
-                saved.display()
-            ))),
-            Err(e) => Err(Error::Io(format!(
-                "cannot write the results to {what} ({failure}), nor to a fallback file ({e})"
-            ))),
-        }
+        Err(saved_instead("the results", &what, &failure, &text))
+    }
+}
+
+/// `text` (`what_text`, e.g. "the results") that could not be written to
+/// `to` saved to a fallback file; the error names both.
+fn saved_instead(what_text: &str, to: &str, failure: &str, text: &str) -> Error {
+    let prefix = format!(
+        "xvmm-{}",
+        what_text.trim_start_matches("the ").to_lowercase()
+    );
+    match xvmm_results::file::save_fallback(&prefix, text.as_bytes()) {
+        Ok(saved) => Error::Io(format!(
+            "cannot write {what_text} to {to} ({failure}); they were saved to {}",
+            saved.display()
+        )),
+        Err(e) => Error::Io(format!(
+            "cannot write {what_text} to {to} ({failure}), nor to a fallback file ({e})"
+        )),
     }
 }
 
@@ -170,16 +180,13 @@ impl MetricsOutput {
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        let what = self.path.display();
-        match xvmm_results::file::save_fallback("xvmm-openmetrics", text.as_bytes()) {
-            Ok(saved) => Err(Error::Io(format!(
-                "cannot write the OpenMetrics to {what} ({failure}); they were saved to {}",
-                saved.display()
-            ))),
-            Err(e) => Err(Error::Io(format!(
-                "cannot write the OpenMetrics to {what} ({failure}), nor to a fallback file ({e})"
-            ))),
-        }
+        let to = self.path.display().to_string();
+        Err(saved_instead(
+            "the OpenMetrics",
+            &to,
+            &failure.to_string(),
+            &text,
+        ))
     }
 }
 

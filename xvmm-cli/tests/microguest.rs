@@ -404,6 +404,39 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     assert!(started.elapsed() < Duration::from_secs(2));
     let out = xvmm(&["--openmetrics", "-"]);
     assert_eq!(out.status.code(), Some(2));
+    // A destination that fails at the end (/dev/full): the JSON is written
+    // all the same, and the OpenMetrics text is saved beside, by name.
+    let dir = std::env::temp_dir().join(format!("xvmm-mg-om-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))
+        .args([
+            "--samples",
+            "20",
+            "--warmup",
+            "2",
+            "--quiet",
+            "--json",
+            "r.json",
+        ])
+        .args(["--openmetrics", "/dev/full"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(Report::from_json(&std::fs::read_to_string(dir.join("r.json")).unwrap()).is_ok());
+    let saved = err
+        .trim_end()
+        .split("they were saved to ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no fallback named: {err}"));
+    assert!(
+        err.contains("cannot write the OpenMetrics to /dev/full"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(dir.join(saved)).unwrap();
+    assert!(text.contains("xvmm_exit_round_trip_ticks") && text.ends_with("# EOF\n"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
