@@ -240,6 +240,18 @@ struct Frame<'a> {
     y_area: u32,
     /// How many y labels at most.
     y_labels: usize,
+    /// Whether the y axis is logarithmic (its description says so).
+    y_log: bool,
+}
+
+/// An axis's description, saying "(log scale)" when it is logarithmic (an
+/// axis without a description gets one all the same when it is).
+pub fn axis_desc(desc: &str, log: bool) -> String {
+    match (log, desc.is_empty()) {
+        (false, _) => desc.to_string(),
+        (true, true) => "(log scale)".into(),
+        (true, false) => format!("{desc} (log scale)"),
+    }
 }
 
 /// The chart frame: caption, mesh and axis descriptions, with `x` linear or
@@ -263,6 +275,7 @@ where
         y_desc,
         y_area,
         y_labels,
+        y_log,
     } = *f;
     let mut builder = ChartBuilder::on(root);
     builder
@@ -273,6 +286,9 @@ where
         .x_label_area_size(46)
         .y_label_area_size(y_area);
     let x_format = |v: &f64| number(*v);
+    let x_desc = axis_desc(x_desc, x.log);
+    let y_desc = axis_desc(y_desc, y_log);
+    let (x_desc, y_desc) = (x_desc.as_str(), y_desc.as_str());
     if x.log {
         let mut chart = builder
             .build_cartesian_2d((x.lo..x.hi).log_scale(), y)
@@ -421,6 +437,7 @@ pub fn histogram(d: &Distribution) -> String {
         y_desc: "samples",
         y_area: 64,
         y_labels: 6,
+        y_log: y.log,
     };
     svg(300, |root| {
         legend(root, &legend_names)?;
@@ -551,6 +568,7 @@ pub fn bars(chart: &BarChart) -> String {
             y_desc: "",
             y_area,
             y_labels: n as usize,
+            y_log: false,
         };
         frame(root, &f, (0..n).into_segmented(), &y_format, &body)
     })
@@ -665,6 +683,7 @@ pub fn trend(chart: &TrendChart) -> String {
             y_desc: &chart.y_unit,
             y_area: 60,
             y_labels: 6,
+            y_log: true,
         };
         frame(&top, &f, (y.lo..y.hi).log_scale(), &fmt, &body)?;
         legend_row(&bottom, &names)
@@ -914,6 +933,50 @@ mod tests {
         assert!(h.contains("\\x1b[2J&lt;b&gt;") && !h.contains('\x1b'));
         let long = "x".repeat(500);
         assert!(label(&long).chars().count() == MAX_LABEL && label(&long).ends_with('…'));
+    }
+
+    fn bar_chart(bars: Vec<Bar>) -> BarChart {
+        BarChart {
+            caption: "c".into(),
+            unit: "ticks".into(),
+            series: vec![],
+            bars,
+            reference: None,
+            omitted: 0,
+        }
+    }
+
+    /// Issue 24, item 4c: a logarithmic axis says so; a linear one does not.
+    #[test]
+    fn log_axes_say_they_are_log() {
+        let span = LOG_SPAN * 10.0;
+        let wide = bars(&bar_chart(vec![bar("a", 10.0), bar("b", 10.0 * span)]));
+        assert_sane(&wide);
+        assert!(wide.contains("ticks (log scale)"), "{wide}");
+        let narrow = bars(&bar_chart(vec![
+            bar("a", 10.0),
+            bar("b", 10.0 * LOG_SPAN / 2.0),
+        ]));
+        assert_sane(&narrow);
+        assert!(narrow.contains("ticks") && !narrow.contains("log scale"));
+        // A histogram whose counts span widely: its count axis is log.
+        let bin = |lo: f64, count: u64| Bin {
+            lo,
+            hi: lo + 1.0,
+            count,
+            tail: false,
+        };
+        let h = histogram(&dist(
+            "h",
+            vec![bin(10.0, 1), bin(11.0, 10_000)],
+            10.0,
+            11.0,
+        ));
+        assert!(h.contains("samples (log scale)") && !h.contains("ticks (log scale)"));
+        let h = histogram(&dist("h", vec![bin(10.0, 5), bin(11.0, 7)], 10.0, 11.0));
+        assert!(!h.contains("log scale"), "{h}");
+        assert_eq!(axis_desc("", true), "(log scale)");
+        assert_eq!(axis_desc("x", false), "x");
     }
 
     #[test]

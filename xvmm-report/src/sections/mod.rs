@@ -50,6 +50,7 @@ pub fn document(inputs: &[Input]) -> Document {
             env!("CARGO_PKG_VERSION")
         ),
         sections,
+        footer: crate::reading_note(inputs),
     }
 }
 
@@ -422,6 +423,41 @@ mod tests {
             &Silent,
         );
         assert!(html.len() < 8 << 20, "{} bytes", html.len());
+    }
+
+    /// Issue 24, item 4d: the TCG caveat only where a file was measured
+    /// under QEMU TCG, in both backends' footers.
+    #[test]
+    fn the_footer_says_emulated_only_for_emulated_files() {
+        let real = input("real.json", report(Environment::BareMetal, &["getppid"], 1));
+        let mut tcg = input("l1.json", report(Environment::BareMetal, &["getppid"], 1));
+        tcg.report.host.hypervisor_signature = crate::TCG_SIGNATURE.into();
+        let mut by_machine = real.clone();
+        by_machine.report.machine = Some(xvmm_results::machine::Machine {
+            hypervisor_signature: crate::TCG_SIGNATURE.into(),
+            ..Default::default()
+        });
+        assert!(!crate::emulated(&real.report));
+        assert!(crate::emulated(&tcg.report) && crate::emulated(&by_machine.report));
+        let only_real = [real.clone()];
+        let mixed = [real.clone(), tcg.clone()];
+        assert_eq!(document(&only_real).footer, crate::READING_NOTE);
+        let footer = document(&mixed).footer;
+        assert!(
+            footer.contains(
+                "TCG (hypervisor signature TCGTCGTCGTCG, as in the nested harness): file(s) #2."
+            ),
+            "{footer}"
+        );
+        for (page, tcg_expected) in [
+            (super::super::html(&only_real, &Silent), false),
+            (super::super::html(&mixed, &Silent), true),
+            (super::super::markdown(&only_real, &Silent), false),
+            (super::super::markdown(&mixed, &Silent), true),
+        ] {
+            assert_eq!(page.contains("QEMU TCG"), tcg_expected, "{page}");
+            assert!(page.contains("This page loads nothing"));
+        }
     }
 
     #[test]

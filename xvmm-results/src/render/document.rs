@@ -107,6 +107,8 @@ pub struct Document {
     /// One line under the title.
     pub subtitle: String,
     pub sections: Vec<Section>,
+    /// How to read the page, at its end (built from the inputs).
+    pub footer: String,
 }
 
 impl Document {
