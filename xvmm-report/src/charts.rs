@@ -1,4 +1,4 @@
-//! The report's charts, drawn with plotters' SVG backend into strings: three
+//! The report's charts, drawn with plotters' SVG backend into strings: six
 //! kinds cover every section.
 //!
 //! - [`histogram`]: a distribution (bins, the tail above the p99 in its own
@@ -6,7 +6,13 @@
 //! - [`bars`]: horizontal bars, one row per label, with an optional median
 //!   dot and a whisker (ranges, VM against bare metal, exits by reason,
 //!   ratios against a reference);
-//! - [`trend`]: lines over time.
+//! - [`trend`]: lines over time;
+//! - [`stacked`]: horizontal bars made of parts (VM against bare metal:
+//!   bare metal, what the VM adds without exits, each exit reason), an
+//!   interval as a whisker;
+//! - [`timeline`]: samples on a time axis, their segments, and the events
+//!   inside each as labelled boxes on top (a traced run's slowest samples);
+//! - [`boxes`]: one box plot per group (a fleet's files of one metric).
 //!
 //! An axis turns logarithmic when its values span more than [`LOG_SPAN`]
 //! (long tails, figures from 50 to 500 000 ticks in one chart). Labels come
@@ -15,6 +21,10 @@
 //! panics on its input: empty input gives a "no data" chart, a drawing error
 //! a chart that says so, and more than [`MAX_ROWS`] rows are cut with the
 //! number left out in the caption.
+
+mod rows;
+
+pub use rows::{boxes, stacked, timeline, MAX_EVENTS};
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;

@@ -54,6 +54,9 @@ fn chart_svg(chart: &Chart) -> String {
         Chart::Histogram(d) => charts::histogram(d),
         Chart::Bars(b) => charts::bars(b),
         Chart::Trend(t) => charts::trend(t),
+        Chart::Stacked(s) => charts::stacked(s),
+        Chart::Timeline(t) => charts::timeline(t),
+        Chart::Boxes(b) => charts::boxes(b),
     }
 }
 
