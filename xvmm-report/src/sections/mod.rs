@@ -425,6 +425,194 @@ mod tests {
         assert!(html.len() < 8 << 20, "{} bytes", html.len());
     }
 
+    /// A traced VM run of `getppid` (every 10th sample with an npf exit in
+    /// u2k, every 25th an intr exit in the kernel) joined to its trace, and
+    /// the bare-metal run of the same crossing without exits.
+    pub(crate) fn traced_pair() -> (Report, Report) {
+        use xvmm_results::attribution::{attribute, HostExitEvent, HostTrace, Index};
+        use xvmm_results::timeline::{Mapping, Timeline};
+        let sample = |k: u64, extra: u64| Sample {
+            u2k_u: 10_000 * k,
+            u2k_k: 10_000 * k + 300 + extra + k % 7,
+            k2u_k: 10_000 * k + 700 + extra + k % 7,
+            k2u_u: 10_000 * k + 1000 + extra + k % 5,
+            cpu: Some(0),
+            interrupts: None,
+        };
+        let corr = xvmm_results::Corrections::derive(50, Some((50, 10)));
+        let vm_samples: Vec<Sample> = (1..=200)
+            .map(|k| {
+                let mut s = sample(k, if k % 10 == 0 { 2000 } else { 60 });
+                if k % 25 == 0 {
+                    s.k2u_u += 100;
+                }
+                s
+            })
+            .collect();
+        let bm_samples: Vec<Sample> = (1..=200).map(|k| sample(k, 0)).collect();
+        let mut exits = Vec::new();
+        for k in 1..=200u64 {
+            if k % 10 == 0 {
+                exits.push(HostExitEvent {
+                    vcpu: 0,
+                    exit: 10_000 * k + 100,
+                    entry: 10_000 * k + 2_000,
+                    reason: 0,
+                });
+            }
+            if k % 25 == 0 {
+                exits.push(HostExitEvent {
+                    vcpu: 0,
+                    exit: 10_000 * k + 2_500,
+                    entry: 10_000 * k + 2_600,
+                    reason: 1,
+                });
+            }
+        }
+        let trace = HostTrace {
+            reasons: vec!["npf".into(), "intr".into()],
+            exits,
+            lost: Vec::new(),
+        };
+        let mut vm = report(Environment::LinuxVm, &[], 1);
+        let mut c = Crossing::from_samples("getppid", 200, &vm_samples, &corr, true);
+        c.samples = Some(vm_samples);
+        vm.crossings.push(c);
+        attribute(&mut vm, &Index::new(&trace, &Mapping::unscaled(0)), Some(0));
+        vm.timeline = Some(Timeline {
+            offset: 0,
+            offset_source: "KVM_VCPU_TSC_OFFSET".into(),
+            ratio: 1.0,
+            ratio_fixed: None,
+            ratio_frac_bits: None,
+            host_khz: None,
+            checks: 4,
+            calibrations: 4,
+            violations: 0,
+            bound_ticks: 10,
+            verified: true,
+            offset_inferred: false,
+            reason: None,
+            offset_changes: vec![],
+            measured_offset: None,
+            requested_offset: None,
+            measured_khz: None,
+            requested_khz: None,
+            unmatched: 0,
+            lost_events: 0,
+            lost_windows: 0,
+            lost_unplaced: 0,
+        });
+        let mut bm = report(Environment::BareMetal, &[], 1);
+        bm.crossings.push(Crossing::from_samples(
+            "getppid",
+            200,
+            &bm_samples,
+            &corr,
+            false,
+        ));
+        (vm, bm)
+    }
+
+    fn stacked_of(doc: &Document) -> Option<&xvmm_results::document::StackedChart> {
+        doc.charts().into_iter().find_map(|c| match c {
+            Chart::Stacked(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Issue 24, item 4a: a traced VM against bare metal gets the stacked
+    /// decomposition; an untraced pair says why it has none.
+    #[test]
+    fn a_traced_vm_against_bare_metal_is_decomposed_in_stacked_bars() {
+        let (vm, bm) = traced_pair();
+        let inputs = [input("vm.json", vm), input("bm.json", bm)];
+        let doc = document(&inputs);
+        let stacked = stacked_of(&doc).expect("a stacked chart");
+        assert_eq!(stacked.series[..2], ["bare metal", "VM without exits"]);
+        assert!(
+            stacked.series.contains(&"exit: npf".to_string()),
+            "{:?}",
+            stacked.series
+        );
+        let u2k = stacked
+            .bars
+            .iter()
+            .find(|b| b.label == "getppid u2k")
+            .unwrap();
+        let series: Vec<usize> = u2k.parts.iter().map(|p| p.series).collect();
+        assert_eq!(series[..2], [0, 1], "{u2k:?}");
+        assert!(u2k.parts.len() >= 3, "an exit part: {u2k:?}");
+        let (lo, hi) = u2k.whisker.expect("the without-exits interval");
+        let end = u2k.parts[0].value + u2k.parts[1].value;
+        assert!(lo <= end && end <= hi, "{lo} {end} {hi}");
+        assert!(u2k.mark.is_some());
+        let svg = charts::stacked(stacked);
+        assert!(svg.contains("<rect") && svg.contains("VM without exits") && svg.contains("npf"));
+        let html = crate::html(&inputs, &Silent);
+        assert_eq!(html.matches("data-kind=\"stacked\"").count(), 1);
+        // Control: the same pair without the trace has no such chart.
+        let (mut vm, bm) = traced_pair();
+        for c in &mut vm.crossings {
+            for i in [&mut c.u2k, &mut c.in_kernel, &mut c.k2u, &mut c.round_trip]
+                .into_iter()
+                .flatten()
+            {
+                i.host = None;
+            }
+        }
+        let plain = [input("vm.json", vm), input("bm.json", bm)];
+        let doc = document(&plain);
+        assert!(stacked_of(&doc).is_none());
+        assert!(format!("{:?}", doc.sections[1].blocks).contains("No decomposition into exits"));
+        assert!(!crate::html(&plain, &Silent).contains("data-kind=\"stacked\""));
+    }
+
+    /// Issue 24, item 4b: a traced run's slowest samples on a timeline, the
+    /// exits inside each as labelled boxes; a traced file without them says
+    /// why.
+    #[test]
+    fn a_traced_run_draws_its_slowest_samples_on_a_timeline() {
+        let (vm, _) = traced_pair();
+        let doc = document(&[input("vm.json", vm.clone())]);
+        let strip = doc
+            .charts()
+            .into_iter()
+            .find_map(|c| match c {
+                Chart::Timeline(t) => Some(t),
+                _ => None,
+            })
+            .expect("a timeline strip");
+        assert_eq!(strip.rows.len(), xvmm_results::attribution::SLOWEST_SAMPLES);
+        let first = &strip.rows[0];
+        assert_eq!(
+            first.spans.iter().map(|s| s.series).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert!(first.spans.windows(2).all(|w| w[0].to == w[1].from));
+        // The slowest sample holds both an npf and an intr exit (k = 200).
+        let labels: Vec<&str> = first.events.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["npf 1900", "intr 100"], "{first:?}");
+        assert_eq!((first.events[0].from, first.events[0].to), (100.0, 2000.0));
+        let svg = charts::timeline(strip);
+        assert!(
+            svg.contains("npf 1900") && svg.contains("in kernel"),
+            "{svg}"
+        );
+        assert!(crate::html(&[input("vm.json", vm.clone())], &Silent)
+            .contains("data-kind=\"timeline\""));
+        // Control: the same traced file without the kept samples.
+        let mut old = vm;
+        for c in &mut old.crossings {
+            if let Some(h) = c.round_trip.as_mut().and_then(|i| i.host.as_mut()) {
+                h.slowest.clear();
+            }
+        }
+        let doc = document(&[input("old.json", old.clone())]);
+        assert!(!doc.charts().iter().any(|c| c.kind() == "timeline"));
+        assert!(format!("{:?}", doc.sections).contains("No timeline strip"));
+    }
+
     /// Issue 24, item 4d: the TCG caveat only where a file was measured
     /// under QEMU TCG, in both backends' footers.
     #[test]
