@@ -11,6 +11,7 @@ mod async_pf;
 mod attribution;
 mod bins;
 mod comparison;
+mod fleet;
 mod matrix;
 mod run;
 mod trend;
@@ -20,7 +21,7 @@ use comparison::comparison_sections;
 use matrix::matrix_section;
 use run::report_section;
 use trend::trend_sections;
-use xvmm_results::document::{capped, Cell, Document, Row, Section, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{capped, Block, Cell, Document, Row, Section, Table, MAX_TABLE_ROWS};
 
 pub use bins::{bins_of, bins_of_histogram, distribution};
 
@@ -30,18 +31,26 @@ pub const MAX_DISTRIBUTIONS: usize = 60;
 const MAX_CELL: usize = 60;
 const TICKS: &str = "TSC ticks (null overhead subtracted)";
 
+/// Files past which the report is a fleet's: no section per file (each is
+/// a row of the inputs table), at most this many comparisons, trends and
+/// matrix columns, each cut saying how many were left out.
+pub const FLEET_FILES: usize = 20;
+
 /// The whole document.
 pub fn document(inputs: &[Input]) -> Document {
     let mut sections = vec![inputs_section(inputs)];
-    sections.extend(comparison_sections(inputs));
+    sections.extend(cut(comparison_sections(inputs), "comparisons"));
     sections.extend(matrix_section(inputs));
-    sections.extend(trend_sections(inputs));
-    sections.extend(
-        inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| report_section(i, input)),
-    );
+    sections.extend(fleet::fleet_section(inputs));
+    sections.extend(cut(trend_sections(inputs), "trends"));
+    if inputs.len() <= FLEET_FILES {
+        sections.extend(
+            inputs
+                .iter()
+                .enumerate()
+                .map(|(i, input)| report_section(i, input)),
+        );
+    }
     Document {
         title: "xvmm report".into(),
         subtitle: format!(
@@ -52,6 +61,21 @@ pub fn document(inputs: &[Input]) -> Document {
         sections,
         footer: crate::reading_note(inputs),
     }
+}
+
+/// The first [`FLEET_FILES`] sections; the last one kept says how many of
+/// `what` were left out.
+fn cut(mut sections: Vec<Section>, what: &str) -> Vec<Section> {
+    let total = sections.len();
+    if total > FLEET_FILES {
+        sections.truncate(FLEET_FILES);
+        if let Some(last) = sections.last_mut() {
+            last.blocks.push(Block::Paragraph(format!(
+                "(the first {FLEET_FILES} of {total} {what}; the others are left out)"
+            )));
+        }
+    }
+    sections
 }
 
 fn column(i: usize, input: &Input) -> String {
@@ -105,6 +129,13 @@ fn inputs_section(inputs: &[Input]) -> Section {
         })
         .collect();
     let mut blocks = Vec::new();
+    if inputs.len() > FLEET_FILES {
+        blocks.push(Block::Paragraph(format!(
+            "{} files: past {FLEET_FILES}, each file is one row here, not a section of its own \
+             (the fleet view shows their characterizations as distributions).",
+            inputs.len()
+        )));
+    }
     capped(
         Table {
             header: header.iter().map(|h| h.to_string()).collect(),
@@ -611,6 +642,96 @@ mod tests {
         let doc = document(&[input("old.json", old.clone())]);
         assert!(!doc.charts().iter().any(|c| c.kind() == "timeline"));
         assert!(format!("{:?}", doc.sections).contains("No timeline strip"));
+    }
+
+    /// `n` characterizations of several instance types and kernels, their
+    /// figures varied deterministically.
+    fn fleet(n: usize) -> Vec<Input> {
+        let types = [
+            ("EPYC", "KVMKVMKVM", 2_000_000),
+            ("Xeon", "KVMKVMKVM", 2_100_000),
+            ("Xeon", "Microsoft Hv", 2_100_000),
+            ("Graviton-ish", "", 2_500_000),
+        ];
+        (0..n)
+            .map(|i| {
+                let (cpu, hv, khz) = types[i % types.len()];
+                let mut r = characterized(&format!("node-{i}"), 1_000 + i as u64, 0);
+                r.host.cpu_model = cpu.into();
+                r.host.hypervisor_signature = hv.into();
+                r.host.tsc_khz = khz;
+                r.host.kernel_release = format!("6.{}", i % 3);
+                let c = r.characterize.as_mut().unwrap();
+                let v = 1000 + (i as u64 * 7919) % 500 + 1000 * (i % types.len()) as u64;
+                c.metrics[0] = Metric::from_samples("exits", "cpuid", "ticks", &[v, v + 10]);
+                c.metrics.push(Metric::from_samples(
+                    "crossings",
+                    "getppid",
+                    "ticks",
+                    &[v / 10],
+                ));
+                input(&format!("n{i}.json"), r)
+            })
+            .collect()
+    }
+
+    fn boxes_of(doc: &Document) -> Vec<&xvmm_results::document::BoxChart> {
+        doc.charts()
+            .into_iter()
+            .filter_map(|c| match c {
+                Chart::Boxes(b) => Some(b),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Issue 24, item 4e: many characterizations as box plots per instance
+    /// type and kernel; past FLEET_FILES files no section per file, so 1000
+    /// files make a page of bounded size.
+    #[test]
+    fn a_fleet_is_drawn_as_boxes_and_a_thousand_files_stay_small() {
+        let inputs = fleet(1000);
+        let doc = document(&inputs);
+        assert_eq!(ids(&doc), ["inputs", "matrix", "fleet"]);
+        let boxes = boxes_of(&doc);
+        // cpuid and getppid, each by instance type and by kernel.
+        assert_eq!(boxes.len(), 4, "{boxes:?}");
+        let by_type = &boxes[0];
+        assert!(by_type
+            .caption
+            .starts_with("cpuid: median per file, by instance type"));
+        let labels: Vec<&str> = by_type.groups.iter().map(|g| g.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "EPYC · KVMKVMKVM",
+                "Xeon · KVMKVMKVM",
+                "Xeon · Microsoft Hv",
+                "Graviton-ish · no hypervisor"
+            ]
+        );
+        assert!(by_type.groups.iter().all(|g| g.count == 250));
+        // EPYC: 1000..1500 ticks at 2 GHz: 500..750 ns.
+        let q = by_type.groups[0].quartiles;
+        assert!(
+            q.min >= 500.0 && q.max < 750.0 && q.q1 <= q.median && q.median <= q.q3,
+            "{q:?}"
+        );
+        assert_eq!(boxes[1].groups.len(), 3, "three kernels");
+        let matrix = doc.sections.iter().find(|s| s.id == "matrix").unwrap();
+        assert!(format!("{:?}", matrix.blocks).contains("the first 20 of 1000"));
+        let html = crate::html(&inputs, &Silent);
+        assert_eq!(html.matches("data-kind=\"boxes\"").count(), 4);
+        assert!(html.len() < 2 << 20, "{} bytes for 1000 files", html.len());
+        let svg = charts::boxes(by_type);
+        assert!(svg.contains("EPYC · KVMKVMKVM (n=250)"), "{svg}");
+        // Control: a few files keep their own sections and get no fleet view.
+        let few = document(&fleet(3));
+        assert!(boxes_of(&few).is_empty());
+        assert_eq!(
+            ids(&few).iter().filter(|i| i.starts_with("file-")).count(),
+            3
+        );
     }
 
     /// Issue 24, item 4d: the TCG caveat only where a file was measured
