@@ -956,6 +956,97 @@ mod tests {
         }
     }
 
+    /// The new kinds (issue 24): "no data" for empty input, a sane SVG for
+    /// the values a hostile file can hold, the rows they were given.
+    #[test]
+    fn stacked_timeline_and_boxes_draw_or_say_no_data() {
+        use xvmm_results::document::{
+            BoxChart, BoxGroup, Event, Part, Quartiles, Span, StackedBar, StackedChart,
+            TimelineChart, TimelineRow,
+        };
+        let stacked_of = |bars: Vec<StackedBar>| StackedChart {
+            caption: "s".into(),
+            unit: "ticks".into(),
+            series: vec![
+                "bare metal".into(),
+                "VM without exits".into(),
+                "exit: npf".into(),
+            ],
+            bars,
+            omitted: 0,
+        };
+        let timeline_of = |rows: Vec<TimelineRow>| TimelineChart {
+            caption: "t".into(),
+            unit: "ticks".into(),
+            series: vec!["u2k".into()],
+            rows,
+        };
+        let boxes_of = |groups: Vec<BoxGroup>| BoxChart {
+            caption: "b".into(),
+            unit: "ns".into(),
+            groups,
+            omitted: 0,
+        };
+        for svg in [
+            stacked(&stacked_of(vec![])),
+            timeline(&timeline_of(vec![])),
+            boxes(&boxes_of(vec![])),
+        ] {
+            assert_sane(&svg);
+            assert!(svg.contains("no data"), "{svg}");
+        }
+        let part = |series, value| Part { series, value };
+        let bar = StackedBar {
+            label: "getppid u2k".into(),
+            parts: vec![
+                part(0, 100.0),
+                part(1, -20.0),
+                part(2, 300.0),
+                part(2, f64::NAN),
+            ],
+            whisker: Some((60.0, 95.0)),
+            mark: Some(390.0),
+        };
+        let s = stacked(&stacked_of(vec![bar; 3]));
+        assert_sane(&s);
+        assert_eq!(s.matches("getppid u2k").count(), 3, "one label a row");
+        assert!(s.matches("<rect").count() >= 9 && s.contains("<circle"));
+        let row = TimelineRow {
+            label: "#1".into(),
+            spans: vec![Span {
+                series: 0,
+                from: 0.0,
+                to: 500.0,
+            }],
+            events: (0..100)
+                .map(|k| Event {
+                    from: f64::from(k),
+                    to: f64::from(k) + 1e300,
+                    label: format!("npf {k}"),
+                })
+                .collect(),
+        };
+        let t = timeline(&timeline_of(vec![row]));
+        assert_sane(&t);
+        assert!(t.contains("npf 0") && !t.contains(&format!("npf {MAX_EVENTS}")));
+        let q = Quartiles::of(&[5.0, 1.0, f64::NAN, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(
+            (q.min, q.q1, q.median, q.q3, q.max),
+            (1.0, 2.0, 3.0, 4.0, 5.0)
+        );
+        assert_eq!(Quartiles::of(&[f64::INFINITY]), None);
+        let groups = (0..200)
+            .map(|k| BoxGroup {
+                label: format!("g{k}"),
+                count: 1,
+                quartiles: q,
+            })
+            .collect();
+        let b = boxes(&boxes_of(groups));
+        assert_sane(&b);
+        assert!(b.contains("(first 80 of 200 groups)") && b.contains("g0 (n=1)"));
+    }
+
     /// Issue 24, item 4c: a logarithmic axis says so; a linear one does not.
     #[test]
     fn log_axes_say_they_are_log() {

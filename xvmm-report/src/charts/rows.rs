@@ -247,7 +247,7 @@ pub fn timeline(chart: &TimelineChart) -> String {
         })
         .filter(|v| v.is_finite())
         .fold(f64::NEG_INFINITY, f64::max);
-    if !(hi > 0.0) {
+    if hi <= 0.0 {
         return no_data(&chart.caption);
     }
     let x = Axis {
