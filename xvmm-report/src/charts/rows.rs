@@ -209,16 +209,16 @@ impl Body<SegmentedRange> for TimelineBody<'_> {
         let rows = &self.chart.rows[..self.n as usize];
         for (t, i) in rows.iter().zip(0..) {
             let r = row(self.n, i);
-            // Segments in the lower part of the row, exits above them.
+            // Segments in the lower half of the row, exits above them.
             let spans = t.spans.iter().map(|s| {
                 let (a, z) = (x.clamp(s.from.min(s.to)), x.clamp(s.from.max(s.to)));
-                in_row(a, z, r, (4, 22), colour(s.series).mix(0.8).filled())
+                in_row(a, z, r, (22, 4), colour(s.series).mix(0.8).filled())
             });
             chart.draw_series(spans).map_err(failed)?;
             let events = &t.events[..t.events.len().min(MAX_EVENTS)];
             let boxes = events.iter().map(|e| {
                 let (a, z) = (x.clamp(e.from.min(e.to)), x.clamp(e.from.max(e.to)));
-                in_row(a, z, r, (20, 4), super::TAIL.mix(0.75).filled())
+                in_row(a, z, r, (4, 22), super::TAIL.mix(0.35).filled())
             });
             chart.draw_series(boxes).map_err(failed)?;
             let texts = events.iter().map(|e| {
@@ -255,10 +255,18 @@ pub fn timeline(chart: &TimelineChart) -> String {
         hi: hi * 1.04,
         log: false,
     };
+    // The series some span uses, in their order.
+    let mut used = vec![false; chart.series.len()];
+    for s in shown.iter().flat_map(|t| &t.spans) {
+        if let Some(u) = used.get_mut(s.series) {
+            *u = true;
+        }
+    }
     let mut legend: Vec<(String, RGBColor)> = chart
         .series
         .iter()
         .enumerate()
+        .filter(|(i, _)| used[*i])
         .map(|(i, s)| (label(s), colour(i)))
         .collect();
     legend.push(("exit (reason, host ticks)".into(), super::TAIL));
