@@ -480,7 +480,7 @@ fn fleet_files(dir: &Path, n: usize) -> Vec<PathBuf> {
             c.started_unix += i as u64;
             for m in &mut c.metrics {
                 if let Some(st) = m.stats.as_mut().filter(|_| m.unit == "ticks") {
-                    let f = |v: u64| (v as f64 * factor).round() as u64;
+                    let f = |v: u64| xvmm_results::num::u64_saturating((v as f64 * factor).round());
                     (st.min, st.median, st.p99, st.max) =
                         (f(st.min), f(st.median), f(st.p99), f(st.max));
                     st.mean *= factor;
