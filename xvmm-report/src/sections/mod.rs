@@ -38,12 +38,23 @@ pub const FLEET_FILES: usize = 20;
 
 /// The whole document.
 pub fn document(inputs: &[Input]) -> Document {
-    let mut sections = vec![inputs_section(inputs)];
+    let fleet = inputs.len() > FLEET_FILES;
+    let mut sections = Vec::new();
+    // A fleet's page opens on its distributions, its long file table last.
+    if fleet {
+        sections.extend(fleet::fleet_section(inputs));
+    } else {
+        sections.push(inputs_section(inputs));
+    }
     sections.extend(cut(comparison_sections(inputs), "comparisons"));
     sections.extend(matrix_section(inputs));
-    sections.extend(fleet::fleet_section(inputs));
+    if !fleet {
+        sections.extend(fleet::fleet_section(inputs));
+    }
     sections.extend(cut(trend_sections(inputs), "trends"));
-    if inputs.len() <= FLEET_FILES {
+    if fleet {
+        sections.push(inputs_section(inputs));
+    } else {
         sections.extend(
             inputs
                 .iter()
@@ -132,7 +143,8 @@ fn inputs_section(inputs: &[Input]) -> Section {
     if inputs.len() > FLEET_FILES {
         blocks.push(Block::Paragraph(format!(
             "{} files: past {FLEET_FILES}, each file is one row here, not a section of its own \
-             (the fleet view shows their characterizations as distributions).",
+             (the fleet view, first on this page, shows their characterizations as \
+             distributions).",
             inputs.len()
         )));
     }
@@ -692,7 +704,7 @@ mod tests {
     fn a_fleet_is_drawn_as_boxes_and_a_thousand_files_stay_small() {
         let inputs = fleet(1000);
         let doc = document(&inputs);
-        assert_eq!(ids(&doc), ["inputs", "matrix", "fleet"]);
+        assert_eq!(ids(&doc), ["fleet", "matrix", "inputs"]);
         let boxes = boxes_of(&doc);
         // cpuid and getppid, each by instance type and by kernel.
         assert_eq!(boxes.len(), 4, "{boxes:?}");
