@@ -28,6 +28,9 @@ fn attributed(r: &Report) -> Vec<(&Crossing, &'static str, &Interval)> {
 /// Adds the timeline and attribution blocks when the report has them.
 pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
     let Some(t) = &r.timeline else {
+        if r.environment == xvmm_results::Environment::LinuxVm {
+            blocks.push(Block::Paragraph(NOT_TRACED.into()));
+        }
         return;
     };
     blocks.push(Block::Subheading(
@@ -76,6 +79,10 @@ pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
     }
     slowest_blocks(r, blocks);
 }
+
+/// Why a VM file has no attribution and no timeline strip.
+pub const NOT_TRACED: &str = "No host attribution and no timeline strip of the slowest \
+samples: this run was not traced (`xvmm --trace` joins the host's exits to the guest's samples).";
 
 /// Crossings whose slowest samples are drawn at most.
 pub const MAX_STRIPS: usize = 8;
@@ -213,7 +220,12 @@ mod tests {
         );
         let mut blocks = Vec::new();
         timeline_blocks(&r, &mut blocks);
-        assert!(blocks.is_empty(), "untraced: nothing");
+        assert_eq!(
+            blocks,
+            [Block::Paragraph(NOT_TRACED.into())],
+            "untraced: why"
+        );
+        blocks.clear();
         let mut c = Crossing::from_round_trips("getppid", 2, &[100, 300], 0, "x".into());
         let mut host = SegmentHost {
             samples: 2,
