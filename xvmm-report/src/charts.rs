@@ -230,6 +230,33 @@ fn legend(root: &Area, names: &[(String, RGBColor)]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A chart of `height` pixels drawn by `draw`, its series named at its top
+/// right, or, where they are wider than the chart, in rows under it.
+fn with_legend(
+    height: u32,
+    names: &[(String, RGBColor)],
+    draw: impl FnOnce(&Area) -> Result<(), Failure>,
+) -> String {
+    let width = names
+        .iter()
+        .map(|(name, _)| text_width(name, 28))
+        .fold(0, i32::saturating_add);
+    let under = width > RIGHT - 40;
+    // A row under the chart is at least half full: no name is wider than
+    // MAX_LABEL characters, under half a row.
+    let lines = u32::try_from(width / ((RIGHT - 80) / 2)).unwrap_or(0) + 1;
+    let extra = if under { 18 * lines + 12 } else { 0 };
+    svg(height + extra, |whole| {
+        let (root, bottom) = whole.split_vertically(height);
+        if under {
+            legend_row(&bottom, names)?;
+        } else if !names.is_empty() {
+            legend(&root, names)?;
+        }
+        draw(&root)
+    })
+}
+
 /// Something drawn inside a cartesian chart whatever its axes' kinds.
 trait Body<Y: Ranged> {
     fn draw<X>(
@@ -567,10 +594,8 @@ pub fn bars(chart: &BarChart) -> String {
         _ => String::new(),
     };
     let height = 110 + 26 * n;
-    svg(height, |root| {
-        if names.len() > 1 {
-            legend(root, &names)?;
-        }
+    let names = if names.len() > 1 { names } else { Vec::new() };
+    with_legend(height, &names, |root| {
         let f = Frame {
             caption: &caption,
             x,
@@ -1007,10 +1032,39 @@ mod tests {
             whisker: Some((60.0, 95.0)),
             mark: Some(390.0),
         };
-        let s = stacked(&stacked_of(vec![bar; 3]));
+        let s = stacked(&stacked_of(vec![bar.clone(); 3]));
         assert_sane(&s);
-        assert_eq!(s.matches("getppid u2k").count(), 3, "one label a row");
-        assert!(s.matches("<rect").count() >= 9 && s.contains("<circle"));
+        // Many long series: the legend wraps under the chart, inside it.
+        let mut wide = stacked_of(vec![bar.clone()]);
+        wide.series = (0..8)
+            .map(|k| format!("exit: A_LONG_EXIT_REASON_{k}"))
+            .collect();
+        let w = stacked(&wide);
+        assert_sane(&w);
+        for k in 0..8 {
+            assert!(
+                w.contains(&format!("A_LONG_EXIT_REASON_{k}")),
+                "series {k} not drawn"
+            );
+        }
+        // Each label at its own place (plotters clamps a label left of the
+        // picture to x = 0, where they would pile up).
+        let places: Vec<(&str, &str)> = w
+            .split("<text x=\"")
+            .skip(1)
+            .map(|t| {
+                let x = t.split('"').next().unwrap();
+                let y = t.split("y=\"").nth(1).unwrap().split('"').next().unwrap();
+                (x, y)
+            })
+            .collect();
+        assert!(places.len() > 8, "{w}");
+        let distinct: std::collections::HashSet<_> = places.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            places.len(),
+            "labels on one another: {places:?}"
+        );
         let row = TimelineRow {
             label: "#1".into(),
             spans: vec![Span {

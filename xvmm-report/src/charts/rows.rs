@@ -7,7 +7,7 @@
 //! spans start at zero.
 
 use super::{
-    caption, colour, failed, frame, label, legend, no_data, Area, Axis, Body, Failure, Frame,
+    caption, colour, failed, frame, label, no_data, with_legend, Axis, Body, Failure, Frame,
     SegmentedRange, FONT, MAX_LABEL, MAX_ROWS,
 };
 use plotters::coord::ranged1d::ValueFormatter;
@@ -52,10 +52,7 @@ impl Rows<'_> {
             _ => String::new(),
         };
         let height = 110 + self.row_px * n;
-        super::svg(height, |root: &Area| {
-            if !self.legend.is_empty() {
-                legend(root, &self.legend)?;
-            }
+        with_legend(height, &self.legend, |root| {
             let f = Frame {
                 caption: &self.caption,
                 x: self.x,
