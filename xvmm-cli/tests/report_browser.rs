@@ -158,9 +158,12 @@ document.addEventListener('DOMContentLoaded', function () {
     charts.push({ kind: f.getAttribute('data-kind'), width: r.width, height: r.height,
                   marks: s ? s.querySelectorAll('rect, circle, polyline, path, line').length : 0 });
   });
+  var elements = document.getElementsByTagName('*').length;
+  var bytes = document.documentElement.outerHTML.length;
   var pre = document.createElement('pre');
   pre.id = 'xvmm-probe';
-  pre.textContent = JSON.stringify({ charts: charts,
+  pre.textContent = JSON.stringify({ charts: charts, elements: elements, dom_bytes: bytes,
+    laid_out_ms: performance.now(),
     resources: performance.getEntriesByType('resource').map(function (e) { return e.name; }) });
   document.body.appendChild(pre);
 });
@@ -232,6 +235,102 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// A traced VM run (issue 24's stacked decomposition and timeline strip):
+/// no traced file with per-sample exits is among the test data, so one is
+/// built here from the real VM file's getppid medians (200 samples, every
+/// 10th with an npf exit in u2k, every 25th an intr exit in the kernel),
+/// joined to a synthetic host trace by the same attribution xvmm runs.
+fn traced_vm(dir: &Path) -> PathBuf {
+    use xvmm_results::attribution::{attribute, HostExitEvent, HostTrace, Index};
+    use xvmm_results::timeline::{Mapping, Timeline};
+    use xvmm_results::{Crossing, Sample};
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report");
+    let real = std::fs::read_to_string(data.join("characterize-vm.json")).unwrap();
+    let mut r = xvmm_results::Report::from_json(&real).unwrap();
+    let c = r.crossings.iter().find(|c| c.name == "getppid").unwrap();
+    let median = |i: &Option<xvmm_results::Interval>| i.as_ref().map_or(100, |i| i.raw.median);
+    let (u2k, ink, k2u) = (median(&c.u2k), median(&c.in_kernel), median(&c.k2u));
+    let (mut samples, mut exits) = (Vec::new(), Vec::new());
+    for k in 1..=200u64 {
+        let base = 100_000 * k;
+        let npf = if k % 10 == 0 { 20_000 } else { 0 };
+        let intr = if k % 25 == 0 { 3_000 } else { 0 };
+        let s = Sample {
+            u2k_u: base,
+            u2k_k: base + u2k + npf + k % 7,
+            k2u_k: base + u2k + npf + ink + intr + k % 5,
+            k2u_u: base + u2k + npf + ink + intr + k2u + k % 3,
+            cpu: Some(0),
+            interrupts: None,
+        };
+        if npf > 0 {
+            exits.push(HostExitEvent {
+                vcpu: 0,
+                exit: base + 5,
+                entry: base + 5 + npf - 50,
+                reason: 0,
+            });
+        }
+        if intr > 0 {
+            let at = s.u2k_k + 10;
+            exits.push(HostExitEvent {
+                vcpu: 0,
+                exit: at,
+                entry: at + intr - 40,
+                reason: 1,
+            });
+        }
+        samples.push(s);
+    }
+    let corrections = xvmm_results::Corrections::derive(50, Some((50, 10)));
+    let mut traced = Crossing::from_samples("getppid", 200, &samples, &corrections, true);
+    traced.samples = Some(samples);
+    r.crossings = vec![traced];
+    let trace = HostTrace {
+        reasons: vec!["npf".into(), "intr".into()],
+        exits,
+        lost: Vec::new(),
+    };
+    attribute(&mut r, &Index::new(&trace, &Mapping::unscaled(0)), Some(0));
+    r.timeline = Some(Timeline {
+        offset: 0,
+        offset_source: "synthetic (test)".into(),
+        ratio: 1.0,
+        ratio_fixed: None,
+        ratio_frac_bits: None,
+        host_khz: None,
+        checks: 8,
+        calibrations: 8,
+        violations: 0,
+        bound_ticks: 10,
+        verified: true,
+        offset_inferred: false,
+        reason: None,
+        offset_changes: vec![],
+        measured_offset: None,
+        requested_offset: None,
+        measured_khz: None,
+        requested_khz: None,
+        unmatched: 0,
+        lost_events: 0,
+        lost_windows: 0,
+        lost_unplaced: 0,
+    });
+    let path = dir.join("traced-vm-synthetic.json");
+    std::fs::write(&path, r.to_json_pretty()).unwrap();
+    path
+}
+
+/// The kinds of the charts the probe measured.
+fn kinds(result: &Value) -> Vec<String> {
+    result["charts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
 /// A copy of a real report whose crossing, note and file name are markup.
 fn hostile(dir: &Path, real: &Path) -> PathBuf {
     let mut r = xvmm_results::Report::from_json(&std::fs::read_to_string(real).unwrap()).unwrap();
@@ -262,7 +361,8 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
     let chromium = chromium(); // fail first, and loudly, without a browser
     let dir = out_dir();
     let page = dir.join("report.html");
-    let files = inputs(&dir);
+    let mut files = inputs(&dir);
+    files.push(traced_vm(&dir));
     xvmm_report(&files, &page);
     let html = std::fs::read_to_string(&page).unwrap();
     // Nothing in the page could fetch or run anything (the SVG namespace is a name, not a fetch).
@@ -294,7 +394,7 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
     let result = probe_result(&probe.dom);
     let charts = result["charts"].as_array().unwrap();
     assert_eq!(charts.len(), figures, "every figure is in the DOM");
-    for kind in ["histogram", "bars", "trend"] {
+    for kind in ["histogram", "bars", "trend", "stacked", "timeline", "boxes"] {
         assert!(
             charts.iter().any(|c| c["kind"] == kind),
             "no {kind} chart rendered"
@@ -310,6 +410,8 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
         Value::Array(vec![]),
         "resources loaded"
     );
+    // The harness's files are TCG-emulated: the footer says so.
+    assert!(html.contains("<footer>") && html.contains("Measured under QEMU TCG"));
 
     // A blank page of the same size compresses to far less than the report.
     let blank = dir.join("blank.html");
@@ -332,6 +434,136 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
         chromium.display(),
         screenshot.display()
     );
+}
+
+/// Files of the fleet page.
+const FLEET: usize = 1000;
+/// Chromium must lay the fleet page out within this, its own start included.
+const FLEET_RENDER: Duration = Duration::from_secs(10);
+
+/// `n` characterization files: a real one (`docs/instances/`, a PVM guest
+/// on a Xeon) under five instance types and three kernels, every figure
+/// scaled by a factor that varies deterministically from file to file.
+fn fleet_files(dir: &Path, n: usize) -> Vec<PathBuf> {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/instances/2026-11-26-firecracker-xeon-6-207/characterize.json");
+    let base = xvmm_results::Report::from_json(&std::fs::read_to_string(real).unwrap()).unwrap();
+    let types = [
+        ("Intel(R) Xeon(R) Processor", "KVMKVMKVM", 2_100_000, 1.0),
+        ("AMD EPYC 9R14", "KVMKVMKVM", 2_600_000, 1.3),
+        (
+            "Intel(R) Xeon(R) Platinum 8375C",
+            "Microsoft Hv",
+            2_900_000,
+            2.1,
+        ),
+        ("AMD EPYC 7B13", "VMwareVMware", 2_450_000, 1.7),
+        ("Intel(R) Xeon(R) Gold 6338", "", 2_000_000, 0.2),
+    ];
+    std::fs::create_dir_all(dir).unwrap();
+    (0..n)
+        .map(|i| {
+            let (cpu, hv, khz, cost) = types[i % types.len()];
+            let mut r = base.clone();
+            r.host.cpu_model = cpu.into();
+            r.host.hypervisor_signature = hv.into();
+            r.host.tsc_khz = khz;
+            r.host.kernel_release = ["6.1.140", "6.6.90", "6.12.30"][i % 3].into();
+            if let Some(m) = r.machine.as_mut() {
+                m.hypervisor_signature = hv.into();
+            }
+            // 0.8 to 1.2 times the type's cost, a few files far slower.
+            let spread = 0.8 + 0.4 * ((i * 7919) % 1000) as f64 / 1000.0;
+            let factor = cost * spread * if i % 97 == 0 { 3.0 } else { 1.0 };
+            let c = r.characterize.as_mut().unwrap();
+            c.hostname = format!("node-{i:04}");
+            c.started_unix += i as u64;
+            for m in &mut c.metrics {
+                if let Some(st) = m.stats.as_mut().filter(|_| m.unit == "ticks") {
+                    let f = |v: u64| xvmm_results::num::u64_saturating((v as f64 * factor).round());
+                    (st.min, st.median, st.p99, st.max) =
+                        (f(st.min), f(st.median), f(st.p99), f(st.max));
+                    st.mean *= factor;
+                }
+            }
+            let path = dir.join(format!("node-{i:04}.json"));
+            std::fs::write(&path, r.to_json_pretty()).unwrap();
+            path
+        })
+        .collect()
+}
+
+/// Issue 24: a page of 1000 characterizations (the fleet view) renders in
+/// Chromium within [`FLEET_RENDER`], at a bounded DOM and page size; the
+/// page of a few files (the control) has no fleet view, and the check
+/// tells.
+#[test]
+fn a_thousand_file_fleet_page_renders_in_under_ten_seconds() {
+    chromium();
+    let dir = out_dir().join("fleet");
+    let _ = std::fs::remove_dir_all(&dir);
+    let files = fleet_files(&dir.join("files"), FLEET);
+    let page = dir.join("fleet.html");
+    let start = Instant::now();
+    xvmm_report(&files, &page);
+    let report_time = start.elapsed();
+    let html = std::fs::read_to_string(&page).unwrap();
+    let start = Instant::now();
+    let probe = browse(&probed_copy(&page), &["--dump-dom".into()]);
+    let render = start.elapsed();
+    assert!(probe.console.is_empty(), "console: {:?}", probe.console);
+    let result = probe_result(&probe.dom);
+    let (elements, dom_bytes) = (
+        result["elements"].as_u64().unwrap(),
+        result["dom_bytes"].as_u64().unwrap(),
+    );
+    println!(
+        "fleet of {FLEET} files: xvmm report {report_time:.2?}, page {} bytes; chromium {render:.2?} \
+         (laid out {:.0} ms after navigation), DOM {elements} elements, {dom_bytes} bytes",
+        html.len(),
+        result["laid_out_ms"].as_f64().unwrap()
+    );
+    assert!(render < FLEET_RENDER, "chromium took {render:?}");
+    let shown = kinds(&result);
+    let boxes = shown.iter().filter(|k| *k == "boxes").count();
+    assert!(boxes >= 6, "box charts: {shown:?}");
+    for c in result["charts"].as_array().unwrap() {
+        let (w, h) = (c["width"].as_f64().unwrap(), c["height"].as_f64().unwrap());
+        assert!(w > 200.0 && h > 60.0, "a chart rendered at {w}x{h}: {c}");
+        assert!(c["marks"].as_u64().unwrap() > 3, "an empty chart: {c}");
+    }
+    // Bounded whatever the number of files: no section per file.
+    assert!(html.len() < 3 << 20, "page {} bytes", html.len());
+    assert!(elements < 60_000, "{elements} elements");
+    assert!(
+        !html.contains("id=\"file-1\""),
+        "a section per file in a fleet page"
+    );
+    assert!(
+        html.contains("of 1000 rows"),
+        "the inputs table says it was cut"
+    );
+    // Real (PVM) files: no emulation caveat.
+    assert!(!html.contains("QEMU TCG"), "a TCG note for real files");
+
+    // Control: three of the files, no fleet view, their own sections.
+    let few = dir.join("few.html");
+    xvmm_report(&files[..3], &few);
+    let control = probe_result(&browse(&probed_copy(&few), &["--dump-dom".into()]).dom);
+    let control_kinds = kinds(&control);
+    for kind in ["boxes", "stacked", "timeline"] {
+        assert!(
+            !control_kinds.iter().any(|k| k == kind),
+            "{control_kinds:?}"
+        );
+    }
+    assert!(
+        !control_kinds.is_empty(),
+        "the control's own charts are seen"
+    );
+    assert!(std::fs::read_to_string(&few)
+        .unwrap()
+        .contains("id=\"file-1\""));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The report's charts, drawn with plotters' SVG backend into strings: three
+//! The report's charts, drawn with plotters' SVG backend into strings: six
 //! kinds cover every section.
 //!
 //! - [`histogram`]: a distribution (bins, the tail above the p99 in its own
@@ -6,7 +6,13 @@
 //! - [`bars`]: horizontal bars, one row per label, with an optional median
 //!   dot and a whisker (ranges, VM against bare metal, exits by reason,
 //!   ratios against a reference);
-//! - [`trend`]: lines over time.
+//! - [`trend`]: lines over time;
+//! - [`stacked`]: horizontal bars made of parts (VM against bare metal:
+//!   bare metal, what the VM adds without exits, each exit reason), an
+//!   interval as a whisker;
+//! - [`timeline`]: samples on a time axis, their segments, and the events
+//!   inside each as labelled boxes on top (a traced run's slowest samples);
+//! - [`boxes`]: one box plot per group (a fleet's files of one metric).
 //!
 //! An axis turns logarithmic when its values span more than [`LOG_SPAN`]
 //! (long tails, figures from 50 to 500 000 ticks in one chart). Labels come
@@ -15,6 +21,10 @@
 //! panics on its input: empty input gives a "no data" chart, a drawing error
 //! a chart that says so, and more than [`MAX_ROWS`] rows are cut with the
 //! number left out in the caption.
+
+mod rows;
+
+pub use rows::{boxes, stacked, timeline, MAX_EVENTS};
 
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
@@ -220,6 +230,33 @@ fn legend(root: &Area, names: &[(String, RGBColor)]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A chart of `height` pixels drawn by `draw`, its series named at its top
+/// right, or, where they are wider than the chart, in rows under it.
+fn with_legend(
+    height: u32,
+    names: &[(String, RGBColor)],
+    draw: impl FnOnce(&Area) -> Result<(), Failure>,
+) -> String {
+    let width = names
+        .iter()
+        .map(|(name, _)| text_width(name, 28))
+        .fold(0, i32::saturating_add);
+    let under = width > RIGHT - 40;
+    // A row under the chart is at least half full: no name is wider than
+    // MAX_LABEL characters, under half a row.
+    let lines = u32::try_from(width / ((RIGHT - 80) / 2)).unwrap_or(0) + 1;
+    let extra = if under { 18 * lines + 12 } else { 0 };
+    svg(height + extra, |whole| {
+        let (root, bottom) = whole.split_vertically(height);
+        if under {
+            legend_row(&bottom, names)?;
+        } else if !names.is_empty() {
+            legend(&root, names)?;
+        }
+        draw(&root)
+    })
+}
+
 /// Something drawn inside a cartesian chart whatever its axes' kinds.
 trait Body<Y: Ranged> {
     fn draw<X>(
@@ -240,6 +277,18 @@ struct Frame<'a> {
     y_area: u32,
     /// How many y labels at most.
     y_labels: usize,
+    /// Whether the y axis is logarithmic (its description says so).
+    y_log: bool,
+}
+
+/// An axis's description, saying "(log scale)" when it is logarithmic (an
+/// axis without a description gets one all the same when it is).
+pub fn axis_desc(desc: &str, log: bool) -> String {
+    match (log, desc.is_empty()) {
+        (false, _) => desc.to_string(),
+        (true, true) => "(log scale)".into(),
+        (true, false) => format!("{desc} (log scale)"),
+    }
 }
 
 /// The chart frame: caption, mesh and axis descriptions, with `x` linear or
@@ -263,6 +312,7 @@ where
         y_desc,
         y_area,
         y_labels,
+        y_log,
     } = *f;
     let mut builder = ChartBuilder::on(root);
     builder
@@ -273,6 +323,9 @@ where
         .x_label_area_size(46)
         .y_label_area_size(y_area);
     let x_format = |v: &f64| number(*v);
+    let x_desc = axis_desc(x_desc, x.log);
+    let y_desc = axis_desc(y_desc, y_log);
+    let (x_desc, y_desc) = (x_desc.as_str(), y_desc.as_str());
     if x.log {
         let mut chart = builder
             .build_cartesian_2d((x.lo..x.hi).log_scale(), y)
@@ -421,6 +474,7 @@ pub fn histogram(d: &Distribution) -> String {
         y_desc: "samples",
         y_area: 64,
         y_labels: 6,
+        y_log: y.log,
     };
     svg(300, |root| {
         legend(root, &legend_names)?;
@@ -540,10 +594,8 @@ pub fn bars(chart: &BarChart) -> String {
         _ => String::new(),
     };
     let height = 110 + 26 * n;
-    svg(height, |root| {
-        if names.len() > 1 {
-            legend(root, &names)?;
-        }
+    let names = if names.len() > 1 { names } else { Vec::new() };
+    with_legend(height, &names, |root| {
         let f = Frame {
             caption: &caption,
             x,
@@ -551,6 +603,7 @@ pub fn bars(chart: &BarChart) -> String {
             y_desc: "",
             y_area,
             y_labels: n as usize,
+            y_log: false,
         };
         frame(root, &f, (0..n).into_segmented(), &y_format, &body)
     })
@@ -665,6 +718,7 @@ pub fn trend(chart: &TrendChart) -> String {
             y_desc: &chart.y_unit,
             y_area: 60,
             y_labels: 6,
+            y_log: true,
         };
         frame(&top, &f, (y.lo..y.hi).log_scale(), &fmt, &body)?;
         legend_row(&bottom, &names)
@@ -914,6 +968,170 @@ mod tests {
         assert!(h.contains("\\x1b[2J&lt;b&gt;") && !h.contains('\x1b'));
         let long = "x".repeat(500);
         assert!(label(&long).chars().count() == MAX_LABEL && label(&long).ends_with('…'));
+    }
+
+    fn bar_chart(bars: Vec<Bar>) -> BarChart {
+        BarChart {
+            caption: "c".into(),
+            unit: "ticks".into(),
+            series: vec![],
+            bars,
+            reference: None,
+            omitted: 0,
+        }
+    }
+
+    /// The new kinds (issue 24): "no data" for empty input, a sane SVG for
+    /// the values a hostile file can hold, the rows they were given.
+    #[test]
+    fn stacked_timeline_and_boxes_draw_or_say_no_data() {
+        use xvmm_results::document::{
+            BoxChart, BoxGroup, Event, Part, Quartiles, Span, StackedBar, StackedChart,
+            TimelineChart, TimelineRow,
+        };
+        let stacked_of = |bars: Vec<StackedBar>| StackedChart {
+            caption: "s".into(),
+            unit: "ticks".into(),
+            series: vec![
+                "bare metal".into(),
+                "VM without exits".into(),
+                "exit: npf".into(),
+            ],
+            bars,
+            omitted: 0,
+        };
+        let timeline_of = |rows: Vec<TimelineRow>| TimelineChart {
+            caption: "t".into(),
+            unit: "ticks".into(),
+            series: vec!["u2k".into()],
+            rows,
+        };
+        let boxes_of = |groups: Vec<BoxGroup>| BoxChart {
+            caption: "b".into(),
+            unit: "ns".into(),
+            groups,
+            omitted: 0,
+        };
+        for svg in [
+            stacked(&stacked_of(vec![])),
+            timeline(&timeline_of(vec![])),
+            boxes(&boxes_of(vec![])),
+        ] {
+            assert_sane(&svg);
+            assert!(svg.contains("no data"), "{svg}");
+        }
+        let part = |series, value| Part { series, value };
+        let bar = StackedBar {
+            label: "getppid u2k".into(),
+            parts: vec![
+                part(0, 100.0),
+                part(1, -20.0),
+                part(2, 300.0),
+                part(2, f64::NAN),
+            ],
+            whisker: Some((60.0, 95.0)),
+            mark: Some(390.0),
+        };
+        let s = stacked(&stacked_of(vec![bar.clone(); 3]));
+        assert_sane(&s);
+        // Many long series: the legend wraps under the chart, inside it.
+        let mut wide = stacked_of(vec![bar.clone()]);
+        wide.series = (0..8)
+            .map(|k| format!("exit: A_LONG_EXIT_REASON_{k}"))
+            .collect();
+        let w = stacked(&wide);
+        assert_sane(&w);
+        for k in 0..8 {
+            assert!(
+                w.contains(&format!("A_LONG_EXIT_REASON_{k}")),
+                "series {k} not drawn"
+            );
+        }
+        // Each label at its own place (plotters clamps a label left of the
+        // picture to x = 0, where they would pile up).
+        let places: Vec<(&str, &str)> = w
+            .split("<text x=\"")
+            .skip(1)
+            .map(|t| {
+                let x = t.split('"').next().unwrap();
+                let y = t.split("y=\"").nth(1).unwrap().split('"').next().unwrap();
+                (x, y)
+            })
+            .collect();
+        assert!(places.len() > 8, "{w}");
+        let distinct: std::collections::HashSet<_> = places.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            places.len(),
+            "labels on one another: {places:?}"
+        );
+        let row = TimelineRow {
+            label: "#1".into(),
+            spans: vec![Span {
+                series: 0,
+                from: 0.0,
+                to: 500.0,
+            }],
+            events: (0..100)
+                .map(|k| Event {
+                    from: f64::from(k),
+                    to: f64::from(k) + 1e300,
+                    label: format!("npf {k}"),
+                })
+                .collect(),
+        };
+        let t = timeline(&timeline_of(vec![row]));
+        assert_sane(&t);
+        assert!(t.contains("npf 0") && !t.contains(&format!("npf {MAX_EVENTS}")));
+        let q = Quartiles::of(&[5.0, 1.0, f64::NAN, 3.0, 2.0, 4.0]).unwrap();
+        assert_eq!(
+            (q.min, q.q1, q.median, q.q3, q.max),
+            (1.0, 2.0, 3.0, 4.0, 5.0)
+        );
+        assert_eq!(Quartiles::of(&[f64::INFINITY]), None);
+        let groups = (0..200)
+            .map(|k| BoxGroup {
+                label: format!("g{k}"),
+                count: 1,
+                quartiles: q,
+            })
+            .collect();
+        let b = boxes(&boxes_of(groups));
+        assert_sane(&b);
+        assert!(b.contains("(first 80 of 200 groups)") && b.contains("g0 (n=1)"));
+    }
+
+    /// Issue 24, item 4c: a logarithmic axis says so; a linear one does not.
+    #[test]
+    fn log_axes_say_they_are_log() {
+        let span = LOG_SPAN * 10.0;
+        let wide = bars(&bar_chart(vec![bar("a", 10.0), bar("b", 10.0 * span)]));
+        assert_sane(&wide);
+        assert!(wide.contains("ticks (log scale)"), "{wide}");
+        let narrow = bars(&bar_chart(vec![
+            bar("a", 10.0),
+            bar("b", 10.0 * LOG_SPAN / 2.0),
+        ]));
+        assert_sane(&narrow);
+        assert!(narrow.contains("ticks") && !narrow.contains("log scale"));
+        // A histogram whose counts span widely: its count axis is log.
+        let bin = |lo: f64, count: u64| Bin {
+            lo,
+            hi: lo + 1.0,
+            count,
+            tail: false,
+        };
+        let h = histogram(&dist(
+            "h",
+            vec![bin(10.0, 1), bin(11.0, 10_000)],
+            10.0,
+            11.0,
+        ));
+        assert!(h.contains("samples (log scale)") && !h.contains("ticks (log scale)"));
+        let h = histogram(&dist("h", vec![bin(10.0, 5), bin(11.0, 7)], 10.0, 11.0));
+        assert!(!h.contains("log scale"), "{h}");
+        assert_eq!(axis_desc("", true), "(log scale)");
+        assert_eq!(axis_desc("x", false), "x");
     }
 
     #[test]

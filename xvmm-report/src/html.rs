@@ -54,6 +54,9 @@ fn chart_svg(chart: &Chart) -> String {
         Chart::Histogram(d) => charts::histogram(d),
         Chart::Bars(b) => charts::bars(b),
         Chart::Trend(t) => charts::trend(t),
+        Chart::Stacked(s) => charts::stacked(s),
+        Chart::Timeline(t) => charts::timeline(t),
+        Chart::Boxes(b) => charts::boxes(b),
     }
 }
 
@@ -207,7 +210,7 @@ pub fn page(doc: &Document, progress: &mut dyn FnMut(&str)) -> String {
     let _ = write!(
         out,
         "</main>\n<footer>{}</footer>\n</body>\n</html>\n",
-        escape(super::READING_NOTE)
+        escape(&doc.footer)
     );
     out
 }
@@ -275,6 +278,7 @@ mod tests {
                     }),
                 ],
             }],
+            footer: "<u>".into(),
         };
         let mut seen = Vec::new();
         let html = page(&doc, &mut |t| seen.push(t.to_string()));
@@ -286,6 +290,7 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(html.contains("title=\"&quot;&gt;&lt;script&gt;\""));
         assert!(html.contains("id=\"x&quot;y\""));
+        assert!(html.contains("<footer>&lt;u&gt;</footer>"), "{html}");
         // Every row, a note's and a labelled one's too, is one whole <tr>.
         assert_eq!(html.matches("<tr").count(), 4, "{html}");
         assert_eq!(html.matches("</tr>").count(), 4, "{html}");

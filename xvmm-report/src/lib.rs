@@ -24,12 +24,57 @@ pub struct Input {
     pub report: Report,
 }
 
-/// How to read the page, at its end.
+/// How to read the page, at its end, whatever the inputs.
 pub const READING_NOTE: &str =
     "Figures are TSC ticks unless a unit says otherwise; timings have the \
-null overhead (the stamp pair with nothing between it) subtracted. Figures measured under QEMU TCG \
-(the nested harness) are emulated: compare their shapes and relations, not their values with \
-hardware. This page loads nothing and runs no script.";
+null overhead (the stamp pair with nothing between it) subtracted. This page loads nothing and \
+runs no script.";
+
+/// QEMU TCG's CPUID hypervisor signature (leaf 0x40000000).
+pub const TCG_SIGNATURE: &str = "TCGTCGTCGTCG";
+
+/// Whether a file says it was measured under emulation: its host's or its
+/// machine's hypervisor signature is QEMU TCG's.
+pub fn emulated(report: &Report) -> bool {
+    let tcg = |s: &str| s.trim() == TCG_SIGNATURE;
+    tcg(&report.host.hypervisor_signature)
+        || report
+            .machine
+            .as_ref()
+            .is_some_and(|m| tcg(&m.hypervisor_signature))
+}
+
+/// Files named in the footer's caveat at most.
+const MAX_NAMED: usize = 8;
+
+/// The footer: [`READING_NOTE`], and the emulation caveat only when an
+/// input's environment says it was measured under QEMU TCG (naming which).
+pub fn reading_note(inputs: &[Input]) -> String {
+    let tcg: Vec<usize> = inputs
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| emulated(&i.report))
+        .map(|(k, _)| k + 1)
+        .collect();
+    if tcg.is_empty() {
+        return READING_NOTE.into();
+    }
+    let mut named: Vec<String> = tcg
+        .iter()
+        .take(MAX_NAMED)
+        .map(|k| format!("#{k}"))
+        .collect();
+    if tcg.len() > MAX_NAMED {
+        named.push(format!("and {} more", tcg.len() - MAX_NAMED));
+    }
+    format!(
+        "{READING_NOTE} Measured under QEMU TCG (hypervisor signature {TCG_SIGNATURE}, as in \
+         the nested harness): file(s) {}. Their figures, and those of KVM guests nested in such \
+         a machine, are emulated: compare their shapes and relations, not their values with \
+         hardware.",
+        named.join(", ")
+    )
+}
 
 /// The report as an HTML page; `progress` sees one step per section.
 pub fn html(inputs: &[Input], progress: &dyn Progress) -> String {

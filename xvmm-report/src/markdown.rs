@@ -129,7 +129,7 @@ pub fn page(doc: &Document, progress: &mut dyn FnMut(&str)) -> String {
         progress(&s.title);
         section(&mut out, s);
     }
-    let _ = writeln!(out, "---\n\n{}", escape(super::READING_NOTE));
+    let _ = writeln!(out, "---\n\n{}", escape(&doc.footer));
     out
 }
 
@@ -158,6 +158,7 @@ mod tests {
                     numeric: true,
                 })],
             }],
+            footer: "*f*".into(),
         };
         let md = page(&doc, &mut |_| {});
         assert!(md.contains("## \\#1\n"), "{md}");
@@ -165,5 +166,6 @@ mod tests {
         assert!(md.contains("|---|---:|"), "{md}");
         // A short row is padded to the table's width.
         assert!(md.contains("|  |  |"), "{md}");
+        assert!(md.ends_with("---\n\n\\*f\\*\n"), "{md}");
     }
 }

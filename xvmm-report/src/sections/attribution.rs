@@ -3,12 +3,14 @@
 //! figure built on it), then one row per crossing segment and a chart of
 //! all-sample against exit-free medians.
 
-use xvmm_results::attribution::SEGMENTS;
+use crate::charts;
+use xvmm_results::attribution::{TracedSample, SEGMENTS};
 use xvmm_results::document::{capped, Block, Chart, MAX_TABLE_ROWS};
 use xvmm_results::document::{Bar, BarChart};
+use xvmm_results::document::{Event, Span, TimelineChart, TimelineRow};
 use xvmm_results::render::{self, timeline_lines};
 use xvmm_results::timeline::Verdict;
-use xvmm_results::{Crossing, Interval, Report};
+use xvmm_results::{Crossing, Interval, Report, UNFILLED};
 
 /// Every attributed segment of the report, in order.
 fn attributed(r: &Report) -> Vec<(&Crossing, &'static str, &Interval)> {
@@ -26,6 +28,9 @@ fn attributed(r: &Report) -> Vec<(&Crossing, &'static str, &Interval)> {
 /// Adds the timeline and attribution blocks when the report has them.
 pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
     let Some(t) = &r.timeline else {
+        if r.environment == xvmm_results::Environment::LinuxVm {
+            blocks.push(Block::Paragraph(NOT_TRACED.into()));
+        }
         return;
     };
     blocks.push(Block::Subheading(
@@ -72,6 +77,130 @@ pub fn timeline_blocks(r: &Report, blocks: &mut Vec<Block>) {
     if let Some(table) = render::attribution_of(&r.crossings) {
         capped(table, segments.len(), blocks);
     }
+    slowest_blocks(r, blocks);
+}
+
+/// Why a VM file has no attribution and no timeline strip.
+pub const NOT_TRACED: &str = "No host attribution and no timeline strip of the slowest \
+samples: this run was not traced (`xvmm --trace` joins the host's exits to the guest's samples).";
+
+/// Crossings whose slowest samples are drawn at most.
+pub const MAX_STRIPS: usize = 8;
+
+/// Why a traced file has no timeline strip.
+pub const NO_STRIP: &str = "No timeline strip of the slowest samples: this file keeps no \
+per-sample exits (xvmm keeps them for the slowest samples of a traced run whose results joined \
+the trace; files written before it did lack them).";
+
+/// The slowest samples of each crossing as a timeline strip, where the
+/// file keeps them; a line saying why not otherwise.
+fn slowest_blocks(r: &Report, blocks: &mut Vec<Block>) {
+    let kept: Vec<(&Crossing, &[TracedSample])> = r
+        .crossings
+        .iter()
+        .filter_map(|c| {
+            let h = c.round_trip.as_ref()?.host.as_ref()?;
+            (!h.slowest.is_empty()).then_some((c, h.slowest.as_slice()))
+        })
+        .collect();
+    if kept.is_empty() {
+        blocks.push(Block::Paragraph(NO_STRIP.into()));
+        return;
+    }
+    blocks.push(Block::Paragraph(format!(
+        "Where every tick went in the slowest samples of each crossing: u2k, in-kernel and k2u \
+         on the guest's TSC from the sample's first stamp, each host exit inside the sample \
+         mapped onto it as a box with its reason and host ticks{}.",
+        if kept.len() > MAX_STRIPS {
+            format!(" (the first {MAX_STRIPS} of {} crossings)", kept.len())
+        } else {
+            String::new()
+        }
+    )));
+    for (c, samples) in kept.into_iter().take(MAX_STRIPS) {
+        blocks.push(Block::Chart(Chart::Timeline(strip(&c.name, samples))));
+    }
+}
+
+/// Ticks from `origin` to `t`, whatever the stamps hold.
+fn since(origin: u64, t: i128) -> f64 {
+    (t - i128::from(origin)) as f64
+}
+
+/// One crossing's slowest samples as a timeline.
+pub fn strip(crossing: &str, samples: &[TracedSample]) -> TimelineChart {
+    let rows = samples
+        .iter()
+        .take(charts::MAX_ROWS)
+        .enumerate()
+        .map(|(k, t)| {
+            let s = &t.sample;
+            let o = s.u2k_u;
+            let at = |v: u64| since(o, i128::from(v));
+            let spans = if s.u2k_k == UNFILLED || s.k2u_k == UNFILLED {
+                vec![Span {
+                    series: 3,
+                    from: 0.0,
+                    to: at(s.k2u_u),
+                }]
+            } else {
+                vec![
+                    Span {
+                        series: 0,
+                        from: 0.0,
+                        to: at(s.u2k_k),
+                    },
+                    Span {
+                        series: 1,
+                        from: at(s.u2k_k),
+                        to: at(s.k2u_k),
+                    },
+                    Span {
+                        series: 2,
+                        from: at(s.k2u_k),
+                        to: at(s.k2u_u),
+                    },
+                ]
+            };
+            let events = t
+                .exits
+                .iter()
+                .take(charts::MAX_EVENTS)
+                .map(|e| {
+                    let from = since(o, i128::from(e.guest_tsc));
+                    Event {
+                        from,
+                        to: from + e.guest_ticks as f64,
+                        label: format!("{} {}", e.reason, e.host_ticks),
+                    }
+                })
+                .collect();
+            let more =
+                match t.exits_left_out + t.exits.len().saturating_sub(charts::MAX_EVENTS) as u64 {
+                    0 => String::new(),
+                    n => format!(", +{n} exits"),
+                };
+            TimelineRow {
+                label: format!("#{} {} ticks{more}", k + 1, t.ticks),
+                spans,
+                events,
+            }
+        })
+        .collect();
+    TimelineChart {
+        caption: format!(
+            "{crossing}: the {} slowest samples",
+            samples.len().min(charts::MAX_ROWS)
+        ),
+        unit: "guest TSC ticks since the sample's first stamp".into(),
+        series: vec![
+            "u2k".into(),
+            "in kernel".into(),
+            "k2u".into(),
+            "round trip".into(),
+        ],
+        rows,
+    }
 }
 
 #[cfg(test)]
@@ -91,7 +220,12 @@ mod tests {
         );
         let mut blocks = Vec::new();
         timeline_blocks(&r, &mut blocks);
-        assert!(blocks.is_empty(), "untraced: nothing");
+        assert_eq!(
+            blocks,
+            [Block::Paragraph(NOT_TRACED.into())],
+            "untraced: why"
+        );
+        blocks.clear();
         let mut c = Crossing::from_round_trips("getppid", 2, &[100, 300], 0, "x".into());
         let mut host = SegmentHost {
             samples: 2,

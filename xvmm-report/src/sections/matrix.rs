@@ -80,10 +80,12 @@ pub(super) fn matrix_cell(m: Option<&Metric>, ratio: Result<Option<f64>, String>
 }
 
 pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
-    let cols = characterized(inputs);
+    let mut cols = characterized(inputs);
     if cols.len() < 2 {
         return None;
     }
+    let total = cols.len();
+    cols.truncate(super::FLEET_FILES);
     let chars: Vec<&Characterization> = cols.iter().map(|(_, _, c)| *c).collect();
     let basis = Basis::of(&cols.iter().map(|(_, i, _)| &i.report).collect::<Vec<_>>());
     let indexes: Vec<HashMap<&str, &Metric>> = chars.iter().map(|c| index(c)).collect();
@@ -123,6 +125,12 @@ pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
         column(cols[0].0, cols[0].1),
         basis.describe()
     ))];
+    if total > cols.len() {
+        blocks.push(Block::Paragraph(format!(
+            "(the first {} of {total} characterization files; the fleet view shows them all)",
+            cols.len()
+        )));
+    }
     blocks.push(Block::Chart(Chart::Bars(BarChart {
         caption: format!(
             "Median against {} (1.0 = the same)",

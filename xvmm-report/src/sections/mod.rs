@@ -11,6 +11,7 @@ mod async_pf;
 mod attribution;
 mod bins;
 mod comparison;
+mod fleet;
 mod matrix;
 mod run;
 mod trend;
@@ -20,7 +21,7 @@ use comparison::comparison_sections;
 use matrix::matrix_section;
 use run::report_section;
 use trend::trend_sections;
-use xvmm_results::document::{capped, Cell, Document, Row, Section, Table, MAX_TABLE_ROWS};
+use xvmm_results::document::{capped, Block, Cell, Document, Row, Section, Table, MAX_TABLE_ROWS};
 
 pub use bins::{bins_of, bins_of_histogram, distribution};
 
@@ -30,18 +31,37 @@ pub const MAX_DISTRIBUTIONS: usize = 60;
 const MAX_CELL: usize = 60;
 const TICKS: &str = "TSC ticks (null overhead subtracted)";
 
+/// Files past which the report is a fleet's: no section per file (each is
+/// a row of the inputs table), at most this many comparisons, trends and
+/// matrix columns, each cut saying how many were left out.
+pub const FLEET_FILES: usize = 20;
+
 /// The whole document.
 pub fn document(inputs: &[Input]) -> Document {
-    let mut sections = vec![inputs_section(inputs)];
-    sections.extend(comparison_sections(inputs));
+    let fleet = inputs.len() > FLEET_FILES;
+    let mut sections = Vec::new();
+    // A fleet's page opens on its distributions, its long file table last.
+    if fleet {
+        sections.extend(fleet::fleet_section(inputs));
+    } else {
+        sections.push(inputs_section(inputs));
+    }
+    sections.extend(cut(comparison_sections(inputs), "comparisons"));
     sections.extend(matrix_section(inputs));
-    sections.extend(trend_sections(inputs));
-    sections.extend(
-        inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| report_section(i, input)),
-    );
+    if !fleet {
+        sections.extend(fleet::fleet_section(inputs));
+    }
+    sections.extend(cut(trend_sections(inputs), "trends"));
+    if fleet {
+        sections.push(inputs_section(inputs));
+    } else {
+        sections.extend(
+            inputs
+                .iter()
+                .enumerate()
+                .map(|(i, input)| report_section(i, input)),
+        );
+    }
     Document {
         title: "xvmm report".into(),
         subtitle: format!(
@@ -50,7 +70,23 @@ pub fn document(inputs: &[Input]) -> Document {
             env!("CARGO_PKG_VERSION")
         ),
         sections,
+        footer: crate::reading_note(inputs),
     }
+}
+
+/// The first [`FLEET_FILES`] sections; the last one kept says how many of
+/// `what` were left out.
+fn cut(mut sections: Vec<Section>, what: &str) -> Vec<Section> {
+    let total = sections.len();
+    if total > FLEET_FILES {
+        sections.truncate(FLEET_FILES);
+        if let Some(last) = sections.last_mut() {
+            last.blocks.push(Block::Paragraph(format!(
+                "(the first {FLEET_FILES} of {total} {what}; the others are left out)"
+            )));
+        }
+    }
+    sections
 }
 
 fn column(i: usize, input: &Input) -> String {
@@ -104,6 +140,14 @@ fn inputs_section(inputs: &[Input]) -> Section {
         })
         .collect();
     let mut blocks = Vec::new();
+    if inputs.len() > FLEET_FILES {
+        blocks.push(Block::Paragraph(format!(
+            "{} files: past {FLEET_FILES}, each file is one row here, not a section of its own \
+             (the fleet view, first on this page, shows their characterizations as \
+             distributions).",
+            inputs.len()
+        )));
+    }
     capped(
         Table {
             header: header.iter().map(|h| h.to_string()).collect(),
@@ -422,6 +466,319 @@ mod tests {
             &Silent,
         );
         assert!(html.len() < 8 << 20, "{} bytes", html.len());
+    }
+
+    /// A traced VM run of `getppid` (every 10th sample with an npf exit in
+    /// u2k, every 25th an intr exit in the kernel) joined to its trace, and
+    /// the bare-metal run of the same crossing without exits.
+    pub(crate) fn traced_pair() -> (Report, Report) {
+        use xvmm_results::attribution::{attribute, HostExitEvent, HostTrace, Index};
+        use xvmm_results::timeline::{Mapping, Timeline};
+        let sample = |k: u64, extra: u64| Sample {
+            u2k_u: 10_000 * k,
+            u2k_k: 10_000 * k + 300 + extra + k % 7,
+            k2u_k: 10_000 * k + 700 + extra + k % 7,
+            k2u_u: 10_000 * k + 1000 + extra + k % 5,
+            cpu: Some(0),
+            interrupts: None,
+        };
+        let corr = xvmm_results::Corrections::derive(50, Some((50, 10)));
+        let vm_samples: Vec<Sample> = (1..=200)
+            .map(|k| {
+                let mut s = sample(k, if k % 10 == 0 { 2000 } else { 60 });
+                if k % 25 == 0 {
+                    s.k2u_u += 100;
+                }
+                s
+            })
+            .collect();
+        let bm_samples: Vec<Sample> = (1..=200).map(|k| sample(k, 0)).collect();
+        let mut exits = Vec::new();
+        for k in 1..=200u64 {
+            if k % 10 == 0 {
+                exits.push(HostExitEvent {
+                    vcpu: 0,
+                    exit: 10_000 * k + 100,
+                    entry: 10_000 * k + 2_000,
+                    reason: 0,
+                });
+            }
+            if k % 25 == 0 {
+                exits.push(HostExitEvent {
+                    vcpu: 0,
+                    exit: 10_000 * k + 2_500,
+                    entry: 10_000 * k + 2_600,
+                    reason: 1,
+                });
+            }
+        }
+        let trace = HostTrace {
+            reasons: vec!["npf".into(), "intr".into()],
+            exits,
+            lost: Vec::new(),
+        };
+        let mut vm = report(Environment::LinuxVm, &[], 1);
+        let mut c = Crossing::from_samples("getppid", 200, &vm_samples, &corr, true);
+        c.samples = Some(vm_samples);
+        vm.crossings.push(c);
+        attribute(&mut vm, &Index::new(&trace, &Mapping::unscaled(0)), Some(0));
+        vm.timeline = Some(Timeline {
+            offset: 0,
+            offset_source: "KVM_VCPU_TSC_OFFSET".into(),
+            ratio: 1.0,
+            ratio_fixed: None,
+            ratio_frac_bits: None,
+            host_khz: None,
+            checks: 4,
+            calibrations: 4,
+            violations: 0,
+            bound_ticks: 10,
+            verified: true,
+            offset_inferred: false,
+            reason: None,
+            offset_changes: vec![],
+            measured_offset: None,
+            requested_offset: None,
+            measured_khz: None,
+            requested_khz: None,
+            unmatched: 0,
+            lost_events: 0,
+            lost_windows: 0,
+            lost_unplaced: 0,
+        });
+        let mut bm = report(Environment::BareMetal, &[], 1);
+        bm.crossings.push(Crossing::from_samples(
+            "getppid",
+            200,
+            &bm_samples,
+            &corr,
+            false,
+        ));
+        (vm, bm)
+    }
+
+    fn stacked_of(doc: &Document) -> Option<&xvmm_results::document::StackedChart> {
+        doc.charts().into_iter().find_map(|c| match c {
+            Chart::Stacked(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Issue 24, item 4a: a traced VM against bare metal gets the stacked
+    /// decomposition; an untraced pair says why it has none.
+    #[test]
+    fn a_traced_vm_against_bare_metal_is_decomposed_in_stacked_bars() {
+        let (vm, bm) = traced_pair();
+        let inputs = [input("vm.json", vm), input("bm.json", bm)];
+        let doc = document(&inputs);
+        let stacked = stacked_of(&doc).expect("a stacked chart");
+        assert_eq!(stacked.series[..2], ["bare metal", "VM without exits"]);
+        assert!(
+            stacked.series.contains(&"exit: npf".to_string()),
+            "{:?}",
+            stacked.series
+        );
+        let u2k = stacked
+            .bars
+            .iter()
+            .find(|b| b.label == "getppid u2k")
+            .unwrap();
+        let series: Vec<usize> = u2k.parts.iter().map(|p| p.series).collect();
+        assert_eq!(series[..2], [0, 1], "{u2k:?}");
+        assert!(u2k.parts.len() >= 3, "an exit part: {u2k:?}");
+        let (lo, hi) = u2k.whisker.expect("the without-exits interval");
+        let end = u2k.parts[0].value + u2k.parts[1].value;
+        assert!(lo <= end && end <= hi, "{lo} {end} {hi}");
+        assert!(u2k.mark.is_some());
+        let svg = charts::stacked(stacked);
+        assert!(svg.contains("<rect") && svg.contains("VM without exits") && svg.contains("npf"));
+        let html = crate::html(&inputs, &Silent);
+        assert_eq!(html.matches("data-kind=\"stacked\"").count(), 1);
+        // Control: the same pair without the trace has no such chart.
+        let (mut vm, bm) = traced_pair();
+        for c in &mut vm.crossings {
+            for i in [&mut c.u2k, &mut c.in_kernel, &mut c.k2u, &mut c.round_trip]
+                .into_iter()
+                .flatten()
+            {
+                i.host = None;
+            }
+        }
+        let plain = [input("vm.json", vm), input("bm.json", bm)];
+        let doc = document(&plain);
+        assert!(stacked_of(&doc).is_none());
+        assert!(format!("{:?}", doc.sections[1].blocks).contains("No decomposition into exits"));
+        assert!(!crate::html(&plain, &Silent).contains("data-kind=\"stacked\""));
+    }
+
+    /// Issue 24, item 4b: a traced run's slowest samples on a timeline, the
+    /// exits inside each as labelled boxes; a traced file without them says
+    /// why.
+    #[test]
+    fn a_traced_run_draws_its_slowest_samples_on_a_timeline() {
+        let (vm, _) = traced_pair();
+        let doc = document(&[input("vm.json", vm.clone())]);
+        let strip = doc
+            .charts()
+            .into_iter()
+            .find_map(|c| match c {
+                Chart::Timeline(t) => Some(t),
+                _ => None,
+            })
+            .expect("a timeline strip");
+        assert_eq!(strip.rows.len(), xvmm_results::attribution::SLOWEST_SAMPLES);
+        let first = &strip.rows[0];
+        assert_eq!(
+            first.spans.iter().map(|s| s.series).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert!(first.spans.windows(2).all(|w| w[0].to == w[1].from));
+        // The slowest sample holds both an npf and an intr exit (k = 200).
+        let labels: Vec<&str> = first.events.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["npf 1900", "intr 100"], "{first:?}");
+        assert_eq!((first.events[0].from, first.events[0].to), (100.0, 2000.0));
+        let svg = charts::timeline(strip);
+        assert!(
+            svg.contains("npf 1900") && svg.contains("in kernel"),
+            "{svg}"
+        );
+        assert!(crate::html(&[input("vm.json", vm.clone())], &Silent)
+            .contains("data-kind=\"timeline\""));
+        // Control: the same traced file without the kept samples.
+        let mut old = vm;
+        for c in &mut old.crossings {
+            if let Some(h) = c.round_trip.as_mut().and_then(|i| i.host.as_mut()) {
+                h.slowest.clear();
+            }
+        }
+        let doc = document(&[input("old.json", old.clone())]);
+        assert!(!doc.charts().iter().any(|c| c.kind() == "timeline"));
+        assert!(format!("{:?}", doc.sections).contains("No timeline strip"));
+    }
+
+    /// `n` characterizations of several instance types and kernels, their
+    /// figures varied deterministically.
+    fn fleet(n: usize) -> Vec<Input> {
+        let types = [
+            ("EPYC", "KVMKVMKVM", 2_000_000),
+            ("Xeon", "KVMKVMKVM", 2_100_000),
+            ("Xeon", "Microsoft Hv", 2_100_000),
+            ("Graviton-ish", "", 2_500_000),
+        ];
+        (0..n)
+            .map(|i| {
+                let (cpu, hv, khz) = types[i % types.len()];
+                let mut r = characterized(&format!("node-{i}"), 1_000 + i as u64, 0);
+                r.host.cpu_model = cpu.into();
+                r.host.hypervisor_signature = hv.into();
+                r.host.tsc_khz = khz;
+                r.host.kernel_release = format!("6.{}", i % 3);
+                let c = r.characterize.as_mut().unwrap();
+                let v = 1000 + (i as u64 * 7919) % 500 + 1000 * (i % types.len()) as u64;
+                c.metrics[0] = Metric::from_samples("exits", "cpuid", "ticks", &[v, v + 10]);
+                c.metrics.push(Metric::from_samples(
+                    "crossings",
+                    "getppid",
+                    "ticks",
+                    &[v / 10],
+                ));
+                input(&format!("n{i}.json"), r)
+            })
+            .collect()
+    }
+
+    fn boxes_of(doc: &Document) -> Vec<&xvmm_results::document::BoxChart> {
+        doc.charts()
+            .into_iter()
+            .filter_map(|c| match c {
+                Chart::Boxes(b) => Some(b),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Issue 24, item 4e: many characterizations as box plots per instance
+    /// type and kernel; past FLEET_FILES files no section per file, so 1000
+    /// files make a page of bounded size.
+    #[test]
+    fn a_fleet_is_drawn_as_boxes_and_a_thousand_files_stay_small() {
+        let inputs = fleet(1000);
+        let doc = document(&inputs);
+        assert_eq!(ids(&doc), ["fleet", "matrix", "inputs"]);
+        let boxes = boxes_of(&doc);
+        // cpuid and getppid, each by instance type and by kernel.
+        assert_eq!(boxes.len(), 4, "{boxes:?}");
+        let by_type = &boxes[0];
+        assert!(by_type
+            .caption
+            .starts_with("cpuid: median per file, by instance type"));
+        let labels: Vec<&str> = by_type.groups.iter().map(|g| g.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "EPYC · KVMKVMKVM",
+                "Xeon · KVMKVMKVM",
+                "Xeon · Microsoft Hv",
+                "Graviton-ish · no hypervisor"
+            ]
+        );
+        assert!(by_type.groups.iter().all(|g| g.count == 250));
+        // EPYC: 1000..1500 ticks at 2 GHz: 500..750 ns.
+        let q = by_type.groups[0].quartiles;
+        assert!(
+            q.min >= 500.0 && q.max < 750.0 && q.q1 <= q.median && q.median <= q.q3,
+            "{q:?}"
+        );
+        assert_eq!(boxes[1].groups.len(), 3, "three kernels");
+        let matrix = doc.sections.iter().find(|s| s.id == "matrix").unwrap();
+        assert!(format!("{:?}", matrix.blocks).contains("the first 20 of 1000"));
+        let html = crate::html(&inputs, &Silent);
+        assert_eq!(html.matches("data-kind=\"boxes\"").count(), 4);
+        assert!(html.len() < 2 << 20, "{} bytes for 1000 files", html.len());
+        let svg = charts::boxes(by_type);
+        assert!(svg.contains("EPYC · KVMKVMKVM (n=250)"), "{svg}");
+        // Control: a few files keep their own sections and get no fleet view.
+        let few = document(&fleet(3));
+        assert!(boxes_of(&few).is_empty());
+        assert_eq!(
+            ids(&few).iter().filter(|i| i.starts_with("file-")).count(),
+            3
+        );
+    }
+
+    /// Issue 24, item 4d: the TCG caveat only where a file was measured
+    /// under QEMU TCG, in both backends' footers.
+    #[test]
+    fn the_footer_says_emulated_only_for_emulated_files() {
+        let real = input("real.json", report(Environment::BareMetal, &["getppid"], 1));
+        let mut tcg = input("l1.json", report(Environment::BareMetal, &["getppid"], 1));
+        tcg.report.host.hypervisor_signature = crate::TCG_SIGNATURE.into();
+        let mut by_machine = real.clone();
+        by_machine.report.machine = Some(xvmm_results::machine::Machine {
+            hypervisor_signature: crate::TCG_SIGNATURE.into(),
+            ..Default::default()
+        });
+        assert!(!crate::emulated(&real.report));
+        assert!(crate::emulated(&tcg.report) && crate::emulated(&by_machine.report));
+        let only_real = [real.clone()];
+        let mixed = [real.clone(), tcg.clone()];
+        assert_eq!(document(&only_real).footer, crate::READING_NOTE);
+        let footer = document(&mixed).footer;
+        assert!(
+            footer.contains(
+                "TCG (hypervisor signature TCGTCGTCGTCG, as in the nested harness): file(s) #2."
+            ),
+            "{footer}"
+        );
+        for (page, tcg_expected) in [
+            (super::super::html(&only_real, &Silent), false),
+            (super::super::html(&mixed, &Silent), true),
+            (super::super::markdown(&only_real, &Silent), false),
+            (super::super::markdown(&mixed, &Silent), true),
+        ] {
+            assert_eq!(page.contains("QEMU TCG"), tcg_expected, "{page}");
+            assert!(page.contains("This page loads nothing"));
+        }
     }
 
     #[test]

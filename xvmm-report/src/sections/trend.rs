@@ -61,7 +61,9 @@ pub(super) fn time_unit(seconds: u64) -> (&'static str, f64) {
     }
 }
 
-pub(super) fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)]) -> Section {
+pub(super) fn trend_section(n: usize, all: &[(usize, &Input, &Characterization)]) -> Section {
+    // The table has a column per run: the latest ones, at most FLEET_FILES.
+    let runs = &all[all.len().saturating_sub(super::FLEET_FILES)..];
     let t0 = runs[0].2.started_unix;
     let span = runs[runs.len() - 1].2.started_unix.saturating_sub(t0);
     let (unit, per) = time_unit(span);
@@ -124,6 +126,13 @@ pub(super) fn trend_section(n: usize, runs: &[(usize, &Input, &Characterization)
             reference: Some(1.0),
         })),
     ];
+    if all.len() > runs.len() {
+        blocks.push(Block::Paragraph(format!(
+            "(the latest {} of {} runs)",
+            runs.len(),
+            all.len()
+        )));
+    }
     capped(table, timed.len(), &mut blocks);
     Section {
         id: format!("trend-{}", n + 1),

@@ -59,6 +59,12 @@ pub enum Chart {
     Histogram(Distribution),
     Bars(BarChart),
     Trend(TrendChart),
+    /// Horizontal bars made of parts (a decomposition).
+    Stacked(StackedChart),
+    /// Samples drawn along their time axis, with events on top.
+    Timeline(TimelineChart),
+    /// Many values per group: one box plot per group.
+    Boxes(BoxChart),
 }
 
 impl Chart {
@@ -67,6 +73,9 @@ impl Chart {
             Chart::Histogram(d) => &d.caption,
             Chart::Bars(b) => &b.caption,
             Chart::Trend(t) => &t.caption,
+            Chart::Stacked(s) => &s.caption,
+            Chart::Timeline(t) => &t.caption,
+            Chart::Boxes(b) => &b.caption,
         }
     }
 
@@ -76,6 +85,9 @@ impl Chart {
             Chart::Histogram(_) => "histogram",
             Chart::Bars(_) => "bars",
             Chart::Trend(_) => "trend",
+            Chart::Stacked(_) => "stacked",
+            Chart::Timeline(_) => "timeline",
+            Chart::Boxes(_) => "boxes",
         }
     }
 }
@@ -107,6 +119,8 @@ pub struct Document {
     /// One line under the title.
     pub subtitle: String,
     pub sections: Vec<Section>,
+    /// How to read the page, at its end (built from the inputs).
+    pub footer: String,
 }
 
 impl Document {
@@ -373,6 +387,127 @@ pub struct TrendChart {
     pub lines: Vec<Line>,
     /// A horizontal reference line (1.0 for ratios).
     pub reference: Option<f64>,
+}
+
+/// One part of a stacked bar: `value` long, in the colour of `series`
+/// (a negative part is drawn back from where the parts before it end).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Part {
+    pub series: usize,
+    pub value: f64,
+}
+
+/// One row of a stacked chart: its parts end to end from zero.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackedBar {
+    pub label: String,
+    pub parts: Vec<Part>,
+    /// An interval drawn as a whisker across the row (low, high).
+    pub whisker: Option<(f64, f64)>,
+    /// A dot on the row (the measured total, to set the parts against).
+    pub mark: Option<f64>,
+}
+
+/// Horizontal bars of parts, one row per label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackedChart {
+    pub caption: String,
+    pub unit: String,
+    /// Series names (the legend), by colour.
+    pub series: Vec<String>,
+    pub bars: Vec<StackedBar>,
+    /// Rows left out before the chart was built.
+    pub omitted: usize,
+}
+
+/// A span of one timeline row: `[from, to)` in the colour of `series`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Span {
+    pub series: usize,
+    pub from: f64,
+    pub to: f64,
+}
+
+/// An event over a timeline row: a box from `from` to `to` with a label.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub from: f64,
+    pub to: f64,
+    pub label: String,
+}
+
+/// One sample on a timeline: its segments, the events inside it on top.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineRow {
+    pub label: String,
+    pub spans: Vec<Span>,
+    pub events: Vec<Event>,
+}
+
+/// Samples along one time axis, one row each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineChart {
+    pub caption: String,
+    pub unit: String,
+    /// Span series names (the legend), by colour.
+    pub series: Vec<String>,
+    pub rows: Vec<TimelineRow>,
+}
+
+/// The five figures of one group's box: minimum, quartiles, median, maximum.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Quartiles {
+    pub min: f64,
+    pub q1: f64,
+    pub median: f64,
+    pub q3: f64,
+    pub max: f64,
+}
+
+impl Quartiles {
+    /// Nearest-rank quartiles of finite `values` (sorted here); `None`
+    /// without one.
+    pub fn of(values: &[f64]) -> Option<Quartiles> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable_by(f64::total_cmp);
+        let at = |q: f64| {
+            #[allow(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "q in [0, 1]: an index into v"
+            )]
+            let i = ((v.len() - 1) as f64 * q).round() as usize;
+            v[i.min(v.len() - 1)]
+        };
+        Some(Quartiles {
+            min: v[0],
+            q1: at(0.25),
+            median: at(0.5),
+            q3: at(0.75),
+            max: v[v.len() - 1],
+        })
+    }
+}
+
+/// One group of a box chart: its box, and how many values it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoxGroup {
+    pub label: String,
+    pub count: usize,
+    pub quartiles: Quartiles,
+}
+
+/// One box plot per group, side by side on one value axis.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoxChart {
+    pub caption: String,
+    pub unit: String,
+    pub groups: Vec<BoxGroup>,
+    /// Groups left out before the chart was built.
+    pub omitted: usize,
 }
 
 #[cfg(test)]

@@ -72,6 +72,43 @@ pub struct SegmentHost {
     /// Why the segment could not be attributed at all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The round trip only: its [`SLOWEST_SAMPLES`] slowest attributable
+    /// samples with the exits inside each, slowest first (where every tick
+    /// of those went; a traced run keeps every sample's stamps, the trace's
+    /// events are kept for these alone). Absent from older files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slowest: Vec<TracedSample>,
+}
+
+/// Samples per crossing whose exits a traced report keeps.
+pub const SLOWEST_SAMPLES: usize = 8;
+/// Exits kept per kept sample; the rest are counted.
+pub const SAMPLE_EXITS: usize = 32;
+
+/// One sample with the exits inside its round trip.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct TracedSample {
+    /// Its stamps (guest TSC).
+    pub sample: Sample,
+    /// Its round trip, corrected (guest ticks).
+    pub ticks: u64,
+    /// The first [`SAMPLE_EXITS`] exits in it, in guest-time order.
+    pub exits: Vec<SampleExit>,
+    /// Exits in it past those.
+    #[serde(default)]
+    pub exits_left_out: u64,
+}
+
+/// One traced exit inside a sample.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SampleExit {
+    pub reason: String,
+    /// `kvm_exit` mapped onto the guest's TSC.
+    pub guest_tsc: i64,
+    /// `kvm_exit` to `kvm_entry`, host ticks.
+    pub host_ticks: u64,
+    /// The same in guest ticks (the mapping's rate).
+    pub guest_ticks: u64,
 }
 
 impl SegmentHost {
@@ -186,6 +223,8 @@ const SPLIT_SEGMENTS: [(&str, Window); 4] = [
 
 /// A sample's segment, measured: its corrected value and its exits.
 struct Placed {
+    /// Index into the samples.
+    at: usize,
     value: u64,
     exits: std::ops::Range<usize>,
     vcpu: u32,
@@ -246,7 +285,10 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>)
                 reason: Some(why.clone()),
                 ..Default::default()
             },
-            None => segment_host(&samples, &judged, window, interval, index),
+            None => {
+                let keep = name == "round_trip";
+                segment_host(&samples, &judged, (window, keep), interval, index)
+            }
         });
     }
     c.samples = Some(all);
@@ -286,17 +328,18 @@ fn judge(s: &Sample, split: bool, index: &Index, single_vcpu: Option<u32>) -> Ju
     }
 }
 
+/// `window`: the segment's, and whether to keep its slowest samples' exits.
 fn segment_host(
     samples: &[Sample],
     judged: &[Judged],
-    window: Window,
+    (window, keep_slowest): (Window, bool),
     interval: &Interval,
     index: &Index,
 ) -> SegmentHost {
     let correction = interval.correction.unwrap_or(0);
     let mut host = SegmentHost::default();
     let mut placed = Vec::with_capacity(samples.len());
-    for (s, j) in samples.iter().zip(judged) {
+    for (at, (s, j)) in samples.iter().zip(judged).enumerate() {
         let vcpu = match *j {
             Judged::Unattributable => {
                 host.samples += 1;
@@ -312,13 +355,62 @@ fn segment_host(
             .get(&vcpu)
             .map_or(0..0, |v| index.exits_in(v, a, b));
         placed.push(Placed {
+            at,
             value: (b - a).saturating_sub(correction),
             exits,
             vcpu,
         });
     }
     summarise(&mut host, &placed, index);
+    if keep_slowest {
+        host.slowest = slowest(samples, &mut placed, index);
+    }
     host
+}
+
+/// The [`SLOWEST_SAMPLES`] slowest of `placed`, slowest first, with their
+/// exits; linear in the samples (a selection, then a sort of the few).
+fn slowest(samples: &[Sample], placed: &mut [Placed], index: &Index) -> Vec<TracedSample> {
+    let n = SLOWEST_SAMPLES.min(placed.len());
+    if n == 0 {
+        return Vec::new();
+    }
+    if n < placed.len() {
+        placed.select_nth_unstable_by_key(n - 1, |p| std::cmp::Reverse(p.value));
+    }
+    let top = &mut placed[..n];
+    top.sort_by_key(|p| (std::cmp::Reverse(p.value), p.at));
+    top.iter()
+        .map(|p| {
+            // A sample without exits may be on a vCPU the trace never saw.
+            let range = index.vcpus.get(&p.vcpu).map(|v| (v, p.exits.clone()));
+            let exits = range
+                .into_iter()
+                .flat_map(|(v, r)| r.map(move |i| (v, i)))
+                .take(SAMPLE_EXITS)
+                .map(|(v, i)| SampleExit {
+                    reason: reason_name(index, v.reason[i]).to_string(),
+                    guest_tsc: i64::try_from(v.guest_exit[i]).unwrap_or(i64::MAX),
+                    host_ticks: v.host_ticks[i],
+                    guest_ticks: index.mapping.scale_duration(v.host_ticks[i]),
+                })
+                .collect();
+            TracedSample {
+                sample: samples[p.at],
+                ticks: p.value,
+                exits,
+                exits_left_out: p.exits.len().saturating_sub(SAMPLE_EXITS) as u64,
+            }
+        })
+        .collect()
+}
+
+fn reason_name<'a>(index: &Index<'a>, reason: u16) -> &'a str {
+    index
+        .trace
+        .reasons
+        .get(usize::from(reason))
+        .map_or("unknown", String::as_str)
 }
 
 /// Values a confidence interval is computed from at most: the bootstrap's
@@ -352,11 +444,7 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
         let v = &index.vcpus[&p.vcpu];
         let mut ticks = 0u64;
         for i in p.exits.clone() {
-            let name = index
-                .trace
-                .reasons
-                .get(usize::from(v.reason[i]))
-                .map_or("unknown", String::as_str);
+            let name = reason_name(index, v.reason[i]);
             let cost = host.exits.entry(name.to_string()).or_default();
             cost.count += 1;
             cost.host_ticks = cost.host_ticks.saturating_add(v.host_ticks[i]);
@@ -459,6 +547,46 @@ mod tests {
         assert_eq!(host(&r, "k2u").samples_with_exits, 0);
         let rt = host(&r, "round_trip");
         assert_eq!((rt.samples_with_exits, rt.host_ticks_total), (2, 90));
+    }
+
+    /// Issue 24, item 4b: the round trip keeps its slowest samples, with
+    /// the exits inside each (mapped onto the guest's TSC); no other segment
+    /// does, and the file reads back.
+    #[test]
+    fn the_slowest_samples_keep_their_exits() {
+        // Twelve samples 1000 apart, sample k's round trip 400 + k ticks.
+        let samples: Vec<Sample> = (1..=12)
+            .map(|k| {
+                let mut s = sample(k * 1000, Some(0));
+                s.k2u_u += k;
+                s
+            })
+            .collect();
+        let mut r = report(samples);
+        // Two exits in sample 12 (u2k and in_kernel), one in sample 3.
+        let t = trace(vec![
+            exit(12_010 + 500, 60, 0),
+            exit(12_150 + 500, 30, 1),
+            exit(3_010 + 500, 7, 1),
+        ]);
+        let m = Mapping::unscaled(-500);
+        attribute(&mut r, &Index::new(&t, &m), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!(rt.slowest.len(), SLOWEST_SAMPLES);
+        let ticks: Vec<u64> = rt.slowest.iter().map(|s| s.ticks).collect();
+        assert_eq!(ticks, (5..=12).rev().map(|k| 400 + k).collect::<Vec<_>>());
+        let first = &rt.slowest[0];
+        assert_eq!(first.sample.u2k_u, 12_000);
+        let exits: Vec<(&str, i64, u64)> = first
+            .exits
+            .iter()
+            .map(|e| (e.reason.as_str(), e.guest_tsc, e.host_ticks))
+            .collect();
+        assert_eq!(exits, [("npf", 12_010, 60), ("intr", 12_150, 30)]);
+        assert!(rt.slowest[1..].iter().all(|s| s.exits.is_empty()));
+        assert!(host(&r, "u2k").slowest.is_empty());
+        let back = Report::from_json(&r.to_json_pretty()).unwrap();
+        assert_eq!(back.crossings[0].round_trip, r.crossings[0].round_trip);
     }
 
     /// Round-trip-only samples (no kernel stamps): only the round trip is

@@ -276,6 +276,21 @@ mod tests {
         let host = r.crossings[0].u2k.as_ref().unwrap().host.as_ref().unwrap();
         assert_eq!((host.samples, host.samples_with_exits), (1, 1));
         assert_eq!(host.exits["npf"].host_ticks, 300);
+        // The round trip keeps its slowest sample with that exit, on the
+        // guest's TSC (the report's timeline strip).
+        let rt = r.crossings[0]
+            .round_trip
+            .as_ref()
+            .unwrap()
+            .host
+            .as_ref()
+            .unwrap();
+        let kept = &rt.slowest[0];
+        assert_eq!(kept.sample.u2k_u, 50_000);
+        assert_eq!(
+            (kept.exits[0].reason.as_str(), kept.exits[0].host_ticks),
+            ("npf", 300)
+        );
     }
 
     #[test]
