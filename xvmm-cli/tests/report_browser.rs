@@ -203,19 +203,30 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
     (be(16), be(20))
 }
 
-/// Reports to render: the harness's, and two characterizations of this
-/// machine a second apart.
+/// Real environments characterised (`docs/instances/`): each instance's
+/// first run.
+const INSTANCES: [&str; 2] = [
+    "2026-11-26-firecracker-xeon-6-207/characterize.json",
+    "2026-11-27-pvm-epyc-build-machine/characterize.json",
+];
+
+/// Reports to render: the real instances', the harness's, and two
+/// characterizations of this machine a second apart.
 fn inputs(dir: &Path) -> Vec<PathBuf> {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report");
-    let mut files: Vec<PathBuf> = [
-        "characterize-bm.json",
-        "characterize-vm.json",
-        "characterize-l1.json",
-        "characterize-l2.json",
-    ]
-    .iter()
-    .map(|n| data.join(n))
-    .collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let data = root.join("tests/data/report");
+    let instances = root.join("../docs/instances");
+    let mut files: Vec<PathBuf> = INSTANCES.iter().map(|n| instances.join(n)).collect();
+    files.extend(
+        [
+            "characterize-bm.json",
+            "characterize-vm.json",
+            "characterize-l1.json",
+            "characterize-l2.json",
+        ]
+        .iter()
+        .map(|n| data.join(n)),
+    );
     for f in &files {
         assert!(f.is_file(), "test data {} missing", f.display());
     }

@@ -4,23 +4,39 @@
 use super::{column, TICKS};
 use crate::charts;
 use crate::Input;
+use std::collections::HashMap;
 use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
 use xvmm_results::document::{Bar, BarChart, Part, StackedBar, StackedChart};
 use xvmm_results::{compare, Comparison, Environment};
 
-/// Each VM report against the first bare-metal report.
+/// Each VM report against its bare-metal report: the first with the VM's
+/// CPU model (the host it ran on, as far as a file can say), else the
+/// first of all. One pass to index the bare-metal files, one for the VMs.
 pub(super) fn comparison_sections(inputs: &[Input]) -> Vec<Section> {
-    let Some(bare) = inputs
-        .iter()
-        .position(|i| i.report.environment == Environment::BareMetal)
-    else {
+    let mut first = None;
+    let mut by_cpu: HashMap<&str, usize> = HashMap::new();
+    for (i, input) in inputs.iter().enumerate() {
+        if input.report.environment == Environment::BareMetal {
+            first.get_or_insert(i);
+            by_cpu
+                .entry(input.report.host.cpu_model.as_str())
+                .or_insert(i);
+        }
+    }
+    let Some(first) = first else {
         return Vec::new();
     };
     inputs
         .iter()
         .enumerate()
         .filter(|(_, i)| i.report.environment == Environment::LinuxVm)
-        .map(|(v, vm)| comparison_section(v, vm, bare, &inputs[bare]))
+        .map(|(v, vm)| {
+            let bare = by_cpu
+                .get(vm.report.host.cpu_model.as_str())
+                .copied()
+                .unwrap_or(first);
+            comparison_section(v, vm, bare, &inputs[bare])
+        })
         .collect()
 }
 

@@ -267,6 +267,35 @@ mod tests {
     }
 
     #[test]
+    fn a_vm_is_compared_with_the_bare_metal_file_of_its_cpu() {
+        let on = |cpu: &str, env| {
+            let mut r = report(env, &["getppid"], 1);
+            r.host.cpu_model = cpu.into();
+            r
+        };
+        let doc = document(&[
+            input("other.json", on("Other CPU", Environment::BareMetal)),
+            input("vm.json", on("Test CPU", Environment::LinuxVm)),
+            input("own.json", on("Test CPU", Environment::BareMetal)),
+            input("lone-vm.json", on("Third CPU", Environment::LinuxVm)),
+        ]);
+        let titles: Vec<&str> = doc
+            .sections
+            .iter()
+            .filter(|s| s.id.starts_with("compare-"))
+            .map(|s| s.title.as_str())
+            .collect();
+        // Same CPU model first; without one, the first bare-metal file.
+        assert_eq!(
+            titles,
+            [
+                "VM vs bare metal: vm.json against own.json",
+                "VM vs bare metal: lone-vm.json against other.json"
+            ]
+        );
+    }
+
+    #[test]
     fn a_vm_and_a_bare_metal_file_give_a_comparison_with_both_sides() {
         let doc = document(&[
             input("vm.json", report(Environment::LinuxVm, &["getppid"], 2)),
