@@ -7,4 +7,5 @@ pub mod fuzz;
 pub mod linearity;
 pub mod mutants;
 pub mod perf;
+pub mod scale;
 pub mod trace;

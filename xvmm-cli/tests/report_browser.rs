@@ -5,9 +5,12 @@
 //! stay text. A control page that does request and log must be caught by
 //! the same checks, so that they can fail.
 //!
-//! Inputs: real reports measured in the nested harness (TCG-emulated,
-//! `tests/data/report/`, written by `harness/tests/characterize.rs`) and two
-//! `xperf characterize` runs on this machine a second apart (a trend).
+//! Inputs: the real instances of `docs/instances/`, reports measured in the
+//! nested harness (TCG-emulated, `tests/data/report/`, written by
+//! `harness/tests/characterize.rs` and `xperf.rs`: a traced VM run and its
+//! bare-metal side give the stacked decomposition and the timeline strip)
+//! and two `xperf characterize` runs on this machine a second apart (a
+//! trend).
 //!
 //! Fails loudly when Chromium is missing. The screenshot is
 //! `target/report-browser/report.png`; with `XVMM_REPORT_PNG=PATH` (relative
@@ -210,8 +213,9 @@ const INSTANCES: [&str; 2] = [
     "2026-11-27-pvm-epyc-build-machine/characterize.json",
 ];
 
-/// Reports to render: the real instances', the harness's, and two
-/// characterizations of this machine a second apart.
+/// Reports to render: the real instances', the harness's (a traced VM run
+/// among them, with its slowest samples' exits), and two characterizations
+/// of this machine a second apart.
 fn inputs(dir: &Path) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let data = root.join("tests/data/report");
@@ -223,6 +227,8 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
             "characterize-vm.json",
             "characterize-l1.json",
             "characterize-l2.json",
+            "traced-bm.json",
+            "traced-vm.json",
         ]
         .iter()
         .map(|n| data.join(n)),
@@ -244,92 +250,6 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
         std::thread::sleep(Duration::from_millis(1100));
     }
     files
-}
-
-/// A traced VM run (issue 24's stacked decomposition and timeline strip):
-/// no traced file with per-sample exits is among the test data, so one is
-/// built here from the real VM file's getppid medians (200 samples, every
-/// 10th with an npf exit in u2k, every 25th an intr exit in the kernel),
-/// joined to a synthetic host trace by the same attribution xvmm runs.
-fn traced_vm(dir: &Path) -> PathBuf {
-    use xvmm_results::attribution::{attribute, HostExitEvent, HostTrace, Index};
-    use xvmm_results::timeline::{Mapping, Timeline};
-    use xvmm_results::{Crossing, Sample};
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report");
-    let real = std::fs::read_to_string(data.join("characterize-vm.json")).unwrap();
-    let mut r = xvmm_results::Report::from_json(&real).unwrap();
-    let c = r.crossings.iter().find(|c| c.name == "getppid").unwrap();
-    let median = |i: &Option<xvmm_results::Interval>| i.as_ref().map_or(100, |i| i.raw.median);
-    let (u2k, ink, k2u) = (median(&c.u2k), median(&c.in_kernel), median(&c.k2u));
-    let (mut samples, mut exits) = (Vec::new(), Vec::new());
-    for k in 1..=200u64 {
-        let base = 100_000 * k;
-        let npf = if k % 10 == 0 { 20_000 } else { 0 };
-        let intr = if k % 25 == 0 { 3_000 } else { 0 };
-        let s = Sample {
-            u2k_u: base,
-            u2k_k: base + u2k + npf + k % 7,
-            k2u_k: base + u2k + npf + ink + intr + k % 5,
-            k2u_u: base + u2k + npf + ink + intr + k2u + k % 3,
-            cpu: Some(0),
-            interrupts: None,
-        };
-        if npf > 0 {
-            exits.push(HostExitEvent {
-                vcpu: 0,
-                exit: base + 5,
-                entry: base + 5 + npf - 50,
-                reason: 0,
-            });
-        }
-        if intr > 0 {
-            let at = s.u2k_k + 10;
-            exits.push(HostExitEvent {
-                vcpu: 0,
-                exit: at,
-                entry: at + intr - 40,
-                reason: 1,
-            });
-        }
-        samples.push(s);
-    }
-    let corrections = xvmm_results::Corrections::derive(50, Some((50, 10)));
-    let mut traced = Crossing::from_samples("getppid", 200, &samples, &corrections, true);
-    traced.samples = Some(samples);
-    r.crossings = vec![traced];
-    let trace = HostTrace {
-        reasons: vec!["npf".into(), "intr".into()],
-        exits,
-        lost: Vec::new(),
-    };
-    attribute(&mut r, &Index::new(&trace, &Mapping::unscaled(0)), Some(0));
-    r.timeline = Some(Timeline {
-        offset: 0,
-        offset_source: "synthetic (test)".into(),
-        ratio: 1.0,
-        ratio_fixed: None,
-        ratio_frac_bits: None,
-        host_khz: None,
-        checks: 8,
-        calibrations: 8,
-        violations: 0,
-        bound_ticks: 10,
-        verified: true,
-        offset_inferred: false,
-        reason: None,
-        offset_changes: vec![],
-        measured_offset: None,
-        requested_offset: None,
-        measured_khz: None,
-        requested_khz: None,
-        unmatched: 0,
-        lost_events: 0,
-        lost_windows: 0,
-        lost_unplaced: 0,
-    });
-    let path = dir.join("traced-vm-synthetic.json");
-    std::fs::write(&path, r.to_json_pretty()).unwrap();
-    path
 }
 
 /// The kinds of the charts the probe measured.
@@ -372,8 +292,7 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
     let chromium = chromium(); // fail first, and loudly, without a browser
     let dir = out_dir();
     let page = dir.join("report.html");
-    let mut files = inputs(&dir);
-    files.push(traced_vm(&dir));
+    let files = inputs(&dir);
     xvmm_report(&files, &page);
     let html = std::fs::read_to_string(&page).unwrap();
     // Nothing in the page could fetch or run anything (the SVG namespace is a name, not a fetch).

@@ -431,6 +431,7 @@ fn vm_timeline_is_verified_and_exits_land_in_their_samples() {
             }
         }
     }
+    check_slowest_samples(&r.vm);
     let getppid = r.vm.crossing("getppid").unwrap();
     let h = getppid.round_trip.as_ref().unwrap().host.as_ref().unwrap();
     let free = h.exit_free.count as f64 / h.samples.max(1) as f64;
@@ -497,4 +498,47 @@ fn xvmm_compare_prints_vm_against_bare_metal() {
             assert_eq!(row.timeline_verified, Some(true));
         }
     }
+}
+
+/// The report's timeline strip data on real traced data: each crossing's
+/// round trip keeps its slowest samples, slowest first, each exit inside
+/// its sample's window; some of them hold an exit (a first touch of a page
+/// takes an npf in L2).
+fn check_slowest_samples(vm: &xvmm_results::Report) {
+    use xvmm_results::attribution::SLOWEST_SAMPLES;
+    let mut with_exits = 0;
+    for c in &vm.crossings {
+        let Some(h) = c.round_trip.as_ref().and_then(|i| i.host.as_ref()) else {
+            continue;
+        };
+        let kept = &h.slowest;
+        let attributable = usize::try_from(h.samples - h.unattributable).unwrap();
+        assert_eq!(kept.len(), SLOWEST_SAMPLES.min(attributable), "{}", c.name);
+        assert!(
+            kept.windows(2).all(|w| w[0].ticks >= w[1].ticks),
+            "{}",
+            c.name
+        );
+        for t in kept {
+            let a = i64::try_from(t.sample.u2k_u).unwrap();
+            let b = i64::try_from(t.sample.k2u_u).unwrap();
+            for e in &t.exits {
+                assert!(
+                    a <= e.guest_tsc && e.guest_tsc <= b,
+                    "{}: {e:?} outside {a}..{b}",
+                    c.name
+                );
+            }
+            with_exits += usize::from(!t.exits.is_empty());
+        }
+        if let Some(top) = kept.first() {
+            let reasons: Vec<String> = top
+                .exits
+                .iter()
+                .map(|e| format!("{} {}", e.reason, e.host_ticks))
+                .collect();
+            println!("{} slowest: {} ticks, exits {reasons:?}", c.name, top.ticks);
+        }
+    }
+    assert!(with_exits > 0, "no kept slowest sample holds an exit");
 }
