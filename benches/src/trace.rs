@@ -103,3 +103,24 @@ pub fn read_pages(decoder: &RawDecoder, pages: &[Vec<u8>]) -> ReadRun {
         elapsed: start.elapsed(),
     }
 }
+
+/// Decodes every page and counts the events, nothing else: the decode
+/// rate issue 25 sets a target for (events, time).
+/// `general`: by the general path (`decode_page_general`), the fast
+/// path's oracle and the rate before it.
+pub fn decode_only(decoder: &RawDecoder, pages: &[Vec<u8>], general: bool) -> (usize, Duration) {
+    let start = Instant::now();
+    let mut events = 0usize;
+    let mut count = |_, ev| {
+        std::hint::black_box(&ev);
+        events += 1;
+    };
+    for page in pages {
+        if general {
+            decoder.decode_page_general(page, &mut count);
+        } else {
+            decoder.decode_page(page, &mut count);
+        }
+    }
+    (events, start.elapsed())
+}

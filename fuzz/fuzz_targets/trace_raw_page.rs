@@ -8,21 +8,34 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use std::sync::OnceLock;
 use xvmm::host_trace::{example_decoder, RawDecoder, EXAMPLE_HEADER_PAGE};
 use xvmm_fuzz::CheckedAggregator;
 use xvmm_results::tracefs_raw::{symbolic_tables, EventFormat, Page, PageLayout};
 
 fn decoder() -> &'static RawDecoder {
-    static DECODER: OnceLock<RawDecoder> = OnceLock::new();
-    DECODER.get_or_init(|| example_decoder().expect("the example formats decode"))
+    // One per thread: the decoder caches exit reasons in a RefCell (it is
+    // Send, not Sync); libFuzzer runs the target on one thread.
+    thread_local! {
+        static DECODER: &'static RawDecoder =
+            Box::leak(Box::new(example_decoder().expect("the example formats decode")));
+    }
+    DECODER.with(|d| *d)
 }
 
 fuzz_target!(|data: &[u8]| {
     let d = decoder();
     let mut checked = CheckedAggregator::default();
-    d.decode_page(data, |_, event| checked.push(event));
+    let mut fast = Vec::new();
+    let outcome = d.decode_page(data, |ts, event| {
+        fast.push((ts, event.clone()));
+        checked.push(event);
+    });
     checked.checked_summary();
+    // The fast path (fields resolved once, reasons cached) gives exactly
+    // what the general path gives, page by page.
+    let mut general = Vec::new();
+    let general_outcome = d.decode_page_general(data, |ts, event| general.push((ts, event)));
+    assert_eq!((outcome, &fast), (general_outcome, &general));
     let layout = PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
     if let Ok(page) = Page::parse(&layout, data) {
         let range = data.as_ptr_range();

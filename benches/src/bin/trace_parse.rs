@@ -2,29 +2,33 @@
 //! paired exits (`xvmm::host_trace`): 1 M exits as kvm_exit + kvm_entry,
 //! once as the text lines `trace_pipe` gives (`parse_line`), once as the
 //! binary pages `trace_pipe_raw` gives (`RawDecoder`, `CpuMerge`), both
-//! into the `ExitAggregator`. Prints exits per second of each. The kernel's
-//! own work (formatting the text, copying the pages) is not in these
-//! figures (it needs a host whose KVM fires the tracepoints).
+//! into the `ExitAggregator`; and the binary decode alone, by the fast path
+//! (fields resolved once per format, exit reasons named once) and by the
+//! general path (the rate before it; the fast path's oracle). The four
+//! alternate, `XVMM_TRACE_RUNS` times (default 5), and the medians print
+//! with their ratios. The kernel's own work (formatting the text, copying
+//! the pages) is not in these figures (it needs a host whose KVM fires the
+//! tracepoints).
 
+use std::time::Duration;
 use xvmm::host_trace::example_decoder;
-use xvmm_benches::trace::{read_pages, read_text, synthetic_pages, synthetic_text};
+use xvmm_benches::trace::{decode_only, read_pages, read_text, synthetic_pages, synthetic_text};
+
+fn median(mut d: Vec<Duration>) -> Duration {
+    d.sort_unstable();
+    d[d.len() / 2]
+}
 
 fn main() {
-    let n: u64 = std::env::var("XVMM_TRACE_EXITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let n = env("XVMM_TRACE_EXITS", 1_000_000);
+    let runs = env("XVMM_TRACE_RUNS", 5).max(1);
     let text = synthetic_text(n);
-    let t = read_text(&text);
-    println!(
-        "text reader: {} lines ({:.1} MB) -> {} exits in {:.3} s: {:.2} M lines/s, {:.2} M exits/s",
-        2 * n,
-        text.len() as f64 / 1e6,
-        t.exits,
-        t.elapsed.as_secs_f64(),
-        2.0 * n as f64 / t.elapsed.as_secs_f64() / 1e6,
-        t.exits_per_sec() / 1e6
-    );
     let decoder = match example_decoder() {
         Ok(d) => d,
         Err(e) => {
@@ -33,14 +37,51 @@ fn main() {
         }
     };
     let pages = synthetic_pages(&decoder, n);
-    let r = read_pages(&decoder, &pages);
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..runs {
+        let t = read_text(&text);
+        let r = read_pages(&decoder, &pages);
+        let want = xvmm_results::num::usize_from(n);
+        assert_eq!((t.exits, r.exits), (want, want));
+        let (fast_events, fast) = decode_only(&decoder, &pages, false);
+        let (general_events, general) = decode_only(&decoder, &pages, true);
+        assert_eq!(fast_events, general_events);
+        for (i, d) in [t.elapsed, r.elapsed, fast, general]
+            .into_iter()
+            .enumerate()
+        {
+            times[i].push(d);
+        }
+    }
+    let [text_t, raw_t, fast_t, general_t] = times.map(median);
+    let per_s = |count: f64, d: Duration| count / d.as_secs_f64() / 1e6;
+    let exits = n as f64;
     println!(
-        "binary reader: {} pages ({:.1} MB) -> {} exits in {:.3} s: {:.2} M exits/s ({:.1}x the text reader)",
+        "{n} exits ({:.1} MB of text, {} pages of {:.1} MB), median of {runs} alternating runs:",
+        text.len() as f64 / 1e6,
         pages.len(),
-        (pages.len() * decoder.page_size()) as f64 / 1e6,
-        r.exits,
-        r.elapsed.as_secs_f64(),
-        r.exits_per_sec() / 1e6,
-        r.exits_per_sec() / t.exits_per_sec()
+        (pages.len() * decoder.page_size()) as f64 / 1e6
+    );
+    println!(
+        "  text reader (parse + pair):      {:.3} s, {:.2} M exits/s",
+        text_t.as_secs_f64(),
+        per_s(exits, text_t)
+    );
+    println!(
+        "  binary reader (decode + merge + pair): {:.3} s, {:.2} M exits/s ({:.1}x the text reader)",
+        raw_t.as_secs_f64(),
+        per_s(exits, raw_t),
+        text_t.as_secs_f64() / raw_t.as_secs_f64()
+    );
+    println!(
+        "  binary decode alone, fast path:  {:.3} s, {:.2} M events/s (target 10)",
+        fast_t.as_secs_f64(),
+        per_s(2.0 * exits, fast_t)
+    );
+    println!(
+        "  binary decode alone, general path: {:.3} s, {:.2} M events/s (fast path {:.1}x)",
+        general_t.as_secs_f64(),
+        per_s(2.0 * exits, general_t),
+        general_t.as_secs_f64() / fast_t.as_secs_f64()
     );
 }

@@ -39,6 +39,9 @@ pub const OTHER_REASONS: &str = "(reasons past the first 65535)";
 pub struct ExitAggregator {
     pending: BTreeMap<i32, Pending>,
     reason_ids: HashMap<String, u16>,
+    /// The last reason seen and its id: the binary reader hands the same
+    /// shared name for every exit of a reason, so most lookups end here.
+    last_reason: Option<(std::sync::Arc<str>, u16)>,
     by_reason: BTreeMap<u16, Vec<u64>>,
     trace: HostTrace,
     calibrations: Vec<HostCalibration>,
@@ -76,7 +79,17 @@ impl ExitAggregator {
                 vcpu,
                 ts,
                 reason,
-            } => self.exit(tid, vcpu, ts, &reason),
+            } => {
+                let id = match &self.last_reason {
+                    Some((last, id)) if std::sync::Arc::ptr_eq(last, &reason) => *id,
+                    _ => {
+                        let id = self.reason_id(&reason);
+                        self.last_reason = Some((reason, id));
+                        id
+                    }
+                };
+                self.exit(tid, vcpu, ts, id)
+            }
             TraceEvent::Entry { tid, ts, .. } => self.entry(tid, ts),
             TraceEvent::Pio {
                 tid,
@@ -130,8 +143,7 @@ impl ExitAggregator {
         }
     }
 
-    fn exit(&mut self, tid: i32, vcpu: u32, ts: u64, reason: &str) {
-        let reason = self.reason_id(reason);
+    fn exit(&mut self, tid: i32, vcpu: u32, ts: u64, reason: u16) {
         let previous = self.pending.insert(
             tid,
             Pending {

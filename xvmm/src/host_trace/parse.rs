@@ -13,7 +13,8 @@ pub enum TraceEvent {
         tid: i32,
         vcpu: u32,
         ts: u64,
-        reason: String,
+        /// Shared: the binary reader names each distinct reason once.
+        reason: std::sync::Arc<str>,
     },
     Entry {
         tid: i32,
@@ -134,9 +135,7 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
             vcpu: word_after(body, "vcpu")?.parse().ok()?,
             ts,
             // "reason ," trims to nothing: not an exit line.
-            reason: word_after(body, "reason")
-                .filter(|r| !r.is_empty())?
-                .to_string(),
+            reason: word_after(body, "reason").filter(|r| !r.is_empty())?.into(),
         }),
         "kvm_entry" => Some(TraceEvent::Entry {
             tid,

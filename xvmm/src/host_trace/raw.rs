@@ -5,13 +5,15 @@
 //! each thread's exit with its next entry).
 
 use super::parse::{AsyncPfEvent, TraceEvent, TRACED_EVENTS};
+use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use xvmm_results::tracefs_raw::{EventFormat, Missed, Page, PageLayout};
+use std::sync::Arc;
+use xvmm_results::tracefs_raw::{EventFormat, Field, Missed, Page, PageLayout};
 
 /// The record of a traced event as the [`TraceEvent`] its text line parses
 /// to; `None` for other events and records missing a field. One arm per
@@ -49,12 +51,85 @@ fn raw_event(format: &EventFormat, ts: u64, data: &[u8]) -> Option<TraceEvent> {
 
 /// The exit reason as the text reader sees it: the first word of what the
 /// print format's table for this ISA prints (`DE excp` reads as `DE`).
-fn exit_reason(format: &EventFormat, data: &[u8]) -> Option<String> {
+fn exit_reason(format: &EventFormat, data: &[u8]) -> Option<Arc<str>> {
     let reason = match format.symbol("exit_reason", data) {
-        Some(name) => name.split_whitespace().next()?.to_string(),
-        None => format!("0x{:x}", format.unsigned("exit_reason", data)?),
+        Some(name) => name.split_whitespace().next()?.into(),
+        None => format!("0x{:x}", format.unsigned("exit_reason", data)?).into(),
     };
     Some(reason)
+}
+
+/// Fields a `kvm_exit` reason depends on: the reason's own and those its
+/// print format's guards read (`isa` on x86); at most this many are cached.
+const REASON_KEY: usize = 4;
+
+/// What decoding the frequent events needs, looked up once per format
+/// rather than by field name for every record (issue 25: the decoder's
+/// rate), and each exit reason's name made once per distinct key.
+#[derive(Debug, Clone, Default)]
+struct FastPath {
+    /// Index of `kvm_exit`'s and `kvm_entry`'s formats, their `common_pid`
+    /// and `vcpu_id` fields.
+    exit: Option<(usize, Field, Field)>,
+    entry: Option<(usize, Field, Field)>,
+    /// The fields whose values decide an exit's reason name.
+    reason_fields: Vec<Field>,
+    reasons: RefCell<HashMap<[u64; REASON_KEY], Arc<str>>>,
+}
+
+impl FastPath {
+    fn new(formats: &[EventFormat]) -> FastPath {
+        let ids = |name: &str| {
+            let i = formats.iter().position(|f| f.name == name)?;
+            let f = &formats[i];
+            Some((
+                i,
+                f.field("common_pid")?.clone(),
+                f.field("vcpu_id")?.clone(),
+            ))
+        };
+        let reason_fields = formats
+            .iter()
+            .find(|f| f.name == "kvm_exit")
+            .map(reason_fields)
+            .unwrap_or_default();
+        FastPath {
+            exit: ids("kvm_exit"),
+            entry: ids("kvm_entry"),
+            reason_fields,
+            reasons: RefCell::default(),
+        }
+    }
+
+    /// An exit's reason through the cache: the slow path once per key.
+    fn reason(&self, format: &EventFormat, data: &[u8]) -> Option<Arc<str>> {
+        let mut key = [0u64; REASON_KEY];
+        for (k, f) in key.iter_mut().zip(&self.reason_fields) {
+            *k = f.unsigned(data)?;
+        }
+        if let Some(r) = self.reasons.borrow().get(&key) {
+            return Some(Arc::clone(r));
+        }
+        let reason = exit_reason(format, data)?;
+        self.reasons.borrow_mut().insert(key, Arc::clone(&reason));
+        Some(reason)
+    }
+}
+
+/// `exit_reason` and every field a guard of its tables reads, or nothing
+/// (no cache) when there are more than [`REASON_KEY`].
+fn reason_fields(format: &EventFormat) -> Vec<Field> {
+    use xvmm_results::tracefs_raw::Guard;
+    let mut names = vec!["exit_reason"];
+    for t in format.symbols.iter().filter(|t| t.field == "exit_reason") {
+        if let Guard::Equals(f, _) | Guard::Differs(f, _) = &t.guard {
+            if !names.contains(&f.as_str()) {
+                names.push(f);
+            }
+        }
+    }
+    let fields: Option<Vec<Field>> = names.iter().map(|n| format.field(n).cloned()).collect();
+    fields.filter(|f| f.len() <= REASON_KEY).unwrap_or_default()
 }
 
 /// A tracefs file read with one large read: `header_page` answers only a
@@ -77,10 +152,14 @@ pub(super) fn read_in_one(path: &Path) -> std::io::Result<String> {
 
 /// What the binary pages of one instance need: the page layout and the
 /// traced events' formats.
+///
+/// Send, not Sync: it caches exit reasons as it decodes (one reader thread
+/// owns it).
 #[derive(Debug, Clone)]
 pub struct RawDecoder {
     layout: PageLayout,
     formats: Vec<EventFormat>,
+    fast: FastPath,
 }
 
 /// How one page decoded.
@@ -101,7 +180,12 @@ impl RawDecoder {
             .iter()
             .map(|f| EventFormat::parse(f).map_err(|e| e.to_string()))
             .collect::<Result<Vec<_>, _>>()?;
-        let decoder = RawDecoder { layout, formats };
+        let fast = FastPath::new(&formats);
+        let decoder = RawDecoder {
+            layout,
+            formats,
+            fast,
+        };
         decoder.self_check()?;
         Ok(decoder)
     }
@@ -146,6 +230,34 @@ impl RawDecoder {
         Ok(())
     }
 
+    /// The record of format `at` through the fast path: `Some(event)` for
+    /// an exit or entry (`Some(None)`: a record missing a field), `None`
+    /// for another event (the caller takes the general path).
+    fn fast_event(&self, at: usize, ts: u64, data: &[u8]) -> Option<Option<TraceEvent>> {
+        let ids = |(tid, vcpu): (&Field, &Field)| {
+            let tid = i32::try_from(tid.signed(data)?).ok()?;
+            let vcpu = u32::try_from(vcpu.unsigned(data)?).ok()?;
+            Some((tid, vcpu))
+        };
+        match (&self.fast.exit, &self.fast.entry) {
+            (Some((i, tid, vcpu)), _) if *i == at && !self.fast.reason_fields.is_empty() => {
+                Some(ids((tid, vcpu)).and_then(|(tid, vcpu)| {
+                    let reason = self.fast.reason(&self.formats[at], data)?;
+                    Some(TraceEvent::Exit {
+                        tid,
+                        vcpu,
+                        ts,
+                        reason,
+                    })
+                }))
+            }
+            (_, Some((i, tid, vcpu))) if *i == at => {
+                Some(ids((tid, vcpu)).map(|(tid, vcpu)| TraceEvent::Entry { tid, vcpu, ts }))
+            }
+            _ => None,
+        }
+    }
+
     pub fn page_size(&self) -> usize {
         self.layout.page_size()
     }
@@ -161,7 +273,27 @@ impl RawDecoder {
 
     /// Decodes one page into `out(ts, event)`: a `Lost` first if the kernel
     /// dropped events before it, then its traced events in order.
-    pub fn decode_page(&self, bytes: &[u8], mut out: impl FnMut(u64, TraceEvent)) -> PageOutcome {
+    pub fn decode_page(&self, bytes: &[u8], out: impl FnMut(u64, TraceEvent)) -> PageOutcome {
+        self.decode_page_by(bytes, true, out)
+    }
+
+    /// [`RawDecoder::decode_page`] by the general path alone (every field
+    /// looked up by name, every reason named afresh): the oracle the fast
+    /// path is tested and fuzzed against.
+    pub fn decode_page_general(
+        &self,
+        bytes: &[u8],
+        out: impl FnMut(u64, TraceEvent),
+    ) -> PageOutcome {
+        self.decode_page_by(bytes, false, out)
+    }
+
+    fn decode_page_by(
+        &self,
+        bytes: &[u8],
+        fast: bool,
+        mut out: impl FnMut(u64, TraceEvent),
+    ) -> PageOutcome {
         let Ok(page) = Page::parse(&self.layout, bytes) else {
             return PageOutcome::Corrupt;
         };
@@ -179,10 +311,15 @@ impl RawDecoder {
             };
             last = record.ts;
             let Some(id) = record.id() else { continue };
-            let Some(format) = self.formats.iter().find(|f| f.id == id) else {
+            let Some(at) = self.formats.iter().position(|f| f.id == id) else {
                 continue;
             };
-            if let Some(event) = raw_event(format, record.ts, record.data) {
+            let quick = fast.then(|| self.fast_event(at, record.ts, record.data));
+            let event = match quick.flatten() {
+                Some(event) => event,
+                None => raw_event(&self.formats[at], record.ts, record.data),
+            };
+            if let Some(event) = event {
                 out(record.ts, event);
             }
         }
@@ -441,10 +578,48 @@ mod tests {
             text.push(parse_line(&format!("xvmm-{pid} [001] d..1. {ts}: {line}")).unwrap());
         }
         let mut raw = Vec::new();
-        let outcome = d.decode_page(&w.finish(Missed::Count(3)), |_, ev| raw.push(ev));
+        let page = w.finish(Missed::Count(3));
+        let outcome = d.decode_page(&page, |_, ev| raw.push(ev));
         assert_eq!(outcome, PageOutcome::Whole);
         assert_eq!(raw[0], TraceEvent::Lost { count: 3 });
         assert_eq!(raw[1..], text[..]);
+        // Again, with every reason cached, and by the general path.
+        for fast in [true, false] {
+            let mut again = Vec::new();
+            d.decode_page_by(&page, fast, |_, ev| again.push(ev));
+            assert_eq!(again, raw, "fast path {fast}");
+        }
+    }
+
+    #[test]
+    fn a_cached_reason_is_keyed_by_the_fields_its_guards_read() {
+        let d = example_decoder().unwrap();
+        let exit = d.format("kvm_exit").unwrap();
+        let mut w = PageWriter::new(&d.layout, 1_000);
+        // The same code under VMX (isa 1) and SVM (isa 2) names two reasons.
+        for isa in [1, 2, 1, 2] {
+            let r = encode_record(
+                exit,
+                &[("common_pid", 1), ("isa", isa), ("exit_reason", 30)],
+            );
+            assert!(w.event(10, &r));
+        }
+        let page = w.finish(Missed::None);
+        let (mut fast, mut general) = (Vec::new(), Vec::new());
+        d.decode_page(&page, |_, ev| fast.push(ev));
+        d.decode_page_general(&page, |_, ev| general.push(ev));
+        assert_eq!(fast, general);
+        let names: Vec<String> = fast
+            .iter()
+            .map(|e| match e {
+                TraceEvent::Exit { reason, .. } => reason.to_string(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(names[0], "IO_INSTRUCTION");
+        assert_ne!(names[1], names[0]);
+        assert_eq!((&names[2], &names[3]), (&names[0], &names[1]));
+        assert_eq!(d.fast.reasons.borrow().len(), 2);
     }
 
     #[test]
