@@ -646,18 +646,33 @@ mod tests {
             .unwrap()
     }
 
+    /// Everything the FIFO's writers wrote, to its end. Blocking: another
+    /// test thread's fork may hold a copy of the writer's descriptor until
+    /// its exec, and a non-blocking read would then fail with EAGAIN
+    /// instead of waiting for the end (seen once in the suite).
+    fn read_fifo_to_end(reader: &mut File) -> Vec<u8> {
+        use std::io::Read;
+        let fd = reader.as_raw_fd();
+        // SAFETY: F_GETFL/F_SETFL on a descriptor this test owns.
+        let cleared = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) == 0
+        };
+        assert!(cleared, "F_SETFL: {}", io::Error::last_os_error());
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        got
+    }
+
     #[test]
     fn a_fifo_is_written_in_place_not_replaced() {
-        use std::io::Read;
         use std::os::unix::fs::FileTypeExt;
         let dir = scratch("fifo");
         let fifo = dir.join("pipe");
         mkfifo(&fifo);
         let mut reader = fifo_reader(&fifo);
         write_atomically(&fifo, b"through the pipe").unwrap();
-        let mut got = Vec::new();
-        reader.read_to_end(&mut got).unwrap();
-        assert_eq!(got, b"through the pipe");
+        assert_eq!(read_fifo_to_end(&mut reader), b"through the pipe");
         let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
         assert!(kind.is_fifo(), "the FIFO was replaced by {kind:?}");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -669,7 +684,6 @@ mod tests {
     /// reads made the writer wait for ever.
     #[test]
     fn a_fifo_is_opened_once_before_measuring() {
-        use std::io::Read;
         let dir = scratch("fifo-once");
         let fifo = dir.join("pipe");
         mkfifo(&fifo);
@@ -690,9 +704,7 @@ mod tests {
         std::os::unix::fs::symlink("victim", &fifo).unwrap();
         out.commit(b"results").unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
-        let mut got = Vec::new();
-        reader.read_to_end(&mut got).unwrap();
-        assert_eq!(got, b"results");
+        assert_eq!(read_fifo_to_end(&mut reader), b"results");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
