@@ -102,14 +102,19 @@ pub fn fleet_files(dir: &Path, real: &Path, n: usize) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The workspace's cargo target directory (`CARGO_TARGET_DIR`, else
+/// `target/` at the workspace root).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        PathBuf::from,
+    )
+}
+
 /// The release `xvmm` next to this bench (built by `cargo build --release
 /// -p xvmm-cli`), or `None`.
 pub fn release_xvmm() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
-        PathBuf::from,
-    );
-    let p = target.join("release/xvmm");
+    let p = target_dir().join("release/xvmm");
     p.is_file().then_some(p)
 }
 

@@ -361,13 +361,12 @@ fn binary_decode_reaches_ten_million_events_per_second() {
         built.success(),
         "the release trace_parse bench does not build"
     );
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| root.join("target"), std::path::PathBuf::from);
-    let out = std::process::Command::new(target.join("release/trace_parse"))
-        .env("XVMM_TRACE_EXITS", "300000")
-        .env("XVMM_TRACE_RUNS", "5")
-        .output()
-        .expect("trace_parse runs");
+    let out =
+        std::process::Command::new(xvmm_benches::scale::target_dir().join("release/trace_parse"))
+            .env("XVMM_TRACE_EXITS", "300000")
+            .env("XVMM_TRACE_RUNS", "5")
+            .output()
+            .expect("trace_parse runs");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

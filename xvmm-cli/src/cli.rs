@@ -175,17 +175,6 @@ pub enum AsyncPf {
 }
 
 /// `--host-fault-delay`: a number with a unit (ns, us, ms, s).
-/// An `--openmetrics` file: a name, not stdout (a textfile collector reads
-/// files).
-pub fn parse_metrics_path(text: &str) -> Result<PathBuf, String> {
-    match text {
-        "" | "-" => {
-            Err("needs a file name (node_exporter reads a directory of *.prom files)".into())
-        }
-        path => Ok(PathBuf::from(path)),
-    }
-}
-
 pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -246,7 +235,7 @@ pub struct RunArgs {
     pub json: Option<PathBuf>,
     /// Also write every figure as OpenMetrics gauges to this file,
     /// atomically (name it *.prom in node_exporter's textfile directory).
-    #[arg(long, value_parser = parse_metrics_path)]
+    #[arg(long, value_parser = xvmm_results::render::openmetrics::destination)]
     pub openmetrics: Option<PathBuf>,
     /// Keep every sample's four stamps in the JSON.
     #[arg(long)]

@@ -104,8 +104,7 @@ impl JsonOutput {
         if path == Path::new("-") {
             return Ok(JsonOutput::Stdout);
         }
-        let out = xvmm_results::Output::prepare(path)
-            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
+        let out = prepared(path)?;
         Ok(JsonOutput::File {
             path: path.to_path_buf(),
             out,
@@ -133,18 +132,25 @@ impl JsonOutput {
                 Err(e) => (path.display().to_string(), e.to_string()),
             },
         };
-        Err(saved_instead("the results", &what, &failure, &text))
+        Err(saved_instead(
+            ("the results", "xvmm-results"),
+            &what,
+            &failure,
+            &text,
+        ))
     }
 }
 
+/// A file destination checked and opened now, before anything is measured.
+fn prepared(path: &Path) -> Result<xvmm_results::Output> {
+    xvmm_results::Output::prepare(path)
+        .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
+}
+
 /// `text` (`what_text`, e.g. "the results") that could not be written to
-/// `to` saved to a fallback file; the error names both.
-fn saved_instead(what_text: &str, to: &str, failure: &str, text: &str) -> Error {
-    let prefix = format!(
-        "xvmm-{}",
-        what_text.trim_start_matches("the ").to_lowercase()
-    );
-    match xvmm_results::file::save_fallback(&prefix, text.as_bytes()) {
+/// `to` saved to a fallback file named from `prefix`; the error names both.
+fn saved_instead((what_text, prefix): (&str, &str), to: &str, failure: &str, text: &str) -> Error {
+    match xvmm_results::file::save_fallback(prefix, text.as_bytes()) {
         Ok(saved) => Error::Io(format!(
             "cannot write {what_text} to {to} ({failure}); they were saved to {}",
             saved.display()
@@ -164,8 +170,7 @@ pub struct MetricsOutput {
 
 impl MetricsOutput {
     pub fn prepare(path: &Path) -> Result<MetricsOutput> {
-        let out = xvmm_results::Output::prepare(path)
-            .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))?;
+        let out = prepared(path)?;
         Ok(MetricsOutput {
             path: path.to_path_buf(),
             out,
@@ -182,7 +187,7 @@ impl MetricsOutput {
         };
         let to = self.path.display().to_string();
         Err(saved_instead(
-            "the OpenMetrics",
+            ("the OpenMetrics", "xvmm-openmetrics"),
             &to,
             &failure.to_string(),
             &text,

@@ -12,12 +12,8 @@
 
 use std::time::Duration;
 use xvmm::host_trace::example_decoder;
+use xvmm_benches::scale::median;
 use xvmm_benches::trace::{decode_only, read_pages, read_text, synthetic_pages, synthetic_text};
-
-fn median(mut d: Vec<Duration>) -> Duration {
-    d.sort_unstable();
-    d[d.len() / 2]
-}
 
 fn main() {
     let env = |name: &str, default: u64| {

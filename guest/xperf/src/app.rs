@@ -189,12 +189,8 @@ fn characterize_once(
 fn openmetrics_destination(
     path: Option<&std::path::Path>,
 ) -> Result<Option<(PathBuf, xvmm_results::Output)>> {
-    let Some(path) = path else {
-        return Ok(None);
-    };
-    let out = xvmm_results::Output::prepare(path)
-        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
-    Ok(Some((path.to_path_buf(), out)))
+    path.map(|p| Ok((p.to_path_buf(), prepared(p)?)))
+        .transpose()
 }
 
 /// The figures as OpenMetrics text, replacing the file atomically (a
@@ -320,11 +316,16 @@ fn json_destination(
         None => Ok(None),
         Some(path) if path.as_os_str() == "-" => Ok(Some(JsonTo::Stdout)),
         Some(path) => {
-            let out = xvmm_results::Output::prepare(&path)
-                .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))?;
+            let out = prepared(&path)?;
             Ok(Some(JsonTo::File(path, out)))
         }
     }
+}
+
+/// A file destination checked and opened now, before anything is measured.
+fn prepared(path: &std::path::Path) -> Result<xvmm_results::Output> {
+    xvmm_results::Output::prepare(path)
+        .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Commits the report file; on failure saves it to a fallback file.

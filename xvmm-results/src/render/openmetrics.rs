@@ -26,6 +26,18 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
+/// An `--openmetrics` destination as given on a command line (xperf's
+/// and xvmm's): a file name, never empty nor `-` (stdout), since a textfile
+/// collector reads files. The error completes "--openmetrics ...".
+pub fn destination(text: &str) -> Result<std::path::PathBuf, String> {
+    match text {
+        "" | "-" => {
+            Err("needs a file name (node_exporter reads a directory of *.prom files)".into())
+        }
+        path => Ok(path.into()),
+    }
+}
+
 /// The label set of one series.
 type Labels = Vec<(String, String)>;
 type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;

@@ -400,6 +400,14 @@ pub fn proc_stat() -> Result<String, String> {
     std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))
 }
 
+/// `metric` with its figure in `unit`, where there is one.
+fn with_number_of(metric: Metric, number: Option<f64>, unit: &str) -> Metric {
+    match number {
+        Some(n) => metric.with_number(n, unit),
+        None => metric,
+    }
+}
+
 /// CPU, microcode, CPUs, memory, kernel, mitigations, KPTI, steal time (of
 /// the `measured` CPU and of all).
 pub fn machine(
@@ -447,10 +455,11 @@ pub fn machine(
             "/proc/cpuinfo has no microcode field",
         ),
         Metric::fact(MACHINE, "cpus", cpus),
-        match memory_bytes {
-            Some(b) => fact_or("memory", memory, "").with_number(b as f64, "bytes"),
-            None => fact_or("memory", memory, "/proc/meminfo has no MemTotal"),
-        },
+        with_number_of(
+            fact_or("memory", memory, "/proc/meminfo has no MemTotal"),
+            memory_bytes.map(|b| b as f64),
+            "bytes",
+        ),
         fact_or(
             "kernel",
             kernel,
@@ -469,8 +478,7 @@ pub fn machine(
             "neither the meltdown vulnerability file nor the CPU flags say",
         ),
         match steal {
-            Ok((v, Some(ratio))) => Metric::fact(MACHINE, "steal", v).with_number(ratio, "ratio"),
-            Ok((v, None)) => Metric::fact(MACHINE, "steal", v),
+            Ok((v, ratio)) => with_number_of(Metric::fact(MACHINE, "steal", v), ratio, "ratio"),
             Err(e) => Metric::missing(MACHINE, "steal", e),
         },
     ]

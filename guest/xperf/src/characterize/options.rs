@@ -88,14 +88,9 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
                 opts.json = Some(PathBuf::from(v));
             }
             "--openmetrics" => {
-                let v = value()?;
-                if v.is_empty() || v == "-" {
-                    return Err(Error::Usage(
-                        "--openmetrics needs a file name (node_exporter reads a directory of *.prom files)"
-                            .into(),
-                    ));
-                }
-                opts.openmetrics = Some(PathBuf::from(v));
+                let path = xvmm_results::render::openmetrics::destination(&value()?)
+                    .map_err(|e| Error::Usage(format!("--openmetrics {e}")))?;
+                opts.openmetrics = Some(path);
             }
             "--every" => opts.every = Some(period(&value()?).map_err(Error::Usage)?),
             "-h" | "--help" if inline.is_none() => opts.help = true,
