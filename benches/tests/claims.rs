@@ -230,23 +230,67 @@ fn xperf_getppid_agrees_with_perf_bench_within_15_percent() {
     );
 }
 
-/// README: attributing 1 M samples against 1 M exits takes under 2 s. The
-/// best of three runs counts (a busy neighbour only ever adds time).
+/// README (issue 25's trace ingestion): attributing 1 M samples against
+/// 1 M exits takes under 0.5 s of one core's time. The figure is the
+/// release `attribution` bench's, median of 5 (CPU time of the attributing
+/// thread: a busy neighbour adds wall time, not work); 0.31-0.39 s was
+/// measured with the machine idle and at load 8. The debug build's run
+/// checks what the bench counts.
 #[test]
-fn attribution_of_a_million_samples_and_exits_takes_under_two_seconds() {
+fn attribution_of_a_million_samples_and_exits_takes_under_half_a_second() {
     let _turn = one_at_a_time();
-    use xvmm_benches::attribution::{synthetic, time_attribution};
-    let mut best = Duration::MAX;
-    for _ in 0..3 {
-        let (mut report, trace) = synthetic(1_000_000);
-        best = best.min(time_attribution(&mut report, &trace));
+    {
+        use xvmm_benches::attribution::{synthetic, time_attribution};
+        let (mut report, trace) = synthetic(100_000);
+        time_attribution(&mut report, &trace);
         let rt = report.crossings[0].round_trip.as_ref().unwrap();
         let host = rt.host.as_ref().expect("attributed");
-        assert_eq!(host.samples, 1_000_000);
+        assert_eq!(host.samples, 100_000);
         assert_eq!(host.samples_with_exits + host.exit_free.count, host.samples);
+        assert!(host.samples_with_exits > 0 && host.exit_free.count > 0);
     }
-    println!("attribution 1M x 1M: best {:.3} s", best.as_secs_f64());
-    assert!(best < Duration::from_secs(2), "took {best:?}");
+    let text = release_bench("attribution", &[("XVMM_ATTRIBUTION_RUNS", "5")]);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("attribution: 1000000 samples x 1000000 exits"))
+        .unwrap_or_else(|| panic!("no 1 M line in {text}"));
+    let (before, _) = line.split_once(" s of CPU").expect(line);
+    let cpu: f64 = before.rsplit(' ').next().unwrap().parse().expect(line);
+    assert!(cpu < 0.5, "attribution took {cpu} s of CPU");
+}
+
+/// Builds a bench in release, as CI builds it, runs it with `env` and
+/// returns what it printed; fails when it does not build or run.
+fn release_bench(bin: &str, env: &[(&str, &str)]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = std::process::Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "-q",
+            "--release",
+            "-p",
+            "xvmm-benches",
+            "--bin",
+            bin,
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(built.success(), "the release {bin} bench does not build");
+    let out =
+        std::process::Command::new(xvmm_benches::scale::target_dir().join("release").join(bin))
+            .envs(env.iter().copied())
+            .output()
+            .expect("the bench runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{text}");
+    text
 }
 
 /// README: the binary trace reader (trace_pipe_raw pages) reads exits
@@ -342,38 +386,10 @@ fn reports_at_scale_stay_within_their_time_and_memory() {
 #[test]
 fn binary_decode_reaches_ten_million_events_per_second() {
     let _turn = one_at_a_time();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let built = std::process::Command::new(&cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "-q",
-            "--release",
-            "-p",
-            "xvmm-benches",
-            "--bin",
-            "trace_parse",
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(
-        built.success(),
-        "the release trace_parse bench does not build"
+    let text = release_bench(
+        "trace_parse",
+        &[("XVMM_TRACE_EXITS", "300000"), ("XVMM_TRACE_RUNS", "5")],
     );
-    let out =
-        std::process::Command::new(xvmm_benches::scale::target_dir().join("release/trace_parse"))
-            .env("XVMM_TRACE_EXITS", "300000")
-            .env("XVMM_TRACE_RUNS", "5")
-            .output()
-            .expect("trace_parse runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    print!("{text}");
     let rate = |line_start: &str| -> f64 {
         let line = text
             .lines()

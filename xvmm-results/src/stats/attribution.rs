@@ -139,6 +139,47 @@ struct VcpuExits {
     reason: Vec<u16>,
 }
 
+impl VcpuExits {
+    /// Where each of a sample's stamps (in order) falls among `vcpu`'s exits: the
+    /// first exit at or after it (u2k_u, u2k_k, k2u_k, k2u_u; the kernel
+    /// stamps take the user stamp's place in a round-trip-only sample). A
+    /// segment's exits are then the range between two of them, so a sample
+    /// costs four searches for its four segments, each starting where the
+    /// one before ended.
+    fn bounds(&self, s: &Sample, split: bool, hint: usize) -> [usize; 4] {
+        let exits = &self.guest_exit;
+        let u2k_u = first_at_or_after(exits, hint, i128::from(s.u2k_u));
+        let (u2k_k, k2u_k) = if split {
+            let u2k_k = first_at_or_after(exits, u2k_u, i128::from(s.u2k_k));
+            (u2k_k, first_at_or_after(exits, u2k_k, i128::from(s.k2u_k)))
+        } else {
+            (u2k_u, u2k_u)
+        };
+        let k2u_u = first_at_or_after(exits, k2u_k, i128::from(s.k2u_u));
+        [u2k_u, u2k_k, k2u_k, k2u_u]
+    }
+}
+
+/// The first index of `sorted` whose value is at least `x`, as
+/// `partition_point` finds it, searched forward from `hint` in growing
+/// steps (samples come in time order, so the next answer is near the last).
+fn first_at_or_after(sorted: &[i128], hint: usize, x: i128) -> usize {
+    let hint = hint.min(sorted.len());
+    if hint > 0 && sorted[hint - 1] >= x {
+        return sorted[..hint].partition_point(|&g| g < x);
+    }
+    // sorted[..hint] < x: find a step past which the answer lies.
+    let (mut lo, mut step) = (hint, 1usize);
+    loop {
+        let probe = lo.saturating_add(step).min(sorted.len());
+        if probe == sorted.len() || sorted[probe] >= x {
+            return lo + sorted[lo..probe].partition_point(|&g| g < x);
+        }
+        lo = probe + 1;
+        step = step.saturating_mul(2);
+    }
+}
+
 /// The trace prepared for lookups.
 pub struct Index<'a> {
     trace: &'a HostTrace,
@@ -192,13 +233,6 @@ impl<'a> Index<'a> {
         self.unvouched[..before_end].iter().any(|w| w.1 >= a)
     }
 
-    /// Exits of `vcpu` mapped into `[a, b)`: index range.
-    fn exits_in(&self, vcpu: &VcpuExits, a: u64, b: u64) -> std::ops::Range<usize> {
-        let lo = vcpu.guest_exit.partition_point(|&g| g < i128::from(a));
-        let hi = vcpu.guest_exit.partition_point(|&g| g < i128::from(b));
-        lo..hi
-    }
-
     /// Whether the trace cannot vouch for a sample's whole window (see the
     /// module text).
     fn unattributable(&self, s: &Sample, vcpu: Option<u32>) -> bool {
@@ -210,15 +244,16 @@ impl<'a> Index<'a> {
     }
 }
 
-/// One segment of a sample: its window from the stamps.
-type Window = fn(&Sample) -> (u64, u64);
+/// One segment of a sample: its window from the stamps, and which two of
+/// the stamps' exit bounds ([`VcpuExits::bounds`]) open and close it.
+type Window = (fn(&Sample) -> (u64, u64), (usize, usize));
 
 /// The segments of a split crossing, with the interval each one fills.
 const SPLIT_SEGMENTS: [(&str, Window); 4] = [
-    ("u2k", |s| (s.u2k_u, s.u2k_k)),
-    ("in_kernel", |s| (s.u2k_k, s.k2u_k)),
-    ("k2u", |s| (s.k2u_k, s.k2u_u)),
-    ("round_trip", |s| (s.u2k_u, s.k2u_u)),
+    ("u2k", (|s| (s.u2k_u, s.u2k_k), (0, 1))),
+    ("in_kernel", (|s| (s.u2k_k, s.k2u_k), (1, 2))),
+    ("k2u", (|s| (s.k2u_k, s.k2u_u), (2, 3))),
+    ("round_trip", (|s| (s.u2k_u, s.k2u_u), (0, 3))),
 ];
 
 /// A sample's segment, measured: its corrected value and its exits.
@@ -269,10 +304,9 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>)
     let samples = in_statistics(&all, &c.samples_rejected);
     let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
     // What each sample is, once for all its segments.
-    let judged: Vec<Judged> = samples
-        .iter()
-        .map(|s| judge(s, split, index, single_vcpu))
-        .collect();
+    let judged = judge_all(&samples, split, index, single_vcpu);
+    // One buffer for every segment's placed samples.
+    let mut placed = Vec::with_capacity(samples.len());
     for (name, window) in SPLIT_SEGMENTS {
         if !split && name != "round_trip" {
             continue;
@@ -287,7 +321,8 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>)
             },
             None => {
                 let keep = name == "round_trip";
-                segment_host(&samples, &judged, (window, keep), interval, index)
+                let segment = (window, keep);
+                segment_host(&samples, &judged, segment, interval, (index, &mut placed))
             }
         });
     }
@@ -296,7 +331,11 @@ fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>)
 
 /// The samples the producer did not reject: the set the statistics, and so
 /// the decomposition against them, are over.
-fn in_statistics(samples: &[Sample], rejected: &[u64]) -> Vec<Sample> {
+fn in_statistics<'s>(samples: &'s [Sample], rejected: &[u64]) -> std::borrow::Cow<'s, [Sample]> {
+    if rejected.is_empty() {
+        // The usual case: no copy of a million samples.
+        return std::borrow::Cow::Borrowed(samples);
+    }
     let rejected: std::collections::HashSet<u64> = rejected.iter().copied().collect();
     (0u64..)
         .zip(samples)
@@ -311,49 +350,71 @@ enum Judged {
     /// Stamps out of order or unfilled, or a window the trace cannot
     /// vouch for: counted, never exit-free.
     Unattributable,
-    /// Attributable, on this vCPU.
-    On(u32),
+    /// Attributable, on this vCPU, its stamps at these exit bounds.
+    On(u32, [usize; 4]),
 }
 
-fn judge(s: &Sample, split: bool, index: &Index, single_vcpu: Option<u32>) -> Judged {
+/// Every sample judged, and placed among its vCPU's exits.
+fn judge_all(
+    samples: &[Sample],
+    split: bool,
+    index: &Index,
+    single_vcpu: Option<u32>,
+) -> Vec<Judged> {
+    // Where the last sample of each vCPU started: the next search's hint.
+    let mut hints: BTreeMap<u32, usize> = BTreeMap::new();
+    samples
+        .iter()
+        .map(|s| {
+            let vcpu = s.cpu.or(single_vcpu);
+            match vcpu {
+                Some(v) if attributable(s, split, index, vcpu) => {
+                    let hint = hints.entry(v).or_insert(0);
+                    let bounds = index
+                        .vcpus
+                        .get(&v)
+                        .map_or([0; 4], |e| e.bounds(s, split, *hint));
+                    *hint = bounds[0];
+                    Judged::On(v, bounds)
+                }
+                _ => Judged::Unattributable,
+            }
+        })
+        .collect()
+}
+
+fn attributable(s: &Sample, split: bool, index: &Index, vcpu: Option<u32>) -> bool {
     let ordered = if split {
         s.validate().is_ok()
     } else {
         s.u2k_u < s.k2u_u && s.k2u_u != crate::UNFILLED
     };
-    let vcpu = s.cpu.or(single_vcpu);
-    match vcpu {
-        Some(v) if ordered && !index.unattributable(s, vcpu) => Judged::On(v),
-        _ => Judged::Unattributable,
-    }
+    ordered && !index.unattributable(s, vcpu)
 }
 
 /// `window`: the segment's, and whether to keep its slowest samples' exits.
 fn segment_host(
     samples: &[Sample],
     judged: &[Judged],
-    (window, keep_slowest): (Window, bool),
+    ((window, (open, close)), keep_slowest): (Window, bool),
     interval: &Interval,
-    index: &Index,
+    (index, placed): (&Index, &mut Vec<Placed>),
 ) -> SegmentHost {
     let correction = interval.correction.unwrap_or(0);
     let mut host = SegmentHost::default();
-    let mut placed = Vec::with_capacity(samples.len());
+    placed.clear();
     for (at, (s, j)) in samples.iter().zip(judged).enumerate() {
-        let vcpu = match *j {
+        let (vcpu, bounds) = match *j {
             Judged::Unattributable => {
                 host.samples += 1;
                 host.unattributable += 1;
                 continue;
             }
-            Judged::On(vcpu) => vcpu,
+            Judged::On(vcpu, bounds) => (vcpu, bounds),
         };
         host.samples += 1;
         let (a, b) = window(s);
-        let exits = index
-            .vcpus
-            .get(&vcpu)
-            .map_or(0..0, |v| index.exits_in(v, a, b));
+        let exits = bounds[open]..bounds[close];
         placed.push(Placed {
             at,
             value: (b - a).saturating_sub(correction),
@@ -361,9 +422,9 @@ fn segment_host(
             vcpu,
         });
     }
-    summarise(&mut host, &placed, index);
+    summarise(&mut host, placed, index);
     if keep_slowest {
-        host.slowest = slowest(samples, &mut placed, index);
+        host.slowest = slowest(samples, placed, index);
     }
     host
 }
@@ -439,13 +500,19 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
     host.exit_free = Stats::from_samples(&free);
     host.exit_free_median_ci = thinned_median_ci(&free);
     let free_median = i64::try_from(host.exit_free.median).unwrap_or(i64::MAX);
+    // By reason number first: naming each exit's reason in the map cost an
+    // allocation per exit.
+    let mut by_reason: Vec<ReasonCost> = Vec::new();
     for p in placed.iter().filter(|p| !p.exits.is_empty()) {
         host.samples_with_exits += 1;
         let v = &index.vcpus[&p.vcpu];
         let mut ticks = 0u64;
         for i in p.exits.clone() {
-            let name = reason_name(index, v.reason[i]);
-            let cost = host.exits.entry(name.to_string()).or_default();
+            let r = usize::from(v.reason[i]);
+            if by_reason.len() <= r {
+                by_reason.resize(r + 1, ReasonCost::default());
+            }
+            let cost = &mut by_reason[r];
             cost.count += 1;
             cost.host_ticks = cost.host_ticks.saturating_add(v.host_ticks[i]);
             ticks = ticks.saturating_add(v.host_ticks[i]);
@@ -459,6 +526,16 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
                 .excess_ticks
                 .saturating_add(i64::try_from(p.value).unwrap_or(i64::MAX) - free_median);
         }
+    }
+    // Reasons that share a name (every unknown one) add up under it.
+    for (r, cost) in by_reason.iter().enumerate().filter(|(_, c)| c.count > 0) {
+        let reason = u16::try_from(r).unwrap_or(u16::MAX);
+        let named = host
+            .exits
+            .entry(reason_name(index, reason).to_string())
+            .or_default();
+        named.count += cost.count;
+        named.host_ticks = named.host_ticks.saturating_add(cost.host_ticks);
     }
 }
 
