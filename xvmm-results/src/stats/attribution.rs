@@ -598,6 +598,67 @@ mod tests {
         i.as_ref().unwrap().host.as_ref().unwrap()
     }
 
+    /// The galloping search finds what `partition_point` finds, from any
+    /// hint: before the answer, after it (time going back), past the end.
+    #[test]
+    fn first_at_or_after_agrees_with_partition_point_from_any_hint() {
+        let mut x = 7u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        for len in [0usize, 1, 2, 3, 7, 64, 1000] {
+            let mut sorted: Vec<i128> = (0..len).map(|_| i128::from(next() % 500)).collect();
+            sorted.sort_unstable();
+            for _ in 0..300 {
+                let want = i128::from(next() % 520) - 10;
+                let hint = usize::try_from(next() % (len as u64 + 3)).unwrap();
+                assert_eq!(
+                    first_at_or_after(&sorted, hint, want),
+                    sorted.partition_point(|&g| g < want),
+                    "len {len} hint {hint} x {want}"
+                );
+            }
+        }
+    }
+
+    /// Samples of two vCPUs, interleaved, one of them going back in time:
+    /// each exit counted in its own vCPU's sample, by the same rule as one
+    /// vCPU's.
+    #[test]
+    fn interleaved_vcpus_and_samples_out_of_time_order_find_their_exits() {
+        let samples = vec![
+            sample(5000, Some(1)),
+            sample(1000, Some(0)),
+            sample(1000, Some(1)),
+            sample(3000, Some(0)),
+            sample(2000, Some(0)),
+        ];
+        let mut r = report(samples);
+        let on = |vcpu, host, reason| HostExitEvent {
+            vcpu,
+            ..exit(host, 10, reason)
+        };
+        let t = trace(vec![
+            on(1, 5050, 0),
+            on(0, 1050, 0),
+            on(1, 1150, 1),
+            on(0, 3350, 1),
+            on(0, 2000, 0),
+            on(1, 3000, 0),
+        ]);
+        attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!((rt.samples, rt.samples_with_exits), (5, 5), "{rt:?}");
+        assert_eq!((rt.exits["npf"].count, rt.exits["intr"].count), (3, 2));
+        let u2k = host(&r, "u2k");
+        assert_eq!((u2k.samples_with_exits, u2k.exits["npf"].count), (3, 3));
+        assert_eq!(host(&r, "in_kernel").exits["intr"].count, 1);
+        assert_eq!(host(&r, "k2u").exits["intr"].count, 1);
+    }
+
     #[test]
     fn exits_land_in_the_segment_that_contains_them_boundaries_included() {
         // Samples at guest 1000, 2000, 3000, 4000; guest = host - 500.
