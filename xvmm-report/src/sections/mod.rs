@@ -543,7 +543,7 @@ mod tests {
         }
         let trace = HostTrace {
             reasons: vec!["npf".into(), "intr".into()],
-            exits,
+            exits: exits.into(),
             lost: Vec::new(),
         };
         let mut vm = report(Environment::LinuxVm, &[], 1);

@@ -17,25 +17,16 @@ use crate::stats::Stats;
 use crate::timeline::Mapping;
 use crate::{bootstrap, Crossing, Interval, MedianCi, Report, Sample, UNFILLED};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// One traced exit: `kvm_exit` and the next `kvm_entry` of its vCPU, in
-/// host TSC ticks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostExitEvent {
-    pub vcpu: u32,
-    pub exit: u64,
-    pub entry: u64,
-    /// Index into [`HostTrace::reasons`].
-    pub reason: u16,
-}
+pub use super::exit_log::{ExitLog, HostExitEvent};
 
 /// What the host traced during a run.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostTrace {
     /// Exit reason names, indexed by [`HostExitEvent::reason`].
     pub reasons: Vec<String>,
-    pub exits: Vec<HostExitEvent>,
+    pub exits: ExitLog,
     /// Host-time windows `[from, to]` in which the ring buffer lost events.
     pub lost: Vec<(u64, u64)>,
 }
@@ -180,23 +171,94 @@ fn first_at_or_after(sorted: &[i128], hint: usize, x: i128) -> usize {
     }
 }
 
+/// The guest-time windows of a report's samples, per vCPU, merged where
+/// they overlap: `[u2k_u, k2u_u)`, which holds every segment.
+struct SampleWindows(BTreeMap<u32, Vec<(i128, i128)>>);
+
+impl SampleWindows {
+    fn of(report: &Report, single_vcpu: Option<u32>) -> SampleWindows {
+        let mut by_vcpu: BTreeMap<u32, Vec<(i128, i128)>> = BTreeMap::new();
+        let samples = report
+            .crossings
+            .iter()
+            .flat_map(|c| c.samples.iter().flatten());
+        for s in samples.filter(|s| s.u2k_u < s.k2u_u) {
+            if let Some(vcpu) = s.cpu.or(single_vcpu) {
+                let w = (i128::from(s.u2k_u), i128::from(s.k2u_u));
+                by_vcpu.entry(vcpu).or_default().push(w);
+            }
+        }
+        for windows in by_vcpu.values_mut() {
+            windows.sort_unstable();
+            let mut merged: Vec<(i128, i128)> = Vec::with_capacity(windows.len());
+            for &(a, b) in windows.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *windows = merged;
+        }
+        SampleWindows(by_vcpu)
+    }
+
+    fn holds(&self, vcpu: u32, guest: i128) -> bool {
+        let Some(windows) = self.0.get(&vcpu) else {
+            return false;
+        };
+        let after = windows.partition_point(|w| w.0 <= guest);
+        after > 0 && guest < windows[after - 1].1
+    }
+}
+
 /// The trace prepared for lookups.
 pub struct Index<'a> {
     trace: &'a HostTrace,
     mapping: &'a Mapping,
     vcpus: BTreeMap<u32, VcpuExits>,
+    /// Every vCPU the trace saw, kept exits or not.
+    known: BTreeSet<u32>,
     /// Guest times no sample may touch, sorted by start: where events were
     /// lost, and where an offset change leaves the offset in force unknown.
     unvouched: Vec<(i128, i128)>,
 }
 
 impl<'a> Index<'a> {
+    /// Every exit of the trace, for lookups.
     pub fn new(trace: &'a HostTrace, mapping: &'a Mapping) -> Index<'a> {
+        Index::keeping(trace, mapping, |_, _| true)
+    }
+
+    /// The exits that can fall into a sample of `report`: those inside a
+    /// sample's round trip on their vCPU (`single_vcpu` for samples that
+    /// name none). Attribution gives what [`Index::new`] gives, and a run
+    /// of millions of exits, most of them between samples, holds only the
+    /// few inside them.
+    pub fn for_report(
+        trace: &'a HostTrace,
+        mapping: &'a Mapping,
+        report: &Report,
+        single_vcpu: Option<u32>,
+    ) -> Index<'a> {
+        let windows = SampleWindows::of(report, single_vcpu);
+        Index::keeping(trace, mapping, |vcpu, guest| windows.holds(vcpu, guest))
+    }
+
+    fn keeping(
+        trace: &'a HostTrace,
+        mapping: &'a Mapping,
+        keep: impl Fn(u32, i128) -> bool,
+    ) -> Index<'a> {
+        let mut known = BTreeSet::new();
         // Keys computed once: mapping a time costs a 128-bit multiply.
-        let mut order: Vec<(u32, i128, &HostExitEvent)> = trace
+        let mut order: Vec<(u32, i128, HostExitEvent)> = trace
             .exits
             .iter()
-            .map(|e| (e.vcpu, mapping.to_guest(e.exit), e))
+            .filter_map(|e| {
+                known.insert(e.vcpu);
+                let guest = mapping.to_guest(e.exit);
+                keep(e.vcpu, guest).then_some((e.vcpu, guest, e))
+            })
             .collect();
         order.sort_unstable_by_key(|&(vcpu, guest, _)| (vcpu, guest));
         let mut vcpus: BTreeMap<u32, VcpuExits> = BTreeMap::new();
@@ -222,6 +284,7 @@ impl<'a> Index<'a> {
             trace,
             mapping,
             vcpus,
+            known,
             unvouched,
         }
     }
@@ -237,7 +300,7 @@ impl<'a> Index<'a> {
     /// module text).
     fn unattributable(&self, s: &Sample, vcpu: Option<u32>) -> bool {
         let Some(vcpu) = vcpu else { return true };
-        if !self.vcpus.contains_key(&vcpu) && !self.vcpus.is_empty() {
+        if !self.known.contains(&vcpu) && !self.known.is_empty() {
             return true;
         }
         self.unvouched_within(i128::from(s.u2k_u), i128::from(s.k2u_u))
@@ -582,7 +645,7 @@ mod tests {
     fn trace(exits: Vec<HostExitEvent>) -> HostTrace {
         HostTrace {
             reasons: vec!["npf".into(), "intr".into()],
-            exits,
+            exits: exits.into(),
             lost: Vec::new(),
         }
     }
@@ -622,6 +685,53 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The index of a report's samples alone attributes as the whole
+    /// trace's does (two vCPUs, exits mostly between samples, a vCPU whose
+    /// exits all fall outside samples: still known), and holds fewer exits.
+    #[test]
+    fn the_report_index_attributes_as_the_whole_trace_does() {
+        let mut samples: Vec<Sample> = (0..400u64)
+            .map(|k| sample(10_000 + k * 1_000, Some((k % 2) as u32)))
+            .collect();
+        samples.push(sample(900_000, Some(2)));
+        samples.push(sample(950_000, Some(3)));
+        let exits: Vec<HostExitEvent> = (0..900u64)
+            .map(|i| HostExitEvent {
+                vcpu: (i % 3) as u32,
+                ..exit(9_000 + i * 467, 20 + i % 50, (i % 2) as u16)
+            })
+            .chain([HostExitEvent {
+                vcpu: 2,
+                ..exit(10, 5, 0)
+            }])
+            .collect();
+        let t = trace(exits);
+        let m = Mapping::unscaled(-7);
+        let mut whole = report(samples.clone());
+        let full = Index::new(&t, &m);
+        attribute(&mut whole, &full, None);
+        let mut own = report(samples);
+        let filtered = Index::for_report(&t, &m, &own, None);
+        attribute(&mut own, &filtered, None);
+        assert_eq!(own, whole);
+        let held = |i: &Index| i.vcpus.values().map(|v| v.guest_exit.len()).sum::<usize>();
+        assert!(
+            held(&filtered) * 2 < held(&full),
+            "{} of {}",
+            held(&filtered),
+            held(&full)
+        );
+        let rt = host(&own, "round_trip");
+        assert_eq!(
+            rt.unattributable, 1,
+            "vCPU 3 is unknown, vCPU 2 known: {rt:?}"
+        );
+        assert!(
+            rt.samples_with_exits > 100 && rt.exit_free.count > 100,
+            "{rt:?}"
+        );
     }
 
     /// Samples of two vCPUs, interleaved, one of them going back in time:

@@ -590,7 +590,8 @@ mod tests {
                 exit: 500_050,
                 entry: 500_950,
                 reason: 0,
-            }],
+            }]
+            .into(),
             lost: vec![(600_010, 600_020)],
         };
         let m = Mapping::unscaled(0);

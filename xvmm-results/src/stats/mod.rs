@@ -5,10 +5,12 @@ pub mod attribution;
 pub mod bootstrap;
 pub mod compare;
 pub mod correction;
+pub mod exit_log;
 pub mod linearity;
 pub mod quantum;
 pub mod sweep;
 pub mod timeline;
+pub mod value_counts;
 
 use serde::{Deserialize, Serialize};
 

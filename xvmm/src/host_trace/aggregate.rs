@@ -5,12 +5,15 @@ use super::parse::{AsyncPfEvent, TraceEvent};
 use std::collections::{BTreeMap, HashMap};
 use xvmm_results::attribution::{HostExitEvent, HostTrace};
 use xvmm_results::channel::PORT_CALIBRATE;
+use xvmm_results::stats::value_counts::ValueCounts;
 use xvmm_results::timeline::OffsetChange;
-use xvmm_results::{HostExit, Stats};
+use xvmm_results::HostExit;
 
 /// Exits kept per run for attribution; past it the rest of the run is
-/// marked lost (at 32 bytes an exit, 256 MiB).
-pub const MAX_KEPT_EXITS: usize = 8 << 20;
+/// marked lost (at 5-6 bytes an exit in the log, about 200 MiB).
+pub const MAX_KEPT_EXITS: usize = 32 << 20;
+/// Async page fault events kept per run (16 bytes each, 128 MiB).
+pub const MAX_KEPT_ASYNC_PF: usize = 8 << 20;
 
 /// A calibration exit as the host traced it: the index the guest wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +45,11 @@ pub struct ExitAggregator {
     /// The last reason seen and its id: the binary reader hands the same
     /// shared name for every exit of a reason, so most lookups end here.
     last_reason: Option<(std::sync::Arc<str>, u16)>,
-    by_reason: BTreeMap<u16, Vec<u64>>,
+    /// Exit-to-entry times by reason, counted, not kept (a run can have
+    /// tens of millions).
+    by_reason: BTreeMap<u16, ValueCounts>,
+    /// How many exits the log keeps; [`MAX_KEPT_EXITS`] but in tests.
+    keep_at_most: Option<usize>,
     trace: HostTrace,
     calibrations: Vec<HostCalibration>,
     offset_changes: Vec<OffsetChange>,
@@ -107,7 +114,7 @@ impl ExitAggregator {
                 offset,
             }),
             TraceEvent::AsyncPf { kind, ts } => {
-                if self.async_pf.len() < MAX_KEPT_EXITS {
+                if self.async_pf.len() < MAX_KEPT_ASYNC_PF {
                     self.async_pf.push((kind, ts));
                 }
             }
@@ -164,6 +171,7 @@ impl ExitAggregator {
             return;
         };
         self.by_reason.entry(p.reason).or_default().push(ts - p.ts);
+        let keep_at_most = self.keep_at_most.unwrap_or(MAX_KEPT_EXITS);
         if let Some((PORT_CALIBRATE, index)) = p.pio_write {
             self.calibrations.push(HostCalibration {
                 index,
@@ -171,7 +179,7 @@ impl ExitAggregator {
                 entry: ts,
             });
         }
-        if self.trace.exits.len() < MAX_KEPT_EXITS {
+        if self.trace.exits.len() < keep_at_most {
             self.trace.exits.push(HostExitEvent {
                 vcpu: p.vcpu,
                 exit: p.ts,
@@ -191,7 +199,7 @@ impl ExitAggregator {
             .iter()
             .map(|(&id, ticks)| HostExit {
                 reason: self.trace.reasons[usize::from(id)].clone(),
-                exit_to_entry: Stats::from_samples(ticks),
+                exit_to_entry: ticks.stats(),
             })
             .collect();
         exits.sort_by_key(|e| std::cmp::Reverse(e.exit_to_entry.count));
@@ -470,12 +478,12 @@ mod tests {
             agg.async_pf,
             [(AsyncPfEvent::NotPresent, 10), (AsyncPfEvent::Ready, 20)]
         );
-        agg.async_pf = vec![(AsyncPfEvent::Completed, 0); MAX_KEPT_EXITS];
+        agg.async_pf = vec![(AsyncPfEvent::Completed, 0); MAX_KEPT_ASYNC_PF];
         agg.push(TraceEvent::AsyncPf {
             kind: AsyncPfEvent::Ready,
             ts: 30,
         });
-        assert_eq!(agg.async_pf.len(), MAX_KEPT_EXITS);
+        assert_eq!(agg.async_pf.len(), MAX_KEPT_ASYNC_PF);
         assert_eq!(agg.last_ts, 30);
     }
 
@@ -488,12 +496,13 @@ mod tests {
             entry: 2,
             reason: 0,
         };
-        agg.trace.exits = vec![kept; MAX_KEPT_EXITS];
+        agg.keep_at_most = Some(3);
+        agg.trace.exits = vec![kept; 3].into();
         agg.push(exit(1, 100, "io"));
         agg.push(entry(1, 150));
         agg.push(exit(1, 200, "io"));
         agg.push(entry(1, 260));
-        assert_eq!(agg.trace.exits.len(), MAX_KEPT_EXITS);
+        assert_eq!(agg.trace.exits.len(), 3);
         assert_eq!(agg.trace.lost, [(100, u64::MAX)]);
         // Still timed for the per-reason summary.
         let io = &agg.summary()[0];

@@ -189,7 +189,10 @@ pub fn add_timeline(
     // Results from another run are not joined at all; an unverified
     // timeline is joined and marked as such wherever it shows.
     if report.run_id.as_deref() == Some(run_id) {
-        attribution::attribute(report, &Index::new(&trace.trace, &mapping), Some(0));
+        // Only the exits inside samples are indexed: a long run's millions
+        // between them would cost 40 bytes each here.
+        let index = Index::for_report(&trace.trace, &mapping, report, Some(0));
+        attribution::attribute(report, &index, Some(0));
         if reason.is_none() {
             super::async_pf::attribute_not_present(report, trace, &mapping);
         }
@@ -249,7 +252,8 @@ mod tests {
                     exit: 51_100,
                     entry: 51_400,
                     reason: 0,
-                }],
+                }]
+                .into(),
                 lost: vec![],
             },
             ..Default::default()
