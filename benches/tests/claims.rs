@@ -259,6 +259,38 @@ fn attribution_of_a_million_samples_and_exits_takes_under_half_a_second() {
     assert!(cpu < 0.5, "attribution took {cpu} s of CPU");
 }
 
+/// README (issue 25's trace ingestion): the host side of a traced run with
+/// 10 M exits (pages decoded as they come, aggregated, then the join of
+/// 100 k samples) grows the process by at most 64 MiB. The release
+/// `trace_memory` bench's figure (peak resident memory over the run minus
+/// the memory before); it measured 55.6-56.1 MiB, of which the exit log is
+/// 48 MiB. A growth below the log's own size would mean the figure is not
+/// the run's.
+#[test]
+fn a_traced_run_of_ten_million_exits_grows_by_at_most_64_mib() {
+    let _turn = one_at_a_time();
+    let text = release_bench(
+        "trace_memory",
+        &[
+            ("XVMM_TRACE_EXITS", "10000000"),
+            ("XVMM_TRACE_SAMPLES", "100000"),
+        ],
+    );
+    let figure = |after: &str, before: &str| -> f64 {
+        let (_, rest) = text.split_once(after).unwrap_or_else(|| panic!("{text}"));
+        let (number, _) = rest.split_once(before).unwrap_or_else(|| panic!("{text}"));
+        number.trim().parse().unwrap_or_else(|_| panic!("{text}"))
+    };
+    assert!(text.starts_with("traced run, 10000000 exits"), "{text}");
+    let growth = figure("RSS growth", "MiB");
+    let log = figure("exit log", "MiB");
+    assert!(growth <= 64.0, "grew {growth} MiB");
+    assert!(
+        growth >= log && log > 30.0,
+        "growth {growth} MiB, log {log} MiB"
+    );
+}
+
 /// Builds a bench in release, as CI builds it, runs it with `env` and
 /// returns what it printed; fails when it does not build or run.
 fn release_bench(bin: &str, env: &[(&str, &str)]) -> String {

@@ -124,6 +124,7 @@ pub const SEGMENTS: [(&str, SegmentPick); 4] = [
 ];
 
 /// Exits of one vCPU, sorted by mapped guest time.
+#[derive(Default)]
 struct VcpuExits {
     guest_exit: Vec<i128>,
     host_ticks: Vec<u64>,
@@ -131,6 +132,18 @@ struct VcpuExits {
 }
 
 impl VcpuExits {
+    /// Sorts the three columns by guest time, ties in the order pushed.
+    fn sort_by_guest_time(&mut self) {
+        if self.guest_exit.is_sorted() {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.guest_exit.len()).collect();
+        order.sort_by_key(|&i| self.guest_exit[i]);
+        self.guest_exit = order.iter().map(|&i| self.guest_exit[i]).collect();
+        self.host_ticks = order.iter().map(|&i| self.host_ticks[i]).collect();
+        self.reason = order.iter().map(|&i| self.reason[i]).collect();
+    }
+
     /// Where each of a sample's stamps (in order) falls among `vcpu`'s exits: the
     /// first exit at or after it (u2k_u, u2k_k, k2u_k, k2u_u; the kernel
     /// stamps take the user stamp's place in a round-trip-only sample). A
@@ -173,37 +186,41 @@ fn first_at_or_after(sorted: &[i128], hint: usize, x: i128) -> usize {
 
 /// The guest-time windows of a report's samples, per vCPU, merged where
 /// they overlap: `[u2k_u, k2u_u)`, which holds every segment.
-struct SampleWindows(BTreeMap<u32, Vec<(i128, i128)>>);
+struct SampleWindows(BTreeMap<u32, Vec<(u64, u64)>>);
 
 impl SampleWindows {
     fn of(report: &Report, single_vcpu: Option<u32>) -> SampleWindows {
-        let mut by_vcpu: BTreeMap<u32, Vec<(i128, i128)>> = BTreeMap::new();
+        let mut by_vcpu: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
         let samples = report
             .crossings
             .iter()
             .flat_map(|c| c.samples.iter().flatten());
         for s in samples.filter(|s| s.u2k_u < s.k2u_u) {
             if let Some(vcpu) = s.cpu.or(single_vcpu) {
-                let w = (i128::from(s.u2k_u), i128::from(s.k2u_u));
-                by_vcpu.entry(vcpu).or_default().push(w);
+                by_vcpu.entry(vcpu).or_default().push((s.u2k_u, s.k2u_u));
             }
         }
         for windows in by_vcpu.values_mut() {
             windows.sort_unstable();
-            let mut merged: Vec<(i128, i128)> = Vec::with_capacity(windows.len());
-            for &(a, b) in windows.iter() {
-                match merged.last_mut() {
-                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                    _ => merged.push((a, b)),
+            // Merged in place: each window joins the last kept one it touches.
+            let mut kept = 0;
+            for i in 0..windows.len() {
+                let (a, b) = windows[i];
+                if kept > 0 && a <= windows[kept - 1].1 {
+                    windows[kept - 1].1 = windows[kept - 1].1.max(b);
+                } else {
+                    windows[kept] = (a, b);
+                    kept += 1;
                 }
             }
-            *windows = merged;
+            windows.truncate(kept);
         }
         SampleWindows(by_vcpu)
     }
 
     fn holds(&self, vcpu: u32, guest: i128) -> bool {
-        let Some(windows) = self.0.get(&vcpu) else {
+        // A stamp is a u64: a time outside that range is in no window.
+        let (Some(windows), Ok(guest)) = (self.0.get(&vcpu), u64::try_from(guest)) else {
             return false;
         };
         let after = windows.partition_point(|w| w.0 <= guest);
@@ -250,28 +267,24 @@ impl<'a> Index<'a> {
         keep: impl Fn(u32, i128) -> bool,
     ) -> Index<'a> {
         let mut known = BTreeSet::new();
-        // Keys computed once: mapping a time costs a 128-bit multiply.
-        let mut order: Vec<(u32, i128, HostExitEvent)> = trace
-            .exits
-            .iter()
-            .filter_map(|e| {
-                known.insert(e.vcpu);
-                let guest = mapping.to_guest(e.exit);
-                keep(e.vcpu, guest).then_some((e.vcpu, guest, e))
-            })
-            .collect();
-        order.sort_unstable_by_key(|&(vcpu, guest, _)| (vcpu, guest));
         let mut vcpus: BTreeMap<u32, VcpuExits> = BTreeMap::new();
-        for (vcpu, guest, e) in order {
-            let v = vcpus.entry(vcpu).or_insert_with(|| VcpuExits {
-                guest_exit: Vec::new(),
-                host_ticks: Vec::new(),
-                reason: Vec::new(),
-            });
-            v.guest_exit.push(guest);
-            v.host_ticks.push(e.entry.saturating_sub(e.exit));
-            v.reason.push(e.reason);
+        let mut last_vcpu = None;
+        for e in &trace.exits {
+            if last_vcpu != Some(e.vcpu) {
+                known.insert(e.vcpu);
+                last_vcpu = Some(e.vcpu);
+            }
+            let guest = mapping.to_guest(e.exit);
+            if keep(e.vcpu, guest) {
+                let v = vcpus.entry(e.vcpu).or_default();
+                v.guest_exit.push(guest);
+                v.host_ticks.push(e.entry.saturating_sub(e.exit));
+                v.reason.push(e.reason);
+            }
         }
+        // Exits come nearly in time order (by entry): sorted in place, with
+        // no copy of the trace beside the index.
+        vcpus.values_mut().for_each(VcpuExits::sort_by_guest_time);
         // Each lost window under the offsets in force in it.
         let mut unvouched: Vec<(i128, i128)> = trace
             .lost
@@ -320,12 +333,21 @@ const SPLIT_SEGMENTS: [(&str, Window); 4] = [
 ];
 
 /// A sample's segment, measured: its corrected value and its exits.
+/// (24 bytes: a run can place millions.)
 struct Placed {
     /// Index into the samples.
-    at: usize,
-    value: u64,
-    exits: std::ops::Range<usize>,
+    at: u32,
     vcpu: u32,
+    value: u64,
+    /// Its exits: a range of its vCPU's.
+    first_exit: u32,
+    past_exits: u32,
+}
+
+impl Placed {
+    fn exits(&self) -> std::ops::Range<usize> {
+        self.first_exit as usize..self.past_exits as usize
+    }
 }
 
 /// Fills `host` on every segment of every crossing with kept samples; the
@@ -414,7 +436,7 @@ enum Judged {
     /// vouch for: counted, never exit-free.
     Unattributable,
     /// Attributable, on this vCPU, its stamps at these exit bounds.
-    On(u32, [usize; 4]),
+    On(u32, [u32; 4]),
 }
 
 /// Every sample judged, and placed among its vCPU's exits.
@@ -438,7 +460,8 @@ fn judge_all(
                         .get(&v)
                         .map_or([0; 4], |e| e.bounds(s, split, *hint));
                     *hint = bounds[0];
-                    Judged::On(v, bounds)
+                    // A vCPU's exits are capped far below 2^32.
+                    Judged::On(v, bounds.map(|b| u32::try_from(b).unwrap_or(u32::MAX)))
                 }
                 _ => Judged::Unattributable,
             }
@@ -477,12 +500,14 @@ fn segment_host(
         };
         host.samples += 1;
         let (a, b) = window(s);
-        let exits = bounds[open]..bounds[close];
+        let (first_exit, past_exits) = (bounds[open], bounds[close]);
         placed.push(Placed {
-            at,
-            value: (b - a).saturating_sub(correction),
-            exits,
+            // Samples per crossing are bounded far below 2^32.
+            at: u32::try_from(at).unwrap_or(u32::MAX),
             vcpu,
+            value: (b - a).saturating_sub(correction),
+            first_exit,
+            past_exits,
         });
     }
     summarise(&mut host, placed, index);
@@ -507,7 +532,7 @@ fn slowest(samples: &[Sample], placed: &mut [Placed], index: &Index) -> Vec<Trac
     top.iter()
         .map(|p| {
             // A sample without exits may be on a vCPU the trace never saw.
-            let range = index.vcpus.get(&p.vcpu).map(|v| (v, p.exits.clone()));
+            let range = index.vcpus.get(&p.vcpu).map(|v| (v, p.exits()));
             let exits = range
                 .into_iter()
                 .flat_map(|(v, r)| r.map(move |i| (v, i)))
@@ -520,10 +545,10 @@ fn slowest(samples: &[Sample], placed: &mut [Placed], index: &Index) -> Vec<Trac
                 })
                 .collect();
             TracedSample {
-                sample: samples[p.at],
+                sample: samples[p.at as usize],
                 ticks: p.value,
                 exits,
-                exits_left_out: p.exits.len().saturating_sub(SAMPLE_EXITS) as u64,
+                exits_left_out: p.exits().len().saturating_sub(SAMPLE_EXITS) as u64,
             }
         })
         .collect()
@@ -557,7 +582,7 @@ fn thinned_median_ci(values: &[u64]) -> Option<MedianCi> {
 fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
     let free: Vec<u64> = placed
         .iter()
-        .filter(|p| p.exits.is_empty())
+        .filter(|p| p.exits().is_empty())
         .map(|p| p.value)
         .collect();
     host.exit_free = Stats::from_samples(&free);
@@ -566,11 +591,11 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
     // By reason number first: naming each exit's reason in the map cost an
     // allocation per exit.
     let mut by_reason: Vec<ReasonCost> = Vec::new();
-    for p in placed.iter().filter(|p| !p.exits.is_empty()) {
+    for p in placed.iter().filter(|p| !p.exits().is_empty()) {
         host.samples_with_exits += 1;
         let v = &index.vcpus[&p.vcpu];
         let mut ticks = 0u64;
-        for i in p.exits.clone() {
+        for i in p.exits() {
             let r = usize::from(v.reason[i]);
             if by_reason.len() <= r {
                 by_reason.resize(r + 1, ReasonCost::default());
