@@ -628,6 +628,8 @@ pub struct ExitTiming {
 pub struct HostExit {
     /// Exit reason as the host kernel names it ("io", "npf", "IO_INSTRUCTION"...).
     pub reason: String,
+    /// Counted as the trace streams (`stats::value_counts`): the median,
+    /// p99 and histogram exact below 4096 ticks, less than 0.05 % low above.
     pub exit_to_entry: Stats,
 }
 

@@ -240,8 +240,8 @@ mod tests {
             })
             .collect();
         medians.sort_unstable();
-        let at =
-            |p: f64| medians[((p * RESAMPLES as f64).round() as usize).clamp(1, RESAMPLES) - 1];
+        let rank = |p: f64| crate::num::usize_saturating((p * RESAMPLES as f64).round());
+        let at = |p: f64| medians[rank(p).clamp(1, RESAMPLES) - 1];
         Some(MedianCi {
             low: at(0.025),
             high: at(0.975),

@@ -40,21 +40,22 @@ pub struct ExitLog {
     last_exit: u64,
 }
 
+/// A difference taken with wrapping, as a small number when it is small
+/// either way: the sign bit moved to bit 0.
 fn zigzag(v: u64) -> u64 {
-    let v = v as i64;
-    ((v << 1) ^ (v >> 63)) as u64
+    (v << 1) ^ 0u64.wrapping_sub(v >> 63)
 }
 
 fn unzigzag(v: u64) -> u64 {
-    ((v >> 1) as i64 ^ -((v & 1) as i64)) as u64
+    (v >> 1) ^ 0u64.wrapping_sub(v & 1)
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out.push(v.to_le_bytes()[0] | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    out.push(v.to_le_bytes()[0]);
 }
 
 /// The varint at `*at`, moving past it; `None` when the bytes end inside
