@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 use xvmm_guest::sys;
@@ -59,14 +59,15 @@ fn main() {
     sys::park();
 }
 
-/// Echoes each output line of a step behind `prefix` and reports when the
-/// marker shows up.
+/// Echoes each output line of a step behind `prefix`, reports when the
+/// marker shows up, and notes when the first line arrived in `first_line`.
 fn forward(
     prefix: &'static str,
     name: String,
     marker: Option<String>,
     out: impl Read,
     seen: mpsc::Sender<Instant>,
+    first_line: Option<Arc<OnceLock<Instant>>>,
 ) {
     let mut reader = BufReader::new(out);
     let mut buf = Vec::new();
@@ -77,6 +78,9 @@ fn forward(
             Ok(_) => {}
         }
         let now = Instant::now();
+        if let Some(first) = &first_line {
+            let _ = first.set(now);
+        }
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end_matches(['\n', '\r']);
         if marker.as_deref().is_some_and(|m| line.contains(m)) {
@@ -93,6 +97,7 @@ fn run_step(step: &Step) -> StepResult {
         outcome: Outcome::SpawnFailed,
         elapsed_ms: 0.0,
         marker_ms: None,
+        first_line_ms: None,
         max_rss_kib: 0,
         guest_rss_kib: None,
         other_rss_kib: None,
@@ -119,15 +124,20 @@ fn run_step(step: &Step) -> StepResult {
         .stderr
         .take()
         .map(|e| Box::new(e) as Box<dyn Read + Send>);
-    let readers: Vec<_> = [(OUT_PREFIX, stdout), (ERR_PREFIX, stderr)]
-        .into_iter()
-        .filter_map(|(prefix, out)| Some((prefix, out?)))
-        .map(|(prefix, out)| {
-            let marker = step.marker_text().map(str::to_string);
-            let (name, tx) = (step.name.clone(), tx.clone());
-            thread::spawn(move || forward(prefix, name, marker, out, tx))
-        })
-        .collect();
+    // A VMM's guest console is its stdout: its first line is the guest's.
+    let first_line = Arc::new(OnceLock::new());
+    let readers: Vec<_> = [
+        (OUT_PREFIX, stdout, Some(first_line.clone())),
+        (ERR_PREFIX, stderr, None),
+    ]
+    .into_iter()
+    .filter_map(|(prefix, out, first)| Some((prefix, out?, first)))
+    .map(|(prefix, out, first)| {
+        let marker = step.marker_text().map(str::to_string);
+        let (name, tx) = (step.name.clone(), tx.clone());
+        thread::spawn(move || forward(prefix, name, marker, out, tx, first))
+    })
+    .collect();
     drop(tx);
     // Pids stay below PID_MAX_LIMIT (2^22).
     let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
@@ -136,6 +146,9 @@ fn run_step(step: &Step) -> StepResult {
     for r in readers {
         let _ = r.join();
     }
+    result.first_line_ms = first_line
+        .get()
+        .map(|at| at.duration_since(start).as_secs_f64() * 1e3);
     result.max_rss_kib = u64::try_from(rusage.ru_maxrss).unwrap_or(0);
     result.outcome = match (killed_for, status) {
         (Some(why), _) => why,

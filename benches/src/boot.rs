@@ -1,0 +1,215 @@
+//! The boot benchmark's plan and figures (issue 25, "Boot"), shared by the
+//! bench (`bin/boot.rs`, which prints) and a claims check.
+//!
+//! Three VMMs boot the same L2 PVH vmlinux, initramfs and command line inside
+//! the nested harness's L1, runs alternating: xvmm, QEMU `microvm` (qboot, no
+//! ACPI, no option ROMs: [`xvmm_harness::MICROVM`]) and QEMU `pc` (SeaBIOS).
+//! Two command lines each:
+//! - `quiet` (the harness's usual one): time from VMM start to the guest's
+//!   `/init` marker, the guest's uptime then, and memory at the marker;
+//! - `console` (no `quiet`, `earlyprintk` on the serial port): time from VMM
+//!   start to the kernel's first whole console line (stamped by `l1-init`
+//!   from outside the guest), and the kernel's time from that line to
+//!   `/init` by the outside clock, which does not depend on how each VMM
+//!   starts the guest's clock.
+//!
+//! VMM memory overhead: the VMM's resident memory at the marker minus its
+//! largest mapping's (guest RAM: every guest page touched, by the guest or
+//! by the VMM loading it, is resident there), from `/proc/PID/smaps`.
+
+use xvmm_harness::{self as harness, l1, HarnessRun, Outcome, Step, StepResult, MARKER};
+
+/// The VMMs compared, in the order each round runs them.
+pub const VMMS: [&str; 3] = ["xvmm", "microvm", "pc"];
+
+/// The command line variants (see the module comment).
+pub const QUIET: &str = "quiet";
+pub const CONSOLE: &str = "console";
+
+/// The `console` variant's command line: the harness's without `quiet`, with
+/// the kernel's earliest console on the serial port.
+pub fn console_cmdline() -> String {
+    harness::l2_cmdline("exit:0")
+        .replace(" quiet ", " earlyprintk=serial,ttyS0,115200 printk.time=1 ")
+}
+
+fn argv(vmm: &str, cmdline: &str) -> Vec<String> {
+    match vmm {
+        "xvmm" => harness::xvmm_argv(l1::L2_VMLINUX, cmdline, 120),
+        "microvm" => harness::qemu_microvm_argv(l1::L2_VMLINUX, cmdline),
+        _ => harness::qemu_argv(l1::L2_VMLINUX, cmdline),
+    }
+}
+
+fn step(name: String, argv: Vec<String>) -> Step {
+    Step {
+        name,
+        timeout_secs: 180,
+        marker: Some(MARKER.into()),
+        stop_at_marker: true,
+        argv,
+    }
+}
+
+/// The plan: one warm-up per VMM, then `runs` rounds of every VMM with
+/// each command line, alternating. Step names are `VMM-VARIANT-ROUND`.
+pub fn plan(runs: usize) -> Vec<Step> {
+    let quiet = harness::l2_cmdline("exit:0");
+    let console = console_cmdline();
+    let mut plan: Vec<Step> = VMMS
+        .iter()
+        .map(|v| step(format!("warmup-{v}"), argv(v, &quiet)))
+        .collect();
+    for i in 0..runs {
+        for (variant, cmdline) in [(QUIET, &quiet), (CONSOLE, &console)] {
+            for v in VMMS {
+                plan.push(step(format!("{v}-{variant}-{i}"), argv(v, cmdline)));
+            }
+        }
+    }
+    plan
+}
+
+/// Median (mean of the middle two for an even count); `None` if empty.
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// One VMM's measured runs of one variant that reached the marker, with
+/// the guest uptime each printed there.
+pub struct Runs<'a> {
+    pub runs: Vec<(&'a StepResult, Option<f64>)>,
+}
+
+impl<'a> Runs<'a> {
+    pub fn of(run: &'a HarnessRun, vmm: &str, variant: &str) -> Runs<'a> {
+        let prefix = format!("{vmm}-{variant}-");
+        Runs {
+            runs: run
+                .steps
+                .iter()
+                .filter(|s| s.name.starts_with(&prefix) && s.outcome == Outcome::StoppedAtMarker)
+                .map(|s| (s, run.guest_uptime(&s.name).map(|u| u * 1e3)))
+                .collect(),
+        }
+    }
+
+    fn each(&self, f: impl Fn(&StepResult, Option<f64>) -> Option<f64>) -> Vec<f64> {
+        self.runs.iter().filter_map(|(s, u)| f(s, *u)).collect()
+    }
+
+    /// VMM start to `/init`, ms.
+    pub fn to_init(&self) -> Vec<f64> {
+        self.each(|s, _| s.marker_ms)
+    }
+    /// VMM start to the first console line, ms.
+    pub fn to_first_line(&self) -> Vec<f64> {
+        self.each(|s, _| s.first_line_ms)
+    }
+    /// First console line to `/init` by the outside clock, ms.
+    pub fn line_to_init(&self) -> Vec<f64> {
+        self.each(|s, _| Some(s.marker_ms? - s.first_line_ms?))
+    }
+    /// The guest's own uptime at `/init`, ms.
+    pub fn uptime(&self) -> Vec<f64> {
+        self.each(|_, u| u)
+    }
+    /// VMM start to `/init` less the guest's uptime then, ms.
+    pub fn before_clock(&self) -> Vec<f64> {
+        self.each(|s, u| Some(s.marker_ms? - u?))
+    }
+    /// Resident memory besides guest RAM at the marker, KiB.
+    pub fn overhead_kib(&self) -> Vec<f64> {
+        self.each(|s, _| s.other_rss_kib.map(|k| k as f64))
+    }
+    /// Guest RAM resident at the marker, KiB.
+    pub fn guest_kib(&self) -> Vec<f64> {
+        self.each(|s, _| s.guest_rss_kib.map(|k| k as f64))
+    }
+}
+
+/// The figures issue 25 asks for, medians over the measured runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Figures {
+    /// xvmm / microvm, time from VMM start to `/init` (target <= 0.45).
+    pub init_vs_microvm: Option<f64>,
+    /// xvmm / pc, the same.
+    pub init_vs_pc: Option<f64>,
+    /// xvmm / microvm, time from VMM start to the first console line
+    /// (target <= 0.15).
+    pub first_line_vs_microvm: Option<f64>,
+    /// xvmm / microvm, the kernel's first line to `/init`, outside clock.
+    pub kernel_vs_microvm: Option<f64>,
+    /// xvmm / microvm, guest uptime at `/init`.
+    pub uptime_vs_microvm: Option<f64>,
+    /// xvmm's memory overhead at the marker, MiB (target <= 3).
+    pub xvmm_overhead_mib: Option<f64>,
+}
+
+pub const TARGET_INIT: f64 = 0.45;
+pub const TARGET_FIRST_LINE: f64 = 0.15;
+pub const TARGET_OVERHEAD_MIB: f64 = 3.0;
+
+fn ratio(a: Vec<f64>, b: Vec<f64>) -> Option<f64> {
+    median(a).zip(median(b)).map(|(a, b)| a / b)
+}
+
+impl Figures {
+    pub fn of(run: &HarnessRun) -> Figures {
+        let q = |v| Runs::of(run, v, QUIET);
+        let c = |v| Runs::of(run, v, CONSOLE);
+        Figures {
+            init_vs_microvm: ratio(q("xvmm").to_init(), q("microvm").to_init()),
+            init_vs_pc: ratio(q("xvmm").to_init(), q("pc").to_init()),
+            first_line_vs_microvm: ratio(c("xvmm").to_first_line(), c("microvm").to_first_line()),
+            kernel_vs_microvm: ratio(c("xvmm").line_to_init(), c("microvm").line_to_init()),
+            uptime_vs_microvm: ratio(q("xvmm").uptime(), q("microvm").uptime()),
+            xvmm_overhead_mib: median(q("xvmm").overhead_kib()).map(|k| k / 1024.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_alternates_every_vmm_and_variant() {
+        let p = plan(2);
+        let names: Vec<&str> = p.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names.len(), 3 + 2 * 6);
+        assert_eq!(
+            &names[..4],
+            ["warmup-xvmm", "warmup-microvm", "warmup-pc", "xvmm-quiet-0"]
+        );
+        assert_eq!(
+            &names[4..9],
+            [
+                "microvm-quiet-0",
+                "pc-quiet-0",
+                "xvmm-console-0",
+                "microvm-console-0",
+                "pc-console-0"
+            ]
+        );
+        let cmdline = |s: &Step| s.argv.iter().any(|a| a.contains(" quiet "));
+        assert!(cmdline(&p[3]) && !cmdline(&p[6]));
+        assert!(p[6].argv.iter().any(|a| a.contains("earlyprintk=serial")));
+        assert!(p[4].argv.iter().any(|a| a.starts_with("microvm,")));
+    }
+
+    #[test]
+    fn median_and_ratio() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(ratio(vec![1.0, 2.0, 3.0], vec![4.0, 4.0, 8.0]), Some(0.5));
+        assert_eq!(ratio(vec![], vec![1.0]), None);
+    }
+}
