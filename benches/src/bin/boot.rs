@@ -108,6 +108,11 @@ fn main() {
     print_runs(&run);
     println!();
     print_medians(&run, runs);
+    println!();
+    println!("xvmm's pre-kernel profile in L1 (one run, --verbose):");
+    for l in boot::profile_lines(&run) {
+        println!("  {l}");
+    }
     let f = Figures::of(&run);
     println!();
     println!("medians of {runs} alternating runs:");
@@ -130,11 +135,13 @@ fn main() {
         " MiB",
     );
     let r = |v: Option<f64>| v.map_or("n/a".to_string(), |x| format!("{x:.2}x"));
-    println!("xvmm / pc, VMM start to /init: {}", r(f.init_vs_pc));
     println!(
-        "xvmm / microvm, kernel time (first console line to /init, outside clock): {}; \
-         guest uptime at /init: {}",
+        "xvmm / microvm, kernel time by the outside clock (to /init, quiet, less to the first \
+         console line): {} ({} vs {}); guest uptime at /init: {}",
         r(f.kernel_vs_microvm),
+        show(boot::kernel_ms(&run, "xvmm"), "ms"),
+        show(boot::kernel_ms(&run, "microvm"), "ms"),
         r(f.uptime_vs_microvm)
     );
+    println!("xvmm / pc, VMM start to /init: {}", r(f.init_vs_pc));
 }
