@@ -35,7 +35,12 @@ pub fn console_cmdline() -> String {
 
 fn argv(vmm: &str, cmdline: &str) -> Vec<String> {
     match vmm {
-        "xvmm" => harness::xvmm_argv(l1::L2_VMLINUX, cmdline, 120),
+        "xvmm" => {
+            // Its pre-kernel profile goes to stderr, off the console's stdout.
+            let mut argv = harness::xvmm_argv(l1::L2_VMLINUX, cmdline, 120);
+            argv.push("--verbose".into());
+            argv
+        }
         "microvm" => harness::qemu_microvm_argv(l1::L2_VMLINUX, cmdline),
         _ => harness::qemu_argv(l1::L2_VMLINUX, cmdline),
     }
@@ -51,13 +56,8 @@ fn step(name: String, argv: Vec<String>) -> Step {
     }
 }
 
-/// The step that runs xvmm to its end with `--verbose`: its pre-kernel
-/// profile (not timed against the others).
-pub const PROFILE_STEP: &str = "profile-xvmm";
-
 /// The plan: one warm-up per VMM, then `runs` rounds of every VMM with
-/// each command line, alternating, then [`PROFILE_STEP`]. Step names are
-/// `VMM-VARIANT-ROUND`.
+/// each command line, alternating. Step names are `VMM-VARIANT-ROUND`.
 pub fn plan(runs: usize) -> Vec<Step> {
     let quiet = harness::l2_cmdline("exit:0");
     let console = console_cmdline();
@@ -72,21 +72,30 @@ pub fn plan(runs: usize) -> Vec<Step> {
             }
         }
     }
-    let mut verbose = argv("xvmm", &quiet);
-    verbose.push("--verbose".into());
-    plan.push(Step::run(
-        PROFILE_STEP,
-        180,
-        &verbose.iter().map(String::as_str).collect::<Vec<_>>(),
-    ));
     plan
 }
 
-/// The `xvmm: boot:` lines of the profile step's output.
-pub fn profile_lines(run: &HarnessRun) -> Vec<&str> {
-    run.output(PROFILE_STEP)
+/// One line of `xvmm --verbose`'s pre-kernel profile: (phase, ms).
+pub fn profile_line(line: &str) -> Option<(&str, f64)> {
+    let (ms, phase) = line.strip_prefix("xvmm: boot:")?.split_once(" ms  ")?;
+    Some((phase, ms.trim().parse().ok()?))
+}
+
+/// The median of each pre-kernel phase over xvmm's measured runs, in the
+/// order xvmm printed them.
+pub fn profile(run: &HarnessRun) -> Vec<(String, f64)> {
+    let mut phases: Vec<(String, Vec<f64>)> = Vec::new();
+    for step in run.steps.iter().filter(|s| s.name.starts_with("xvmm-")) {
+        for (phase, ms) in run.output(&step.name).into_iter().filter_map(profile_line) {
+            match phases.iter_mut().find(|(p, _)| p == phase) {
+                Some((_, v)) => v.push(ms),
+                None => phases.push((phase.to_string(), vec![ms])),
+            }
+        }
+    }
+    phases
         .into_iter()
-        .filter(|l| l.starts_with("xvmm: boot:"))
+        .filter_map(|(p, v)| Some((p, median(v)?)))
         .collect()
 }
 
@@ -215,10 +224,8 @@ mod tests {
     fn plan_alternates_every_vmm_and_variant() {
         let p = plan(2);
         let names: Vec<&str> = p.iter().map(|s| s.name.as_str()).collect();
-        assert_eq!(names.len(), 3 + 2 * 6 + 1);
-        assert_eq!(names.last(), Some(&PROFILE_STEP));
-        assert!(!p.last().unwrap().stop_at_marker);
-        assert_eq!(p.last().unwrap().argv.last().unwrap(), "--verbose");
+        assert_eq!(names.len(), 3 + 2 * 6);
+        assert_eq!(p[3].argv.last().unwrap(), "--verbose");
         assert_eq!(
             &names[..4],
             ["warmup-xvmm", "warmup-microvm", "warmup-pc", "xvmm-quiet-0"]
@@ -237,6 +244,16 @@ mod tests {
         assert!(cmdline(&p[3]) && !cmdline(&p[6]));
         assert!(p[6].argv.iter().any(|a| a.contains("earlyprintk=serial")));
         assert!(p[4].argv.iter().any(|a| a.starts_with("microvm,")));
+    }
+
+    #[test]
+    fn profile_lines_parse() {
+        assert_eq!(
+            profile_line("xvmm: boot:   36.782 ms  VM, guest memory"),
+            Some(("VM, guest memory", 36.782))
+        );
+        assert_eq!(profile_line("xvmm: other"), None);
+        assert_eq!(profile_line("xvmm: boot: x ms  y"), None);
     }
 
     #[test]

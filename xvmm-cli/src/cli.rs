@@ -273,7 +273,7 @@ pub struct RunArgs {
     pub quiet: bool,
     /// Linux guest: print how long each step before the guest's first
     /// instruction took (reading the kernel, building the initramfs, setting
-    /// up memory and the vCPU), on stderr after the run.
+    /// up memory and the vCPU), on stderr as the guest starts.
     #[arg(long, conflicts_with = "quiet")]
     pub verbose: bool,
 }

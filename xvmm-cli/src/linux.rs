@@ -260,10 +260,12 @@ pub(super) fn boot(
         Some(json) if json.is_stdout() => ConsoleTo::Stderr,
         _ => ConsoleTo::Stdout(stdout.clone()),
     };
-    let run = linux::run(prepared, console(args.quiet, console_to))?;
-    if args.verbose {
-        output::eprint(&profile_text(&run.profile));
-    }
+    let show = |profile: &linux::BootProfile| {
+        if args.verbose {
+            output::eprint(&profile_text(profile));
+        }
+    };
+    let run = linux::run_with(prepared, console(args.quiet, console_to), &show)?;
     if !args.quiet {
         for note in &run.notes {
             output::eprint(&format!("xvmm: {note}\n"));

@@ -109,9 +109,9 @@ fn main() {
     println!();
     print_medians(&run, runs);
     println!();
-    println!("xvmm's pre-kernel profile in L1 (one run, --verbose):");
-    for l in boot::profile_lines(&run) {
-        println!("  {l}");
+    println!("xvmm's pre-kernel profile in L1 (--verbose, median of its measured runs):");
+    for (phase, ms) in boot::profile(&run) {
+        println!("  {ms:>9.3} ms  {phase}");
     }
     let f = Figures::of(&run);
     println!();

@@ -277,12 +277,31 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
     p.profile
         .stamp("VM, guest memory, irqchip, vCPU, CPUID", &mut since);
     let (vm, vcpu) = (&machine.vm, &machine.vcpu);
+    // userfaultfd (the fault server) registers anonymous memory only.
+    let mapped = matches!(p.plan.image, image::KernelImage::Elf(_))
+        && cfg.host_fault_delay.is_none()
+        && boot::map::map_elf_kernel(&vm.memory, &p.kernel)?;
+    p.profile.stamp(
+        if mapped {
+            "map the ELF kernel into guest memory"
+        } else {
+            "(kernel not mappable: copied with the initrd)"
+        },
+        &mut since,
+    );
+    let kernel = (!mapped).then_some(&mut p.kernel);
     let entry = match &mut p.init {
-        Init::User(f) => boot::load(&vm.memory, &vm.ram, &p.plan, &mut p.kernel, Some(f))?,
-        Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, &mut p.kernel, Some(c))?,
+        Init::User(f) => boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(f))?,
+        Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(c))?,
     };
-    p.profile
-        .stamp("load the kernel and initrd into guest memory", &mut since);
+    p.profile.stamp(
+        if mapped {
+            "copy the initrd, write the boot structures"
+        } else {
+            "copy the kernel and initrd into guest memory"
+        },
+        &mut since,
+    );
     regs::setup_boot_cpu(&vcpu.fd, &vm.memory, &entry)?;
     msr::setup_boot_msrs(&vcpu.fd)?;
     regs::setup_lint(&vcpu.fd)?;
@@ -310,7 +329,18 @@ fn attach_uart(vm: &Vm, console: Console) -> Result<(PortBus, console::PanicLine
 }
 
 /// Boots the prepared guest and runs it to its end (see the module docs).
-pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
+pub fn run(prepared: Prepared, console: Console) -> Result<LinuxRun> {
+    run_with(prepared, console, &|_| {})
+}
+
+/// [`run`], calling `ready` with the pre-kernel profile right before the
+/// guest's first instruction: a caller can show it while the guest runs
+/// (a boot measured to its `/init` is often killed there).
+pub fn run_with(
+    mut prepared: Prepared,
+    console: Console,
+    ready: &dyn Fn(&BootProfile),
+) -> Result<LinuxRun> {
     let Machine { vm, mut vcpu, .. } = build_machine(&mut prepared)?;
     let mut since = Instant::now();
     let (mut bus, panic_line) = attach_uart(&vm, console)?;
@@ -348,6 +378,7 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
     prepared
         .profile
         .stamp("UART, watchdog, tracer, fault server", &mut since);
+    ready(&prepared.profile);
     let mut running = control.attach(&mut vcpu);
     let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory, faults.as_mut());
     drop(running);

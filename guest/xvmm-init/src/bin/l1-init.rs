@@ -159,6 +159,16 @@ fn run_step(step: &Step) -> StepResult {
     result
 }
 
+/// The files a step's process is given (its kernel and initrd): absolute
+/// paths among its arguments.
+fn inputs(step: &Step) -> Vec<&str> {
+    step.argv[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| a.starts_with('/'))
+        .collect()
+}
+
 /// Waits for the step's process: notes when its marker appears (and its RSS
 /// split then), kills it at the marker or the deadline as the plan says.
 /// Returns why it was killed, its wait status and its resource usage.
@@ -188,7 +198,7 @@ fn wait_step(
                 result.marker_ms = Some(at.duration_since(start).as_secs_f64() * 1e3);
                 if let Some(split) = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
                     .ok()
-                    .and_then(|s| memory::split_rss(&s))
+                    .and_then(|s| memory::split_rss(&s, &inputs(step)))
                 {
                     result.guest_rss_kib = Some(split.largest_rss_kib);
                     result.other_rss_kib = Some(split.other_rss_kib);
