@@ -157,9 +157,56 @@ impl<'a> Runs<'a> {
     pub fn overhead_kib(&self) -> Vec<f64> {
         self.each(|s, _| s.other_rss_kib.map(|k| k as f64))
     }
+    /// What each run's kernel log says about the guest's clocks.
+    pub fn clocks(&self, run: &HarnessRun) -> Vec<GuestClock> {
+        self.runs
+            .iter()
+            .map(|(s, _)| GuestClock::of(&run.output(&s.name)))
+            .collect()
+    }
     /// Guest RAM resident at the marker, KiB.
     pub fn guest_kib(&self) -> Vec<f64> {
         self.each(|s, _| s.guest_rss_kib.map(|k| k as f64))
+    }
+}
+
+/// What a `console` run's kernel log says about the guest's clocks, ms:
+/// from the VM's creation to the kernel's kvmclock set-up (KVM's clock,
+/// `kvm-clock: using sched offset of N cycles` at the `tsc: Detected`
+/// rate), and how far the guest's time of day (which `/proc/uptime`
+/// follows) lagged its kvmclock-based sched_clock when the kernel marked
+/// sched_clock stable: until `clocksource: Switched to clocksource
+/// kvm-clock` the kernel keeps time in jiffies, and a nested guest loses
+/// ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct GuestClock {
+    pub vm_to_kvmclock_ms: Option<f64>,
+    pub uptime_lag_ms: Option<f64>,
+}
+
+/// The number after `key` on `line`, up to the next space, `,` or `)`.
+fn number_after(line: &str, key: &str) -> Option<f64> {
+    let rest = &line[line.find(key)? + key.len()..];
+    let end = rest.find([' ', ',', ')']).unwrap_or(rest.len());
+    rest[..end].trim().parse().ok()
+}
+
+impl GuestClock {
+    pub fn of(lines: &[&str]) -> GuestClock {
+        let find = |key: &str| lines.iter().find(|l| l.contains(key)).copied();
+        let mhz = find("tsc: Detected ").and_then(|l| number_after(l, "tsc: Detected "));
+        let cycles = find("kvm-clock: using sched offset of ")
+            .and_then(|l| number_after(l, "kvm-clock: using sched offset of "));
+        // "sched_clock: Marking stable (KTIME, OFFSET)->(SCHED, OFFSET)", ns.
+        let lag = find("sched_clock: Marking stable (").and_then(|l| {
+            let ktime = number_after(l, "Marking stable (")?;
+            let sched = number_after(l, ")->(")?;
+            Some((sched - ktime) / 1e6)
+        });
+        GuestClock {
+            vm_to_kvmclock_ms: cycles.zip(mhz).map(|(c, m)| c / m / 1e3),
+            uptime_lag_ms: lag,
+        }
     }
 }
 
@@ -254,6 +301,21 @@ mod tests {
         );
         assert_eq!(profile_line("xvmm: other"), None);
         assert_eq!(profile_line("xvmm: boot: x ms  y"), None);
+    }
+
+    #[test]
+    fn guest_clocks_come_from_the_kernel_log() {
+        let log = [
+            "[    0.000000] kvm-clock: using sched offset of 932061635 cycles",
+            "[    0.063694] tsc: Detected 2445.404 MHz processor",
+            "[    3.934962] sched_clock: Marking stable (3431990470, 502651402)->(4805585405, -870943533)",
+        ];
+        let c = GuestClock::of(&log);
+        let ms = c.vm_to_kvmclock_ms.unwrap();
+        assert!((ms - 381.14).abs() < 0.01, "{ms}");
+        let lag = c.uptime_lag_ms.unwrap();
+        assert!((lag - 1373.594935).abs() < 1e-6, "{lag}");
+        assert_eq!(GuestClock::of(&log[..1]), GuestClock::default());
     }
 
     #[test]

@@ -67,6 +67,24 @@ fn print_medians(run: &HarnessRun, runs: usize) {
     }
 }
 
+fn print_clocks(run: &HarnessRun) {
+    println!(
+        "guest clocks (console runs, kernel log; medians): VM creation to the kernel's kvmclock \
+         set-up, by KVM's clock; and how far the guest's uptime lagged its kvmclock-based \
+         sched_clock when the kernel switched off jiffies (ticks a nested guest lost):"
+    );
+    for vmm in VMMS {
+        let clocks = Runs::of(run, vmm, CONSOLE).clocks(run);
+        let each =
+            |f: fn(&boot::GuestClock) -> Option<f64>| median(clocks.iter().filter_map(f).collect());
+        println!(
+            "  {vmm:<8} VM to kvmclock {}, uptime behind by {}",
+            show(each(|c| c.vm_to_kvmclock_ms), "ms"),
+            show(each(|c| c.uptime_lag_ms), "ms"),
+        );
+    }
+}
+
 fn verdict(what: &str, v: Option<f64>, target: f64, unit: &str) {
     match v {
         Some(x) => println!(
@@ -108,6 +126,8 @@ fn main() {
     print_runs(&run);
     println!();
     print_medians(&run, runs);
+    println!();
+    print_clocks(&run);
     println!();
     println!("xvmm's pre-kernel profile in L1 (--verbose, median of its measured runs):");
     for (phase, ms) in boot::profile(&run) {
