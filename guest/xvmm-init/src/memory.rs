@@ -23,6 +23,8 @@ fn kib(line: &str, key: &str) -> Option<u64> {
 struct Map<'a> {
     start: u64,
     end: u64,
+    /// Mapped read-write, as guest RAM is.
+    writable: bool,
     path: Option<&'a str>,
     size: u64,
     rss: u64,
@@ -34,6 +36,7 @@ fn header(line: &str) -> Option<Map<'_>> {
     let (a, b) = f.next()?.split_once('-')?;
     let start = u64::from_str_radix(a, 16).ok()?;
     let end = u64::from_str_radix(b, 16).ok()?;
+    let writable = f.next()?.starts_with("rw");
     // Range, perms, offset, device, inode; then the path, which may hold
     // spaces.
     let mut rest = line;
@@ -45,6 +48,7 @@ fn header(line: &str) -> Option<Map<'_>> {
     Some(Map {
         start,
         end,
+        writable,
         path,
         size: 0,
         rss: 0,
@@ -73,7 +77,9 @@ pub fn split_rss(smaps: &str, inputs: &[&str]) -> Option<RssSplit> {
         }
     }
     let (idx, _) = maps.iter().enumerate().max_by_key(|(_, m)| m.size)?;
-    let input = |m: &Map| m.path.is_some_and(|p| inputs.contains(&p));
+    // A VMM that reads its kernel through a read-only mapping (QEMU's ELF
+    // loader) keeps a copy source, not guest RAM.
+    let input = |m: &Map| m.writable && m.path.is_some_and(|p| inputs.contains(&p));
     // `outer` continues guest RAM from its neighbour `inner`.
     let continues =
         |outer: &Map, inner: &Map| input(outer) || (outer.path.is_none() && input(inner));
@@ -165,6 +171,10 @@ Rss:                   8 kB
         assert_eq!(split.largest_size_kib, 16384 + 2048 + 1024 + 1024 + 241664);
         // Without the kernel named as an input only the largest is guest RAM.
         let split = split_rss(smaps, &[]).unwrap();
+        assert_eq!(split.largest_rss_kib, 40000);
+        // Nor when the kernel is mapped read-only (a copy source).
+        let read_only = smaps.replace("rw-p 00500000", "r--p 00500000");
+        let split = split_rss(&read_only, &["/l2/vmlinux"]).unwrap();
         assert_eq!(split.largest_rss_kib, 40000);
     }
 }
