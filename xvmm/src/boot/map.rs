@@ -49,6 +49,27 @@ pub fn map_elf_kernel(memory: &GuestMemoryMmap, file: &std::fs::File) -> Result<
     Ok(true)
 }
 
+/// Maps the whole of `file` (an initrd) at `gpa` the same way. Returns
+/// false, having changed nothing, when `gpa` is not page aligned or the
+/// file does not fit one guest memory region there.
+pub fn map_file(memory: &GuestMemoryMmap, file: &std::fs::File, gpa: u64) -> Result<bool> {
+    let size = file
+        .metadata()
+        .map_err(|e| Error::Initrd(format!("cannot read its size: {e}")))?
+        .len();
+    let whole = LoadSegment {
+        paddr: gpa,
+        offset: 0,
+        file_size: size,
+        mem_size: size,
+    };
+    if !mappable(memory, &[whole]) {
+        return Ok(false);
+    }
+    map_segment(memory, file, &whole)?;
+    Ok(true)
+}
+
 fn map_segment(memory: &GuestMemoryMmap, file: &std::fs::File, s: &LoadSegment) -> Result<()> {
     let whole = s.file_size / PAGE_SIZE * PAGE_SIZE;
     let fail = |what: &str, e: std::io::Error| {
@@ -156,6 +177,20 @@ mod tests {
             memory.read_obj::<u8>(GuestAddress(0x20_0000)).unwrap(),
             0xab
         );
+    }
+
+    #[test]
+    fn an_initrd_is_mapped_whole_where_it_fits() {
+        let data: Vec<u8> = (0..0x2345u32).map(|i| (i % 249) as u8).collect();
+        let memory = mem(4 << 20);
+        assert!(map_file(&memory, &file_of(&data), 0x30_0000).unwrap());
+        let mut back = vec![0u8; data.len()];
+        memory
+            .read_slice(&mut back, GuestAddress(0x30_0000))
+            .unwrap();
+        assert_eq!(back, data);
+        assert!(!map_file(&memory, &file_of(&data), 0x30_0100).unwrap());
+        assert!(!map_file(&memory, &file_of(&data), 0x3f_f000).unwrap());
     }
 
     #[test]

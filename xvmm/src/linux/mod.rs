@@ -277,29 +277,26 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
     p.profile
         .stamp("VM, guest memory, irqchip, vCPU, CPUID", &mut since);
     let (vm, vcpu) = (&machine.vm, &machine.vcpu);
-    // userfaultfd (the fault server) registers anonymous memory only.
-    let mapped = matches!(p.plan.image, image::KernelImage::Elf(_))
-        && cfg.host_fault_delay.is_none()
-        && boot::map::map_elf_kernel(&vm.memory, &p.kernel)?;
+    let (kernel_mapped, initrd_mapped) = map_inputs(p, &vm.memory)?;
     p.profile.stamp(
-        if mapped {
-            "map the ELF kernel into guest memory"
-        } else {
-            "(kernel not mappable: copied with the initrd)"
+        match (kernel_mapped, initrd_mapped) {
+            (true, true) => "map the ELF kernel and the initrd into guest memory",
+            (true, false) => "map the ELF kernel into guest memory",
+            (false, true) => "map the initrd into guest memory",
+            (false, false) => "(kernel and initrd not mappable: copied)",
         },
         &mut since,
     );
-    let kernel = (!mapped).then_some(&mut p.kernel);
+    let kernel = (!kernel_mapped).then_some(&mut p.kernel);
     let entry = match &mut p.init {
-        Init::User(f) => boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(f))?,
+        Init::User(f) => {
+            let initrd = (!initrd_mapped).then_some(f);
+            boot::load(&vm.memory, &vm.ram, &p.plan, kernel, initrd)?
+        }
         Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(c))?,
     };
     p.profile.stamp(
-        if mapped {
-            "copy the initrd, write the boot structures"
-        } else {
-            "copy the kernel and initrd into guest memory"
-        },
+        "copy what was not mapped, write the boot structures",
         &mut since,
     );
     regs::setup_boot_cpu(&vcpu.fd, &vm.memory, &entry)?;
@@ -307,6 +304,22 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
     regs::setup_lint(&vcpu.fd)?;
     p.profile.stamp("vCPU registers, MSRs, LINT", &mut since);
     Ok(machine)
+}
+
+/// Maps the ELF kernel and the user's initrd from their files into guest
+/// memory where they can be ([`boot::map`]): whether each was.
+fn map_inputs(p: &Prepared, memory: &vm_memory::GuestMemoryMmap) -> Result<(bool, bool)> {
+    // userfaultfd (the fault server) registers anonymous memory only.
+    if p.config.host_fault_delay.is_some() {
+        return Ok((false, false));
+    }
+    let kernel = matches!(p.plan.image, image::KernelImage::Elf(_))
+        && boot::map::map_elf_kernel(memory, &p.kernel)?;
+    let initrd = match (&p.init, p.plan.initrd) {
+        (Init::User(f), Some(place)) => boot::map::map_file(memory, f, place.addr)?,
+        _ => false,
+    };
+    Ok((kernel, initrd))
 }
 
 /// The UART on IRQ 4 (through an irqfd), writing to the console.
