@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 use xvmm_benches::boot::{
-    self, median, Figures, Runs, CONSOLE, QUIET, TARGET_FIRST_LINE, TARGET_INIT,
+    self, median, Figures, Runs, CONSOLE, QUIET, TARGET_FIRST_BYTE, TARGET_INIT,
     TARGET_OVERHEAD_MIB, VMMS,
 };
 use xvmm_harness::{self as harness, HarnessRun};
@@ -23,7 +23,7 @@ fn print_runs(run: &HarnessRun) {
         "{:<20} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10}",
         "run",
         "outcome",
-        "1st line",
+        "1st byte",
         "/init ms",
         "uptime ms",
         "maxrss KiB",
@@ -37,7 +37,7 @@ fn print_runs(run: &HarnessRun) {
             "{:<20} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10}",
             s.name,
             s.outcome.to_string(),
-            ms(s.first_line_ms),
+            ms(s.first_byte_ms),
             ms(s.marker_ms),
             ms(run.guest_uptime(&s.name).map(|u| u * 1e3)),
             s.max_rss_kib,
@@ -52,15 +52,15 @@ fn print_medians(run: &HarnessRun, runs: usize) {
         let (q, c) = (Runs::of(run, vmm, QUIET), Runs::of(run, vmm, CONSOLE));
         println!(
             "{vmm}: {}+{} of {runs}+{runs} runs reached /init; quiet: to /init {}, guest uptime \
-             there {}, before the guest clock {}; console: to the first line {}, first line to \
+             there {}, before the guest clock {}; console: to the first byte {}, first byte to \
              /init {}; at /init: guest RAM resident {}, everything else {}",
             q.runs.len(),
             c.runs.len(),
             show(median(q.to_init()), "ms"),
             show(median(q.uptime()), "ms"),
             show(median(q.before_clock()), "ms"),
-            show(median(c.to_first_line()), "ms"),
-            show(median(c.line_to_init()), "ms"),
+            show(median(c.to_first_byte()), "ms"),
+            show(median(c.byte_to_init()), "ms"),
             show(median(q.guest_kib()).map(|k| k / 1024.0), "MiB"),
             show(median(q.overhead_kib()).map(|k| k / 1024.0), "MiB"),
         );
@@ -143,9 +143,9 @@ fn main() {
         "x",
     );
     verdict(
-        "xvmm / microvm, VMM start to the kernel's first console line",
-        f.first_line_vs_microvm,
-        TARGET_FIRST_LINE,
+        "xvmm / microvm, VMM start to the kernel's first console byte",
+        f.first_byte_vs_microvm,
+        TARGET_FIRST_BYTE,
         "x",
     );
     verdict(

@@ -60,16 +60,23 @@ fn main() {
 }
 
 /// Echoes each output line of a step behind `prefix`, reports when the
-/// marker shows up, and notes when the first line arrived in `first_line`.
+/// marker shows up, and notes when the first byte arrived in `first_byte`.
 fn forward(
     prefix: &'static str,
     name: String,
     marker: Option<String>,
     out: impl Read,
     seen: mpsc::Sender<Instant>,
-    first_line: Option<Arc<OnceLock<Instant>>>,
+    first_byte: Option<Arc<OnceLock<Instant>>>,
 ) {
     let mut reader = BufReader::new(out);
+    if let Some(first) = &first_byte {
+        // Returns as soon as anything arrives, a whole line or not (QEMU
+        // writes its serial port byte by byte).
+        if reader.fill_buf().is_ok_and(|b| !b.is_empty()) {
+            let _ = first.set(Instant::now());
+        }
+    }
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -78,9 +85,6 @@ fn forward(
             Ok(_) => {}
         }
         let now = Instant::now();
-        if let Some(first) = &first_line {
-            let _ = first.set(now);
-        }
         let line = String::from_utf8_lossy(&buf);
         let line = line.trim_end_matches(['\n', '\r']);
         if marker.as_deref().is_some_and(|m| line.contains(m)) {
@@ -97,7 +101,7 @@ fn run_step(step: &Step) -> StepResult {
         outcome: Outcome::SpawnFailed,
         elapsed_ms: 0.0,
         marker_ms: None,
-        first_line_ms: None,
+        first_byte_ms: None,
         max_rss_kib: 0,
         guest_rss_kib: None,
         other_rss_kib: None,
@@ -124,10 +128,10 @@ fn run_step(step: &Step) -> StepResult {
         .stderr
         .take()
         .map(|e| Box::new(e) as Box<dyn Read + Send>);
-    // A VMM's guest console is its stdout: its first line is the guest's.
-    let first_line = Arc::new(OnceLock::new());
+    // A VMM's guest console is its stdout: its first byte is the guest's.
+    let first_byte = Arc::new(OnceLock::new());
     let readers: Vec<_> = [
-        (OUT_PREFIX, stdout, Some(first_line.clone())),
+        (OUT_PREFIX, stdout, Some(first_byte.clone())),
         (ERR_PREFIX, stderr, None),
     ]
     .into_iter()
@@ -146,7 +150,7 @@ fn run_step(step: &Step) -> StepResult {
     for r in readers {
         let _ = r.join();
     }
-    result.first_line_ms = first_line
+    result.first_byte_ms = first_byte
         .get()
         .map(|at| at.duration_since(start).as_secs_f64() * 1e3);
     result.max_rss_kib = u64::try_from(rusage.ru_maxrss).unwrap_or(0);
