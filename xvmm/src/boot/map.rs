@@ -150,7 +150,10 @@ mod tests {
     }
 
     fn file_of(bytes: &[u8]) -> std::fs::File {
-        let path = std::env::temp_dir().join(format!("xvmm-map-{}", std::process::id()));
+        // One name per call: the tests run in parallel threads.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("xvmm-map-{}-{n}", std::process::id()));
         let mut f = std::fs::File::create(&path).unwrap();
         f.write_all(bytes).unwrap();
         let f = std::fs::File::open(&path).unwrap();

@@ -398,20 +398,7 @@ pub fn run_with(
     let host_faults = faults.map(HostFaults::finish);
     let async_pf_en = msr::get_msr(&vcpu.fd, msr::MSR_KVM_ASYNC_PF_EN).ok();
     let trace = tracer.map(ExitTracer::finish).transpose()?;
-    let tsc = TscFacts {
-        offset_before,
-        offset_after: vcpu.tsc_offset().ok(),
-        guest_khz: vcpu.tsc_khz,
-        requested_offset: cfg.tsc_offset,
-        requested_khz: cfg.tsc_khz,
-        // KVM's divisor; where this KVM cannot say, the caller falls back
-        // to `Machine::probe` (unscaled, the vCPU's rate is the host's).
-        host_khz: vm
-            .tsc_khz()
-            .or(cfg.tsc_khz.is_none().then_some(vcpu.tsc_khz))
-            .map_or(0, u64::from),
-        scaling: crate::vm::kvm_tsc_scaling(),
-    };
+    let tsc = tsc_facts(&vm, &vcpu, cfg, offset_before);
     let mut notes = Vec::new();
     let end = outcome
         .end
@@ -436,6 +423,29 @@ pub fn run_with(
         async_pf_en,
         profile: prepared.profile,
     })
+}
+
+/// The guest's TSC as KVM set it up, at the end of a run.
+fn tsc_facts(
+    vm: &Vm,
+    vcpu: &vcpu::Vcpu,
+    cfg: &LinuxConfig,
+    offset_before: Option<i64>,
+) -> TscFacts {
+    TscFacts {
+        offset_before,
+        offset_after: vcpu.tsc_offset().ok(),
+        guest_khz: vcpu.tsc_khz,
+        requested_offset: cfg.tsc_offset,
+        requested_khz: cfg.tsc_khz,
+        // KVM's divisor; where this KVM cannot say, the caller falls back
+        // to `Machine::probe` (unscaled, the vCPU's rate is the host's).
+        host_khz: vm
+            .tsc_khz()
+            .or(cfg.tsc_khz.is_none().then_some(vcpu.tsc_khz))
+            .map_or(0, u64::from),
+        scaling: crate::vm::kvm_tsc_scaling(),
+    }
 }
 
 /// Whether a guest's end is clean: a reset or power-off after a kernel panic
