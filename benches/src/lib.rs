@@ -3,6 +3,7 @@
 //! and `tests/claims.rs` (which fails when a claim does not hold).
 
 pub mod attribution;
+pub mod boot;
 pub mod clock;
 pub mod fuzz;
 pub mod linearity;

@@ -64,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
             memory,
             ram,
             &plan,
-            &mut Cursor::new(kernel),
+            Some(&mut Cursor::new(kernel)),
             plan.initrd.map(|_| &mut initrd),
         );
         if let Err(e) = loaded {

@@ -11,8 +11,11 @@ use std::process::Command;
 use xvmm::initramfs::Archive;
 use xvmm::{Error, Result};
 
-/// Firmware QEMU needs for a `-nodefaults` PVH boot: (host file, name in L1).
+/// Firmware QEMU needs for a `-nodefaults` PVH boot on `pc` and on
+/// `microvm` (qboot, from qemu-system-data, which qemu-system-x86 pulls in):
+/// (host file, name in L1).
 const QEMU_FIRMWARE: &[(&str, &str)] = &[
+    ("/usr/share/qemu/qboot.rom", "qboot.rom"),
     ("/usr/share/seabios/bios-256k.bin", "bios-256k.bin"),
     ("/usr/share/qemu/pvh.bin", "pvh.bin"),
     ("/usr/share/qemu/linuxboot_dma.bin", "linuxboot_dma.bin"),

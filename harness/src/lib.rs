@@ -80,11 +80,32 @@ pub fn xvmm_argv(kernel: &str, cmdline: &str, timeout_secs: u64) -> Vec<String> 
     ])
 }
 
-/// argv of a QEMU/KVM PVH boot inside L1 (through the dynamic loader, since
-/// L1 has no ld.so.cache). `isa-debug-exit` at the exit port lets the same
+/// argv of a QEMU/KVM PVH boot inside L1 on the default `pc` machine
+/// (SeaBIOS, ACPI, option ROMs), through the dynamic loader, since L1 has
+/// no ld.so.cache. `isa-debug-exit` at the exit port lets the same
 /// `xvmm.init=exit:N` end QEMU too.
 pub fn qemu_argv(kernel: &str, cmdline: &str) -> Vec<String> {
-    strings(&[
+    qemu_machine_argv(&["-nodefaults"], kernel, cmdline)
+}
+
+/// QEMU's minimal machine as the boot benchmark's fastest peer: `microvm`
+/// with qboot, no ACPI, no option ROMs, no RTC, only the ISA serial port.
+pub const MICROVM: &[&str] = &[
+    "-M",
+    "microvm,x-option-roms=off,isa-serial=on,rtc=off,acpi=off",
+    "-bios",
+    "qboot.rom",
+    "-nodefaults",
+    "-no-user-config",
+];
+
+/// argv of a QEMU/KVM PVH boot inside L1 on [`MICROVM`].
+pub fn qemu_microvm_argv(kernel: &str, cmdline: &str) -> Vec<String> {
+    qemu_machine_argv(MICROVM, kernel, cmdline)
+}
+
+fn qemu_machine_argv(machine: &[&str], kernel: &str, cmdline: &str) -> Vec<String> {
+    let mut argv = strings(&[
         l1::LOADER,
         "--library-path",
         l1::LIB_DIR,
@@ -92,7 +113,9 @@ pub fn qemu_argv(kernel: &str, cmdline: &str) -> Vec<String> {
         "-L",
         l1::QEMU_DATA,
         "-enable-kvm",
-        "-nodefaults",
+    ]);
+    argv.extend(strings(machine));
+    argv.extend(strings(&[
         "-cpu",
         "host",
         "-smp",
@@ -112,7 +135,8 @@ pub fn qemu_argv(kernel: &str, cmdline: &str) -> Vec<String> {
         l1::L2_INITRD,
         "-append",
         cmdline,
-    ])
+    ]));
+    argv
 }
 
 /// Every (mode, crossing) that `xperf probes` measures (the syscall slow
@@ -208,5 +232,11 @@ mod tests {
             .windows(2)
             .any(|w| w[0] == "-kernel" && w[1] == l1::L2_VMLINUX));
         assert!(q.contains(&"-enable-kvm".to_string()) && q.contains(&"-nodefaults".to_string()));
+        let m = qemu_microvm_argv(l1::L2_VMLINUX, "x");
+        assert!(m.windows(2).any(|w| w[0] == "-bios" && w[1] == "qboot.rom"));
+        assert!(m
+            .windows(2)
+            .any(|w| w[0] == "-M" && w[1].starts_with("microvm,") && w[1].contains("acpi=off")));
+        assert!(m.windows(2).any(|w| w[0] == "-append" && w[1] == "x"));
     }
 }

@@ -271,6 +271,11 @@ pub struct RunArgs {
     /// tables or progress (built-in microguest).
     #[arg(long)]
     pub quiet: bool,
+    /// Linux guest: print how long each step before the guest's first
+    /// instruction took (reading the kernel, building the initramfs, setting
+    /// up memory and the vCPU), on stderr as the guest starts.
+    #[arg(long, conflicts_with = "quiet")]
+    pub verbose: bool,
 }
 
 /// The flag that sets a library [`Setting`].

@@ -177,6 +177,19 @@ fn console(quiet: bool, to: ConsoleTo) -> Console {
     }
 }
 
+/// `--verbose`: one line per pre-kernel phase, then their sum.
+fn profile_text(profile: &linux::BootProfile) -> String {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut text = String::new();
+    for (phase, took) in &profile.phases {
+        text += &format!("xvmm: boot: {:>8.3} ms  {phase}\n", ms(*took));
+    }
+    text + &format!(
+        "xvmm: boot: {:>8.3} ms  in all before the guest's first instruction\n",
+        ms(profile.total())
+    )
+}
+
 /// The kernel `--kernel` names.
 pub(super) fn kernel(args: &RunArgs) -> Result<&Path> {
     args.kernel
@@ -247,7 +260,12 @@ pub(super) fn boot(
         Some(json) if json.is_stdout() => ConsoleTo::Stderr,
         _ => ConsoleTo::Stdout(stdout.clone()),
     };
-    let run = linux::run(prepared, console(args.quiet, console_to))?;
+    let show = |profile: &linux::BootProfile| {
+        if args.verbose {
+            output::eprint(&profile_text(profile));
+        }
+    };
+    let run = linux::run_with(prepared, console(args.quiet, console_to), &show)?;
     if !args.quiet {
         for note in &run.notes {
             output::eprint(&format!("xvmm: {note}\n"));
@@ -363,6 +381,28 @@ mod tests {
         let mut argv = vec!["xvmm", "--kernel", "k"];
         argv.extend_from_slice(extra);
         super::super::cli::Cli::try_parse_from(argv).unwrap().run
+    }
+
+    #[test]
+    fn verbose_prints_each_phase_and_their_sum() {
+        assert!(run_args(&["--verbose"]).verbose);
+        assert!(!run_args(&[]).verbose);
+        let mut argv = vec!["xvmm", "--kernel", "k", "--verbose", "--quiet"];
+        assert!(super::super::cli::Cli::try_parse_from(argv.drain(..)).is_err());
+        let profile = linux::BootProfile {
+            phases: vec![
+                ("read", std::time::Duration::from_micros(1500)),
+                ("load", std::time::Duration::from_micros(250)),
+            ],
+        };
+        let text = profile_text(&profile);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].contains("1.500 ms") && lines[0].ends_with("read"),
+            "{text}"
+        );
+        assert!(lines[2].contains("1.750 ms"), "{text}");
     }
 
     #[test]

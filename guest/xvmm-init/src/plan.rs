@@ -181,6 +181,9 @@ pub struct StepResult {
     pub elapsed_ms: f64,
     /// From spawn to the first output line holding the marker.
     pub marker_ms: Option<f64>,
+    /// From spawn to the first byte on stdout (a VMM's guest console:
+    /// the kernel's first console byte, stamped from outside the guest).
+    pub first_byte_ms: Option<f64>,
     /// Peak resident set of the process (wait4 ru_maxrss), KiB.
     pub max_rss_kib: u64,
     /// At the marker: resident KiB of the process's largest mapping (the
@@ -194,14 +197,19 @@ fn opt<T: fmt::Display>(v: &Option<T>) -> String {
         .map_or_else(|| "-".to_string(), |x| x.to_string())
 }
 
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |m| format!("{m:.1}"))
+}
+
 impl StepResult {
     pub fn to_line(&self) -> String {
         format!(
-            "{STEP_PREFIX}name={} outcome={} elapsed_ms={:.1} marker_ms={} max_rss_kib={} guest_rss_kib={} other_rss_kib={}",
+            "{STEP_PREFIX}name={} outcome={} elapsed_ms={:.1} marker_ms={} first_byte_ms={} max_rss_kib={} guest_rss_kib={} other_rss_kib={}",
             self.name,
             self.outcome,
             self.elapsed_ms,
-            self.marker_ms.map_or_else(|| "-".to_string(), |m| format!("{m:.1}")),
+            ms(self.marker_ms),
+            ms(self.first_byte_ms),
             self.max_rss_kib,
             opt(&self.guest_rss_kib),
             opt(&self.other_rss_kib),
@@ -233,6 +241,7 @@ impl StepResult {
             outcome: Outcome::parse(field("outcome")?)?,
             elapsed_ms: field("elapsed_ms")?.parse().ok()?,
             marker_ms: opt_num("marker_ms")?,
+            first_byte_ms: opt_num("first_byte_ms")?,
             max_rss_kib: field("max_rss_kib")?.parse().ok()?,
             guest_rss_kib: opt_int("guest_rss_kib")?,
             other_rss_kib: opt_int("other_rss_kib")?,
@@ -355,6 +364,7 @@ mod tests {
                 outcome,
                 elapsed_ms: 5123.4,
                 marker_ms: Some(4000.5),
+                first_byte_ms: Some(250.0),
                 max_rss_kib: 70000,
                 guest_rss_kib: Some(60000),
                 other_rss_kib: None,

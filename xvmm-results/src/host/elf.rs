@@ -198,6 +198,15 @@ impl<S: Read + Seek> StreamSource<S> {
     }
 }
 
+/// Where a `PT_LOAD` segment's bytes are in the file and go in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadSegment {
+    pub paddr: u64,
+    pub offset: u64,
+    pub file_size: u64,
+    pub mem_size: u64,
+}
+
 /// A 64-bit little-endian x86-64 ELF file: its header and program headers,
 /// checked. `R` is where the bytes come from (a slice, or a [`StreamSource`]).
 pub struct ElfFile<'data, R: ReadRef<'data> = &'data [u8]> {
@@ -315,6 +324,21 @@ impl<'data, R: ReadRef<'data>> ElfFile<'data, R> {
             range = Some(range.map_or((start, end), |(s, e)| (s.min(start), e.max(end))));
         }
         Ok(range)
+    }
+
+    /// The `PT_LOAD` segments with memory bytes, in file order (call
+    /// [`ElfFile::load_range`] first: it checks them).
+    pub fn load_segments(&self) -> Vec<LoadSegment> {
+        self.segments
+            .iter()
+            .filter(|p| p.p_type(LE) == PT_LOAD && p.p_memsz(LE) > 0)
+            .map(|p| LoadSegment {
+                paddr: p.p_paddr(LE),
+                offset: p.p_offset(LE),
+                file_size: p.p_filesz(LE),
+                mem_size: p.p_memsz(LE),
+            })
+            .collect()
     }
 
     /// `len` bytes at virtual address `address`, from the `PT_LOAD` segment
@@ -703,6 +727,13 @@ mod tests {
         let file = b.build();
         let elf = ElfFile::parse(&file).unwrap();
         assert_eq!(elf.load_range(), Ok(Some((0x100_0000, 0x100_0020))));
+        let segment = LoadSegment {
+            paddr: 0x100_0000,
+            offset: 0,
+            file_size: 0x10,
+            mem_size: 0x20,
+        };
+        assert_eq!(elf.load_segments(), [segment; 2]);
         assert!(!elf.has_interpreter());
         assert_eq!(
             err(&file[..100]),

@@ -14,6 +14,7 @@
 pub mod cmdline;
 pub mod e820;
 pub mod image;
+pub mod map;
 pub mod params;
 
 use crate::arch::x86_64::regs::BootEntry;
@@ -110,12 +111,13 @@ pub trait ImageReader: Read + ReadVolatile + Seek {}
 impl<T: Read + ReadVolatile + Seek> ImageReader for T {}
 
 /// Loads everything `plan` decided and returns how the vCPU must start.
-/// `initrd` must hold exactly the planned number of bytes.
+/// `initrd` must hold exactly the planned number of bytes. `kernel` is
+/// `None` for an ELF kernel already mapped into guest memory ([`map`]).
 pub fn load<K: ImageReader, I: ImageReader>(
     memory: &GuestMemoryMmap,
     ram: &[layout::RamRange],
     plan: &BootPlan,
-    kernel: &mut K,
+    kernel: Option<&mut K>,
     initrd: Option<&mut I>,
 ) -> Result<BootEntry> {
     let e820 = e820::memory_map(ram);
@@ -143,6 +145,9 @@ pub fn load<K: ImageReader, I: ImageReader>(
     let himem = Some(GuestAddress(layout::HIMEM_START));
     match plan.image {
         KernelImage::BzImage(_) => {
+            let kernel = kernel.ok_or_else(|| {
+                Error::Kernel("a bzImage is copied into guest memory, never mapped".into())
+            })?;
             let loaded = BzImage::load(memory, Some(GuestAddress(plan.load_addr)), kernel, himem)
                 .map_err(|e| Error::Kernel(format!("loading the bzImage failed: {e}")))?;
             let header = loaded.setup_header.ok_or_else(|| {
@@ -158,11 +163,18 @@ pub fn load<K: ImageReader, I: ImageReader>(
             })
         }
         KernelImage::Elf(info) => {
-            let loaded = Elf::load(memory, None, kernel, himem)
-                .map_err(|e| Error::Kernel(format!("loading the ELF kernel failed: {e}")))?;
-            let entry = match loaded.pvh_boot_cap {
-                PvhBootCapability::PvhEntryPresent(addr) => addr.0,
-                _ => info.pvh_entry,
+            let entry = match kernel {
+                Some(kernel) => {
+                    let loaded = Elf::load(memory, None, kernel, himem).map_err(|e| {
+                        Error::Kernel(format!("loading the ELF kernel failed: {e}"))
+                    })?;
+                    match loaded.pvh_boot_cap {
+                        PvhBootCapability::PvhEntryPresent(addr) => addr.0,
+                        _ => info.pvh_entry,
+                    }
+                }
+                // Mapped: the PVH note `image::inspect` read is the entry.
+                None => info.pvh_entry,
             };
             let pvh = params::pvh_info(layout::CMDLINE_GPA, plan.initrd, &e820)?;
             memory
@@ -222,7 +234,7 @@ mod tests {
             &memory,
             &ram,
             &plan,
-            &mut Cursor::new(&kernel),
+            Some(&mut Cursor::new(&kernel)),
             Some(&mut initrd),
         )
         .unwrap();
@@ -263,7 +275,7 @@ mod tests {
             &memory,
             &ram,
             &plan,
-            &mut Cursor::new(&kernel),
+            Some(&mut Cursor::new(&kernel)),
             None::<&mut Cursor<Vec<u8>>>,
         )
         .unwrap();

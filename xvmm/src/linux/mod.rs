@@ -39,7 +39,7 @@ use crate::{layout, Error, Result, Setting};
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use xvmm_results::xperf_args::XperfArgs;
 use xvmm_results::Report;
 
@@ -84,9 +84,32 @@ pub struct LinuxConfig {
     pub host_fault_delay: Option<Duration>,
 }
 
+/// How long each step before the guest's first instruction took, in order:
+/// typed data for the caller to show (`xvmm --verbose`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BootProfile {
+    pub phases: Vec<(&'static str, Duration)>,
+}
+
+impl BootProfile {
+    /// Records `phase` as the time since `*since`, and restarts `*since`.
+    fn stamp(&mut self, phase: &'static str, since: &mut Instant) {
+        let now = Instant::now();
+        self.phases.push((phase, now.duration_since(*since)));
+        *since = now;
+    }
+
+    /// The sum of all phases.
+    pub fn total(&self) -> Duration {
+        self.phases.iter().map(|(_, d)| *d).sum()
+    }
+}
+
 /// A checked boot: everything [`run`] needs, nothing of KVM touched yet.
 pub struct Prepared {
     config: LinuxConfig,
+    /// The pre-kernel phases so far ([`run`] adds its own).
+    profile: BootProfile,
     kernel: std::fs::File,
     plan: boot::BootPlan,
     init: Init,
@@ -123,12 +146,15 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
         crate::host_fault::check_delay(delay)?;
         crate::host_fault::check_userfaultfd()?;
     }
+    let mut profile = BootProfile::default();
+    let mut since = Instant::now();
     let kernel = open_input(&config.kernel, Error::Kernel)?;
     let mut run_id = None;
     let image = image::inspect(&kernel).map_err(|e| match e {
         Error::Kernel(m) => Error::Kernel(format!("{}: {m}", config.kernel.display())),
         other => other,
     })?;
+    profile.stamp("open and inspect the kernel", &mut since);
     let (init, cmdline) = match &config.userspace {
         Userspace::Initrd(path) => (
             Init::User(open_input(path, Error::Initrd)?),
@@ -155,14 +181,23 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
             (Init::BuiltIn(Cursor::new(cpio)), cmdline)
         }
     };
+    profile.stamp(
+        match &init {
+            Init::User(_) => "open the initrd",
+            Init::BuiltIn(_) => "find xperf, build the built-in initramfs",
+        },
+        &mut since,
+    );
     let init_size = match &init {
         Init::User(f) => f.metadata().map_or(0, |m| m.len()),
         Init::BuiltIn(c) => c.get_ref().len() as u64,
     };
     let plan = boot::plan(image, mem_bytes, Some(init_size), &cmdline)?;
     crate::vm::check_memory_size(mem_bytes, crate::vm::host_available_bytes())?;
+    profile.stamp("plan the layout, check memory", &mut since);
     Ok(Prepared {
         config,
+        profile,
         kernel,
         plan,
         init,
@@ -216,10 +251,13 @@ pub struct LinuxRun {
     /// The guest's MSR_KVM_ASYNC_PF_EN at the end: whether it turned async
     /// page faults on (bit 0), as KVM saw it.
     pub async_pf_en: Option<u64>,
+    /// Where the time before the guest's first instruction went.
+    pub profile: BootProfile,
 }
 
 /// Builds the VM and its vCPU and loads the guest: ready to run.
 fn build_machine(p: &mut Prepared) -> Result<Machine> {
+    let mut since = Instant::now();
     let cfg = &p.config;
     let machine = Machine::new(&MachineSpec {
         vm: VmConfig {
@@ -236,15 +274,52 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
         },
         user_space_msr: false,
     })?;
+    p.profile
+        .stamp("VM, guest memory, irqchip, vCPU, CPUID", &mut since);
     let (vm, vcpu) = (&machine.vm, &machine.vcpu);
+    let (kernel_mapped, initrd_mapped) = map_inputs(p, &vm.memory)?;
+    p.profile.stamp(
+        match (kernel_mapped, initrd_mapped) {
+            (true, true) => "map the ELF kernel and the initrd into guest memory",
+            (true, false) => "map the ELF kernel into guest memory",
+            (false, true) => "map the initrd into guest memory",
+            (false, false) => "(kernel and initrd not mappable: copied)",
+        },
+        &mut since,
+    );
+    let kernel = (!kernel_mapped).then_some(&mut p.kernel);
     let entry = match &mut p.init {
-        Init::User(f) => boot::load(&vm.memory, &vm.ram, &p.plan, &mut p.kernel, Some(f))?,
-        Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, &mut p.kernel, Some(c))?,
+        Init::User(f) => {
+            let initrd = (!initrd_mapped).then_some(f);
+            boot::load(&vm.memory, &vm.ram, &p.plan, kernel, initrd)?
+        }
+        Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(c))?,
     };
+    p.profile.stamp(
+        "copy what was not mapped, write the boot structures",
+        &mut since,
+    );
     regs::setup_boot_cpu(&vcpu.fd, &vm.memory, &entry)?;
     msr::setup_boot_msrs(&vcpu.fd)?;
     regs::setup_lint(&vcpu.fd)?;
+    p.profile.stamp("vCPU registers, MSRs, LINT", &mut since);
     Ok(machine)
+}
+
+/// Maps the ELF kernel and the user's initrd from their files into guest
+/// memory where they can be ([`boot::map`]): whether each was.
+fn map_inputs(p: &Prepared, memory: &vm_memory::GuestMemoryMmap) -> Result<(bool, bool)> {
+    // userfaultfd (the fault server) registers anonymous memory only.
+    if p.config.host_fault_delay.is_some() {
+        return Ok((false, false));
+    }
+    let kernel = matches!(p.plan.image, image::KernelImage::Elf(_))
+        && boot::map::map_elf_kernel(memory, &p.kernel)?;
+    let initrd = match (&p.init, p.plan.initrd) {
+        (Init::User(f), Some(place)) => boot::map::map_file(memory, f, place.addr)?,
+        _ => false,
+    };
+    Ok((kernel, initrd))
 }
 
 /// The UART on IRQ 4 (through an irqfd), writing to the console.
@@ -267,8 +342,20 @@ fn attach_uart(vm: &Vm, console: Console) -> Result<(PortBus, console::PanicLine
 }
 
 /// Boots the prepared guest and runs it to its end (see the module docs).
-pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
+pub fn run(prepared: Prepared, console: Console) -> Result<LinuxRun> {
+    run_with(prepared, console, &|_| {})
+}
+
+/// [`run`], calling `ready` with the pre-kernel profile right before the
+/// guest's first instruction: a caller can show it while the guest runs
+/// (a boot measured to its `/init` is often killed there).
+pub fn run_with(
+    mut prepared: Prepared,
+    console: Console,
+    ready: &dyn Fn(&BootProfile),
+) -> Result<LinuxRun> {
     let Machine { vm, mut vcpu, .. } = build_machine(&mut prepared)?;
+    let mut since = Instant::now();
     let (mut bus, panic_line) = attach_uart(&vm, console)?;
     let cfg = &prepared.config;
     if let Some(cpu) = cfg.pin {
@@ -301,26 +388,17 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
     // in-kernel LAPIC keeps from us: look at a vCPU that sleeps for a second.
     control.set_idle_probe(Some(Duration::from_secs(1)));
     let offset_before = vcpu.tsc_offset().ok();
+    prepared
+        .profile
+        .stamp("UART, watchdog, tracer, fault server", &mut since);
+    ready(&prepared.profile);
     let mut running = control.attach(&mut vcpu);
     let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory, faults.as_mut());
     drop(running);
     let host_faults = faults.map(HostFaults::finish);
     let async_pf_en = msr::get_msr(&vcpu.fd, msr::MSR_KVM_ASYNC_PF_EN).ok();
     let trace = tracer.map(ExitTracer::finish).transpose()?;
-    let tsc = TscFacts {
-        offset_before,
-        offset_after: vcpu.tsc_offset().ok(),
-        guest_khz: vcpu.tsc_khz,
-        requested_offset: cfg.tsc_offset,
-        requested_khz: cfg.tsc_khz,
-        // KVM's divisor; where this KVM cannot say, the caller falls back
-        // to `Machine::probe` (unscaled, the vCPU's rate is the host's).
-        host_khz: vm
-            .tsc_khz()
-            .or(cfg.tsc_khz.is_none().then_some(vcpu.tsc_khz))
-            .map_or(0, u64::from),
-        scaling: crate::vm::kvm_tsc_scaling(),
-    };
+    let tsc = tsc_facts(&vm, &vcpu, cfg, offset_before);
     let mut notes = Vec::new();
     let end = outcome
         .end
@@ -343,7 +421,31 @@ pub fn run(mut prepared: Prepared, console: Console) -> Result<LinuxRun> {
         run_id: prepared.run_id.clone(),
         host_faults,
         async_pf_en,
+        profile: prepared.profile,
     })
+}
+
+/// The guest's TSC as KVM set it up, at the end of a run.
+fn tsc_facts(
+    vm: &Vm,
+    vcpu: &vcpu::Vcpu,
+    cfg: &LinuxConfig,
+    offset_before: Option<i64>,
+) -> TscFacts {
+    TscFacts {
+        offset_before,
+        offset_after: vcpu.tsc_offset().ok(),
+        guest_khz: vcpu.tsc_khz,
+        requested_offset: cfg.tsc_offset,
+        requested_khz: cfg.tsc_khz,
+        // KVM's divisor; where this KVM cannot say, the caller falls back
+        // to `Machine::probe` (unscaled, the vCPU's rate is the host's).
+        host_khz: vm
+            .tsc_khz()
+            .or(cfg.tsc_khz.is_none().then_some(vcpu.tsc_khz))
+            .map_or(0, u64::from),
+        scaling: crate::vm::kvm_tsc_scaling(),
+    }
 }
 
 /// Whether a guest's end is clean: a reset or power-off after a kernel panic
@@ -387,6 +489,19 @@ fn open_input(path: &Path, wrap: fn(String) -> Error) -> Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn profile_stamps_consecutive_phases() {
+        let mut p = BootProfile::default();
+        let start = Instant::now();
+        let mut since = start;
+        std::thread::sleep(Duration::from_millis(2));
+        p.stamp("a", &mut since);
+        p.stamp("b", &mut since);
+        assert_eq!(p.phases.len(), 2);
+        assert!(p.phases[0].1 >= Duration::from_millis(2), "{p:?}");
+        assert_eq!(since.duration_since(start), p.total());
+    }
 
     #[test]
     fn input_checks() {

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 use xvmm_guest::sys;
@@ -59,16 +59,24 @@ fn main() {
     sys::park();
 }
 
-/// Echoes each output line of a step behind `prefix` and reports when the
-/// marker shows up.
+/// Echoes each output line of a step behind `prefix`, reports when the
+/// marker shows up, and notes when the first byte arrived in `first_byte`.
 fn forward(
     prefix: &'static str,
     name: String,
     marker: Option<String>,
     out: impl Read,
     seen: mpsc::Sender<Instant>,
+    first_byte: Option<Arc<OnceLock<Instant>>>,
 ) {
     let mut reader = BufReader::new(out);
+    if let Some(first) = &first_byte {
+        // Returns as soon as anything arrives, a whole line or not (QEMU
+        // writes its serial port byte by byte).
+        if reader.fill_buf().is_ok_and(|b| !b.is_empty()) {
+            let _ = first.set(Instant::now());
+        }
+    }
     let mut buf = Vec::new();
     loop {
         buf.clear();
@@ -93,6 +101,7 @@ fn run_step(step: &Step) -> StepResult {
         outcome: Outcome::SpawnFailed,
         elapsed_ms: 0.0,
         marker_ms: None,
+        first_byte_ms: None,
         max_rss_kib: 0,
         guest_rss_kib: None,
         other_rss_kib: None,
@@ -119,15 +128,20 @@ fn run_step(step: &Step) -> StepResult {
         .stderr
         .take()
         .map(|e| Box::new(e) as Box<dyn Read + Send>);
-    let readers: Vec<_> = [(OUT_PREFIX, stdout), (ERR_PREFIX, stderr)]
-        .into_iter()
-        .filter_map(|(prefix, out)| Some((prefix, out?)))
-        .map(|(prefix, out)| {
-            let marker = step.marker_text().map(str::to_string);
-            let (name, tx) = (step.name.clone(), tx.clone());
-            thread::spawn(move || forward(prefix, name, marker, out, tx))
-        })
-        .collect();
+    // A VMM's guest console is its stdout: its first byte is the guest's.
+    let first_byte = Arc::new(OnceLock::new());
+    let readers: Vec<_> = [
+        (OUT_PREFIX, stdout, Some(first_byte.clone())),
+        (ERR_PREFIX, stderr, None),
+    ]
+    .into_iter()
+    .filter_map(|(prefix, out, first)| Some((prefix, out?, first)))
+    .map(|(prefix, out, first)| {
+        let marker = step.marker_text().map(str::to_string);
+        let (name, tx) = (step.name.clone(), tx.clone());
+        thread::spawn(move || forward(prefix, name, marker, out, tx, first))
+    })
+    .collect();
     drop(tx);
     // Pids stay below PID_MAX_LIMIT (2^22).
     let pid = libc::pid_t::try_from(child.id()).expect("a pid fits pid_t");
@@ -136,6 +150,9 @@ fn run_step(step: &Step) -> StepResult {
     for r in readers {
         let _ = r.join();
     }
+    result.first_byte_ms = first_byte
+        .get()
+        .map(|at| at.duration_since(start).as_secs_f64() * 1e3);
     result.max_rss_kib = u64::try_from(rusage.ru_maxrss).unwrap_or(0);
     result.outcome = match (killed_for, status) {
         (Some(why), _) => why,
@@ -144,6 +161,16 @@ fn run_step(step: &Step) -> StepResult {
         _ => Outcome::SpawnFailed,
     };
     result
+}
+
+/// The files a step's process is given (its kernel and initrd): absolute
+/// paths among its arguments.
+fn inputs(step: &Step) -> Vec<&str> {
+    step.argv[1..]
+        .iter()
+        .map(String::as_str)
+        .filter(|a| a.starts_with('/'))
+        .collect()
 }
 
 /// Waits for the step's process: notes when its marker appears (and its RSS
@@ -175,7 +202,7 @@ fn wait_step(
                 result.marker_ms = Some(at.duration_since(start).as_secs_f64() * 1e3);
                 if let Some(split) = std::fs::read_to_string(format!("/proc/{pid}/smaps"))
                     .ok()
-                    .and_then(|s| memory::split_rss(&s))
+                    .and_then(|s| memory::split_rss(&s, &inputs(step)))
                 {
                     result.guest_rss_kib = Some(split.largest_rss_kib);
                     result.other_rss_kib = Some(split.other_rss_kib);
