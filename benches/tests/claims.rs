@@ -342,38 +342,10 @@ fn reports_at_scale_stay_within_their_time_and_memory() {
 #[test]
 fn binary_decode_reaches_ten_million_events_per_second() {
     let _turn = one_at_a_time();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let built = std::process::Command::new(&cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "-q",
-            "--release",
-            "-p",
-            "xvmm-benches",
-            "--bin",
-            "trace_parse",
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(
-        built.success(),
-        "the release trace_parse bench does not build"
+    let text = release_bench(
+        "trace_parse",
+        &[("XVMM_TRACE_EXITS", "300000"), ("XVMM_TRACE_RUNS", "5")],
     );
-    let out =
-        std::process::Command::new(xvmm_benches::scale::target_dir().join("release/trace_parse"))
-            .env("XVMM_TRACE_EXITS", "300000")
-            .env("XVMM_TRACE_RUNS", "5")
-            .output()
-            .expect("trace_parse runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    print!("{text}");
     let rate = |line_start: &str| -> f64 {
         let line = text
             .lines()
@@ -393,4 +365,76 @@ fn binary_decode_reaches_ten_million_events_per_second() {
     // The general path is the same decoder without its two shortcuts: it
     // must not come out ahead by more than the noise.
     assert!(fast >= 0.8 * general, "fast {fast} vs general {general}");
+}
+
+/// Builds the release bench `name` as CI builds it, runs it with `env` and
+/// returns (and prints) its stdout; fails when either does.
+fn release_bench(name: &str, env: &[(&str, &str)]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = std::process::Command::new(&cargo)
+        .current_dir(&root)
+        .args(["build", "-q", "--release", "-p", "xvmm-benches", "--bin", name])
+        .status()
+        .expect("cargo runs");
+    assert!(built.success(), "the release {name} bench does not build");
+    let out = std::process::Command::new(
+        xvmm_benches::scale::target_dir().join("release").join(name),
+    )
+    .envs(env.iter().copied())
+    .output()
+    .unwrap_or_else(|e| panic!("{name} does not run: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{text}");
+    text
+}
+
+/// The first number after `after` on the line that starts with `line_start`.
+fn figure(text: &str, line_start: &str, after: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(line_start))
+        .unwrap_or_else(|| panic!("no {line_start:?} line in {text}"));
+    let (_, rest) = line
+        .split_once(after)
+        .unwrap_or_else(|| panic!("no {after:?} in {line}"));
+    let number: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    number.parse().unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// README (issue 25, the microguest's own speed): a default run reusing
+/// one VM for its phases against the same run with a fresh VM per phase,
+/// in the release `microguest` bench (alternating, median of 5 pairs). At
+/// 100 k samples per row the guest's own samples in KVM_RUN are nearly all
+/// of the time on this PVM machine, so the ratio is close to 1 there
+/// (MEASURED_100K); with 2000 samples per row (here, for time) the fixed
+/// costs weigh more. The claim: reuse is no slower than the noise allows
+/// (ratio at most 1.03; measured MEASURED_2K), and it creates VMs for a
+/// fraction of the phases, so their creation takes under a third of the
+/// peer's.
+#[test]
+fn microguest_run_reusing_its_vm_is_no_slower_than_fresh_vms() {
+    let _turn = one_at_a_time();
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        return;
+    }
+    let text = release_bench(
+        "microguest",
+        &[("XVMM_BENCH_SAMPLES", "2000"), ("XVMM_BENCH_RUNS", "5")],
+    );
+    let ratio = figure(&text, "full run ratio reused/fresh:", ":");
+    assert!(ratio <= 1.03, "reused/fresh {ratio}");
+    let creation = |peer: &str| figure(&text, &format!("profile, {peer} (last run)"), "VM creation");
+    let (new, old) = (creation("reused VM"), creation("fresh VM per phase"));
+    assert!(new * 3.0 < old, "VM creation {new} s reused vs {old} s fresh");
 }
