@@ -32,7 +32,10 @@ fn phase(kind: Kind, warmup: u64, samples: u64) -> Phase {
 /// The kernel stamps this hypervisor runs, found as a run finds them.
 fn kernel_stamps(vms: &Vms, rc: &RunControl) -> MachineConfig {
     let mut cfg = MachineConfig::default();
-    if fenced_kernel_stamps_refused(vms, rc, &cfg).unwrap().is_some() {
+    if fenced_kernel_stamps_refused(vms, rc, &cfg)
+        .unwrap()
+        .is_some()
+    {
         cfg.kernel_stamps = KernelStamps::Plain;
     }
     cfg
@@ -62,7 +65,11 @@ fn a_reused_vm_starts_each_phase_as_a_fresh_one() {
         ..cfg.clone()
     };
     for (warmup, cfg) in [(3, &cfg), (0, &off), (4, &cfg), (3, &cfg)] {
-        let (stamps, _) = done(vms.run(&rc, cfg, &phase(Kind::PageFault, warmup, 20)).unwrap().0);
+        let (stamps, _) = done(
+            vms.run(&rc, cfg, &phase(Kind::PageFault, warmup, 20))
+                .unwrap()
+                .0,
+        );
         for (i, s) in stamps.chunks(4).enumerate() {
             // Without kernel stamps the kernel slots hold whatever the
             // handler's registers held; the phases after it must have
@@ -77,7 +84,10 @@ fn a_reused_vm_starts_each_phase_as_a_fresh_one() {
     }
     for kind in [Kind::PioIn, Kind::Hlt] {
         let (stamps, host) = done(vms.run(&rc, &cfg, &phase(kind, 7, 30)).unwrap().0);
-        assert_eq!(host, 37, "{kind:?}: a host stamp per exit, warm-up's included");
+        assert_eq!(
+            host, 37,
+            "{kind:?}: a host stamp per exit, warm-up's included"
+        );
         assert!(stamps.iter().all(|&s| s != UNFILLED), "{kind:?}");
     }
     let records = vms.take_records();
@@ -119,14 +129,20 @@ fn a_phase_that_does_not_reach_its_doorbell_leaves_no_vm() {
 }
 
 fn rows(r: &Report) -> Vec<(String, bool, u64)> {
-    let crossings = r
-        .crossings
-        .iter()
-        .map(|c| (c.name.clone(), c.status == Status::Measured, c.samples_valid));
-    let exits = r
-        .exits
-        .iter()
-        .map(|e| (e.name.clone(), e.status == Status::Measured, e.samples_valid));
+    let crossings = r.crossings.iter().map(|c| {
+        (
+            c.name.clone(),
+            c.status == Status::Measured,
+            c.samples_valid,
+        )
+    });
+    let exits = r.exits.iter().map(|e| {
+        (
+            e.name.clone(),
+            e.status == Status::Measured,
+            e.samples_valid,
+        )
+    });
     crossings.chain(exits).collect()
 }
 
