@@ -48,10 +48,12 @@ fn done(end: PhaseEnd) -> (Vec<u64>, usize) {
     }
 }
 
-/// Page faults in a reused VM still fault on every sample (the VMM resets
-/// the #PF pages' present bits and the guest flushes its TLB first), with
-/// the kernel stamps taken away and put back between phases; an exit phase
-/// gets a host stamp per exit, as in a fresh VM.
+/// Page faults still fault on every sample, the first included, phase
+/// after phase (a #PF phase changes its page tables, so the next phase gets
+/// a fresh VM: where the hypervisor shadows them, PVM, the VMM's rewrite
+/// goes unseen and the first access of the next phase did not fault), with
+/// the kernel stamps taken away and put back between phases; exit phases
+/// in a reused VM get a host stamp per exit, as in a fresh VM.
 #[test]
 fn a_reused_vm_starts_each_phase_as_a_fresh_one() {
     if no_kvm() {
@@ -64,7 +66,18 @@ fn a_reused_vm_starts_each_phase_as_a_fresh_one() {
         kernel_stamps: KernelStamps::Off,
         ..cfg.clone()
     };
-    for (warmup, cfg) in [(3, &cfg), (0, &off), (4, &cfg), (3, &cfg)] {
+    // Phases with no warm-up check their very first access; after an odd
+    // and an even number of faults the other page is the present one.
+    let plan = [
+        (3, &cfg),
+        (0, &cfg),
+        (0, &off),
+        (4, &cfg),
+        (0, &cfg),
+        (1, &cfg),
+        (0, &cfg),
+    ];
+    for (warmup, cfg) in plan {
         let (stamps, _) = done(
             vms.run(&rc, cfg, &phase(Kind::PageFault, warmup, 20))
                 .unwrap()
@@ -91,11 +104,10 @@ fn a_reused_vm_starts_each_phase_as_a_fresh_one() {
         assert!(stamps.iter().all(|&s| s != UNFILLED), "{kind:?}");
     }
     let records = vms.take_records();
-    let after_probe = records.iter().skip(1);
-    assert!(
-        after_probe.skip(1).all(|r| r.reused),
-        "every phase after the first that ran reuses its VM: {records:?}"
-    );
+    for pair in records.windows(2).skip(1) {
+        let after_pf = pair[0].kind == Kind::PageFault;
+        assert_eq!(pair[1].reused, !after_pf, "{records:?}");
+    }
     for r in records.iter().filter(|r| r.kind == Kind::PioIn) {
         assert_eq!(r.times.measured_exits, 37);
         assert_eq!(r.times.exits, 38, "and the doorbell");

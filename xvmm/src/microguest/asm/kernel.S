@@ -24,10 +24,6 @@ xvmm_mg_kernel_start:
  */
 .globl xvmm_mg_kentry
 xvmm_mg_kentry:
-    // Flush the TLB: a reused VM may still hold the last phase's
-    // translations of the #PF pages, whose present bits the VMM has reset.
-    mov rax, cr3
-    mov cr3, rax
     mov rax, qword ptr [{ctl} + {c_kind}]
     cmp rax, {first_kernel}
     jae 2f
