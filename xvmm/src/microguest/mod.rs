@@ -2,8 +2,8 @@
 //!
 //! xvmm builds long mode, GDT, TSS, IDT and page tables itself; the guest
 //! ([`guest`]) is a CPL3 measurement loop per kind plus minimal CPL0 handlers.
-//! Each measurement phase runs in a small VM ([`machine`]), one VM for the
-//! phases that end well; [`measure`] turns
+//! Each measurement phase runs in a small VM ([`machine`]), the last
+//! phase's when it ended well and left its page tables alone; [`measure`] turns
 //! the stamps into an `xvmm_results::Report` (environment `microguest`).
 //!
 //! - [`layout`]: the guest's address space and control block.
