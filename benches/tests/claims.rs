@@ -423,11 +423,12 @@ fn figure(text: &str, line_start: &str, after: &str) -> f64 {
 /// in the release `microguest` bench (alternating, median of 5 pairs). The
 /// guest's own samples in KVM_RUN are nearly all of a run's time on this
 /// PVM machine, so the ratio is near 1: at 100 k samples per row 0.914
-/// (pairs 0.79-1.01, the machine's swings); here, for time, 2000 samples
-/// per row, where the fixed costs weigh more. The claims: reuse is no
-/// slower than that noise allows (at most 1.10), and the VM work it
-/// removes (creation, loading, collection and teardown, from the bench's
-/// profile) is under half the peer's (a quarter at 100 k samples).
+/// and 0.833 in two sessions (pairs 0.75-1.18, the machine's swings);
+/// here, for time, 2000 samples per row (0.914, pairs 0.74-1.08). The
+/// claims: reuse is no slower than that noise allows (at most 1.10), and
+/// the VM work it removes (creation, loading, collection and teardown,
+/// from the bench's profile) is under half the peer's (0.03 s vs 0.17 s
+/// at 2000 samples, 0.18 s vs 0.47 s at 100 k).
 #[test]
 fn microguest_run_reusing_its_vm_is_no_slower_than_fresh_vms() {
     let _turn = one_at_a_time();
