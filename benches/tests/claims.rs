@@ -442,3 +442,89 @@ fn binary_decode_reaches_ten_million_events_per_second() {
     // must not come out ahead by more than the noise.
     assert!(fast >= 0.8 * general, "fast {fast} vs general {general}");
 }
+
+/// Builds the release bench `name` as CI builds it, runs it with `env` and
+/// returns (and prints) its stdout; fails when either does.
+fn release_bench(name: &str, env: &[(&str, &str)]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = std::process::Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "-q",
+            "--release",
+            "-p",
+            "xvmm-benches",
+            "--bin",
+            name,
+        ])
+        .status()
+        .expect("cargo runs");
+    assert!(built.success(), "the release {name} bench does not build");
+    let out =
+        std::process::Command::new(xvmm_benches::scale::target_dir().join("release").join(name))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap_or_else(|e| panic!("{name} does not run: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{text}");
+    text
+}
+
+/// The first number after `after` on the line that starts with `line_start`.
+fn figure(text: &str, line_start: &str, after: &str) -> f64 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(line_start))
+        .unwrap_or_else(|| panic!("no {line_start:?} line in {text}"));
+    let (_, rest) = line
+        .split_once(after)
+        .unwrap_or_else(|| panic!("no {after:?} in {line}"));
+    let number: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    number.parse().unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// README (issue 25, the microguest's own speed): a default run reusing
+/// one VM for its phases against the same run with a fresh VM per phase,
+/// in the release `microguest` bench (alternating, median of 5 pairs). The
+/// guest's own samples in KVM_RUN are nearly all of a run's time on this
+/// PVM machine, so the ratio is near 1: at 100 k samples per row 0.914
+/// and 0.833 in two sessions (pairs 0.75-1.18, the machine's swings);
+/// here, for time, 2000 samples per row (0.914, pairs 0.74-1.08). The
+/// claims: reuse is no slower than that noise allows (at most 1.10), and
+/// the VM work it removes (creation, loading, collection and teardown,
+/// from the bench's profile) is under half the peer's (0.03 s vs 0.17 s
+/// at 2000 samples, 0.18 s vs 0.47 s at 100 k).
+#[test]
+fn microguest_run_reusing_its_vm_is_no_slower_than_fresh_vms() {
+    let _turn = one_at_a_time();
+    if !Path::new("/dev/kvm").exists() {
+        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        return;
+    }
+    let text = release_bench(
+        "microguest",
+        &[("XVMM_BENCH_SAMPLES", "2000"), ("XVMM_BENCH_RUNS", "5")],
+    );
+    let ratio = figure(&text, "full run ratio reused/fresh:", ":");
+    assert!(ratio <= 1.10, "reused/fresh {ratio}");
+    let vm_work = |peer: &str| {
+        let line = format!("profile, {peer} (last run)");
+        ["VM creation", "loading", "collecting and teardown"]
+            .iter()
+            .map(|part| figure(&text, &line, part))
+            .sum::<f64>()
+    };
+    let (new, old) = (vm_work("reused VM"), vm_work("fresh VM per phase"));
+    assert!(new * 2.0 < old, "VM work {new} s reused vs {old} s fresh");
+}

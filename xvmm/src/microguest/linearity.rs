@@ -9,7 +9,7 @@
 //! sweep would time the emulator.
 
 use super::guest::{chain_param, KernelStamps, Kind};
-use super::machine::{self, MachineConfig, Phase, PhaseEnd};
+use super::machine::{self, MachineConfig, Phase, PhaseEnd, Vms};
 use super::platform::{cpl0_emulated, Platform};
 use super::session::chain_phases;
 use super::session::{fenced_kernel_stamps_refused, tsc_quantum};
@@ -66,7 +66,7 @@ fn kinds(pair: Pair) -> (Kind, Kind) {
 pub fn check_linearity(opts: &LinearityOptions) -> Result<Linearity> {
     let platform = Platform::probe();
     let rc = RunControl::new(opts.timeout)?;
-    let quantum = tsc_quantum(&rc, &MachineConfig::default())?
+    let quantum = tsc_quantum(&Vms::fresh(), &rc, &MachineConfig::default())?
         .ok_or_else(|| Error::Guest("the guest TSC's quantum could not be measured".into()))?;
     let mut out = Linearity {
         platform: format!("{:?} {:?}", platform.vendor, platform.hypervisor),
@@ -103,7 +103,7 @@ pub fn check_linearity(opts: &LinearityOptions) -> Result<Linearity> {
 /// plain RDTSC (as a run decides, [`fenced_kernel_stamps_refused`]).
 fn kernel_stamps_that_run(rc: &RunControl) -> Result<KernelStamps> {
     Ok(
-        match fenced_kernel_stamps_refused(rc, &MachineConfig::default())? {
+        match fenced_kernel_stamps_refused(&Vms::fresh(), rc, &MachineConfig::default())? {
             None => KernelStamps::Fenced,
             Some(_) => KernelStamps::Plain,
         },
@@ -122,7 +122,15 @@ fn check_pair(
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
     let chain_before = chain_cost(rc, cfg, chain, opts)?;
-    let phases = chain_phases(rc, cfg, chain, &all, opts.warmup, opts.check_samples)?;
+    let phases = chain_phases(
+        &Vms::fresh(),
+        rc,
+        cfg,
+        chain,
+        &all,
+        opts.warmup,
+        opts.check_samples,
+    )?;
     let chain_after = chain_cost(rc, cfg, chain, opts)?;
     let check = check_with_controls(&phases, &decided, quantum, (chain_before, chain_after))
         .map_err(|e| Error::Guest(format!("{pair:?} pair's sweep: {e}")))?;
@@ -164,6 +172,7 @@ pub fn pair_decision(
             other => return Err(Error::Guest(format!("the {pair:?} pair: {other:?}"))),
         }
         phases.extend(chain_phases(
+            &Vms::fresh(),
             rc,
             cfg,
             chain,

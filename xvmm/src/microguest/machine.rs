@@ -1,7 +1,13 @@
-//! One microguest VM per measurement phase: create it, put the tables, the code
-//! and the command into guest memory, run it to its doorbell and collect the
-//! stamps. A fresh VM per phase means a crossing the hypervisor refuses (triple
-//! fault, emulation failure) costs only that crossing.
+//! The microguest's VM for each measurement phase: create it (or take the
+//! one the last phase ended well in, [`VmPolicy::Reuse`]), put the tables,
+//! the code and the command into guest memory, set the registers, run it to
+//! its doorbell and collect the stamps. A phase the hypervisor refuses
+//! (triple fault, emulation failure) or that faults loses its VM, so it
+//! costs only that crossing: the next phase gets a fresh one. Every phase
+//! rewrites all the state it runs on (memory, registers from the vCPU's
+//! state as created, the MSRs it uses), so a reused VM starts a phase as a
+//! fresh one does; the one state a rewrite cannot reset, page tables the
+//! guest changed (the #PF loop), costs the next phase a fresh VM.
 //!
 //! The guest is untrusted: it can only end a phase through a fixed set of ports,
 //! the VMM reads exactly the sample bytes it asked for (never a guest-supplied
@@ -23,8 +29,10 @@ use crate::vcpu::{
 };
 use crate::vm::VmConfig;
 use crate::{Error, Result};
-use kvm_bindings::{kvm_msr_entry, kvm_regs};
+use kvm_bindings::{kvm_msr_entry, kvm_regs, kvm_sregs};
 use kvm_ioctls::VcpuExit;
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 use xvmm_results::tsc;
 
@@ -163,12 +171,187 @@ fn exit_pairs(t: &TraceSummary) -> Vec<(u64, u64)> {
     pairs
 }
 
+/// How a run's phases get their VM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VmPolicy {
+    /// The VM of the last phase that reached its doorbell, when it was
+    /// created with the same TSC settings; else a fresh one.
+    #[default]
+    Reuse,
+    /// A VM of its own for every phase (the runs before reuse, kept as the
+    /// benchmark's peer and the tests' oracle).
+    FreshPerPhase,
+}
+
+/// Where one phase's wall time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    /// KVM_CREATE_VM, its memory and memory slots, the vCPU (zero when reused).
+    pub create: Duration,
+    /// Guest memory (tables, code, control block, the sample buffer's fill)
+    /// and the vCPU's registers.
+    pub load: Duration,
+    /// The exit loop: the guest in KVM_RUN (warm-up and samples) and xvmm's
+    /// handling of each exit.
+    pub run: Duration,
+    /// Exits the phase took (KVM_RUN returns, the doorbell's included).
+    pub exits: u64,
+    /// Of `exits`, those on the measured path (warm-up's and samples').
+    pub measured_exits: u64,
+    /// Host TSC ticks in xvmm from each measured exit's return from KVM_RUN
+    /// to the next KVM_RUN (the report's "in VMM"), summed.
+    pub vmm_ticks: u64,
+    /// Reading the stamps back, and the VM's teardown when it is not kept.
+    pub collect: Duration,
+}
+
+impl PhaseTimes {
+    /// The phase's wall time.
+    pub fn total(&self) -> Duration {
+        self.create + self.load + self.run + self.collect
+    }
+}
+
+/// One phase a [`Vms`] ran, and its times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PhaseRecord {
+    pub kind: Kind,
+    pub warmup: u64,
+    pub samples: u64,
+    /// Whether it ran in the VM of an earlier phase.
+    pub reused: bool,
+    pub times: PhaseTimes,
+}
+
+/// A created VM and what the phases need of it.
+struct Loaded {
+    machine: Machine,
+    facts: GuestFacts,
+    /// The vCPU's special registers as KVM created them: every phase starts
+    /// from these, whatever the last phase left.
+    sregs: kvm_sregs,
+    /// The TSC settings it was created with (`MachineConfig::tsc_khz`, `tsc_offset`).
+    made_for: (Option<u32>, Option<i64>),
+}
+
+impl Loaded {
+    fn new(cfg: &MachineConfig) -> Result<Loaded> {
+        let machine = new_machine(cfg)?;
+        let vcpu = &machine.vcpu;
+        let facts = GuestFacts {
+            vendor: cpuid_string(vcpu, 0, [1, 3, 2]),
+            hypervisor_signature: cpuid_string(vcpu, 0x4000_0000, [1, 2, 3]),
+            tsc_khz: vcpu.tsc_khz,
+            user_space_msr: machine.user_space_msr,
+            xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
+        };
+        let sregs = vcpu
+            .fd
+            .get_sregs()
+            .map_err(|e| Error::Kvm(format!("KVM_GET_SREGS failed: {e}")))?;
+        Ok(Loaded {
+            machine,
+            facts,
+            sregs,
+            made_for: (cfg.tsc_khz, cfg.tsc_offset),
+        })
+    }
+}
+
+/// The VMs of a run's phases ([`VmPolicy`]) and where each phase's time went.
+pub struct Vms {
+    policy: VmPolicy,
+    /// The VM the last phase ended well in, when reusing.
+    idle: RefCell<Option<Loaded>>,
+    records: RefCell<Vec<PhaseRecord>>,
+}
+
+impl Vms {
+    pub fn new(policy: VmPolicy) -> Vms {
+        Vms {
+            policy,
+            idle: RefCell::new(None),
+            records: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// A VM of its own for every phase.
+    pub fn fresh() -> Vms {
+        Vms::new(VmPolicy::FreshPerPhase)
+    }
+
+    /// The phases run so far, in order; the record starts again empty.
+    pub fn take_records(&self) -> Vec<PhaseRecord> {
+        std::mem::take(&mut self.records.borrow_mut())
+    }
+
+    /// Runs `phase` in a VM and returns how it ended. Only a phase that
+    /// reached its doorbell leaves its VM for the next one.
+    pub fn run(
+        &self,
+        rc: &RunControl,
+        cfg: &MachineConfig,
+        phase: &Phase,
+    ) -> Result<(PhaseEnd, GuestFacts)> {
+        let buffer_bytes = check_phase(phase)?;
+        let start = Instant::now();
+        let made_for = (cfg.tsc_khz, cfg.tsc_offset);
+        let kept = self
+            .idle
+            .borrow_mut()
+            .take()
+            .filter(|l| self.policy == VmPolicy::Reuse && l.made_for == made_for);
+        let reused = kept.is_some();
+        let mut loaded = match kept {
+            Some(loaded) => loaded,
+            None => Loaded::new(cfg)?,
+        };
+        let mut times = PhaseTimes {
+            create: start.elapsed(),
+            ..PhaseTimes::default()
+        };
+        let end = run_loaded(rc, cfg, phase, buffer_bytes, &mut loaded, &mut times);
+        let facts = loaded.facts.clone();
+        let teardown = Instant::now();
+        let done = matches!(end, Ok(PhaseEnd::Done { .. }));
+        if self.policy == VmPolicy::Reuse && done && !changes_page_tables(phase.kind) {
+            *self.idle.borrow_mut() = Some(loaded);
+        } else {
+            drop(loaded);
+        }
+        times.collect += teardown.elapsed();
+        self.records.borrow_mut().push(PhaseRecord {
+            kind: phase.kind,
+            warmup: phase.warmup,
+            samples: phase.samples,
+            reused,
+            times,
+        });
+        Ok((end?, facts))
+    }
+}
+
+/// Whether a phase of `kind` changes its page tables from the guest: the
+/// #PF loop toggles its pages' present bits. A hypervisor that shadows the
+/// guest's page tables (PVM) tracks the guest's writes to them but not the
+/// VMM's, so the next phase's rewrite would go unseen there (its first
+/// access then does not fault: `xvmm/tests/microguest_reuse.rs`); such a
+/// phase's VM is not reused.
+fn changes_page_tables(kind: Kind) -> bool {
+    kind.handler() == Some(super::kinds::Handler::PageFault)
+}
+
 /// Creates a VM for `phase`, runs it and returns how it ended.
 pub fn run_phase(
     rc: &RunControl,
     cfg: &MachineConfig,
     phase: &Phase,
 ) -> Result<(PhaseEnd, GuestFacts)> {
+    Vms::fresh().run(rc, cfg, phase)
+}
+
+/// The sample buffer's bytes `phase` fills, when the phase makes sense.
+fn check_phase(phase: &Phase) -> Result<u64> {
     let buffer_bytes = phase
         .samples
         .checked_mul(phase.kind.stride())
@@ -187,46 +370,46 @@ pub fn run_phase(
     if matches!(role, Role::Batch { .. }) && phase.param == 0 {
         return Err(Error::Usage("a batch needs at least one crossing".into()));
     }
-    let Machine {
-        vm,
-        mut vcpu,
-        user_space_msr,
-    } = new_machine(cfg)?;
-    let facts = GuestFacts {
-        vendor: cpuid_string(&vcpu, 0, [1, 3, 2]),
-        hypervisor_signature: cpuid_string(&vcpu, 0x4000_0000, [1, 2, 3]),
-        tsc_khz: vcpu.tsc_khz,
-        user_space_msr,
-        xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
-    };
-    write_guest(&vm.memory, cfg, phase, buffer_bytes)?;
-    setup_cpu(&vcpu)?;
+    Ok(buffer_bytes)
+}
 
+/// Loads `phase` into `loaded`, runs it to its end and collects its stamps,
+/// timing each step into `times`.
+fn run_loaded(
+    rc: &RunControl,
+    cfg: &MachineConfig,
+    phase: &Phase,
+    buffer_bytes: u64,
+    loaded: &mut Loaded,
+    times: &mut PhaseTimes,
+) -> Result<PhaseEnd> {
+    let step = Instant::now();
+    let Machine { vm, vcpu, .. } = &mut loaded.machine;
+    write_guest(&vm.memory, cfg, phase, buffer_bytes)?;
+    setup_cpu(vcpu, &loaded.sregs)?;
+    times.load = step.elapsed();
+
+    let step = Instant::now();
     let offset_before = vcpu.tsc_offset().ok();
     let tracer = cfg.trace.then(start_tracer).transpose()?;
-    let end = run_to_doorbell(rc, &mut vcpu, phase);
+    let (end, exits) = run_to_doorbell(rc, vcpu, phase);
     // Finished (and the instance removed) whatever the run's end.
     let traced = tracer.map(ExitTracer::finish).transpose();
+    // Timed before a stop or failure returns: a probe's timeout is run time.
+    (times.run, times.exits) = (step.elapsed(), exits);
     let (end, traced) = (end?, traced?.map(|t| exit_pairs(&t)));
     let offset_after = vcpu.tsc_offset().ok();
     let tsc_offset = offset_before.filter(|_| offset_before == offset_after);
+
+    let step = Instant::now();
     let end = match end {
         RunEnd::Done(host) => {
-            let status: u64 = read_obj(&vm.memory, layout::CONTROL_GPA + control::STATUS)?;
-            if status != layout::DONE_MAGIC {
-                return Err(Error::Guest(format!(
-                    "the guest rang the done doorbell without finishing the {:?} phase (status {status:#x})",
-                    phase.kind
-                )));
-            }
-            let mut bytes = vec![0u8; xvmm_results::num::usize_from(buffer_bytes)];
-            vm.memory
-                .read_slice(&mut bytes, GuestAddress(layout::SAMPLES_GPA))
-                .map_err(|e| Error::Guest(format!("cannot read the sample buffer: {e}")))?;
-            let stamps = bytes
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])))
-                .collect();
+            times.measured_exits = host.len() as u64;
+            times.vmm_ticks = host
+                .iter()
+                .map(|h| h.reentered.saturating_sub(h.exited))
+                .sum();
+            let stamps = read_stamps(&vm.memory, phase, buffer_bytes)?;
             PhaseEnd::Done {
                 stamps,
                 host,
@@ -237,7 +420,28 @@ pub fn run_phase(
         RunEnd::Refused(reason) => PhaseEnd::Refused { reason },
         RunEnd::Fault => PhaseEnd::Fault(read_fault(&vm.memory)?),
     };
-    Ok((end, facts))
+    times.collect = step.elapsed();
+    Ok(end)
+}
+
+/// The sample buffer's words after `phase` rang its done doorbell: exactly
+/// the bytes it was asked for, whatever the guest claims.
+fn read_stamps(memory: &GuestMemoryMmap, phase: &Phase, buffer_bytes: u64) -> Result<Vec<u64>> {
+    let status: u64 = read_obj(memory, layout::CONTROL_GPA + control::STATUS)?;
+    if status != layout::DONE_MAGIC {
+        return Err(Error::Guest(format!(
+            "the guest rang the done doorbell without finishing the {:?} phase (status {status:#x})",
+            phase.kind
+        )));
+    }
+    let mut bytes = vec![0u8; xvmm_results::num::usize_from(buffer_bytes)];
+    memory
+        .read_slice(&mut bytes, GuestAddress(layout::SAMPLES_GPA))
+        .map_err(|e| Error::Guest(format!("cannot read the sample buffer: {e}")))?;
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])))
+        .collect())
 }
 
 /// A phase's VM and vCPU.
@@ -342,11 +546,10 @@ fn write_guest(
     write_bytes(memory, layout::SAMPLES_GPA, &fill, "sample buffer")
 }
 
-fn setup_cpu(vcpu: &Vcpu) -> Result<()> {
+/// Long mode from `created`, the vCPU's special registers as KVM created it.
+fn setup_cpu(vcpu: &Vcpu, created: &kvm_sregs) -> Result<()> {
     let fd = &vcpu.fd;
-    let mut sregs = fd
-        .get_sregs()
-        .map_err(|e| Error::Kvm(format!("KVM_GET_SREGS failed: {e}")))?;
+    let mut sregs = *created;
     let gdt = tables::gdt();
     let seg = |sel: u16| {
         // The selectors index the 9-entry GDT.
@@ -444,6 +647,8 @@ struct Doorbell {
     pending: Option<u64>,
     /// When the latest KVM_RUN returned.
     exited: u64,
+    /// Exits so far (for the profile, counted after the host stamp).
+    exits: u64,
 }
 
 impl ExitHandler for Doorbell {
@@ -463,6 +668,7 @@ impl ExitHandler for Doorbell {
     }
 
     fn handle(&mut self, mut exit: VcpuExit<'_>) -> Result<Action<RunEnd>> {
+        self.exits += 1;
         if measured_exit(self.kind, &exit) {
             if self.host.len() as u64 >= self.expected_exits {
                 return Err(Error::Guest(format!(
@@ -504,7 +710,8 @@ impl ExitHandler for Doorbell {
     }
 }
 
-fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<RunEnd> {
+/// How the phase ended, and the exits it took.
+fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> (Result<RunEnd>, u64) {
     let expected_exits = phase.warmup.saturating_add(phase.samples);
     let mut doorbell = Doorbell {
         kind: phase.kind,
@@ -512,8 +719,10 @@ fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> Result<Ru
         host: Vec::with_capacity(expected_exits.min(1 << 20) as usize),
         pending: None,
         exited: 0,
+        exits: 0,
     };
-    run_loop(&mut rc.attach(vcpu), &mut doorbell)
+    let end = run_loop(&mut rc.attach(vcpu), &mut doorbell);
+    (end, doorbell.exits)
 }
 
 fn read_fault(memory: &GuestMemoryMmap) -> Result<GuestFault> {
@@ -559,6 +768,7 @@ mod tests {
             host: Vec::new(),
             pending: None,
             exited: 42,
+            exits: 0,
         }
     }
 

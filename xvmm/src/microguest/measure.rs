@@ -14,7 +14,8 @@
 use super::guest::Kind;
 pub use super::kinds::CROSSINGS;
 use super::kinds::{self, Role};
-use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
+use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd, VmPolicy, Vms};
+use super::profile::Profile;
 use super::session::{Collected, CrossingRounds, ExitRounds, Session};
 use super::stamps::{aligned_intervals, TwoStamp};
 use crate::progress::Progress;
@@ -46,6 +47,8 @@ pub struct Options {
     pub rounds: u32,
     /// Also time every exit with the host's tracepoints (`--trace`).
     pub trace: bool,
+    /// One VM for the phases, or one each (the peer of the benchmark).
+    pub vms: VmPolicy,
 }
 
 /// Rounds by default (`--rounds`).
@@ -79,6 +82,7 @@ impl Options {
             pinned_cpu: None,
             rounds: DEFAULT_ROUNDS,
             trace: false,
+            vms: VmPolicy::Reuse,
         })
     }
 
@@ -107,6 +111,8 @@ pub struct Measured {
     /// every row was measured: the rows done are kept, the others are marked
     /// "not measured". The caller writes the report, then fails with this.
     pub stopped: Option<Error>,
+    /// Where the run's wall time went.
+    pub profile: Profile,
 }
 
 fn not_measured(err: Option<&Error>) -> String {
@@ -125,6 +131,7 @@ pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Re
     if timeout.is_zero() {
         return Err(Setting::Timeout.invalid("must be at least 1 second"));
     }
+    let start = Instant::now();
     let rc = RunControl::new(timeout)?;
     let mut session = Session {
         rc: &rc,
@@ -135,11 +142,20 @@ pub fn measure(opts: &Options, timeout: Duration, progress: &dyn Progress) -> Re
         samples: opts.samples,
         rounds: opts.rounds.max(1),
         trace: opts.trace,
+        vms: Vms::new(opts.vms),
     };
     progress.begin("microguest", phases(session.rounds));
     let collected = session.run(progress);
     progress.finish();
-    Ok(assemble(opts, collected?))
+    let collected = collected?;
+    let assembling = Instant::now();
+    let mut measured = assemble(opts, collected);
+    measured.profile = Profile {
+        phases: session.vms.take_records(),
+        assemble: assembling.elapsed(),
+        total: start.elapsed(),
+    };
+    Ok(measured)
 }
 
 /// The report of a run: host facts, method, stamp costs, rows and notes.
@@ -208,6 +224,7 @@ fn assemble(opts: &Options, c: Collected) -> Measured {
     Measured {
         report,
         stopped: c.stopped,
+        profile: Profile::default(),
     }
 }
 

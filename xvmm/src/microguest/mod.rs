@@ -2,20 +2,22 @@
 //!
 //! xvmm builds long mode, GDT, TSS, IDT and page tables itself; the guest
 //! ([`guest`]) is a CPL3 measurement loop per kind plus minimal CPL0 handlers.
-//! Each measurement runs in its own small VM ([`machine`]); [`measure`] turns
+//! Each measurement phase runs in a small VM ([`machine`]), the last
+//! phase's when it ended well and left its page tables alone; [`measure`] turns
 //! the stamps into an `xvmm_results::Report` (environment `microguest`).
 //!
 //! - [`layout`]: the guest's address space and control block.
 //! - [`tables`]: GDT/TSS/IDT/page-table encoding (pure).
 //! - [`kinds`]: the measurement kinds, one table: routine, report row, how measured.
 //! - [`guest`]: the guest code (assembly) and its entry points.
-//! - [`machine`]: one VM per phase, its exit handler, host stamps around KVM_RUN.
+//! - [`machine`]: the phases' VMs (reused or fresh), the exit handler, host stamps around KVM_RUN, each phase's times.
 //! - [`session`]: one run, phase by phase and round by round.
 //! - [`stamps`]: a phase's stamp words as samples and intervals (pure).
 //! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).
 //! - [`linearity`]: `xvmm linearity`, the stamps' self-check at CPL3 and CPL0.
 //! - [`platform`]: what runs where, per CPU vendor and hypervisor, as documented.
+//! - [`profile`]: where a run's wall time went, per phase and per kind (pure).
 
 pub mod guest;
 pub mod kinds;
@@ -24,6 +26,7 @@ pub mod linearity;
 pub mod machine;
 pub mod measure;
 pub mod platform;
+pub mod profile;
 pub mod session;
 pub mod stamps;
 pub mod tables;

@@ -1,4 +1,4 @@
-//! One microguest run, phase by phase, each phase in its own VM: the probe
+//! One microguest run, phase by phase, in the VMs of its [`Vms`]: the probe
 //! of the kernel stamps, the TSC quantum, then `rounds` rounds of the stamp
 //! pairs, every crossing (with the kernel stamps on, then off) and every VM
 //! exit. What the rounds measured is kept per row for the report
@@ -7,7 +7,7 @@
 
 use super::guest::{KernelStamps, Kind};
 use super::kinds::{self, Needs, Role, VmmExit, CROSSINGS};
-use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd};
+use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd, Vms};
 use super::stamps::{aligned_intervals, four_stamp_samples, two_stamp_samples, TwoStamp};
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
@@ -76,6 +76,8 @@ pub struct Session<'a> {
     pub rounds: u32,
     /// Also run every exit phase traced (`--trace`).
     pub trace: bool,
+    /// The phases' VMs, and where each phase's time went.
+    pub vms: Vms,
 }
 
 /// A crossing's samples with the kernel stamps and its round trips without
@@ -158,8 +160,7 @@ impl Session<'_> {
                 samples: (self.samples / 10).max(10),
                 param: BATCH,
             };
-            if let PhaseEnd::Done { stamps, .. } = machine::run_phase(self.rc, &self.cfg, &phase)?.0
-            {
+            if let PhaseEnd::Done { stamps, .. } = self.vms.run(self.rc, &self.cfg, &phase)?.0 {
                 row.batches = Some(
                     four_stamp_samples(&stamps)
                         .iter()
@@ -227,14 +228,14 @@ impl Session<'_> {
             samples: 1,
             param: 0,
         };
-        Ok(machine::run_phase(self.rc, &self.cfg, &one)?.1)
+        Ok(self.vms.run(self.rc, &self.cfg, &one)?.1)
     }
 
     /// Runs one sample of the kernel null loop: if the hypervisor cannot
     /// execute LFENCE/RDTSCP at CPL0, kernel stamps become plain RDTSC from
     /// now on and the returned note says why.
     fn probe_kernel_stamps(&mut self) -> Result<Option<String>> {
-        let Some(reason) = fenced_kernel_stamps_refused(self.rc, &self.cfg)? else {
+        let Some(reason) = fenced_kernel_stamps_refused(&self.vms, self.rc, &self.cfg)? else {
             return Ok(None);
         };
         self.cfg.kernel_stamps = KernelStamps::Plain;
@@ -245,7 +246,7 @@ impl Session<'_> {
 
     /// The counter's step, from back-to-back reads at CPL3 in the guest.
     fn quantum(&self) -> Result<Option<f64>> {
-        tsc_quantum(self.rc, &self.cfg)
+        tsc_quantum(&self.vms, self.rc, &self.cfg)
     }
 
     /// One round's stamp pairs: in the guest the user pair, its linearity
@@ -261,6 +262,7 @@ impl Session<'_> {
         // One entry per round taken, and the rounds asked for are a u32.
         let round = u32::try_from(c.user_pair.len()).unwrap_or(u32::MAX);
         let sweep = sweep_round(
+            &self.vms,
             self.rc,
             &self.cfg,
             &xvmm_results::sweep::run_phases(round),
@@ -386,7 +388,7 @@ impl Session<'_> {
         kind: Kind,
         cfg: &MachineConfig,
     ) -> Result<std::result::Result<Vec<Sample>, String>> {
-        match machine::run_phase(self.rc, cfg, &self.phase(kind))?.0 {
+        match self.vms.run(self.rc, cfg, &self.phase(kind))?.0 {
             PhaseEnd::Done { stamps, .. } => Ok(Ok(four_stamp_samples(&stamps))),
             PhaseEnd::Refused { reason } => Ok(Err(format!("hypervisor refused it: {reason}"))),
             PhaseEnd::Fault(f) => match misdelivered(kind, &f) {
@@ -405,7 +407,7 @@ impl Session<'_> {
         }
     }
 
-    /// Runs one sample of `kind` in its own VM under a short watchdog: the
+    /// Runs one sample of `kind` under a short watchdog: the
     /// reason it cannot be measured here, or `None` when it works.
     fn probe(&self, kind: Kind) -> Result<Option<String>> {
         let left = self.deadline.saturating_duration_since(Instant::now());
@@ -416,7 +418,7 @@ impl Session<'_> {
             samples: 1,
             param: 0,
         };
-        match machine::run_phase(&probe_rc, &self.cfg, &phase) {
+        match self.vms.run(&probe_rc, &self.cfg, &phase) {
             Ok((PhaseEnd::Done { .. }, _)) => Ok(None),
             Ok((PhaseEnd::Refused { reason }, _)) => {
                 Ok(Some(format!("hypervisor refused it: {reason}")))
@@ -444,7 +446,7 @@ impl Session<'_> {
             param,
             ..self.phase(kind)
         };
-        match machine::run_phase(self.rc, cfg, &phase)?.0 {
+        match self.vms.run(self.rc, cfg, &phase)?.0 {
             PhaseEnd::Done {
                 stamps,
                 host,
@@ -494,6 +496,7 @@ pub fn vmm_pairs(warmup: u64, samples: u64) -> (Vec<u64>, Vec<u64>) {
 /// Why this hypervisor cannot execute the kernel stamps' LFENCE/RDTSCP at
 /// CPL0 (`None` where it can), from one sample of the kernel null loop.
 pub fn fenced_kernel_stamps_refused(
+    vms: &Vms,
     rc: &RunControl,
     cfg: &MachineConfig,
 ) -> Result<Option<String>> {
@@ -503,7 +506,7 @@ pub fn fenced_kernel_stamps_refused(
         samples: 1,
         param: 0,
     };
-    Ok(match machine::run_phase(rc, cfg, &probe)?.0 {
+    Ok(match vms.run(rc, cfg, &probe)?.0 {
         PhaseEnd::Refused { reason } => Some(reason),
         // A KVM without RDTSCP in the guest CPUID injects #UD.
         PhaseEnd::Fault(f) if f.vector == 6 && f.cs & 3 == 0 => Some(f.to_string()),
@@ -511,16 +514,16 @@ pub fn fenced_kernel_stamps_refused(
     })
 }
 
-/// The guest TSC's step, from back-to-back reads at CPL3 in a VM of its own
-/// (`None` where no read pair came back).
-pub fn tsc_quantum(rc: &RunControl, cfg: &MachineConfig) -> Result<Option<f64>> {
+/// The guest TSC's step, from back-to-back reads at CPL3 (`None` where no
+/// read pair came back).
+pub fn tsc_quantum(vms: &Vms, rc: &RunControl, cfg: &MachineConfig) -> Result<Option<f64>> {
     let phase = Phase {
         kind: Kind::TscStep,
         warmup: 100,
         samples: QUANTUM_READS,
         param: 0,
     };
-    Ok(match machine::run_phase(rc, cfg, &phase)?.0 {
+    Ok(match vms.run(rc, cfg, &phase)?.0 {
         PhaseEnd::Done { stamps, .. } => xvmm_results::quantum::estimate(
             &stamps
                 .chunks_exact(2)
@@ -581,22 +584,24 @@ fn sweep_samples(samples: u64, k: u64) -> u64 {
 }
 
 /// One round of the user pair's linearity sweep as a run takes it
-/// ([`sweep::run_phases`], each phase in its own VM, at CPL3), or of other
+/// ([`sweep::run_phases`], at CPL3), or of other
 /// `phases` (`(n, k)`: chains n, 2n, ..., k n in turn). A phase whose
 /// lengths did not all get a valid sample is left out.
 pub fn sweep_round(
+    vms: &Vms,
     rc: &RunControl,
     cfg: &MachineConfig,
     phases: &[(u64, u64)],
     warmup: u64,
     samples: u64,
 ) -> Result<Vec<SweepPhase>> {
-    chain_phases(rc, cfg, Kind::Imul, phases, warmup, samples)
+    chain_phases(vms, rc, cfg, Kind::Imul, phases, warmup, samples)
 }
 
 /// [`sweep_round`] for either stamp pair: `kind` [`Kind::Imul`] (user) or
 /// [`Kind::KernelImul`] (the kernel's, at CPL0).
 pub fn chain_phases(
+    vms: &Vms,
     rc: &RunControl,
     cfg: &MachineConfig,
     kind: Kind,
@@ -612,7 +617,7 @@ pub fn chain_phases(
             samples: sweep_samples(samples, k),
             param: super::guest::chain_param(n, k),
         };
-        let stamps = match machine::run_phase(rc, cfg, &phase)?.0 {
+        let stamps = match vms.run(rc, cfg, &phase)?.0 {
             PhaseEnd::Done { stamps, .. } => stamps,
             PhaseEnd::Refused { reason } => {
                 return Err(Error::Guest(format!(
