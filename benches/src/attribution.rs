@@ -25,16 +25,7 @@ pub fn synthetic(n: u64) -> (Report, HostTrace) {
             }
         })
         .collect();
-    let mut report = Report::new(
-        "bench".into(),
-        Environment::LinuxVm,
-        Default::default(),
-        Method::standard(0, n),
-    );
-    let corr = Corrections::derive(50, Some((50, 50)));
-    let mut c = Crossing::from_samples("getppid", n, &samples, &corr, false);
-    c.samples = Some(samples);
-    report.crossings.push(c);
+    let report = getppid_report(samples);
     let exits = (0..n)
         .map(|i| HostExitEvent {
             vcpu: 0,
@@ -49,6 +40,23 @@ pub fn synthetic(n: u64) -> (Report, HostTrace) {
         lost: Vec::new(),
     };
     (report, trace)
+}
+
+/// A Linux VM's report of one getppid crossing with `samples` kept, as a
+/// traced run's join finds it.
+pub fn getppid_report(samples: Vec<Sample>) -> Report {
+    let n = samples.len() as u64;
+    let mut report = Report::new(
+        "bench".into(),
+        Environment::LinuxVm,
+        Default::default(),
+        Method::standard(0, n),
+    );
+    let corr = Corrections::derive(50, Some((50, 50)));
+    let mut c = Crossing::from_samples("getppid", n, &samples, &corr, false);
+    c.samples = Some(samples);
+    report.crossings.push(c);
+    report
 }
 
 /// Attributes the trace to the report and returns how long it took (the

@@ -11,3 +11,11 @@ pub mod mutants;
 pub mod perf;
 pub mod scale;
 pub mod trace;
+
+/// A bench's size or count from the environment, or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

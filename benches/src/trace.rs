@@ -164,7 +164,7 @@ pub fn status_bytes(field: &str) -> Option<u64> {
 /// `samples` getppid-like samples spread over the synthetic run of
 /// `exits` exits, in guest time equal to host time.
 pub fn samples_over_run(exits: u64, samples: u64) -> xvmm_results::Report {
-    use xvmm_results::{Corrections, Crossing, Environment, Method, Report, Sample};
+    use xvmm_results::Sample;
     let period = (exits * SPACING / samples.max(1)).max(700);
     let list: Vec<Sample> = (0..samples)
         .map(|i| {
@@ -179,17 +179,7 @@ pub fn samples_over_run(exits: u64, samples: u64) -> xvmm_results::Report {
             }
         })
         .collect();
-    let mut report = Report::new(
-        "bench".into(),
-        Environment::LinuxVm,
-        Default::default(),
-        Method::standard(0, samples),
-    );
-    let corr = Corrections::derive(50, Some((50, 50)));
-    let mut c = Crossing::from_samples("getppid", samples, &list, &corr, false);
-    c.samples = Some(list);
-    report.crossings.push(c);
-    report
+    crate::attribution::getppid_report(list)
 }
 
 /// A traced run's host side, as `--trace` does it, on `exits` synthetic

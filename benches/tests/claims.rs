@@ -291,40 +291,6 @@ fn a_traced_run_of_ten_million_exits_grows_by_at_most_64_mib() {
     );
 }
 
-/// Builds a bench in release, as CI builds it, runs it with `env` and
-/// returns what it printed; fails when it does not build or run.
-fn release_bench(bin: &str, env: &[(&str, &str)]) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let built = std::process::Command::new(&cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "-q",
-            "--release",
-            "-p",
-            "xvmm-benches",
-            "--bin",
-            bin,
-        ])
-        .status()
-        .expect("cargo runs");
-    assert!(built.success(), "the release {bin} bench does not build");
-    let out =
-        std::process::Command::new(xvmm_benches::scale::target_dir().join("release").join(bin))
-            .envs(env.iter().copied())
-            .output()
-            .expect("the bench runs");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    print!("{text}");
-    text
-}
-
 /// README: the binary trace reader (trace_pipe_raw pages) reads exits
 /// faster than the text reader (2.6x in release builds, measured by the
 /// `trace_parse` bench); claimed here with a generous margin, at least

@@ -11,12 +11,7 @@ use xvmm_benches::attribution::{synthetic, time_attribution};
 use xvmm_benches::scale::median;
 
 fn main() {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let env = xvmm_benches::env_u64;
     let n = env("XVMM_ATTRIBUTION_N", 1_000_000);
     let runs = env("XVMM_ATTRIBUTION_RUNS", 5).max(1);
     let mut cpu = Vec::new();

@@ -12,12 +12,7 @@ use xvmm::host_trace::example_decoder;
 use xvmm_benches::trace::{ingest_and_join, samples_over_run};
 
 fn main() {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let env = xvmm_benches::env_u64;
     let exits = env("XVMM_TRACE_EXITS", 10_000_000);
     let samples = env("XVMM_TRACE_SAMPLES", 1_000_000);
     let decoder = match example_decoder() {

@@ -16,12 +16,7 @@ use xvmm_benches::scale::median;
 use xvmm_benches::trace::{decode_only, read_pages, read_text, synthetic_pages, synthetic_text};
 
 fn main() {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
+    let env = xvmm_benches::env_u64;
     let n = env("XVMM_TRACE_EXITS", 1_000_000);
     let runs = env("XVMM_TRACE_RUNS", 5).max(1);
     let text = synthetic_text(n);
