@@ -125,28 +125,29 @@ fn code_at_rank(counts: &[u32], rank: usize) -> usize {
     counts.len().saturating_sub(1)
 }
 
-/// The moving-block resamples of `n` samples: [`RESAMPLES`] of them, each
-/// `n / block` blocks from random starts, the last cut so that it holds n.
-fn for_each_resample(n: usize, mut block_of: impl FnMut(usize, usize), mut done: impl FnMut()) {
+/// The moving-block resamples of `n` samples, each as its blocks (start,
+/// length): [`RESAMPLES`] of them, each `n / block` blocks from random
+/// starts, the last cut so that it holds n.
+fn resample_blocks(n: usize) -> impl Iterator<Item = Vec<(usize, usize)>> {
     let block = crate::num::usize_saturating((n as f64).sqrt().ceil());
     let (starts, blocks) = (n - block + 1, n.div_ceil(block));
     let mut rng = SplitMix64(SEED);
-    for _ in 0..RESAMPLES {
+    (0..RESAMPLES).map(move |_| {
         let mut left = n;
-        for _ in 0..blocks {
-            let take = block.min(left);
-            block_of(rng.below(starts), take);
-            left -= take;
-        }
-        done();
-    }
+        (0..blocks)
+            .map(|_| {
+                let take = block.min(left);
+                left -= take;
+                (rng.below(starts), take)
+            })
+            .collect()
+    })
 }
 
 /// Each resample's median, by `method`.
 fn resample_medians(samples: &[u64], method: Method) -> Vec<u64> {
     let n = samples.len();
     let rank = median_rank(n);
-    let mut medians = Vec::with_capacity(RESAMPLES);
     match method {
         Method::Histogram(distinct) => {
             let codes = codes_of(samples, &distinct);
@@ -154,39 +155,37 @@ fn resample_medians(samples: &[u64], method: Method) -> Vec<u64> {
             // Four histograms, summed at the end: neighbours often share a
             // value, and four counters let their increments overlap instead
             // of waiting on one another.
-            let lanes = std::cell::RefCell::new(vec![0u32; 4 * d]);
+            let mut lanes = vec![0u32; 4 * d];
             let mut counts = vec![0u32; d];
-            for_each_resample(
-                n,
-                |start, take| count_codes(&codes[start..start + take], &mut lanes.borrow_mut(), d),
-                || {
-                    let mut l = lanes.borrow_mut();
-                    for (code, c) in counts.iter_mut().enumerate() {
-                        *c = l[code] + l[d + code] + l[2 * d + code] + l[3 * d + code];
+            resample_blocks(n)
+                .map(|blocks| {
+                    lanes.fill(0);
+                    for (start, take) in blocks {
+                        count_codes(&codes[start..start + take], &mut lanes, d);
                     }
-                    l.fill(0);
-                    medians.push(distinct[code_at_rank(&counts, rank)]);
-                },
-            );
+                    for (code, c) in counts.iter_mut().enumerate() {
+                        *c = lanes[code]
+                            + lanes[d + code]
+                            + lanes[2 * d + code]
+                            + lanes[3 * d + code];
+                    }
+                    distinct[code_at_rank(&counts, rank)]
+                })
+                .collect()
         }
         Method::Selection => {
-            let resample = std::cell::RefCell::new(Vec::with_capacity(n));
-            for_each_resample(
-                n,
-                |start, take| {
-                    resample
-                        .borrow_mut()
-                        .extend_from_slice(&samples[start..start + take])
-                },
-                || {
-                    let mut r = resample.borrow_mut();
-                    medians.push(*r.select_nth_unstable(rank).1);
-                    r.clear();
-                },
-            );
+            let mut resample = Vec::with_capacity(n);
+            resample_blocks(n)
+                .map(|blocks| {
+                    resample.clear();
+                    for (start, take) in blocks {
+                        resample.extend_from_slice(&samples[start..start + take]);
+                    }
+                    *resample.select_nth_unstable(rank).1
+                })
+                .collect()
         }
     }
-    medians
 }
 
 /// The 95 % interval of the median of `samples` (in the order taken);
