@@ -69,3 +69,13 @@ pub fn time_attribution(report: &mut Report, trace: &HostTrace) -> Took {
     });
     took
 }
+
+/// Attributes as a traced run's join does (only the exits inside the
+/// report's samples indexed, one vCPU) and returns how long it took.
+pub fn time_join(report: &mut Report, trace: &HostTrace, mapping: &Mapping) -> Took {
+    let ((), took) = timed(|| {
+        let index = Index::for_report(trace, mapping, report, Some(0));
+        attribution::attribute(report, &index, Some(0));
+    });
+    took
+}

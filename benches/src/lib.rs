@@ -9,6 +9,7 @@ pub mod fuzz;
 pub mod linearity;
 pub mod mutants;
 pub mod perf;
+pub mod recorded;
 pub mod scale;
 pub mod trace;
 

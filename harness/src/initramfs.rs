@@ -46,7 +46,7 @@ pub fn l1_initramfs(a: &Artifacts, steps: &[Step], with_qemu: bool) -> Result<Ve
     let mut archive = Archive::new();
     archive
         .console()?
-        .file("/init", read(&a.l1_init)?, 0o755)?
+        .file(l1::INIT, read(&a.l1_init)?, 0o755)?
         .file("/plan", plan.into_bytes(), 0o644)?
         .file(l1::XVMM, read(&a.xvmm)?, 0o755)?
         .file(l1::L2_BZIMAGE, read(&a.l2_kernel.bzimage)?, 0o644)?

@@ -31,6 +31,8 @@ pub use xvmm_init::MARKER;
 
 /// Where things live inside L1.
 pub mod l1 {
+    /// l1-init, which also records traces (`/init --record-trace ...`).
+    pub const INIT: &str = "/init";
     pub const XVMM: &str = "/bin/xvmm";
     /// The static xperf, beside xvmm, where xvmm looks for it.
     pub const XPERF: &str = "/bin/xperf";

@@ -122,6 +122,21 @@ impl HarnessRun {
             .collect()
     }
 
+    /// What step `name` wrote to stderr, line by line.
+    pub fn stderr(&self, name: &str) -> Vec<&str> {
+        let prefix = format!("{}{name}| ", xvmm_init::plan::ERR_PREFIX);
+        self.console
+            .iter()
+            .filter_map(|l| l.find(&prefix).map(|i| &l[i + prefix.len()..]))
+            .collect()
+    }
+
+    /// The files step `name` carried out of L1 on its stderr
+    /// ([`xvmm_init::record`]), each checked against its length and SHA-256.
+    pub fn files(&self, name: &str) -> std::result::Result<xvmm_init::record::Files, String> {
+        xvmm_init::record::decode_files(self.stderr(name))
+    }
+
     /// The L2 kernel's uptime (seconds) when its `/init` printed the marker.
     pub fn guest_uptime(&self, name: &str) -> Option<f64> {
         self.output(name)

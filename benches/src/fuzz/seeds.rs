@@ -67,6 +67,16 @@ fn raw_trace_pages() -> Vec<Seed> {
         .into_iter()
         .map(|p| ("page".into(), p))
         .collect();
+    // Real pages: the recorded nested trace's first few (another kernel's
+    // event ids and layouts than the example formats').
+    if let Ok(pages) = std::fs::read(crate::recorded::dir().join("cpu0.raw")) {
+        seeds.extend(
+            pages
+                .chunks(decoder.page_size())
+                .take(4)
+                .map(|p| ("recorded".into(), p.to_vec())),
+        );
+    }
     let formats = xvmm::host_trace::example_formats();
     seeds.extend(
         formats

@@ -8,6 +8,7 @@
 pub mod action;
 pub mod memory;
 pub mod plan;
+pub mod record;
 
 /// Printed to the console by `xvmm-init` as soon as it runs: proof the guest
 /// kernel booted and unpacked the initramfs.

@@ -55,14 +55,22 @@ fn plan() -> Vec<Step> {
     let vm_timeout = VM_TIMEOUT.to_string();
     let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
     let vm_step = |name: &str, cmdline: &str, trace: &[&str]| {
-        let mut a = vec![
+        // The traced step runs under the recorder, which keeps L1's own
+        // record of the same exits (xvmm_init::record).
+        let recorder: &[&str] = if trace.is_empty() {
+            &[]
+        } else {
+            &[l1::INIT, "--record-trace"]
+        };
+        let mut a = recorder.to_vec();
+        a.extend([
             l1::XVMM,
             "--kernel",
             l1::L2_BZIMAGE,
             "--cmdline",
             cmdline,
             "--mem",
-        ];
+        ]);
         let mem = harness::L2_MEM_MIB.to_string();
         a.extend([mem.as_str(), "--timeout", &vm_timeout]);
         a.extend(["--samples", &n, "--warmup", &w]);
@@ -122,6 +130,22 @@ struct XperfRun {
     vm: Report,
     vm_kpti: Report,
     dir: PathBuf,
+    /// L1's recording of the traced step's KVM events
+    /// (`GROUP-trace/`, the layout `xvmm::host_trace::Recording` reads).
+    trace_dir: PathBuf,
+}
+
+/// Writes the files the recorder carried out of L1 under `dir`.
+fn write_recording(dir: &std::path::Path, files: &[(String, Vec<u8>)]) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        std::fs::write(&path, bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn skipped() -> bool {
@@ -152,12 +176,15 @@ fn run() -> &'static XperfRun {
             let path = dir.join(format!("{GROUP}-{name}.json"));
             std::fs::write(&path, r.to_json_pretty()).map_err(|e| e.to_string())?;
         }
+        let trace_dir = dir.join(format!("{GROUP}-trace"));
+        write_recording(&trace_dir, &run.files("vm")?)?;
         Ok(XperfRun {
             xvmm: artifacts.xvmm,
             bm,
             vm,
             vm_kpti,
             dir,
+            trace_dir,
         })
     });
     match result {
@@ -437,6 +464,64 @@ fn vm_timeline_is_verified_and_exits_land_in_their_samples() {
     let free = h.exit_free.count as f64 / h.samples.max(1) as f64;
     println!("getppid round trips without an exit: {:.1} %", 100.0 * free);
     assert!(free >= 0.95, "{h:?}");
+}
+
+/// L1's own recording of the traced step (every KVM event of L1, read
+/// after the run from a tracefs instance of its own) decodes whole, holds
+/// the calibration exits the run matched, and attributes the samples as
+/// xvmm's live trace did (the same samples hit by the same exits): the
+/// binary reader and the join on a real trace against a second capture.
+#[test]
+fn recorded_trace_attributes_the_samples_as_the_run_did() {
+    use xvmm_results::attribution::{self, Index};
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let rec = xvmm::host_trace::Recording::load(&r.trace_dir).expect("the recording loads");
+    let replayed = rec.replay();
+    let bytes: usize = rec.cpus.iter().map(Vec::len).sum();
+    let summary = replayed.aggregator.finish(0);
+    println!(
+        "recording: {} CPUs, {bytes} bytes of pages, {} events, {} exits, {} calibration exits",
+        rec.cpus.len(),
+        replayed.events,
+        summary.trace.exits.len(),
+        summary.calibrations.len()
+    );
+    assert_eq!(replayed.corrupt_pages, 0);
+    assert!(summary.trace.lost.is_empty(), "{:?}", summary.trace.lost);
+    assert_eq!(summary.calibrations.len() as u64, xvmm::linux::CALIBRATIONS);
+    let traced: u64 = r.vm.host_exits.iter().map(|e| e.exit_to_entry.count).sum();
+    // The recorder traced from before xvmm started until after it ended.
+    assert!(summary.trace.exits.len() as u64 >= traced, "{traced}");
+    let t = r.vm.timeline.as_ref().expect("a traced run has a timeline");
+    let mut mapping = xvmm_results::timeline::Mapping::unscaled(t.offset);
+    mapping.changes = t.offset_changes.clone();
+    let mut again = r.vm.clone();
+    let index = Index::for_report(&summary.trace, &mapping, &again, Some(0));
+    attribution::attribute(&mut again, &index, Some(0));
+    // The same samples hit by the same exits. Host times differ a little:
+    // each instance stamps an event with its own TSC read (the benches'
+    // test on the committed recording bounds that too).
+    let placed = |h: &xvmm_results::attribution::SegmentHost| {
+        let counts: Vec<_> = h.exits.iter().map(|(r, c)| (r.clone(), c.count)).collect();
+        (h.samples, h.samples_with_exits, h.unattributable, counts)
+    };
+    for (live, replay) in r.vm.crossings.iter().zip(&again.crossings) {
+        for (segment, a, b) in [
+            ("u2k", &live.u2k, &replay.u2k),
+            ("k2u", &live.k2u, &replay.k2u),
+            ("round_trip", &live.round_trip, &replay.round_trip),
+        ] {
+            let host = |i: &Option<xvmm_results::Interval>| i.as_ref().and_then(|i| i.host.clone());
+            let (a, b) = (host(a), host(b));
+            let a = a.unwrap_or_else(|| panic!("{} {segment}: not attributed", live.name));
+            let b = b.unwrap_or_else(|| panic!("{} {segment}: not attributed", live.name));
+            assert_eq!(placed(&a), placed(&b), "{} {segment}", live.name);
+            assert_eq!(a.exit_free, b.exit_free, "{} {segment}", live.name);
+        }
+    }
 }
 
 #[test]

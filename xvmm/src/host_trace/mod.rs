@@ -14,6 +14,7 @@
 mod aggregate;
 mod parse;
 mod raw;
+mod recording;
 mod session;
 
 pub use aggregate::{
@@ -24,4 +25,5 @@ pub use raw::{
     drain_pipe, example_decoder, example_formats, open_cpu_pipes, CpuMerge, PageOutcome,
     RawDecoder, EXAMPLE_HEADER_PAGE,
 };
+pub use recording::{Recording, Replayed};
 pub use session::ExitTracer;

@@ -2,7 +2,9 @@
 //! the modules `/modules/order` lists (a distribution kernel's `kvm` and
 //! `kvm_amd`), checks `/dev/kvm`, runs every step of `/plan` (see [`xvmm_init::plan`]) printing
 //! one `XVMM-STEP` line per step, then reboots, which ends QEMU
-//! (`-no-reboot`).
+//! (`-no-reboot`). `l1-init --record-trace PROGRAM ARGS...`, a step's
+//! program, runs PROGRAM with L1's KVM exits recorded
+//! ([`xvmm_init::record`]).
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
@@ -10,14 +12,19 @@ use std::sync::{mpsc, Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 use xvmm_guest::sys;
-use xvmm_init::memory;
 use xvmm_init::plan::{self, Outcome, Step, StepResult, ERR_PREFIX, OUT_PREFIX};
+use xvmm_init::{memory, record};
 
 const PLAN: &str = "/plan";
 /// Module files to load, one path a line, dependencies first.
 const MODULES: &str = "/modules/order";
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(("--record-trace", argv)) = args.split_first().map(|(f, r)| (f.as_str(), r)) {
+        // A step of the plan, run by this init as a program of its own.
+        std::process::exit(record::record_trace(argv));
+    }
     for (fs, dir) in [
         ("proc", "/proc"),
         ("sysfs", "/sys"),

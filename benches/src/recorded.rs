@@ -1,0 +1,237 @@
+//! The recorded real trace under `benches/data/kvm_trace/`: every KVM event
+//! of the nested harness's L1 host (real KVM, under QEMU TCG) during a
+//! traced `xvmm --kernel` run of xperf, recorded by `l1-init
+//! --record-trace` (see that directory's `record.sh`), with the run's
+//! report (`report.json`, its samples kept). The ingestion benches decode
+//! it, read it as text, and attribute its samples to its exits.
+
+use crate::clock::thread_cpu_time;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use xvmm::host_trace::{parse_line, Recording, TraceEvent};
+use xvmm_results::attribution::{HostExitEvent, HostTrace, SegmentHost};
+use xvmm_results::timeline::Mapping;
+use xvmm_results::{Report, Sample, UNFILLED};
+
+/// `benches/data/kvm_trace`.
+pub fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/kvm_trace")
+}
+
+/// The recording and the report of its run.
+pub fn load() -> Result<(Recording, Report), String> {
+    let dir = dir();
+    let recording = Recording::load(&dir)?;
+    let path = dir.join("report.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let report = Report::from_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((recording, report))
+}
+
+/// The recording's events as the text lines `trace_pipe` prints for them
+/// (what the text reader reads; fields it does not read are placeholders),
+/// CPU by CPU.
+pub fn text(recording: &Recording) -> String {
+    let mut text = String::new();
+    for (cpu, page) in recording.pages() {
+        recording.decoder.decode_page(page, |ts, ev| {
+            let head = |tid: i32| format!("  xvmm-{tid}  [{cpu:03}] d..1. {ts}: ");
+            let line = match ev {
+                TraceEvent::Exit {
+                    tid, vcpu, reason, ..
+                } => format!(
+                    "{}kvm_exit: vcpu {vcpu} reason {reason} rip 0xffffffff81000000 info1 \
+                     0x0000000000000000 info2 0x0000000000000000 intr_info 0x00000000 \
+                     error_code 0x00000000",
+                    head(tid)
+                ),
+                TraceEvent::Entry { tid, vcpu, .. } => {
+                    format!(
+                        "{}kvm_entry: vcpu {vcpu}, rip 0xffffffff81000000",
+                        head(tid)
+                    )
+                }
+                TraceEvent::Pio {
+                    tid,
+                    write,
+                    port,
+                    value,
+                } => format!(
+                    "{}kvm_pio: pio_{} at 0x{port:x} size 4 count 1 val 0x{value:x}",
+                    head(tid),
+                    if write { "write" } else { "read" }
+                ),
+                TraceEvent::TscOffset { vcpu, offset, .. } => format!(
+                    "{}kvm_write_tsc_offset: vcpu={vcpu} prev=0 next={}",
+                    head(0),
+                    offset.cast_unsigned()
+                ),
+                TraceEvent::Lost { count } => format!("CPU:{cpu} [LOST {count} EVENTS]"),
+                TraceEvent::AsyncPf { .. } => return,
+            };
+            text.push_str(&line);
+            text.push('\n');
+        });
+    }
+    text
+}
+
+/// The thread CPU time of decoding every page `passes` times, and the
+/// events decoded (the fast path, or the general one).
+pub fn decode(recording: &Recording, passes: u64, general: bool) -> (u64, Duration) {
+    let start = thread_cpu_time();
+    let mut events = 0u64;
+    let mut count = |_, ev| {
+        std::hint::black_box(&ev);
+        events += 1;
+    };
+    for _ in 0..passes {
+        for (_, page) in recording.pages() {
+            if general {
+                recording.decoder.decode_page_general(page, &mut count);
+            } else {
+                recording.decoder.decode_page(page, &mut count);
+            }
+        }
+    }
+    (events, thread_cpu_time().saturating_sub(start))
+}
+
+/// The binary reader's whole work `passes` times (decode, merge the CPUs,
+/// pair into exits): the exits paired and the wall time.
+pub fn replay(recording: &Recording, passes: u64) -> (u64, Duration) {
+    let start = Instant::now();
+    let mut exits = 0;
+    for _ in 0..passes {
+        exits += recording.replay().aggregator.finish(0).trace.exits.len() as u64;
+    }
+    (exits, start.elapsed())
+}
+
+/// The text reader's work on [`text`] `passes` times: exits paired and
+/// the wall time.
+pub fn read_text(text: &str, passes: u64) -> (u64, Duration) {
+    let start = Instant::now();
+    let mut exits = 0;
+    for _ in 0..passes {
+        let mut agg = xvmm::host_trace::ExitAggregator::default();
+        for line in text.lines() {
+            if let Some(ev) = parse_line(line) {
+                agg.push(ev);
+            }
+        }
+        exits += agg.finish(0).trace.exits.len() as u64;
+    }
+    (exits, start.elapsed())
+}
+
+/// The recorded run repeated back to back: its samples until there are at
+/// least `samples`, its exits until there are at least `exits` (and at
+/// least as many copies as of the samples, so that every copy's samples
+/// meet their own exits). Each copy is shifted by the run's span, host and
+/// guest time alike; the report's crossings keep their rejections and
+/// request as many samples as they hold. Returns the report, the trace and
+/// the mapping of the run.
+pub fn tiled(
+    recording: &Recording,
+    report: &Report,
+    samples: u64,
+    exits: u64,
+) -> (Report, HostTrace, Mapping) {
+    let one = recording.replay().aggregator.finish(0).trace;
+    let wanted_exits = exits;
+    let exits: Vec<HostExitEvent> = one.exits.iter().collect();
+    let kept: u64 = report
+        .crossings
+        .iter()
+        .map(|c| c.samples.as_ref().map_or(0, Vec::len) as u64)
+        .sum();
+    let copies = samples.div_ceil(kept.max(1));
+    let exit_copies = wanted_exits.div_ceil(exits.len().max(1) as u64).max(copies);
+    let (first, last) = (
+        exits.iter().map(|e| e.exit).min(),
+        exits.iter().map(|e| e.entry).max(),
+    );
+    let span = last.unwrap_or(0) - first.unwrap_or(0) + 1;
+    let mut trace = HostTrace {
+        reasons: one.reasons.clone(),
+        ..HostTrace::default()
+    };
+    for copy in 0..exit_copies {
+        for e in &exits {
+            trace.exits.push(HostExitEvent {
+                exit: e.exit + copy * span,
+                entry: e.entry + copy * span,
+                ..*e
+            });
+        }
+    }
+    let mut tiled = report.clone();
+    for c in &mut tiled.crossings {
+        let Some(kept) = c.samples.take() else {
+            continue;
+        };
+        let len = kept.len() as u64;
+        // An unfilled stamp stays unfilled.
+        let at = |t: u64, by: u64| if t == UNFILLED { t } else { t + by };
+        let shift = |s: &Sample, by: u64| Sample {
+            u2k_u: at(s.u2k_u, by),
+            u2k_k: at(s.u2k_k, by),
+            k2u_k: at(s.k2u_k, by),
+            k2u_u: at(s.k2u_u, by),
+            ..*s
+        };
+        c.samples = Some(
+            (0..copies)
+                .flat_map(|copy| kept.iter().map(move |s| shift(s, copy * span)))
+                .collect(),
+        );
+        // More samples than requested would be refused as untrusted.
+        c.samples_requested *= copies;
+        c.samples_valid *= copies;
+        let rejected = c.samples_rejected.clone();
+        c.samples_rejected = (0..copies)
+            .flat_map(|copy| rejected.iter().map(move |i| i + copy * len))
+            .collect();
+    }
+    let t = report.timeline.as_ref();
+    let mapping = Mapping::unscaled(t.map_or(0, |t| t.offset));
+    (tiled, trace, mapping)
+}
+
+/// Host ticks two tracefs instances may stamp one event apart under QEMU
+/// TCG: each instance's buffer takes its own TSC read as the tracepoint
+/// writes to it (the recording measured 1-9 k ticks per exit).
+pub const INSTANCES_APART: u64 = 20_000;
+
+/// Whether two attributions of one run's samples, from two captures of the
+/// same exits, agree: the same samples with exits, the same exits by
+/// reason, the same exit-free statistics, and host time within
+/// [`INSTANCES_APART`] per exit. The first difference, if any.
+pub fn same_attribution(live: &SegmentHost, other: &SegmentHost) -> Result<(), String> {
+    let counts = |h: &SegmentHost| -> Vec<(String, u64)> {
+        h.exits.iter().map(|(r, c)| (r.clone(), c.count)).collect()
+    };
+    let placed = |h: &SegmentHost| (h.samples, h.samples_with_exits, h.unattributable);
+    if placed(live) != placed(other) || counts(live) != counts(other) {
+        return Err(format!(
+            "samples (all, with exits, unattributable) {:?} and {:?}, exits {:?} and {:?}",
+            placed(live),
+            placed(other),
+            counts(live),
+            counts(other)
+        ));
+    }
+    if live.exit_free != other.exit_free {
+        return Err("the exit-free statistics differ".into());
+    }
+    let exits: u64 = live.exits.values().map(|c| c.count).sum();
+    let apart = live.host_ticks_total.abs_diff(other.host_ticks_total);
+    if apart > exits * INSTANCES_APART {
+        return Err(format!(
+            "host time {} and {} ticks: {apart} apart over {exits} exits",
+            live.host_ticks_total, other.host_ticks_total
+        ));
+    }
+    Ok(())
+}

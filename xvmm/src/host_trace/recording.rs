@@ -1,0 +1,154 @@
+//! A trace recorded to files and read back later: `events/` as tracefs
+//! lays it out (`header_page` and each traced event's `format`) and each
+//! CPU's `trace_pipe_raw` pages in `cpuN.raw`, the layout the nested
+//! harness's recorder writes (`l1-init --record-trace`) and the benches
+//! read from `benches/data/`.
+
+use super::aggregate::ExitAggregator;
+use super::parse::TraceEvent;
+use super::raw::{CpuMerge, PageOutcome, RawDecoder};
+use std::fs;
+use std::path::Path;
+
+/// A recorded trace: its decoder and each CPU's pages, CPU 0 first.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    pub decoder: RawDecoder,
+    pub cpus: Vec<Vec<u8>>,
+}
+
+/// What reading a recording gave.
+#[derive(Debug)]
+pub struct Replayed {
+    pub aggregator: ExitAggregator,
+    /// Events decoded (every kind), and pages that did not decode.
+    pub events: u64,
+    pub corrupt_pages: u64,
+}
+
+impl Recording {
+    /// Loads `dir`; refused when a file is missing, a CPU's file is not
+    /// whole pages, or the formats do not decode the traced events.
+    pub fn load(dir: &Path) -> Result<Recording, String> {
+        let decoder = RawDecoder::load(&dir.join("events"))?;
+        let mut cpus = Vec::new();
+        while let Ok(bytes) = fs::read(dir.join(format!("cpu{}.raw", cpus.len()))) {
+            if bytes.len() % decoder.page_size() != 0 {
+                return Err(format!(
+                    "cpu{}.raw: {} bytes is not a whole number of {}-byte pages",
+                    cpus.len(),
+                    bytes.len(),
+                    decoder.page_size()
+                ));
+            }
+            cpus.push(bytes);
+        }
+        if cpus.is_empty() {
+            return Err(format!("{}: no cpu0.raw", dir.display()));
+        }
+        Ok(Recording { decoder, cpus })
+    }
+
+    /// Every page, CPU by CPU: (cpu, page).
+    pub fn pages(&self) -> impl Iterator<Item = (usize, &[u8])> {
+        let size = self.decoder.page_size();
+        self.cpus
+            .iter()
+            .enumerate()
+            .flat_map(move |(cpu, bytes)| bytes.chunks(size).map(move |p| (cpu, p)))
+    }
+
+    /// Decodes every page and merges the CPUs by time into an aggregator,
+    /// as the live reader does (a page that does not decode is a lost
+    /// window there too).
+    pub fn replay(&self) -> Replayed {
+        let mut merge = CpuMerge::new(self.cpus.len());
+        let (mut events, mut corrupt_pages) = (0, 0);
+        for (cpu, page) in self.pages() {
+            let outcome = self.decoder.decode_page(page, |ts, ev| {
+                events += 1;
+                merge.push(cpu, ts, ev);
+            });
+            if outcome == PageOutcome::Corrupt {
+                corrupt_pages += 1;
+                let at = merge.latest(cpu);
+                merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+            }
+        }
+        let mut aggregator = ExitAggregator::default();
+        merge.release_all(|ev| aggregator.push(ev));
+        Replayed {
+            aggregator,
+            events,
+            corrupt_pages,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host_trace::raw::{example_decoder, example_formats, EXAMPLE_HEADER_PAGE};
+    use xvmm_results::tracefs_raw::{encode_record, EventFormat, Missed, PageWriter};
+
+    /// A recording directory of the example formats with one exit and its
+    /// entry on CPU 1 and nothing on CPU 0.
+    fn write_recording(dir: &Path) {
+        let events = dir.join("events");
+        fs::create_dir_all(&events).unwrap();
+        fs::write(events.join("header_page"), EXAMPLE_HEADER_PAGE).unwrap();
+        for f in example_formats() {
+            let name = EventFormat::parse(&f).unwrap().name;
+            let d = events.join("kvm").join(name);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("format"), f).unwrap();
+        }
+        let decoder = example_decoder().unwrap();
+        let record = |name: &str, values: &[(&str, u64)]| {
+            encode_record(decoder.format(name).unwrap(), values)
+        };
+        let exit = record("kvm_exit", &[("common_pid", 7), ("exit_reason", 0x7b)]);
+        let entry = record("kvm_entry", &[("common_pid", 7)]);
+        let mut page = PageWriter::new(decoder.layout(), 1000);
+        assert!(page.event(0, &exit) && page.event(150, &entry));
+        fs::write(dir.join("cpu0.raw"), b"").unwrap();
+        fs::write(dir.join("cpu1.raw"), page.finish(Missed::None)).unwrap();
+    }
+
+    #[test]
+    fn a_recording_replays_into_paired_exits() {
+        let dir = tempfile_dir("replay");
+        write_recording(&dir);
+        let rec = Recording::load(&dir).unwrap();
+        assert_eq!(rec.cpus.len(), 2);
+        assert_eq!(rec.pages().count(), 1);
+        let r = rec.replay();
+        assert_eq!((r.events, r.corrupt_pages), (2, 0));
+        let summary = r.aggregator.finish(0);
+        let exits: Vec<_> = summary.trace.exits.iter().collect();
+        assert_eq!(exits.len(), 1);
+        assert_eq!((exits[0].exit, exits[0].entry), (1000, 1150));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_cut_or_missing_recording_is_refused() {
+        let dir = tempfile_dir("cut");
+        write_recording(&dir);
+        fs::write(dir.join("cpu1.raw"), [0u8; 100]).unwrap();
+        let e = Recording::load(&dir).unwrap_err();
+        assert!(e.contains("not a whole number"), "{e}");
+        fs::remove_file(dir.join("cpu0.raw")).unwrap();
+        assert!(Recording::load(&dir).unwrap_err().contains("no cpu0.raw"));
+        fs::remove_file(dir.join("events/header_page")).unwrap();
+        assert!(Recording::load(&dir).unwrap_err().contains("header_page"));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("xvmm-recording-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+}
