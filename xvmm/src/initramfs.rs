@@ -187,6 +187,52 @@ impl Archive {
         write_entry(&mut out, 0, 0, 1, (0, 0), TRAILER, &[]);
         out
     }
+
+    /// This archive, then a second one holding only the regular file
+    /// `path` of `size` bytes, laid out so that the file's data starts a
+    /// whole number of `align` bytes from the start: it can then be mapped
+    /// from its own file into guest memory instead of copied. Returns the
+    /// bytes before the data (this archive, NUL padding, which the kernel
+    /// skips between archives, and the file's header) and after it (its
+    /// padding and the second archive's trailer). `align` is a power of two.
+    pub fn around_file(
+        &self,
+        path: &str,
+        size: u64,
+        mode: u32,
+        align: usize,
+    ) -> Result<(Vec<u8>, Vec<u8>)> {
+        let name = normalise(path)?;
+        if self.nodes.contains_key(&name) || name.contains('/') {
+            return Err(Error::Initrd(format!(
+                "{path}: the mapped file must be new and at the top"
+            )));
+        }
+        let len =
+            u32::try_from(size).map_err(|_| Error::Initrd(format!("{path}: 4 GiB or more")))?;
+        let mut header = Vec::new();
+        // An inode number of its own (with nlink 1 the kernel links nothing).
+        let ino = u32::try_from(self.nodes.len()).unwrap_or(u32::MAX - 1) + 1000;
+        write_header(
+            &mut header,
+            ino,
+            S_IFREG | (mode & 0o7777),
+            1,
+            (0, 0),
+            &name,
+            len,
+        );
+        let mut before = self.to_bytes();
+        let data_at = (before.len() + header.len()).next_multiple_of(align);
+        before.resize(data_at - header.len(), 0);
+        before.extend_from_slice(&header);
+        // The trailer's own padding counts from its start, 4-byte aligned.
+        let mut trailer = Vec::new();
+        write_entry(&mut trailer, 0, 0, 1, (0, 0), TRAILER, &[]);
+        let mut after = vec![0u8; xvmm_results::num::usize_from(size.next_multiple_of(4) - size)];
+        after.extend_from_slice(&trailer);
+        Ok((before, after))
+    }
 }
 
 /// One header + name + data, each of name and data padded to 4 bytes.
@@ -203,6 +249,25 @@ fn write_entry(
     name: &str,
     data: &[u8],
 ) {
+    write_header(out, ino, mode, nlink, rdev, name, data.len() as u32);
+    out.extend_from_slice(data);
+    pad4(out);
+}
+
+/// One header + name, padded to 4 bytes, for `size` bytes of data.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "names are paths, far shorter than 4 GiB"
+)]
+fn write_header(
+    out: &mut Vec<u8>,
+    ino: u32,
+    mode: u32,
+    nlink: u32,
+    rdev: (u32, u32),
+    name: &str,
+    size: u32,
+) {
     out.extend_from_slice(MAGIC);
     let fields = [
         ino,
@@ -211,7 +276,7 @@ fn write_entry(
         0, // gid
         nlink,
         0, // mtime: fixed, so images are reproducible
-        data.len() as u32,
+        size,
         0, // devmajor
         0, // devminor
         rdev.0,
@@ -224,8 +289,6 @@ fn write_entry(
     }
     out.extend_from_slice(name.as_bytes());
     out.push(0);
-    pad4(out);
-    out.extend_from_slice(data);
     pad4(out);
 }
 
@@ -275,6 +338,58 @@ mod tests {
                 return out;
             }
         }
+    }
+
+    /// The archives of `bytes` as the kernel reads them: each from a `0`
+    /// at a 4-byte boundary, NULs between them skipped.
+    fn parse_concatenated(bytes: &[u8]) -> Vec<Vec<Parsed>> {
+        let mut archives = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            if bytes[at] == 0 {
+                at += 1;
+                continue;
+            }
+            assert_eq!(at % 4, 0, "an archive off a 4-byte boundary");
+            let len = archive_len(&bytes[at..]);
+            archives.push(parse(&bytes[at..at + len]));
+            at += len;
+        }
+        archives
+    }
+
+    /// How long the archive at the start of `bytes` is, trailer included.
+    fn archive_len(bytes: &[u8]) -> usize {
+        let end = bytes
+            .windows(TRAILER.len())
+            .position(|w| w == TRAILER.as_bytes())
+            .unwrap();
+        (end + TRAILER.len() + 1).next_multiple_of(4)
+    }
+
+    #[test]
+    fn a_file_can_be_laid_out_for_mapping() {
+        let mut a = Archive::new();
+        a.console().unwrap();
+        for size in [0u64, 1, 4095, 4096, 10_001] {
+            let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 + 1).collect();
+            let (before, after) = a.around_file("/init", size, 0o755, 4096).unwrap();
+            assert_eq!(before.len() % 4096, 0, "size {size}");
+            let whole = [before.as_slice(), &data, &after].concat();
+            let archives = parse_concatenated(&whole);
+            assert_eq!(archives.len(), 2);
+            assert_eq!(archives[0], parse(&a.to_bytes()));
+            let init = &archives[1][0];
+            assert_eq!(
+                (init.0.as_str(), init.1, init.2),
+                ("init", S_IFREG | 0o755, 1)
+            );
+            assert_eq!(init.4, data);
+            assert_eq!(archives[1][1].0, TRAILER);
+        }
+        assert!(a.around_file("/dev/console", 1, 0o755, 4096).is_err());
+        assert!(a.around_file("/bin/x", 1, 0o755, 4096).is_err());
+        assert!(a.around_file("/init", 1 << 32, 0o755, 4096).is_err());
     }
 
     #[test]

@@ -334,13 +334,11 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
-/// The whole of `path`, which must be a regular file of at most `limit`
-/// bytes: `/dev/zero`, a FIFO or a 50 GB file give an error at once instead
-/// of a hang or an out-of-memory kill. Opened non-blocking, so that opening a
-/// FIFO cannot stall either.
-pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut file = OpenOptions::new()
+/// Opens `path` for reading if it is a regular file of at most `limit`
+/// bytes (not a FIFO, a device such as `/dev/zero`, or a directory):
+/// the file and its length then.
+pub fn open_bounded(path: &Path, limit: u64) -> io::Result<(File, u64)> {
+    let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
@@ -355,7 +353,17 @@ pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
             mib(limit)
         )));
     }
-    let mut bytes = Vec::with_capacity(crate::num::usize_from(meta.len()));
+    Ok((file, meta.len()))
+}
+
+/// The whole of `path`, which must be a regular file of at most `limit`
+/// bytes: `/dev/zero`, a FIFO or a 50 GB file give an error at once instead
+/// of a hang or an out-of-memory kill. Opened non-blocking, so that opening a
+/// FIFO cannot stall either.
+pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (mut file, len) = open_bounded(path, limit)?;
+    let mut bytes = Vec::with_capacity(crate::num::usize_from(len));
     // take(): a file that grows while it is read cannot pass the limit either.
     (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {

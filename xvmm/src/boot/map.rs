@@ -70,6 +70,99 @@ pub fn map_file(memory: &GuestMemoryMmap, file: &std::fs::File, gpa: u64) -> Res
     Ok(true)
 }
 
+/// Lays out `before`, `size` bytes of `file`, then `after` at `gpa`: the
+/// two byte strings written, the file mapped (the built-in initramfs:
+/// its headers, xperf, its trailer). Returns false, having changed
+/// nothing, when `gpa` or the file's place is not page aligned or the
+/// whole does not fit one guest memory region there.
+pub fn map_around(
+    memory: &GuestMemoryMmap,
+    (before, file, size, after): (&[u8], &std::fs::File, u64, &[u8]),
+    gpa: u64,
+) -> Result<bool> {
+    let at = gpa + before.len() as u64;
+    let total = before.len() as u64 + size + after.len() as u64;
+    let whole = LoadSegment {
+        paddr: gpa,
+        offset: 0,
+        file_size: total,
+        mem_size: total,
+    };
+    if !at.is_multiple_of(PAGE_SIZE) || !mappable(memory, &[whole]) {
+        return Ok(false);
+    }
+    let write = |bytes: &[u8], to: u64| {
+        memory
+            .write_slice(bytes, GuestAddress(to))
+            .map_err(|e| Error::Memory(format!("cannot write the initramfs at {to:#x}: {e}")))
+    };
+    write(before, gpa)?;
+    let data = LoadSegment {
+        paddr: at,
+        offset: 0,
+        file_size: size,
+        mem_size: size,
+    };
+    map_segment(memory, file, &data)?;
+    // After the mapping: its last partial page is anonymous memory again.
+    write(after, at + size)?;
+    Ok(true)
+}
+
+/// A file's bytes through a read-only private mapping: only the pages read
+/// are faulted in (xperf's static check reads its headers, not its
+/// megabytes).
+pub struct FileView {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl FileView {
+    /// Maps the first `len` bytes of `file` (its length when opened).
+    pub fn new(file: &std::fs::File, len: u64) -> std::io::Result<FileView> {
+        let len = usize::try_from(len).map_err(std::io::Error::other)?;
+        if len == 0 {
+            return Ok(FileView {
+                addr: std::ptr::null_mut(),
+                len,
+            });
+        }
+        // SAFETY: a new read-only private mapping of an open file, at an
+        // address the kernel picks; it is unmapped on drop.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(FileView { addr, len })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `len` readable bytes are mapped at `addr` until drop.
+        unsafe { std::slice::from_raw_parts(self.addr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for FileView {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: unmapping exactly what `new` mapped.
+            unsafe { libc::munmap(self.addr, self.len) };
+        }
+    }
+}
+
 fn map_segment(memory: &GuestMemoryMmap, file: &std::fs::File, s: &LoadSegment) -> Result<()> {
     let whole = s.file_size / PAGE_SIZE * PAGE_SIZE;
     let fail = |what: &str, e: std::io::Error| {
@@ -209,5 +302,40 @@ mod tests {
             assert!(!map_elf_kernel(&memory, &file_of(&image)).unwrap());
         }
         assert!(memory.read_obj::<u64>(GuestAddress(0x20_0000)).unwrap() == 0);
+    }
+
+    #[test]
+    fn a_file_between_two_byte_strings_reads_as_their_concatenation() {
+        let data: Vec<u8> = (0..0x1a35u32).map(|i| (i % 247) as u8 + 1).collect();
+        let (before, after) = (vec![0x11u8; 0x2000], vec![0x22u8; 127]);
+        let memory = mem(4 << 20);
+        let file = file_of(&data);
+        let size = data.len() as u64;
+        assert!(map_around(&memory, (&before, &file, size, &after), 0x30_0000).unwrap());
+        let want = [before.as_slice(), &data, &after].concat();
+        let mut back = vec![0u8; want.len() + 64];
+        memory
+            .read_slice(&mut back, GuestAddress(0x30_0000))
+            .unwrap();
+        assert_eq!(&back[..want.len()], &want[..]);
+        assert!(back[want.len()..].iter().all(|&b| b == 0));
+        // The file's place off a page, the start off a page, past the end of
+        // memory: nothing is written.
+        let parts = (&before[..0x1f00], &file, size, after.as_slice());
+        assert!(!map_around(&memory, parts, 0x20_0000).unwrap());
+        let parts = (before.as_slice(), &file, size, after.as_slice());
+        assert!(!map_around(&memory, parts, 0x20_0100).unwrap());
+        assert!(!map_around(&memory, parts, 0x3f_e000).unwrap());
+        assert_eq!(memory.read_obj::<u64>(GuestAddress(0x20_0000)).unwrap(), 0);
+        assert_eq!(memory.read_obj::<u64>(GuestAddress(0x3f_e000)).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_file_view_reads_the_file() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+        let file = file_of(&data);
+        assert_eq!(FileView::new(&file, 10_000).unwrap().bytes(), &data[..]);
+        assert_eq!(FileView::new(&file, 100).unwrap().bytes(), &data[..100]);
+        assert!(FileView::new(&file, 0).unwrap().bytes().is_empty());
     }
 }

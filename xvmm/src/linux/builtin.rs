@@ -64,32 +64,39 @@ pub fn candidates(exe_dir: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
-/// A static xperf found on disk.
+/// A static xperf found on disk: its file, open, and its length then.
 #[derive(Debug)]
 pub struct Xperf {
     pub path: PathBuf,
-    pub bytes: Vec<u8>,
+    pub file: std::fs::File,
+    pub size: u64,
 }
 
 /// Largest xperf accepted (a static release build is a few MiB).
 const MAX_XPERF_BYTES: u64 = 256 << 20;
 
-/// Reads `path` and checks that it is a static x86-64 executable.
+/// Opens `path` and checks that it is a static x86-64 executable, through
+/// a mapping of it: only the pages the check reads are read.
 fn load_static(path: &Path) -> Result<Xperf> {
-    let bytes =
-        xvmm_results::file::read_bounded(path, MAX_XPERF_BYTES).map_err(|e| match e.kind() {
+    let opened =
+        xvmm_results::file::open_bounded(path, MAX_XPERF_BYTES).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 Error::Initrd(format!("{}: no such file", path.display()))
             }
             _ => Error::Initrd(format!("{}: {e}", path.display())),
         })?;
-    match elf_is_static(&bytes) {
+    let (file, size) = opened;
+    let view = crate::boot::map::FileView::new(&file, size)
+        .map_err(|e| Error::Initrd(format!("{}: cannot map it: {e}", path.display())))?;
+    let bytes = view.bytes();
+    match elf_is_static(bytes) {
         Ok(true) => Ok(Xperf {
             path: path.to_path_buf(),
-            bytes,
+            file,
+            size,
         }),
         Ok(false) => {
-            let why = if ElfFile::parse(&bytes).is_ok_and(|f| f.has_interpreter()) {
+            let why = if ElfFile::parse(bytes).is_ok_and(|f| f.has_interpreter()) {
                 "has PT_INTERP"
             } else {
                 "needs shared libraries: DT_NEEDED"
@@ -151,12 +158,49 @@ pub fn locate_xperf() -> Result<Xperf> {
     find_xperf(env, exe.as_deref().and_then(Path::parent))
 }
 
-/// The initramfs holding `xperf` as `/init` (plus `/dev/console`, which the
-/// kernel opens for init before anything is mounted).
-pub fn xperf_initramfs(xperf: &[u8]) -> Result<Vec<u8>> {
-    let mut archive = Archive::new();
-    archive.console()?.file("/init", xperf.to_vec(), 0o755)?;
-    Ok(archive.to_bytes())
+/// The initramfs holding xperf as `/init` (plus `/dev/console`, which the
+/// kernel opens for init before anything is mounted), laid out so that
+/// xperf can be mapped from its file into guest memory, never read or
+/// copied: xperf's data starts on a page of its own
+/// ([`Archive::around_file`]). Nothing is built or cached per xperf: the
+/// headers around it are a few hundred bytes, made afresh each run.
+#[derive(Debug)]
+pub struct BuiltInInitramfs {
+    pub xperf: Xperf,
+    /// The bytes before xperf's and after them.
+    pub before: Vec<u8>,
+    pub after: Vec<u8>,
+}
+
+impl BuiltInInitramfs {
+    pub fn new(xperf: Xperf) -> Result<BuiltInInitramfs> {
+        let mut archive = Archive::new();
+        archive.console()?;
+        let page = xvmm_results::num::usize_from(crate::layout::PAGE_SIZE);
+        let (before, after) = archive.around_file("/init", xperf.size, 0o755, page)?;
+        Ok(BuiltInInitramfs {
+            xperf,
+            before,
+            after,
+        })
+    }
+
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
+        self.before.len() as u64 + self.xperf.size + self.after.len() as u64
+    }
+
+    /// The whole image in memory, xperf read from its file: for where it
+    /// cannot be mapped (`--host-fault-delay`).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut bytes = self.before.clone();
+        let at = bytes.len();
+        bytes.resize(at + xvmm_results::num::usize_from(self.xperf.size), 0);
+        std::os::unix::fs::FileExt::read_exact_at(&self.xperf.file, &mut bytes[at..], 0)
+            .map_err(|e| Error::Initrd(format!("{}: {e}", self.xperf.path.display())))?;
+        bytes.extend_from_slice(&self.after);
+        Ok(bytes)
+    }
 }
 
 /// Whether the command line already has the ` -- ` that starts init's argv.
@@ -421,11 +465,22 @@ mod tests {
     }
 
     #[test]
-    fn initramfs_has_init_and_console() {
-        let cpio = xperf_initramfs(&elf(&[PT_LOAD])).unwrap();
-        let text = String::from_utf8_lossy(&cpio);
+    fn initramfs_has_console_then_init_on_a_page_of_its_own() {
+        let image = elf(&[PT_LOAD]);
+        let path = std::env::temp_dir().join(format!("xvmm-builtin-{}", std::process::id()));
+        std::fs::write(&path, &image).unwrap();
+        let xperf = find_xperf(Some(path.clone()), None).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let cpio = BuiltInInitramfs::new(xperf).unwrap();
+        assert_eq!(cpio.before.len() % 4096, 0);
+        let bytes = cpio.to_bytes().unwrap();
+        assert_eq!(bytes.len() as u64, cpio.size());
+        assert_eq!(&bytes[cpio.before.len()..][..image.len()], &image[..]);
+        let text = String::from_utf8_lossy(&bytes);
         assert!(text.starts_with("070701"));
-        assert!(text.contains("init\0") && text.contains("dev/console\0"));
-        assert!(text.contains("TRAILER!!!"));
+        let console = text.find("dev/console\0").unwrap();
+        let init = text.find("init\0").unwrap();
+        assert!(console < init && init < cpio.before.len());
+        assert_eq!(text.matches("TRAILER!!!").count(), 2);
     }
 }

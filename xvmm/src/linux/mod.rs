@@ -119,7 +119,7 @@ pub struct Prepared {
 
 enum Init {
     User(std::fs::File),
-    BuiltIn(Cursor<Vec<u8>>),
+    BuiltIn(builtin::BuiltInInitramfs),
 }
 
 impl Prepared {
@@ -164,8 +164,7 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
                 .unwrap_or_else(boot::cmdline::default_cmdline),
         ),
         Userspace::BuiltIn { xperf: options } => {
-            let xperf = builtin::locate_xperf()?;
-            let cpio = builtin::xperf_initramfs(&xperf.bytes)?;
+            let cpio = builtin::BuiltInInitramfs::new(builtin::locate_xperf()?)?;
             let mut options = options.clone();
             if config.trace
                 && builtin::runs_crossings(config.cmdline.as_deref(), &options.to_argv())
@@ -178,19 +177,19 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
                 &boot::cmdline::default_cmdline(),
                 &options.to_argv(),
             );
-            (Init::BuiltIn(Cursor::new(cpio)), cmdline)
+            (Init::BuiltIn(cpio), cmdline)
         }
     };
     profile.stamp(
         match &init {
             Init::User(_) => "open the initrd",
-            Init::BuiltIn(_) => "find xperf, build the built-in initramfs",
+            Init::BuiltIn(_) => "find xperf, check it is static, lay out the initramfs",
         },
         &mut since,
     );
     let init_size = match &init {
         Init::User(f) => f.metadata().map_or(0, |m| m.len()),
-        Init::BuiltIn(c) => c.get_ref().len() as u64,
+        Init::BuiltIn(b) => b.size(),
     };
     let plan = boot::plan(image, mem_bytes, Some(init_size), &cmdline)?;
     crate::vm::check_memory_size(mem_bytes, crate::vm::host_available_bytes())?;
@@ -293,7 +292,17 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
             let initrd = (!initrd_mapped).then_some(f);
             boot::load(&vm.memory, &vm.ram, &p.plan, kernel, initrd)?
         }
-        Init::BuiltIn(c) => boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(c))?,
+        Init::BuiltIn(_) if initrd_mapped => boot::load(
+            &vm.memory,
+            &vm.ram,
+            &p.plan,
+            kernel,
+            None::<&mut std::fs::File>,
+        )?,
+        Init::BuiltIn(b) => {
+            let mut bytes = Cursor::new(b.to_bytes()?);
+            boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(&mut bytes))?
+        }
     };
     p.profile.stamp(
         "copy what was not mapped, write the boot structures",
@@ -306,8 +315,9 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
     Ok(machine)
 }
 
-/// Maps the ELF kernel and the user's initrd from their files into guest
-/// memory where they can be ([`boot::map`]): whether each was.
+/// Maps the ELF kernel and the initrd (the user's, or xperf inside the
+/// built-in one) from their files into guest memory where they can be
+/// ([`boot::map`]): whether each was.
 fn map_inputs(p: &Prepared, memory: &vm_memory::GuestMemoryMmap) -> Result<(bool, bool)> {
     // userfaultfd (the fault server) registers anonymous memory only.
     if p.config.host_fault_delay.is_some() {
@@ -317,6 +327,15 @@ fn map_inputs(p: &Prepared, memory: &vm_memory::GuestMemoryMmap) -> Result<(bool
         && boot::map::map_elf_kernel(memory, &p.kernel)?;
     let initrd = match (&p.init, p.plan.initrd) {
         (Init::User(f), Some(place)) => boot::map::map_file(memory, f, place.addr)?,
+        (Init::BuiltIn(b), Some(place)) => {
+            let parts = (
+                b.before.as_slice(),
+                &b.xperf.file,
+                b.xperf.size,
+                b.after.as_slice(),
+            );
+            boot::map::map_around(memory, parts, place.addr)?
+        }
         _ => false,
     };
     Ok((kernel, initrd))
