@@ -110,21 +110,28 @@ pub fn decode_files<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<File
     }
 }
 
-/// A tracefs file read with one large buffer: tracefs makes a format's
-/// text afresh for each read from offset 0, and a small first read (as
+/// Everything `file` gives until its end or, non-blocking, until it has
+/// nothing more, read with one large buffer: tracefs makes a format's text
+/// afresh for each read from offset 0, and a small first read (as
 /// `fs::read` makes for a file whose size is 0) ends it after 32 bytes.
-fn read_whole(path: &Path) -> Result<Vec<u8>, String> {
-    let mut file = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn read_all(mut file: fs::File, path: &Path) -> Result<Vec<u8>, String> {
     let mut buf = vec![0u8; 1 << 16];
     let mut all = Vec::new();
     loop {
         match file.read(&mut buf) {
             Ok(0) => return Ok(all),
             Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(all),
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
         }
     }
+}
+
+/// A tracefs file's text.
+fn read_whole(path: &Path) -> Result<Vec<u8>, String> {
+    let file = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    read_all(file, path)
 }
 
 fn write(path: &Path, value: &str) -> Result<(), String> {
@@ -133,22 +140,12 @@ fn write(path: &Path, value: &str) -> Result<(), String> {
 
 /// Reads a non-blocking `trace_pipe_raw` until it is empty.
 fn drain(path: &Path) -> Result<Vec<u8>, String> {
-    let mut pipe = fs::OpenOptions::new()
+    let pipe = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    let mut page = vec![0u8; 1 << 16];
-    let mut all = Vec::new();
-    loop {
-        match pipe.read(&mut page) {
-            Ok(0) => return Ok(all),
-            Ok(n) => all.extend_from_slice(&page[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(all),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
-        }
-    }
+    read_all(pipe, path)
 }
 
 /// The CPUs of an instance, in order.
