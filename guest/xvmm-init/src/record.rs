@@ -20,10 +20,10 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 use std::fs;
-use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use xvmm_results::file::read_in_large_reads;
 
 /// Files as (name, bytes).
 pub type Files = Vec<(String, Vec<u8>)>;
@@ -110,28 +110,12 @@ pub fn decode_files<'a>(lines: impl IntoIterator<Item = &'a str>) -> Result<File
     }
 }
 
-/// Everything `file` gives until its end or, non-blocking, until it has
-/// nothing more, read with one large buffer: tracefs makes a format's text
-/// afresh for each read from offset 0, and a small first read (as
-/// `fs::read` makes for a file whose size is 0) ends it after 32 bytes.
-fn read_all(mut file: fs::File, path: &Path) -> Result<Vec<u8>, String> {
-    let mut buf = vec![0u8; 1 << 16];
-    let mut all = Vec::new();
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => return Ok(all),
-            Ok(n) => all.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(all),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
-        }
-    }
-}
-
-/// A tracefs file's text.
+/// A tracefs file's text ([`read_in_large_reads`]: tracefs files must be
+/// read in one large read).
 fn read_whole(path: &Path) -> Result<Vec<u8>, String> {
-    let file = fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    read_all(file, path)
+    fs::File::open(path)
+        .and_then(read_in_large_reads)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn write(path: &Path, value: &str) -> Result<(), String> {
@@ -140,12 +124,12 @@ fn write(path: &Path, value: &str) -> Result<(), String> {
 
 /// Reads a non-blocking `trace_pipe_raw` until it is empty.
 fn drain(path: &Path) -> Result<Vec<u8>, String> {
-    let pipe = fs::OpenOptions::new()
+    fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    read_all(pipe, path)
+        .and_then(read_in_large_reads)
+        .map_err(|e| format!("reading {}: {e}", path.display()))
 }
 
 /// The CPUs of an instance, in order.

@@ -334,6 +334,25 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
+/// Everything `reader` gives until its end or, when it was opened
+/// non-blocking, until it has nothing more, in reads of 64 KiB. tracefs
+/// makes a file's text afresh for each read from offset 0: a small first
+/// read (the 32-byte probe `read_to_end` makes of a file whose size reads
+/// 0, as tracefs files do) gets that much and nothing after it.
+pub fn read_in_large_reads(mut reader: impl io::Read) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut all = Vec::new();
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => return Ok(all),
+            Ok(n) => all.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(all),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Opens `path` for reading if it is a regular file of at most `limit`
 /// bytes (not a FIFO, a device such as `/dev/zero`, or a directory):
 /// the file and its length then.
@@ -540,6 +559,32 @@ fn save_in_private_dir(tmp: &Path, prefix: &str, stem: &str, bytes: &[u8]) -> io
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reader giving scripted results, then ends of file.
+    struct Script(Vec<io::Result<Vec<u8>>>);
+
+    impl io::Read for Script {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Ok(0);
+            }
+            let bytes = self.0.remove(0)?;
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            Ok(bytes.len())
+        }
+    }
+
+    #[test]
+    fn large_reads_go_on_past_interruptions_and_stop_when_nothing_is_left() {
+        let interrupted = || Err(io::Error::from(io::ErrorKind::Interrupted));
+        let would_block = || Err(io::Error::from(io::ErrorKind::WouldBlock));
+        let script = Script(vec![Ok(b"ab".to_vec()), interrupted(), Ok(b"c".to_vec())]);
+        assert_eq!(read_in_large_reads(script).unwrap(), b"abc");
+        let script = Script(vec![Ok(b"ab".to_vec()), would_block(), Ok(b"c".to_vec())]);
+        assert_eq!(read_in_large_reads(script).unwrap(), b"ab");
+        let failing = Script(vec![Ok(b"ab".to_vec()), Err(io::Error::other("x"))]);
+        assert!(read_in_large_reads(failing).is_err());
+    }
 
     fn scratch(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("xvmm-file-{tag}-{}", std::process::id()));

@@ -138,22 +138,12 @@ fn reason_fields(format: &EventFormat) -> Vec<Field> {
     fields.filter(|f| f.len() <= REASON_KEY).unwrap_or_default()
 }
 
-/// A tracefs file read with one large read: `header_page` answers only a
-/// read from offset 0, so the small first read of `read_to_string` would
-/// cut it short.
+/// A tracefs file's text, read as tracefs must be read
+/// ([`xvmm_results::file::read_in_large_reads`]): `header_page` answers
+/// only a read from offset 0.
 pub(super) fn read_in_one(path: &Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut text = Vec::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => text.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    String::from_utf8(text).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
+    let bytes = xvmm_results::file::read_in_large_reads(File::open(path)?)?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
 }
 
 /// What the binary pages of one instance need: the page layout and the
