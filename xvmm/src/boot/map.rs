@@ -57,17 +57,7 @@ pub fn map_file(memory: &GuestMemoryMmap, file: &std::fs::File, gpa: u64) -> Res
         .metadata()
         .map_err(|e| Error::Initrd(format!("cannot read its size: {e}")))?
         .len();
-    let whole = LoadSegment {
-        paddr: gpa,
-        offset: 0,
-        file_size: size,
-        mem_size: size,
-    };
-    if !mappable(memory, &[whole]) {
-        return Ok(false);
-    }
-    map_segment(memory, file, &whole)?;
-    Ok(true)
+    map_around(memory, (&[], file, size, &[]), gpa)
 }
 
 /// Lays out `before`, `size` bytes of `file`, then `after` at `gpa`: the

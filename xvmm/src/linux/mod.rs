@@ -292,16 +292,11 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
             let initrd = (!initrd_mapped).then_some(f);
             boot::load(&vm.memory, &vm.ram, &p.plan, kernel, initrd)?
         }
-        Init::BuiltIn(_) if initrd_mapped => boot::load(
-            &vm.memory,
-            &vm.ram,
-            &p.plan,
-            kernel,
-            None::<&mut std::fs::File>,
-        )?,
         Init::BuiltIn(b) => {
-            let mut bytes = Cursor::new(b.to_bytes()?);
-            boot::load(&vm.memory, &vm.ram, &p.plan, kernel, Some(&mut bytes))?
+            let mut copied = (!initrd_mapped)
+                .then(|| b.to_bytes().map(Cursor::new))
+                .transpose()?;
+            boot::load(&vm.memory, &vm.ram, &p.plan, kernel, copied.as_mut())?
         }
     };
     p.profile.stamp(
