@@ -5,10 +5,10 @@
 //! report (`report.json`, its samples kept). The ingestion benches decode
 //! it, read it as text, and attribute its samples to its exits.
 
-use crate::clock::thread_cpu_time;
+use crate::trace::decode_only;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use xvmm::host_trace::{parse_line, Recording, TraceEvent};
+use xvmm::host_trace::{Recording, TraceEvent};
 use xvmm_results::attribution::{HostExitEvent, HostTrace, SegmentHost};
 use xvmm_results::timeline::Mapping;
 use xvmm_results::{Report, Sample, UNFILLED};
@@ -76,25 +76,17 @@ pub fn text(recording: &Recording) -> String {
     text
 }
 
-/// The thread CPU time of decoding every page `passes` times, and the
-/// events decoded (the fast path, or the general one).
+/// The thread CPU time of decoding every page `passes` times
+/// ([`crate::trace::decode_only`]), and the events decoded (the fast path,
+/// or the general one).
 pub fn decode(recording: &Recording, passes: u64, general: bool) -> (u64, Duration) {
-    let start = thread_cpu_time();
-    let mut events = 0u64;
-    let mut count = |_, ev| {
-        std::hint::black_box(&ev);
-        events += 1;
-    };
+    let (mut events, mut took) = (0, Duration::ZERO);
     for _ in 0..passes {
-        for (_, page) in recording.pages() {
-            if general {
-                recording.decoder.decode_page_general(page, &mut count);
-            } else {
-                recording.decoder.decode_page(page, &mut count);
-            }
-        }
+        let pages = recording.pages().map(|(_, page)| page);
+        let (n, d) = decode_only(&recording.decoder, pages, general);
+        (events, took) = (events + n as u64, took + d);
     }
-    (events, thread_cpu_time().saturating_sub(start))
+    (events, took)
 }
 
 /// The binary reader's whole work `passes` times (decode, merge the CPUs,
@@ -108,21 +100,14 @@ pub fn replay(recording: &Recording, passes: u64) -> (u64, Duration) {
     (exits, start.elapsed())
 }
 
-/// The text reader's work on [`text`] `passes` times: exits paired and
-/// the wall time.
+/// The text reader's work on [`text`] `passes` times
+/// ([`crate::trace::read_text`]): exits paired and the wall time.
 pub fn read_text(text: &str, passes: u64) -> (u64, Duration) {
-    let start = Instant::now();
-    let mut exits = 0;
-    for _ in 0..passes {
-        let mut agg = xvmm::host_trace::ExitAggregator::default();
-        for line in text.lines() {
-            if let Some(ev) = parse_line(line) {
-                agg.push(ev);
-            }
-        }
-        exits += agg.finish(0).trace.exits.len() as u64;
-    }
-    (exits, start.elapsed())
+    (0..passes)
+        .map(|_| crate::trace::read_text(text))
+        .fold((0, Duration::ZERO), |(exits, took), run| {
+            (exits + run.exits as u64, took + run.elapsed)
+        })
 }
 
 /// The recorded run repeated back to back: its samples until there are at

@@ -115,7 +115,11 @@ pub fn read_pages(decoder: &RawDecoder, pages: &[Vec<u8>]) -> ReadRun {
 /// time: a busy neighbour adds wall time, not work).
 /// `general`: by the general path (`decode_page_general`), the fast
 /// path's oracle and the rate before it.
-pub fn decode_only(decoder: &RawDecoder, pages: &[Vec<u8>], general: bool) -> (usize, Duration) {
+pub fn decode_only<'p>(
+    decoder: &RawDecoder,
+    pages: impl IntoIterator<Item = &'p [u8]>,
+    general: bool,
+) -> (usize, Duration) {
     let start = crate::clock::thread_cpu_time();
     let mut events = 0usize;
     let mut count = |_, ev| {

@@ -107,8 +107,9 @@ fn main() {
         let r = read_pages(&decoder, &pages);
         let want = xvmm_results::num::usize_from(n);
         assert_eq!((t.exits, r.exits), (want, want));
-        let (fast_events, fast) = decode_only(&decoder, &pages, false);
-        let (general_events, general) = decode_only(&decoder, &pages, true);
+        let (fast_events, fast) = decode_only(&decoder, pages.iter().map(Vec::as_slice), false);
+        let (general_events, general) =
+            decode_only(&decoder, pages.iter().map(Vec::as_slice), true);
         assert_eq!(fast_events, general_events);
         for (i, d) in [t.elapsed, r.elapsed, fast, general]
             .into_iter()
