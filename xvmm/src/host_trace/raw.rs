@@ -273,6 +273,28 @@ impl RawDecoder {
         self.decode_page_by(bytes, true, out)
     }
 
+    /// Decodes one page of `cpu` into `merge`, as both the live reader and
+    /// a recording's replay do: a page that does not decode leaves a lost
+    /// window at the CPU's latest time. Returns how the page decoded and
+    /// the events it held.
+    pub fn decode_into(
+        &self,
+        cpu: usize,
+        bytes: &[u8],
+        merge: &mut CpuMerge<TraceEvent>,
+    ) -> (PageOutcome, u64) {
+        let mut events = 0;
+        let outcome = self.decode_page(bytes, |ts, ev| {
+            events += 1;
+            merge.push(cpu, ts, ev);
+        });
+        if outcome == PageOutcome::Corrupt {
+            let at = merge.latest(cpu);
+            merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+        }
+        (outcome, events)
+    }
+
     /// [`RawDecoder::decode_page`] by the general path alone (every field
     /// looked up by name, every reason named afresh): the oracle the fast
     /// path is tested and fuzzed against.

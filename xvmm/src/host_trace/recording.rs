@@ -5,7 +5,6 @@
 //! read from `benches/data/`.
 
 use super::aggregate::ExitAggregator;
-use super::parse::TraceEvent;
 use super::raw::{CpuMerge, PageOutcome, RawDecoder};
 use std::fs;
 use std::path::Path;
@@ -65,15 +64,9 @@ impl Recording {
         let mut merge = CpuMerge::new(self.cpus.len());
         let (mut events, mut corrupt_pages) = (0, 0);
         for (cpu, page) in self.pages() {
-            let outcome = self.decoder.decode_page(page, |ts, ev| {
-                events += 1;
-                merge.push(cpu, ts, ev);
-            });
-            if outcome == PageOutcome::Corrupt {
-                corrupt_pages += 1;
-                let at = merge.latest(cpu);
-                merge.push(cpu, at, TraceEvent::Lost { count: 0 });
-            }
+            let (outcome, n) = self.decoder.decode_into(cpu, page, &mut merge);
+            events += n;
+            corrupt_pages += u64::from(outcome == PageOutcome::Corrupt);
         }
         let mut aggregator = ExitAggregator::default();
         merge.release_all(|ev| aggregator.push(ev));

@@ -2,7 +2,7 @@
 //! events, the reader thread, and the instance's removal on every way out.
 
 use super::aggregate::{ExitAggregator, TraceReader, TraceSummary};
-use super::parse::{parse_line, AsyncPfEvent, TraceEvent, TraceLines, TRACED_EVENTS};
+use super::parse::{parse_line, AsyncPfEvent, TraceLines, TRACED_EVENTS};
 use super::raw::{drain_pipe, open_cpu_pipes, CpuMerge, PageOutcome, RawDecoder};
 use crate::{Error, Result};
 use std::fs;
@@ -131,11 +131,8 @@ fn read_raw(decoder: &RawDecoder, pipes: &mut [fs::File], stop: &AtomicBool) -> 
         // it that finds nothing is the last.
         let stopping = stop.load(Ordering::Acquire);
         let any = drain_cpus(pipes, &mut page, |cpu, bytes| {
-            let outcome = decoder.decode_page(bytes, |ts, ev| merge.push(cpu, ts, ev));
-            if outcome == PageOutcome::Corrupt {
+            if decoder.decode_into(cpu, bytes, &mut merge).0 == PageOutcome::Corrupt {
                 corrupt_pages += 1;
-                let at = merge.latest(cpu);
-                merge.push(cpu, at, TraceEvent::Lost { count: 0 });
             }
         })?;
         merge.release_drained(round, |ev| agg.push(ev));
