@@ -325,6 +325,31 @@ fn gauge(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .map(|(_, v)| v.parse().unwrap())
 }
 
+/// `promtool check metrics < text` (Debian's prometheus package, which
+/// harness/setup.sh installs): `Err` with its complaints when it refuses.
+fn promtool_check(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (harness/setup.sh installs Debian's prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    match out.status.success() {
+        true => Ok(()),
+        false => Err(String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
 #[test]
 fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     if !kvm_available() {
@@ -352,16 +377,24 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     );
     let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let text = std::fs::read_to_string(&prom).unwrap();
+    // Prometheus's own linter accepts the file; the control (the summary
+    // label on a gauge, as this file once had) shows that it can refuse.
+    promtool_check(&text).unwrap();
+    let bad = "# HELP x_seconds x.\n# TYPE x_seconds gauge\nx_seconds{quantile=\"0.5\"} 1.0\n";
+    assert!(promtool_check(bad).is_err(), "promtool took the control");
     std::fs::remove_file(&json).unwrap();
     std::fs::remove_file(&prom).unwrap();
     assert!(text.ends_with("# EOF\n"));
+    // Seconds at the run's TSC rate (docs/metrics.md), read back from the
+    // file and checked against the report's own rate.
+    let hz = gauge(&text, "xvmm_tsc_frequency_hertz", &[]).expect("the TSC rate");
+    assert_eq!(hz, report.host.tsc_khz as f64 * 1000.0);
+    let seconds = |ticks: u64| ticks as f64 / hz;
+    let near = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() <= 1e-9 * b.abs());
     let mut compared = 0;
     for c in &report.crossings {
         let Some(rt) = c.round_trip.as_ref().filter(|i| i.corrected.count > 0) else {
-            let unavailable = format!(
-                "metric=\"crossing_{}_round_trip\"",
-                c.name.replace('-', "_")
-            );
+            let unavailable = format!("metric=\"crossings/{}-round_trip\"", c.name);
             assert!(
                 text.contains(&unavailable),
                 "{} unmeasured but not named",
@@ -372,20 +405,28 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
         let labels = [
             &format!("crossing=\"{}\"", c.name)[..],
             "interval=\"round_trip\"",
-            "quantile=\"0.5\"",
+            "statistic=\"median\"",
         ];
-        let got = gauge(&text, "xvmm_crossing_ticks", &labels);
-        assert_eq!(got, Some(rt.corrected.median as f64), "{}", c.name);
+        let got = gauge(&text, "xvmm_crossing_duration_seconds", &labels);
+        assert!(
+            near(got, seconds(rt.corrected.median)),
+            "{}: {got:?}",
+            c.name
+        );
         compared += 1;
     }
     for e in &report.exits {
         if let Some(rt) = e.round_trip.as_ref().filter(|i| i.corrected.count > 0) {
-            let labels = [&format!("exit=\"{}\"", e.name)[..], "quantile=\"0.99\""];
-            let got = gauge(&text, "xvmm_exit_round_trip_ticks", &labels);
-            assert_eq!(got, Some(rt.corrected.p99 as f64), "{}", e.name);
+            let labels = [&format!("exit=\"{}\"", e.name)[..], "statistic=\"p99\""];
+            let got = gauge(&text, "xvmm_exit_duration_seconds", &labels);
+            assert!(near(got, seconds(rt.corrected.p99)), "{}: {got:?}", e.name);
             compared += 1;
         }
     }
+    assert!(
+        !text.contains("quantile="),
+        "a gauge with the summary label"
+    );
     assert!(compared >= 5, "only {compared} figures compared");
     // A destination that cannot be written fails before the VM is made.
     let started = Instant::now();
@@ -435,7 +476,7 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
         "{err}"
     );
     let text = std::fs::read_to_string(dir.join(saved)).unwrap();
-    assert!(text.contains("xvmm_exit_round_trip_ticks") && text.ends_with("# EOF\n"));
+    assert!(text.contains("xvmm_exit_duration_seconds") && text.ends_with("# EOF\n"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -241,6 +241,7 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
             samples: 1000,
             cpu: None,
             vmm_channel: false,
+            node_name: None,
         };
         let report = xperf::characterize::run(&config, &xperf::characterize::Unwatched)
             .expect("characterize runs");

@@ -25,7 +25,7 @@ enum Work {
 }
 
 /// `xperf characterize`'s progress: one line on stderr, rewritten in place,
-/// when stderr is a terminal (not for a guest's PID 1, whose console is one:
+/// when stderr is a terminal (not for a VM's init, whose console is one:
 /// the VMM would show the control sequences). xperf stays a lean static
 /// binary, so no progress-bar crate.
 struct StderrSteps {
@@ -33,10 +33,10 @@ struct StderrSteps {
 }
 
 impl StderrSteps {
-    fn new(pid1: bool) -> StderrSteps {
+    fn new(vm_init: bool) -> StderrSteps {
         use std::io::IsTerminal;
         StderrSteps {
-            shown: !pid1 && std::io::stderr().is_terminal(),
+            shown: !vm_init && std::io::stderr().is_terminal(),
         }
     }
 }
@@ -80,9 +80,10 @@ fn print(text: &str) -> Result<()> {
     }
 }
 
-/// Runs xperf with the arguments after the program name.
-pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
-    if pid1 {
+/// Runs xperf with the arguments after the program name; `vm_init` when
+/// the VMM made it the guest's init ([`crate::init::is_vm_init`]).
+pub fn run(argv: Vec<String>, vm_init: bool) -> Result<()> {
+    if vm_init {
         for warning in crate::init::mount_pseudo_filesystems()? {
             crate::sayln!("xperf: warning: {warning}");
         }
@@ -110,7 +111,7 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
     };
     let region = channel::results_region_from_proc()?;
     let opts = match work {
-        Work::Characterize(o) => return characterize_command(&o, region, pid1),
+        Work::Characterize(o) => return characterize_command(&o, region, vm_init),
         Work::Crossings(opts) => opts,
     };
     let json_to = json_destination(opts.json.clone(), DEFAULT_JSON, region.is_some())?;
@@ -131,27 +132,38 @@ pub fn run(argv: Vec<String>, pid1: bool) -> Result<()> {
 }
 
 /// `xperf characterize`: once, or with `--every` again after each period
-/// until a signal ends the process. Every file is replaced atomically, so a
-/// stop at any point leaves whole files. The first run's failure ends the
-/// command (a wrong path shows at once); a later one is said on stderr and
-/// the next period tries again (a full disk may clear).
+/// until SIGTERM or SIGINT ([`stop_characterize`]). Every file is replaced
+/// atomically, so a stop at any point leaves whole files. The first run's
+/// failure ends the command (a wrong path shows at once); a later one is
+/// said on stderr and the next period tries again (a full disk may clear).
 fn characterize_command(
     opts: &characterize::Options,
     region: Option<channel::ResultsRegion>,
-    pid1: bool,
+    vm_init: bool,
 ) -> Result<()> {
-    let Some(period) = opts.every else {
-        return characterize_once(opts, region, pid1);
-    };
-    if region.is_some() {
+    if opts.every.is_some() && region.is_some() {
         return Err(Error::Usage(
             "--every repeats on a machine; in an xvmm guest the VMM takes one report".into(),
         ));
     }
+    if !vm_init {
+        let metrics = opts.openmetrics.clone();
+        let repeating = opts.every.is_some();
+        crate::stop::install(move |signal| stop_characterize(signal, metrics, repeating))
+            .map_err(|e| Error::Output(format!("cannot install the stop handlers: {e}")))?;
+    }
+    let Some(period) = opts.every else {
+        return characterize_once(opts, region, vm_init);
+    };
+    if let Some(jitter) = opts.jitter {
+        // Spread a fleet's runs: nodes started together do not all measure
+        // (and load their hypervisors) at once.
+        std::thread::sleep(characterize::options::random_below(jitter));
+    }
     let mut runs = 0u64;
     loop {
         let started = std::time::Instant::now();
-        match characterize_once(opts, region, pid1) {
+        match characterize_once(opts, region, vm_init) {
             Err(e) if runs == 0 => return Err(e),
             Err(e) => crate::sayln!(
                 "xperf: run {} failed: {e}; trying again in {period:?}",
@@ -164,11 +176,46 @@ fn characterize_command(
     }
 }
 
+/// Ends `xperf characterize` on `signal` (the writers' lock held: no file
+/// is half replaced). A repeating run removes its OpenMetrics file first:
+/// node_exporter would otherwise serve its last figures as current for as
+/// long as the file stays, with no run behind them. The JSON stays: it is a
+/// dated record. A repeating run stopped is its normal end (status 0); a
+/// single run stopped before its end did not finish (128 + signal).
+fn stop_characterize(signal: libc::c_int, metrics: Option<PathBuf>, repeating: bool) -> ! {
+    let name = if signal == libc::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
+    };
+    if let (true, Some(path)) = (repeating, &metrics) {
+        match std::fs::remove_file(path) {
+            Ok(()) => crate::sayln!(
+                "xperf: stopped by {name}; removed {} (its figures would read as current)",
+                path.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                crate::sayln!("xperf: stopped by {name}")
+            }
+            Err(e) => {
+                crate::sayln!(
+                    "xperf: stopped by {name}; cannot remove {}: {e}",
+                    path.display()
+                );
+                std::process::exit(1);
+            }
+        }
+        std::process::exit(0);
+    }
+    crate::sayln!("xperf: stopped by {name} before the run ended");
+    std::process::exit(if repeating { 0 } else { 128 + signal })
+}
+
 /// One characterisation: its files opened first, then measured, delivered.
 fn characterize_once(
     opts: &characterize::Options,
     region: Option<channel::ResultsRegion>,
-    pid1: bool,
+    vm_init: bool,
 ) -> Result<()> {
     let default = characterize::options::DEFAULT_JSON;
     let json_to = json_destination(opts.json.clone(), default, region.is_some())?;
@@ -177,8 +224,9 @@ fn characterize_once(
         samples: opts.samples,
         cpu: opts.cpu,
         vmm_channel: region.is_some(),
+        node_name: opts.node_name.clone(),
     };
-    let report = characterize::run(&config, &StderrSteps::new(pid1))?;
+    let report = characterize::run(&config, &StderrSteps::new(vm_init))?;
     let written = deliver(&report, region, json_to);
     let metrics = write_openmetrics(&report, metrics_to);
     written.and(metrics)
@@ -203,7 +251,10 @@ fn write_openmetrics(
         return Ok(());
     };
     let text = xvmm_results::render::openmetrics::openmetrics(report, "xperf");
-    match out.commit(text.as_bytes()) {
+    let writing = crate::stop::writing();
+    let committed = out.commit(text.as_bytes());
+    drop(writing);
+    match committed {
         Ok(()) => print(&format!("OpenMetrics written to {}\n", path.display())),
         Err(e) => Err(saved_instead(&path.display().to_string(), &e, &text)),
     }
@@ -334,7 +385,10 @@ fn write_file(json_to: Option<JsonTo>, json: &str, lines: &mut String) -> Result
         return Ok(());
     };
     let text = format!("{json}\n");
-    match out.commit(text.as_bytes()) {
+    let writing = crate::stop::writing();
+    let committed = out.commit(text.as_bytes());
+    drop(writing);
+    match committed {
         Ok(()) => {
             *lines += &format!("report written to {}\n", path.display());
             Ok(())

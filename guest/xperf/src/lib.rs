@@ -42,6 +42,7 @@ pub mod pmu;
 pub mod probes;
 pub mod sampling;
 pub mod stamp;
+pub mod stop;
 pub mod sweep;
 
 pub use error::{Error, Result};

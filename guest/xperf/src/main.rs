@@ -4,19 +4,21 @@ fn main() {
     // `panic = "abort"`: no destructor runs, so the hook undoes what this
     // process changed on the host (probes, instance, sysctl) first.
     xvmm_results::host_state::undo::install_panic_hook(|line| eprintln!("{line}"));
-    let pid1 = xperf::init::is_pid1();
+    // PID 1 alone is not a VM's init (a container's PID 1 is a normal
+    // program): only the VMM's word on the kernel command line makes one.
+    let vm_init = xperf::init::is_vm_init();
     let argv: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let code = match xperf::app::run(argv, pid1) {
+    let code = match xperf::app::run(argv, vm_init) {
         Ok(()) => 0,
         Err(err) => {
             xperf::sayln!("xperf: {err}");
             err.exit_code()
         }
     };
-    if pid1 {
+    if vm_init {
         xperf::init::finish(code);
     }
     std::process::exit(code);

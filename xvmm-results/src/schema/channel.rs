@@ -25,6 +25,15 @@ pub const RESULTS_SIZE: u64 = 16 << 20;
 /// where the buffer is: `xvmm.results=<gpa hex>,<size hex>`.
 pub const CMDLINE_RESULTS_PARAM: &str = "xvmm.results";
 
+/// The word by which the VMM tells a Linux guest's `/init` (the built-in
+/// xperf) that it is a VM's init: `xvmm_init=1` on the kernel command line,
+/// which the kernel hands to init as the environment variable
+/// [`INIT_ENV`]`=1` (an unknown `name=value` without a dot). Being PID 1 is
+/// not enough: a container's PID 1 must stay a normal program.
+pub const INIT_WORD: &str = "xvmm_init=1";
+/// The environment variable [`INIT_WORD`] becomes.
+pub const INIT_ENV: &str = "xvmm_init";
+
 /// Port a guest writes a 32-bit page count to once it has put that many
 /// guest-physical page addresses in the drop-request page: it asks the VMM to
 /// drop those pages' host backing (`xvmm --host-fault-delay`), so that the

@@ -22,6 +22,10 @@ pub struct Characterization {
     /// The machine's host name (`uname -n`), to tell machines apart.
     #[serde(default)]
     pub hostname: String,
+    /// The cluster's name for the node (`--node-name`, a DaemonSet's
+    /// `spec.nodeName`): a container's host name is its pod's, not the node's.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub node_name: String,
     /// Whether it ran as root (root adds the kernel log's figures).
     #[serde(default)]
     pub privileged: bool,

@@ -24,6 +24,7 @@ use crate::elf::ElfFile;
 use crate::initramfs::Archive;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
+use xvmm_results::channel::INIT_WORD;
 
 /// Environment variable naming the xperf binary to use.
 pub const XPERF_ENV: &str = "XVMM_XPERF";
@@ -203,6 +204,18 @@ impl BuiltInInitramfs {
     }
 }
 
+/// `cmdline` with [`INIT_WORD`] before its ` -- ` (words after it are init's
+/// arguments, not its environment), unless it is there already.
+fn with_init_word(cmdline: &str) -> String {
+    let mut words: Vec<&str> = cmdline.split_ascii_whitespace().collect();
+    let kernel_part = words.iter().position(|w| *w == "--").unwrap_or(words.len());
+    if words[..kernel_part].contains(&INIT_WORD) {
+        return cmdline.to_string();
+    }
+    words.insert(kernel_part, INIT_WORD);
+    words.join(" ")
+}
+
 /// Whether the command line already has the ` -- ` that starts init's argv.
 fn has_init_separator(cmdline: &str) -> bool {
     cmdline.split_ascii_whitespace().any(|w| w == "--")
@@ -223,13 +236,14 @@ pub fn runs_crossings(base: Option<&str>, init_args: &[String]) -> bool {
 }
 
 /// The Linux command line for the built-in xperf: `base` (the user's
-/// `--cmdline`, else the default plus [`STAMPS_PARAM`]) with `init_args`
-/// appended after ` -- ` (after the user's own init arguments if `base` has
-/// a ` -- ` already).
+/// `--cmdline`, else the default plus [`STAMPS_PARAM`]) with the init word
+/// ([`INIT_WORD`]: xperf takes the VM-init role only when it is there) among
+/// the kernel's parameters, and `init_args` appended after ` -- ` (after the
+/// user's own init arguments if `base` has a ` -- ` already).
 pub fn xperf_cmdline(base: Option<&str>, default: &str, init_args: &[String]) -> String {
     let mut line = match base {
-        Some(user) => user.trim_end().to_string(),
-        None => format!("{default} {STAMPS_PARAM}"),
+        Some(user) => with_init_word(user.trim_end()),
+        None => format!("{default} {STAMPS_PARAM} {INIT_WORD}"),
     };
     if !init_args.is_empty() {
         if !has_init_separator(&line) {
@@ -447,20 +461,27 @@ mod tests {
         .to_argv();
         assert_eq!(
             xperf_cmdline(None, "console=ttyS0", &args),
-            "console=ttyS0 xperf_stamps=1 -- --samples 2000 --warmup 0 --raw"
+            "console=ttyS0 xperf_stamps=1 xvmm_init=1 -- --samples 2000 --warmup 0 --raw"
         );
         assert_eq!(
             xperf_cmdline(None, "console=ttyS0", &[]),
-            "console=ttyS0 xperf_stamps=1"
+            "console=ttyS0 xperf_stamps=1 xvmm_init=1"
         );
-        // The user's command line is kept as is; their own init arguments first.
+        // The user's command line is kept, with the init word among the
+        // kernel's words (never among init's arguments); their own init
+        // arguments first.
         assert_eq!(
             xperf_cmdline(Some("console=ttyS0 -- --cpu 0 "), "x", &args[..2]),
-            "console=ttyS0 -- --cpu 0 --samples 2000"
+            "console=ttyS0 xvmm_init=1 -- --cpu 0 --samples 2000"
         );
         assert_eq!(
             xperf_cmdline(Some("quiet a--b"), "x", &args[4..]),
-            "quiet a--b -- --raw"
+            "quiet a--b xvmm_init=1 -- --raw"
+        );
+        // Given once, it stays once.
+        assert_eq!(
+            xperf_cmdline(Some("xvmm_init=1 quiet"), "x", &[]),
+            "xvmm_init=1 quiet"
         );
     }
 

@@ -47,6 +47,8 @@ pub struct Config {
     pub cpu: Option<u32>,
     /// Running in a guest whose VMM announced a results channel.
     pub vmm_channel: bool,
+    /// The node's name, for the report (`--node-name`).
+    pub node_name: Option<String>,
 }
 
 /// The stages of a run, in order, as [`Steps`] names them.
@@ -110,6 +112,7 @@ pub fn run(config: &Config, steps: &dyn Steps) -> Result<Report> {
         started_unix: started,
         seconds: clock.elapsed().as_secs_f64(),
         hostname: facts::read_trimmed("/proc/sys/kernel/hostname"),
+        node_name: config.node_name.clone().unwrap_or_default(),
         // SAFETY: geteuid has no arguments and cannot fail.
         privileged: unsafe { libc::geteuid() } == 0,
         metrics,
@@ -160,11 +163,13 @@ mod tests {
             samples: 200,
             cpu: None,
             vmm_channel: false,
+            node_name: Some("node-7".into()),
         };
         let steps = Recorder(Mutex::new(Vec::new()), Mutex::new(false));
         let report = run(&config, &steps).unwrap();
         let c = report.characterize.as_ref().unwrap();
         assert!(c.unfilled().is_empty(), "unfilled: {:?}", c.unfilled());
+        assert_eq!(c.node_name, "node-7");
         assert!(c.metrics.iter().all(|m| GROUPS.contains(&m.group.as_str())));
         for name in [
             "cpuid-signature",
@@ -221,6 +226,7 @@ mod tests {
                 samples,
                 cpu: Some(1),
                 vmm_channel: true,
+                node_name: None,
             })
         };
         let small = c(5);

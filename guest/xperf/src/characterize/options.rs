@@ -13,7 +13,7 @@ pub const DEFAULT_JSON: &str = "xperf-characterize.json";
 
 pub const USAGE: &str = "\
 usage: xperf characterize [--samples N] [--cpu N] [--json FILE] [--openmetrics FILE]
-                          [--every PERIOD]
+                          [--every PERIOD [--jitter PERIOD]] [--node-name NAME]
 
 Characterises this machine in about a minute or less, without root: the
 hypervisor (CPUID 0x40000000, DMI, a systemd-detect-virt-like verdict,
@@ -36,7 +36,17 @@ As root the kernel log adds the kernel's TSC rate and hypervisor line.
   --every PERIOD
                 run again every PERIOD (e.g. 900, 90s, 15m, 6h; 1s to 7d)
                 until stopped, replacing the files each time (a Kubernetes
-                DaemonSet's container; see deploy/). Without it, run once
+                DaemonSet's container; see docs/fleet.md). SIGTERM or SIGINT
+                stops it at once with status 0 (also as a container's PID 1),
+                removing the --openmetrics file so that its figures do not
+                read as current. Without it, run once
+  --jitter PERIOD
+                with --every: wait a random time below PERIOD before the
+                first run, so that nodes started together do not all
+                measure at once (e.g. 60s)
+  --node-name NAME
+                the node's name, recorded in the JSON report (a DaemonSet
+                gives it from the downward API: spec.nodeName)
   -h, --help    this text";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +58,10 @@ pub struct Options {
     pub openmetrics: Option<PathBuf>,
     /// `--every PERIOD`: run again after each PERIOD, until stopped.
     pub every: Option<Duration>,
+    /// `--jitter PERIOD`: a random wait below it before the first run.
+    pub jitter: Option<Duration>,
+    /// `--node-name NAME`: recorded in the report.
+    pub node_name: Option<String>,
     /// `--help` was asked for.
     pub help: bool,
 }
@@ -60,6 +74,8 @@ impl Default for Options {
             json: None,
             openmetrics: None,
             every: None,
+            jitter: None,
+            node_name: None,
             help: false,
         }
     }
@@ -93,6 +109,8 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
                 opts.openmetrics = Some(path);
             }
             "--every" => opts.every = Some(period(&value()?).map_err(Error::Usage)?),
+            "--jitter" => opts.jitter = Some(period(&value()?).map_err(Error::Usage)?),
+            "--node-name" => opts.node_name = Some(node_name(&value()?)?),
             "-h" | "--help" if inline.is_none() => opts.help = true,
             other => {
                 return Err(Error::Usage(format!(
@@ -101,7 +119,46 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options> {
             }
         }
     }
+    if opts.jitter.is_some() && opts.every.is_none() {
+        return Err(Error::Usage(
+            "--jitter spreads repeated runs: give --every too".into(),
+        ));
+    }
     Ok(opts)
+}
+
+/// Longest `--node-name`: a Kubernetes node name is a DNS subdomain (253).
+pub const MAX_NODE_NAME: usize = 253;
+
+/// A node name as Kubernetes allows it: lower-case letters, digits, `-` and
+/// `.`, at most [`MAX_NODE_NAME`]. An unexpanded `$(NODE_NAME)` (the
+/// manifest's env missing) is refused by name.
+fn node_name(text: &str) -> Result<String> {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    if text.is_empty() || text.len() > MAX_NODE_NAME || !text.chars().all(allowed) {
+        return Err(Error::Usage(format!(
+            "--node-name {:?}: a node name is 1 to {MAX_NODE_NAME} of a-z, 0-9, '-' and '.' \
+             (is the container's NODE_NAME set from the downward API?)",
+            xvmm_results::escape::visible(text)
+        )));
+    }
+    Ok(text.to_string())
+}
+
+/// A random time in [0, `bound`), from the kernel's random source (the
+/// clock's nanoseconds if that fails: spreading needs no secrecy).
+pub fn random_below(bound: Duration) -> Duration {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom fills at most `bytes.len()` bytes of a local.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let random = if usize::try_from(filled) == Ok(bytes.len()) {
+        u64::from_ne_bytes(bytes)
+    } else {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.map_or(0, |d| u64::from(d.subsec_nanos()))
+    };
+    let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(random.checked_rem(nanos).unwrap_or(0))
 }
 
 /// Shortest and longest `--every`.
@@ -142,6 +199,17 @@ pub fn period(text: &str) -> std::result::Result<Duration, String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn jitter_stays_below_its_bound_and_spreads() {
+        let bound = Duration::from_secs(60);
+        let draws: Vec<Duration> = (0..200).map(|_| random_below(bound)).collect();
+        assert!(draws.iter().all(|d| *d < bound), "{draws:?}");
+        // 200 draws over 60 s: both halves get some (a constant would not).
+        let low = draws.iter().filter(|d| d.as_secs() < 30).count();
+        assert!((20..=180).contains(&low), "{low} of 200 in the lower half");
+        assert_eq!(random_below(Duration::ZERO), Duration::ZERO);
+    }
+
     fn strings(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
     }
@@ -165,6 +233,18 @@ mod tests {
             let o = parse(strings(&["--every", text])).unwrap();
             assert_eq!(o.every, Some(Duration::from_secs(secs)), "{text}");
         }
+        let o = parse(strings(&[
+            "--every",
+            "15m",
+            "--jitter=60s",
+            "--node-name",
+            "n-1.x",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (o.jitter, o.node_name.as_deref()),
+            (Some(Duration::from_secs(60)), Some("n-1.x"))
+        );
         let o = parse(strings(&["--openmetrics=/d/xperf.prom"])).unwrap();
         assert_eq!(
             o.openmetrics.as_deref(),
@@ -191,6 +271,12 @@ mod tests {
             &["--every", "m"],
             &["--every", "1.5h"],
             &["--every", "99999999999999999999"],
+            &["--jitter", "60s"],
+            &["--every", "1m", "--jitter"],
+            &["--every", "1m", "--jitter", "0"],
+            &["--node-name", ""],
+            &["--node-name", "$(NODE_NAME)"],
+            &["--node-name", "Node\x1b[2J"],
             &["--raw"],
             &["--help=1"],
             &["extra"],
@@ -199,6 +285,8 @@ mod tests {
             assert_eq!(err.exit_code(), 2, "{bad:?}");
             assert!(!err.to_string().contains('\n'), "{bad:?}");
         }
+        let err = parse(strings(&["--node-name", "$(NODE_NAME)"])).unwrap_err();
+        assert!(err.to_string().contains("downward API"), "{err}");
         // Only a `--` option carries an inline value: another argument with
         // `=` is named whole.
         for bad in ["extra=1", "-h=1"] {
