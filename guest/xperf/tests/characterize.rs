@@ -132,3 +132,47 @@ fn characterize_help_and_bad_options() {
         "the destination is checked before measuring"
     );
 }
+
+/// The series of an OpenMetrics text as (name, label names and values but
+/// the statistic's figure): what Prometheus keys a series by.
+fn series_keys(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.rsplit_once(' ').map_or(l, |(key, _)| key).to_string())
+        .collect()
+}
+
+#[test]
+fn two_runs_write_the_same_series_so_label_values_stay_bounded() {
+    let run = |n: u32| {
+        let prom = std::env::temp_dir().join(format!("xperf-om-{}-{n}.prom", std::process::id()));
+        let out = Command::new(env!("CARGO_BIN_EXE_xperf"))
+            .args(["characterize", "--samples", "300", "--json", "-"])
+            .arg("--openmetrics")
+            .arg(&prom)
+            .output()
+            .expect("xperf runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&prom).unwrap();
+        let _ = std::fs::remove_file(&prom);
+        text
+    };
+    let (first, second) = (run(1), run(2));
+    let (a, b) = (series_keys(&first), series_keys(&second));
+    // Reasons are codes and no label holds a figure, a time or a path: the
+    // same machine gives the same series, only their values move.
+    assert_eq!(a, b, "series differ between two runs");
+    assert!(a.len() > 50, "only {} series", a.len());
+    let codes = xvmm_results::render::openmetrics::REASON_CODES;
+    for key in &a {
+        assert!(!key.contains("quantile="), "{key}");
+        if let Some((_, rest)) = key.split_once("reason=\"") {
+            let code = rest.split('"').next().unwrap();
+            assert!(codes.contains(&code), "reason {code:?} is not a code: {key}");
+        }
+    }
+}
