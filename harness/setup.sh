@@ -6,7 +6,8 @@
 # with a font (the `xvmm report` browser test) and the Python modules
 # checkpatch.pl uses for its SPDX check (the series' style test), Prometheus
 # and node_exporter (the OpenMetrics test starts its own, on loopback), crun
-# and containers-common's seccomp.json (the container test, harness/tests/container.rs).
+# and containers-common's seccomp.json (the container test, harness/tests/container.rs),
+# systemd-analyze (the units' security exposure, harness/tests/deploy.rs).
 # Idempotent: asks apt only for what is missing. Sourced
 # by ../run.sh and ../test.sh; run it directly to set up a machine. Also the
 # nightly toolchain and cargo-fuzz for the fuzz targets (xvmm_setup_fuzz), cargo-mutants
@@ -19,7 +20,7 @@ set -euo pipefail
 XVMM_PACKAGES=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
                linux-source-6.12 linux-source-6.1 qemu-system-x86 linux-perf curl ca-certificates
                chromium fonts-dejavu-core trace-cmd python3-ply python3-git
-               prometheus prometheus-node-exporter crun golang-github-containers-common)
+               prometheus prometheus-node-exporter crun golang-github-containers-common systemd)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

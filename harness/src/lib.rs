@@ -18,6 +18,7 @@ pub mod build;
 pub mod distro;
 pub mod initramfs;
 pub mod lock;
+pub mod oci;
 pub mod run;
 
 pub use build::{
