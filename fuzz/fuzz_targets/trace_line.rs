@@ -75,7 +75,7 @@ fn joined(trace: &TraceSummary) {
         offset_after: Some(0),
         ..Default::default()
     };
-    add_timeline(&mut r, trace, &tsc, "f", 4);
+    add_timeline(&mut r, trace, &tsc, "f", None, 4);
     let t = r.timeline.as_ref().expect("a timeline");
     assert!(!t.verified || t.violations == 0);
     for i in [&r.crossings[0].u2k, &r.crossings[0].round_trip] {

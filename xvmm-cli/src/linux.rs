@@ -280,7 +280,7 @@ pub(super) fn boot(
         run.results,
         run.trace.as_ref(),
         run.tsc.clone(),
-        run.run_id.clone(),
+        (run.run_id.clone(), run.asked_samples),
         &facts,
     );
     if report.is_none() {
@@ -302,7 +302,7 @@ fn joined(
     results: Option<Report>,
     trace: Option<&TraceSummary>,
     mut tsc: linux::TscFacts,
-    run_id: Option<String>,
+    (run_id, asked_samples): (Option<String>, Option<u64>),
     facts: &linux::AsyncPfFacts,
 ) -> Option<Report> {
     let mut report = results?;
@@ -324,7 +324,10 @@ fn joined(
         }
     }
     match &run_id {
-        Some(id) => linux::add_timeline(&mut report, trace, &tsc, id, linux::CALIBRATIONS),
+        Some(id) => {
+            let calibrations = linux::CALIBRATIONS;
+            linux::add_timeline(&mut report, trace, &tsc, id, asked_samples, calibrations);
+        }
         None => report.notes.push(
             "no timeline: the guest was not asked for a run id and calibration exits \
              (a user initrd or an xperf subcommand), so its samples cannot be joined with \

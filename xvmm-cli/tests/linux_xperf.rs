@@ -139,12 +139,13 @@ fn built_in_initramfs_and_xperf_arguments_reach_the_guest() {
     assert_eq!(
         stdout(&out),
         "console=ttyS0 reboot=k panic=-1 xvmm.results=0xd0000000,0x1000000 xperf_stamps=1 \
-         -- --samples 7 --warmup 3 --raw\n070701\n"
+         xvmm_init=1 -- --samples 7 --warmup 3 --raw\n070701\n"
     );
     // The stand-in kernel ends cleanly without results: for xperf that is a failure.
     assert_one_line_error(&out, 1, "xvmm: guest: guest ended without sending results");
 
-    // A user command line is kept; the options follow its own init arguments.
+    // A user command line is kept, with the VMM's init word among the
+    // kernel's words; the options follow its own init arguments.
     let out = xvmm_env(
         &[
             "--kernel",
@@ -158,7 +159,7 @@ fn built_in_initramfs_and_xperf_arguments_reach_the_guest() {
     );
     assert_eq!(
         stdout(&out),
-        "console=ttyS0 -- --cpu 0 --samples 9\n070701\n"
+        "console=ttyS0 xvmm_init=1 -- --cpu 0 --samples 9\n070701\n"
     );
 
     // With a user initrd the guest's silence is fine (a warning only with --json).

@@ -81,6 +81,7 @@ fn good_files_give_one_page_and_markdown() {
         started_unix: 1,
         seconds: 1.0,
         hostname: "h".into(),
+        node_name: String::new(),
         privileged: false,
         metrics: vec![Metric::from_samples(
             "exits",

@@ -9,10 +9,10 @@ use crate::error::{Error, Result};
 use std::path::PathBuf;
 use xvmm_results::xperf_args::{Parsed, XperfArgs};
 pub use xvmm_results::xperf_args::{
-    DEFAULT_ROUNDS, MAX_CALIBRATIONS, MAX_COUNT as MAX_SAMPLES, MAX_ROUNDS, MAX_RUN_ID,
+    DEFAULT_ROUNDS, DEFAULT_SAMPLES, MAX_CALIBRATIONS, MAX_COUNT as MAX_SAMPLES, MAX_ROUNDS,
+    MAX_RUN_ID,
 };
 
-pub const DEFAULT_SAMPLES: u64 = 10_000;
 pub const DEFAULT_WARMUP: u64 = 1_000;
 pub const DEFAULT_NULL_SAMPLES: u64 = 100_000;
 

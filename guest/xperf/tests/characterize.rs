@@ -172,7 +172,10 @@ fn two_runs_write_the_same_series_so_label_values_stay_bounded() {
         assert!(!key.contains("quantile="), "{key}");
         if let Some((_, rest)) = key.split_once("reason=\"") {
             let code = rest.split('"').next().unwrap();
-            assert!(codes.contains(&code), "reason {code:?} is not a code: {key}");
+            assert!(
+                codes.contains(&code),
+                "reason {code:?} is not a code: {key}"
+            );
         }
     }
 }

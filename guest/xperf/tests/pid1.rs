@@ -151,7 +151,11 @@ fn with_every_sigterm_to_pid1_stops_it_with_status_0_and_no_stale_file() {
     assert_eq!(namespace_pid(pid), "1", "xperf is its namespace's PID 1");
     let deadline = Instant::now() + Duration::from_secs(120);
     while !prom.exists() {
-        assert!(Instant::now() < deadline, "no {} after 120 s", prom.display());
+        assert!(
+            Instant::now() < deadline,
+            "no {} after 120 s",
+            prom.display()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let report: serde_json::Value =

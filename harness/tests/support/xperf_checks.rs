@@ -195,11 +195,11 @@ fn run() -> &'static XperfRun {
 
 /// What both sides must show: the split with positive halves, every
 /// requested sample of every round either valid or counted as rejected, the
-/// TSC quantum, the kernel's stamp pairs and corrections whose parts add up
-/// (the corrections exactly, the corrected means too), clean-sample
-/// statistics (the kernel counts interrupts), and where the stamps sit;
-/// and getppid's hooks on minus off held against what the hooks' own
-/// sequences add, as `reconcile` says.
+/// TSC quantum, the kernel's stamp pairs and the corrections they give,
+/// clean-sample statistics (the kernel counts interrupts), and where the
+/// stamps sit; and getppid's hooks on minus off against what the hooks' own
+/// sequences add: the report's warning, in its JSON and its text, is what
+/// that comparison gives.
 fn assert_split(report: &Report, side: &str) {
     assert_eq!(report.method.samples_requested, SAMPLES, "{side}");
     assert_eq!(u64::from(report.method.rounds), ROUNDS, "{side}");
@@ -237,15 +237,31 @@ fn assert_split(report: &Report, side: &str) {
             .map(|h| (h.bare_pair.median(), h.bare_inner.median()))
     );
     // The hooks' sequences were timed on every side, so the report holds
-    // on - off against them (`HooksCost::unexplained`, unit-tested both
-    // ways). The harness only prints the two: under TCG neither their
-    // equality nor even a floor holds (on - off in L2 196, 392, 270, then
-    // -1 ticks against 220-344 predicted; in L1 221, 318, 1225 against
-    // 221-294; 7522 and 32364 with PTI against 319-391).
+    // on - off against them and warns where they differ by more than the
+    // noise (three standard errors from the samples and the blocks' spread,
+    // at least a quantum per difference): that warning is the comparison's
+    // verdict, on real data, in the report and in its text. Agreement is
+    // not required here, not even on bare metal: in both runs with the
+    // noise measured (2026-11-28) L1 had on - off 208 (+-9.6) ticks against
+    // 130 (+-0.0) predicted, 78 apart against a noise of 28.7 and 29.9; L2
+    // 182 and 260 against 156, with PTI 2079 and 1976: under TCG the
+    // kernel's hook code and its CPL3 reproduction do not cost the same,
+    // for a reason not established, and no noise figure covers that.
     assert!(
         hooks.predicted.is_some(),
         "{side}: the hooks' sequences not timed"
     );
+    let unexplained = hooks.unexplained(quantum);
+    assert_eq!(hooks.warning, unexplained, "{side}: {hooks:?}");
+    println!(
+        "{side}: getppid hooks on - off against the sequences: noise {:.1} ticks: {}",
+        hooks.noise(quantum),
+        unexplained.as_deref().unwrap_or("agree")
+    );
+    if let Some(w) = &hooks.warning {
+        let text = xvmm_results::render::report(report);
+        assert!(text.contains(&format!("warning: {w}")), "{side}: {text}");
+    }
     let seq = costs
         .hook_sequences
         .as_ref()
@@ -296,9 +312,6 @@ fn assert_split(report: &Report, side: &str) {
             c.samples_migrated
         );
         assert!(c.samples_valid > 0, "{side} {name}: no valid sample");
-        if let Some(p) = xvmm_results::correction::parts_mismatch(c) {
-            panic!("{side}: {p}");
-        }
         let rt = c.round_trip.as_ref().unwrap();
         assert_eq!(rt.rounds.len() as u64, ROUNDS, "{side} {name}");
         let ci = rt.median_ci.expect("a CI of the median");

@@ -5,9 +5,10 @@ use super::{column, TICKS};
 use crate::charts;
 use crate::Input;
 use std::collections::HashMap;
+use xvmm_results::compare::DiffUnit;
 use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MAX_TABLE_ROWS};
 use xvmm_results::document::{Bar, BarChart, Part, StackedBar, StackedChart};
-use xvmm_results::{compare, Comparison, Environment};
+use xvmm_results::{compare, Comparison, ComparisonRow, Environment};
 
 /// Each VM report against its bare-metal report: the first with the VM's
 /// CPU model (the host it ran on, as far as a file can say), else the
@@ -40,14 +41,32 @@ pub(super) fn comparison_sections(inputs: &[Input]) -> Vec<Section> {
         .collect()
 }
 
+/// The unit of a comparison's charts: the tick of both files, or ns when
+/// their TSC rates differ (no chart sets two clocks' ticks side by side).
+fn unit(c: &Comparison) -> String {
+    match c.diff_unit {
+        DiffUnit::Ticks => TICKS.into(),
+        DiffUnit::Ns => {
+            "ns (each file's TSC ticks over its own rate, null overhead subtracted)".into()
+        }
+    }
+}
+
 /// VM and bare-metal medians side by side, with a whisker to the p99.
 pub(super) fn comparison_chart(c: &Comparison) -> BarChart {
     let mut bars = Vec::new();
     for row in c.rows.iter().take(charts::MAX_ROWS / 2) {
         let name = format!("{} {}", row.crossing, row.interval);
+        let vm = |t: u64| c.vm_in_unit(t as f64);
+        let bare = |t: u64| c.bare_in_unit(t as f64);
         let sides = [
-            (row.vm_median, row.vm_p99, "VM", 0),
-            (row.bare_median, row.bare_p99, "bare metal", 1),
+            (row.vm_median.map(vm), row.vm_p99.map(vm), "VM", 0),
+            (
+                row.bare_median.map(bare),
+                row.bare_p99.map(bare),
+                "bare metal",
+                1,
+            ),
         ];
         for (median, p99, side, series) in sides {
             if let Some(m) = median {
@@ -55,16 +74,16 @@ pub(super) fn comparison_chart(c: &Comparison) -> BarChart {
                     label: format!("{name} · {side}"),
                     series,
                     from: None,
-                    to: m as f64,
+                    to: m,
                     mark: None,
-                    whisker: p99.map(|p| p as f64),
+                    whisker: p99,
                 });
             }
         }
     }
     BarChart {
         caption: "Median per crossing and interval, whisker to the p99".into(),
-        unit: TICKS.into(),
+        unit: unit(c),
         series: vec!["VM".into(), "bare metal".into()],
         bars,
         reference: None,
@@ -73,10 +92,12 @@ pub(super) fn comparison_chart(c: &Comparison) -> BarChart {
 }
 
 /// How to read the decomposition chart.
-pub(super) const DECOMPOSITION: &str = "Each crossing interval's VM time, decomposed: the \
-bare-metal median, what the VM adds without exits (the whisker is that difference's 95 % \
-interval) and what exits add, by reason in proportion to their host time; the dot is the VM's \
-median. A pale part is negative.";
+pub(super) const DECOMPOSITION: &str = "Each crossing interval's mean VM time, decomposed: the \
+bare-metal mean, what the VM adds without exits (its exit-free mean minus that; the whisker is \
+this difference's 95 % interval), what exits add (the fraction of samples with an exit times \
+what such a sample costs more than an exit-free one, by reason in proportion to host time) and \
+what the samples the trace cannot vouch for add. The parts add up to the VM's mean, the dot. \
+Medians do not add: the table's median difference is not decomposed. A pale part is negative.";
 
 /// Why a comparison has no decomposition chart.
 pub(super) const NO_DECOMPOSITION: &str = "No decomposition into exits: the VM file holds no \
@@ -87,13 +108,17 @@ one).";
 /// as "other exits".
 const MAX_REASONS: usize = 5;
 
+/// The series of unattributable samples' part.
+const UNATTRIBUTABLE: &str = "unattributable samples";
+
 /// Series of the decomposition: bare metal, the VM without exits, the
-/// exit reasons with the most ticks over all rows, then "other exits".
+/// exit reasons with the most time over all rows, then "other exits", then
+/// the unattributable samples where a row has any.
 fn decomposition_series(c: &Comparison) -> Vec<String> {
     let mut totals: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
     for part in c.rows.iter().filter_map(|r| r.exits.as_ref()) {
-        for (reason, ticks) in &part.by_reason {
-            *totals.entry(reason.as_str()).or_default() += ticks.abs();
+        for (reason, value) in &part.by_reason {
+            *totals.entry(reason.as_str()).or_default() += value.abs();
         }
     }
     let mut reasons: Vec<(&str, f64)> = totals.into_iter().collect();
@@ -108,62 +133,62 @@ fn decomposition_series(c: &Comparison) -> Vec<String> {
     if reasons.len() > MAX_REASONS {
         series.push("other exits".into());
     }
+    let unattributable = c.rows.iter().filter_map(|r| r.unattributable.as_ref());
+    if unattributable.into_iter().any(|u| u.samples > 0) {
+        series.push(UNATTRIBUTABLE.into());
+    }
     series
 }
 
-/// One stacked bar: bare-metal median, then what the VM adds without exits
-/// (whisker: that part's interval), then each exit reason's share; the VM's
-/// median as a dot.
-fn decomposition_bar(row: &xvmm_results::ComparisonRow, series: &[String]) -> Option<StackedBar> {
-    let bare = row.bare_median? as f64;
-    let without = row.without_exits.as_ref();
-    if without.is_none() && row.exits.is_none() {
-        return None;
-    }
-    let mut parts = vec![Part {
-        series: 0,
-        value: bare,
-    }];
-    if let Some(w) = without {
-        parts.push(Part {
-            series: 1,
-            value: w.ticks as f64,
-        });
-    }
+/// One stacked bar: the bare-metal mean, then the parts of the mean
+/// difference (without exits, whisker: its interval; each exit reason's
+/// share; the unattributable samples), which end at the VM's mean, the dot.
+fn decomposition_bar(c: &Comparison, row: &ComparisonRow, series: &[String]) -> Option<StackedBar> {
+    let (w, e, u) = (
+        row.without_exits.as_ref()?,
+        row.exits.as_ref()?,
+        row.unattributable.as_ref()?,
+    );
+    let bare = c.bare_in_unit(row.bare_mean?);
+    let part = |series, value| Part { series, value };
+    let mut parts = vec![part(0, bare), part(1, w.mean)];
     let mut other = 0.0;
-    for (reason, ticks) in row.exits.iter().flat_map(|e| &e.by_reason) {
+    for (reason, value) in &e.by_reason {
         let name = format!("exit: {reason}");
         match series.iter().position(|s| *s == name) {
-            Some(i) => parts.push(Part {
-                series: i,
-                value: *ticks,
-            }),
-            None => other += ticks,
+            Some(i) => parts.push(part(i, *value)),
+            None => other += value,
         }
     }
     if other != 0.0 {
-        parts.push(Part {
-            series: series.len() - 1,
-            value: other,
-        });
+        let at = series.iter().position(|s| s == "other exits");
+        parts.push(part(at.unwrap_or(series.len() - 1), other));
     }
-    let whisker = without.and_then(|w| Some((bare + w.ci_low? as f64, bare + w.ci_high? as f64)));
+    if u.samples > 0 {
+        let at = series.iter().position(|s| s == UNATTRIBUTABLE);
+        parts.push(part(at.unwrap_or(series.len() - 1), u.mean));
+    }
+    let whisker = w
+        .ci_low
+        .zip(w.ci_high)
+        .map(|(lo, hi)| (bare + lo, bare + hi));
     Some(StackedBar {
         label: format!("{} {}", row.crossing, row.interval),
         parts,
         whisker,
-        mark: row.vm_median.map(|m| m as f64),
+        mark: row.vm_mean.map(|m| c.vm_in_unit(m)),
     })
 }
 
 /// VM time decomposed per crossing interval: bare metal + the VM without
-/// exits + exits by reason; `None` when no row holds an attribution.
+/// exits + exits by reason + unattributable samples; `None` when no row
+/// holds an attribution.
 pub(super) fn decomposition_chart(c: &Comparison) -> Option<StackedChart> {
     let series = decomposition_series(c);
     let all: Vec<StackedBar> = c
         .rows
         .iter()
-        .filter_map(|r| decomposition_bar(r, &series))
+        .filter_map(|r| decomposition_bar(c, r, &series))
         .collect();
     if all.is_empty() {
         return None;
@@ -172,8 +197,9 @@ pub(super) fn decomposition_chart(c: &Comparison) -> Option<StackedChart> {
     let mut bars = all;
     bars.truncate(charts::MAX_ROWS);
     Some(StackedChart {
-        caption: "Where the VM's time goes: bare metal + VM without exits + exits by reason".into(),
-        unit: TICKS.into(),
+        caption: "Where the VM's mean time goes: bare metal + VM without exits + exits by reason"
+            .into(),
+        unit: unit(c),
         series,
         bars,
         omitted,
@@ -200,6 +226,9 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
                 r.diff_median
                     .map_or("-".into(), |d| format!("{d:+}"))
                     .into(),
+                r.diff_mean
+                    .map_or("-".into(), |d| format!("{d:+.1}"))
+                    .into(),
                 r.ratio_median
                     .map_or("-".into(), |x| format!("{x:.2}x"))
                     .into(),
@@ -216,14 +245,17 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
         "BM med",
         "BM p99",
         "diff med",
+        "diff mean",
         "x med",
         "x p99",
     ];
     let mut blocks = vec![
         Block::Paragraph(format!(
-            "{} (VM) against {} (bare metal): what the VM adds to each crossing, per interval.",
+            "{} (VM) against {} (bare metal): what the VM adds to each crossing, per interval; \
+             medians and p99s in each file's ticks, differences (diff) in {}.",
             column(v, vm),
-            column(b, bare)
+            column(b, bare),
+            c.diff_unit.name()
         )),
         Block::Chart(Chart::Bars(chart)),
     ];
@@ -254,3 +286,94 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
 }
 
 // ---------------------------------------------------------------- matrix
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xvmm_results::Report;
+
+    /// The nested harness's traced VM run and its bare-metal run
+    /// (`xvmm-cli/tests/data/report/`).
+    fn harness_pair() -> (Report, Report) {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../xvmm-cli/tests/data/report/"
+        );
+        let read = |f: &str| {
+            let text = std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+            Report::from_json(&text).unwrap()
+        };
+        (read("traced-vm.json"), read("traced-bm.json"))
+    }
+
+    /// Issue item 4: every stacked bar's parts end at its dot, the VM's
+    /// mean, on real harness data.
+    #[test]
+    fn the_stacked_parts_end_at_the_vm_mean_on_real_harness_data() {
+        let (vm, bare) = harness_pair();
+        let c = compare(&vm, &bare);
+        let chart = decomposition_chart(&c).expect("a traced pair decomposes");
+        assert_eq!(chart.bars.len(), c.rows.len());
+        assert_eq!(chart.unit, TICKS);
+        for bar in &chart.bars {
+            let end: f64 = bar.parts.iter().map(|p| p.value).sum();
+            let mark = bar.mark.unwrap();
+            assert!(
+                (end - mark).abs() < 1e-6 * mark,
+                "{}: {end} against {mark}",
+                bar.label
+            );
+            let (lo, hi) = bar.whisker.unwrap();
+            let without = bar.parts[0].value + bar.parts[1].value;
+            assert!(
+                lo <= without && without <= hi,
+                "{}: {lo} {without} {hi}",
+                bar.label
+            );
+        }
+        // No sample of that run is unattributable: no such series.
+        assert!(!chart.series.iter().any(|s| s == UNATTRIBUTABLE));
+    }
+
+    /// Across TSC rates both charts are of ns, and the bars still end at
+    /// the VM's mean, in ns.
+    #[test]
+    fn across_tsc_rates_the_charts_are_of_nanoseconds() {
+        let (mut vm, bare) = harness_pair();
+        vm.host.tsc_khz = 2 * bare.host.tsc_khz;
+        let c = compare(&vm, &bare);
+        let medians = comparison_chart(&c);
+        assert!(medians.unit.starts_with("ns"), "{}", medians.unit);
+        let row = &c.rows[0];
+        let ns = |ticks: u64, khz: u64| ticks as f64 * 1e6 / khz as f64;
+        let (vm_bar, bare_bar) = (&medians.bars[0], &medians.bars[1]);
+        assert!((vm_bar.to - ns(row.vm_median.unwrap(), vm.host.tsc_khz)).abs() < 1e-6);
+        assert!((bare_bar.to - ns(row.bare_median.unwrap(), bare.host.tsc_khz)).abs() < 1e-6);
+        let chart = decomposition_chart(&c).unwrap();
+        assert!(chart.unit.starts_with("ns"), "{}", chart.unit);
+        let bar = &chart.bars[0];
+        let end: f64 = bar.parts.iter().map(|p| p.value).sum();
+        let vm_mean = row.vm_mean.unwrap() * 1e6 / vm.host.tsc_khz as f64;
+        assert!(
+            (end - vm_mean).abs() < 1e-6 * vm_mean,
+            "{end} against {vm_mean}"
+        );
+    }
+
+    /// A row with unattributable samples gets their part, in its own series.
+    #[test]
+    fn unattributable_samples_have_their_own_part() {
+        let (vm, bare) = harness_pair();
+        let mut c = compare(&vm, &bare);
+        let u = c.rows[0].unattributable.as_mut().unwrap();
+        (u.samples, u.mean) = (3, 42.0);
+        let chart = decomposition_chart(&c).unwrap();
+        let at = chart
+            .series
+            .iter()
+            .position(|s| s == UNATTRIBUTABLE)
+            .unwrap();
+        let last = chart.bars[0].parts.last().unwrap();
+        assert_eq!((last.series, last.value), (at, 42.0));
+    }
+}

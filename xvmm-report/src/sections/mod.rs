@@ -246,6 +246,35 @@ mod tests {
         }
     }
 
+    /// Issue item 3: the hooks' on - off figure far from what their
+    /// sequences add is a warning on the page; within the noise none.
+    #[test]
+    fn the_page_warns_of_hooks_on_off_far_from_their_sequences() {
+        use xvmm_results::correction::{HooksCost, PairCost, StampCosts};
+        let with_hooks = |predicted: u64| {
+            let mut r = report(Environment::BareMetal, &["getppid"], 1);
+            let p = |m: u64| PairCost::from_rounds("a", "b", &[vec![m]]);
+            let mut costs = StampCosts::new(p(49), Some((p(49), p(73))), None);
+            costs.hooks.push(
+                HooksCost::new("getppid", &[1613; 9], &[1000; 9], "")
+                    .with_prediction(&[vec![100 + predicted; 9]], &[vec![100; 9]])
+                    .reconcile(Some(24.5)),
+            );
+            r.stamp_costs = Some(costs);
+            r.machine = Some(xvmm_results::Machine {
+                tsc_quantum_ticks: Some(24.5),
+                ..Default::default()
+            });
+            crate::html(&[input("a", r)], &Silent)
+        };
+        let page = with_hooks(98);
+        assert!(
+            page.contains("getppid: hooks on - off 613 ticks"),
+            "no warning"
+        );
+        assert!(!with_hooks(600).contains("hooks on - off 613"));
+    }
+
     fn characterized(host: &str, started: u64, cpuid: u64) -> Report {
         let mut r = report(Environment::BareMetal, &["getppid"], 1);
         r.characterize = Some(Characterization {
@@ -253,6 +282,7 @@ mod tests {
             seconds: 1.0,
             hostname: host.into(),
             privileged: false,
+            node_name: String::new(),
             metrics: vec![
                 Metric::from_samples("exits", "cpuid", "ticks", &[cpuid, cpuid + 10]),
                 Metric::fact("hypervisor", "virt", "kvm"),

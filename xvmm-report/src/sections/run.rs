@@ -110,6 +110,7 @@ pub(super) fn range_bar(label: String, s: &Stats) -> Bar {
 pub(super) fn report_section(i: usize, input: &Input) -> Section {
     let r = &input.report;
     let mut blocks = vec![Block::Paragraph(summary(r))];
+    blocks.extend(warnings(r).into_iter().map(Block::Paragraph));
     let (segs, total) = segments(r, charts::MAX_ROWS.max(MAX_DISTRIBUTIONS) + 1);
     if !segs.is_empty() {
         blocks.push(Block::Chart(Chart::Bars(BarChart {
@@ -174,6 +175,18 @@ pub(super) fn report_section(i: usize, input: &Input) -> Section {
         title: format!("{}: {}", column(i, input), r.environment.describe()),
         blocks,
     }
+}
+
+/// The report's own warnings about its figures: each crossing whose round
+/// trip with the hooks on and off differs from what the hooks' sequences
+/// add by more than the noise.
+pub(super) fn warnings(r: &Report) -> Vec<String> {
+    r.stamp_costs
+        .iter()
+        .flat_map(|c| &c.hooks)
+        .filter_map(|h| h.warning.as_ref())
+        .map(|w| format!("Warning: {w}"))
+        .collect()
 }
 
 /// What the report's timings had subtracted: older reports the null

@@ -3,7 +3,7 @@
 //! needs to judge it (clean samples, the median's confidence interval, the
 //! rounds, the batched figure, whether its parts add up).
 
-use crate::correction::{parts_problem, PairCost};
+use crate::correction::{parts_problem, HooksCost, PairCost};
 use crate::escape::visible;
 use crate::quantum::{self, FLAG_QUANTA};
 use crate::sweep::StampSweep;
@@ -64,6 +64,32 @@ pub fn sweep_line(s: &StampSweep) -> String {
     )
 }
 
+/// A crossing's round trip with the kernel stamps on and off, what the
+/// hooks' own sequences add, and the warning where the two disagree.
+fn hooks_line(h: &HooksCost) -> String {
+    let keeps = if h.off_keeps.is_empty() {
+        String::new()
+    } else {
+        format!(" (off still {})", visible(&h.off_keeps))
+    };
+    let pm = |e: Option<f64>| e.map_or(String::new(), |e| format!(" +-{e:.1}"));
+    let predicted = h.predicted.map_or(String::new(), |p| {
+        format!("; the hooks' sequences add {p:+}{}", pm(h.predicted_error))
+    });
+    let mut out = format!(
+        "kernel stamps on vs off, {} round trip: {} vs {} ticks, {:+}{}{keeps}{predicted}\n",
+        visible(&h.crossing),
+        h.on_median,
+        h.off_median,
+        h.delta,
+        pm(h.delta_error)
+    );
+    if let Some(w) = &h.warning {
+        let _ = writeln!(out, "warning: {}", visible(w));
+    }
+    out
+}
+
 /// Header lines about the stamps: their instructions, their cost, the
 /// corrections, the quantum, LFENCE and the PMU.
 pub fn stamp_lines(report: &Report) -> String {
@@ -112,19 +138,7 @@ pub fn stamp_lines(report: &Report) -> String {
             );
         }
         for h in &costs.hooks {
-            let keeps = if h.off_keeps.is_empty() {
-                String::new()
-            } else {
-                format!(" (off still {})", visible(&h.off_keeps))
-            };
-            let _ = writeln!(
-                out,
-                "kernel stamps on vs off, {} round trip: {} vs {} ticks, {:+}{keeps}",
-                visible(&h.crossing),
-                h.on_median,
-                h.off_median,
-                h.delta
-            );
+            out += &hooks_line(h);
         }
     }
     if let Some(machine) = &report.machine {
@@ -233,6 +247,50 @@ pub fn stamp_point_lines(report: &Report) -> String {
 mod tests {
     use super::*;
     use crate::Batched;
+
+    /// A report whose getppid hooks on - off is `delta` ticks where the
+    /// hooks' own sequences add `predicted`, on a 24.5-tick counter.
+    pub(crate) fn hooks_report(delta: u64, predicted: u64) -> Report {
+        use crate::correction::{HooksCost, PairCost, StampCosts};
+        use crate::{Environment, HostFacts, Machine, Method};
+        let p = |m: u64| PairCost::from_rounds("a", "b", &[vec![m]]);
+        let mut costs = StampCosts::new(p(49), Some((p(49), p(73))), None);
+        let hooks = HooksCost::new("getppid", &[1000 + delta; 9], &[1000; 9], "")
+            .with_prediction(&[vec![100 + predicted; 9]], &[vec![100; 9]])
+            .reconcile(Some(24.5));
+        costs.hooks.push(hooks);
+        let mut r = Report::new(
+            "t".into(),
+            Environment::BareMetal,
+            HostFacts::default(),
+            Method::standard(0, 9),
+        );
+        r.stamp_costs = Some(costs);
+        r.machine = Some(Machine {
+            tsc_quantum_ticks: Some(24.5),
+            ..Machine::default()
+        });
+        r
+    }
+
+    /// Issue item 3: hooks on - off further from what the hooks' sequences
+    /// add than the noise allows is a warning in the text and the JSON;
+    /// within it (two quanta here) there is none.
+    #[test]
+    fn hooks_on_off_far_from_their_sequences_is_a_warning() {
+        let far = hooks_report(613, 98);
+        let text = crate::render::report(&far);
+        assert!(
+            text.contains("warning: getppid: hooks on - off 613 ticks"),
+            "{text}"
+        );
+        let json = far.to_json_pretty();
+        assert!(json.contains("getppid: hooks on - off 613 ticks"), "{json}");
+        let near = hooks_report(613, 600);
+        let text = crate::render::report(&near);
+        assert!(!text.contains("warning: getppid"), "{text}");
+        assert!(!near.to_json_pretty().contains("hooks on - off 613"));
+    }
 
     #[test]
     fn a_batched_figure_says_what_it_leaves_in() {

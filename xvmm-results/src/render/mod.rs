@@ -6,7 +6,7 @@
 //! came from a report (names, reasons, notes, CPU model...) goes through
 //! [`crate::escape::visible`]: a report is untrusted input.
 
-use crate::compare::Comparison;
+use crate::compare::{Comparison, DiffUnit, ExitsPart};
 use crate::document::Table;
 use crate::escape::visible;
 use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, Status};
@@ -445,7 +445,17 @@ pub fn comparison_table(c: &Comparison) -> String {
         visible(&c.vm_tool),
         visible(&c.bare_metal_tool)
     );
-    out += "TSC ticks, null overhead subtracted; diff = VM - bare metal, ratio = VM / bare metal\n";
+    out += match c.diff_unit {
+        DiffUnit::Ticks => {
+            "TSC ticks, null overhead subtracted; diff = VM - bare metal in ticks, ratio = VM / \
+             bare metal\n"
+        }
+        // Never a difference of two clocks' ticks: each side over its own rate.
+        DiffUnit::Ns => {
+            "medians and p99s in each file's own TSC ticks, null overhead subtracted; diff = VM - \
+             bare metal in ns, ratio = VM / bare metal of ns (the TSC rates differ)\n"
+        }
+    };
     let mut t = Table::new(&[
         "crossing", "interval", "VM med", "VM p99", "BM med", "BM p99", "diff med", "diff p99",
         "x med", "x p99",
@@ -495,21 +505,33 @@ fn exit_shares(by_reason: &std::collections::BTreeMap<String, f64>) -> String {
     }
 }
 
-/// The VM's extra cost split into what no exit explains and what exits
-/// do; empty when the VM run was not traced.
+/// How the decomposition adds up, under its heading.
+const DECOMPOSITION: &str =
+    "  diff mean = VM mean - bare-metal mean = w/o exits + exits + unattrib., exactly
+  w/o exits = VM exit-free mean - bare-metal mean (approx. 95 % CI, within-run scatter only)
+  exits = hit (samples with an exit, of all) x per hit (their mean - the exit-free mean), split by \
+host time
+  unattrib. = the samples the trace cannot vouch for: their fraction x (their mean - the exit-free \
+mean)
+  diff med = VM median - bare-metal median: not decomposable (medians do not add)
+";
+
+/// A fraction of samples as hits of all, e.g. `15/6000`.
+fn hits(e: &ExitsPart) -> String {
+    format!("{}/{}", e.hits, e.samples)
+}
+
+/// The VM's mean difference split into what no exit explains, what exits
+/// do and what unattributable samples add; empty when the VM run was not
+/// traced.
 fn decomposition_table(c: &Comparison) -> String {
-    let rows: Vec<_> = c
-        .rows
-        .iter()
-        .filter(|r| r.without_exits.is_some() || r.exits.is_some())
-        .collect();
+    let rows: Vec<_> = c.rows.iter().filter(|r| r.exits.is_some()).collect();
     if rows.is_empty() {
         return String::new();
     }
-    let mut out = String::from(
-        "\nwhat the VM adds, decomposed: without exits = VM exit-free median - bare-metal median \
-         (approx. 95 % CI of the difference, within-run scatter only); exits = mean of the \
-         attributed samples - mean of their exit-free ones, split by host time\n",
+    let mut out = format!(
+        "\nwhat the VM adds, decomposed (in {}):\n{DECOMPOSITION}",
+        c.diff_unit.name()
     );
     if rows.iter().any(|r| r.timeline_verified == Some(false)) {
         out += "UNVERIFIED TIMELINE: the exit placements behind this split may be wrong\n";
@@ -517,30 +539,41 @@ fn decomposition_table(c: &Comparison) -> String {
     let mut t = Table::new(&[
         "crossing",
         "interval",
-        "diff med",
+        "diff mean",
         "w/o exits",
         "95% CI",
+        "hit",
+        "per hit",
         "exits",
+        "unattrib.",
         "by reason",
+        "diff med",
     ]);
+    // A part that rounds to nothing shows as +0.0, never -0.0.
+    let f = |v: Option<f64>| {
+        v.map_or_else(
+            || "-".into(),
+            |v| format!("{:+.1}", if v.abs() < 0.05 { 0.0 } else { v }),
+        )
+    };
     for r in rows {
-        let w = r.without_exits.as_ref();
-        let ci = match w.map(|w| (w.ci_low, w.ci_high)) {
-            Some((Some(lo), Some(hi))) => format!("[{lo:+}, {hi:+}]"),
+        let (w, e, u) = (&r.without_exits, &r.exits, &r.unattributable);
+        let ci = match w.as_ref().map(|w| (w.ci_low, w.ci_high)) {
+            Some((Some(lo), Some(hi))) => format!("[{lo:+.1}, {hi:+.1}]"),
             _ => "-".into(),
         };
         t.row(vec![
             visible(&r.crossing).into_owned(),
             r.interval.clone(),
-            signed(r.diff_median),
-            signed(w.map(|w| w.ticks)),
+            f(r.diff_mean),
+            f(w.as_ref().map(|w| w.mean)),
             ci,
-            r.exits
-                .as_ref()
-                .map_or("-".into(), |e| format!("{:+.1}", e.ticks)),
-            r.exits
-                .as_ref()
-                .map_or("-".into(), |e| exit_shares(&e.by_reason)),
+            e.as_ref().map_or("-".into(), hits),
+            f(e.as_ref().map(|e| e.per_hit)),
+            f(e.as_ref().map(|e| e.mean)),
+            f(u.as_ref().map(|u| u.mean)),
+            e.as_ref().map_or("-".into(), |e| exit_shares(&e.by_reason)),
+            signed(r.diff_median),
         ]);
     }
     out + &t.render()

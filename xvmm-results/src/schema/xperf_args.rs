@@ -16,6 +16,8 @@ use std::path::PathBuf;
 pub const MAX_COUNT: u64 = 1_000_000;
 /// Rounds by default (`--rounds`; characterize's crossings too).
 pub const DEFAULT_ROUNDS: u32 = 3;
+/// Samples per crossing and round by default (`--samples`).
+pub const DEFAULT_SAMPLES: u64 = 10_000;
 /// Upper bound for `--rounds`.
 pub const MAX_ROUNDS: u32 = 100;
 /// Upper bound for `--calibrate`.
@@ -167,6 +169,15 @@ impl XperfArgs {
             _ => self.host_miss = Some(count(name, value, 0, MAX_HOST_MISS_PAGES)?),
         }
         Ok(())
+    }
+
+    /// The samples a crossing run takes of each crossing, every round
+    /// together, with xperf's defaults for what is not given: what a host
+    /// that wrote these options asked for.
+    pub fn samples_per_crossing(&self) -> u64 {
+        self.samples
+            .unwrap_or(DEFAULT_SAMPLES)
+            .saturating_mul(u64::from(self.rounds.unwrap_or(DEFAULT_ROUNDS)))
     }
 
     /// The first count outside xperf's bounds, if any: what xvmm checks

@@ -351,10 +351,24 @@ impl Placed {
 }
 
 /// Fills `host` on every segment of every crossing with kept samples; the
-/// vCPU of a sample is its CPU, or `single_vcpu` when it has none.
+/// vCPU of a sample is its CPU, or `single_vcpu` when it has none. For a
+/// recording replayed, where what the host asked for is not known: each
+/// crossing's own `samples_requested` bounds its samples.
 pub fn attribute(report: &mut Report, index: &Index, single_vcpu: Option<u32>) {
+    attribute_asked(report, index, single_vcpu, None);
+}
+
+/// [`attribute`] for the host that asked the guest for `asked` samples per
+/// crossing, every round together: a crossing holding more, or saying more
+/// were requested, is refused whatever the guest's report says.
+pub fn attribute_asked(
+    report: &mut Report,
+    index: &Index,
+    single_vcpu: Option<u32>,
+    asked: Option<u64>,
+) {
     for c in &mut report.crossings {
-        attribute_crossing(c, index, single_vcpu);
+        attribute_crossing(c, index, single_vcpu, asked);
     }
 }
 
@@ -367,24 +381,39 @@ fn interval_mut<'c>(c: &'c mut Crossing, name: &str) -> Option<&'c mut Interval>
     }
 }
 
-/// Why a crossing's samples cannot be attributed at all.
-fn refusal(c: &Crossing, samples: &[Sample]) -> Option<String> {
-    // `samples_requested` counts every round already.
-    let allowed = c.samples_requested;
-    (samples.len() as u64 > allowed).then(|| {
-        format!(
-            "{} samples where {} were requested: the guest's results are not trusted",
-            samples.len(),
-            allowed
-        )
-    })
+/// Why a crossing's samples cannot be attributed at all: more samples than
+/// were requested, the host's `asked` (where known) bounding the guest's
+/// own `samples_requested` (both count every round).
+fn refusal(c: &Crossing, samples: &[Sample], asked: Option<u64>) -> Option<String> {
+    let held = samples.len() as u64;
+    let untrusted = "the guest's results are not trusted";
+    match asked {
+        Some(a) if c.samples_requested > a => Some(format!(
+            "the guest says {} were requested, the host asked for {a}: {untrusted}",
+            c.samples_requested
+        )),
+        Some(a) if held > a => Some(format!(
+            "{held} samples where the host asked for {a}: {untrusted}"
+        )),
+        _ => (held > c.samples_requested).then(|| {
+            format!(
+                "{held} samples where {} were requested: {untrusted}",
+                c.samples_requested
+            )
+        }),
+    }
 }
 
-fn attribute_crossing(c: &mut Crossing, index: &Index, single_vcpu: Option<u32>) {
+fn attribute_crossing(
+    c: &mut Crossing,
+    index: &Index,
+    single_vcpu: Option<u32>,
+    asked: Option<u64>,
+) {
     let Some(samples) = c.samples.take() else {
         return;
     };
-    let refused = refusal(c, &samples);
+    let refused = refusal(c, &samples, asked);
     let all = samples;
     let samples = in_statistics(&all, &c.samples_rejected);
     let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
@@ -1013,6 +1042,40 @@ mod tests {
         attribute(&mut r, &Index::new(&t, &m), None);
         assert_eq!(host(&r, "round_trip").reason, None);
         assert_eq!(host(&r, "round_trip").samples, 12);
+    }
+
+    /// Issue item 6: a guest that says it was asked for more samples than
+    /// the host asked for is not believed: the host's figure bounds what is
+    /// attributed, and a claim beyond it is itself a refusal.
+    #[test]
+    fn the_hosts_ask_bounds_the_samples_not_the_guests_claim() {
+        let (t, m) = (trace(vec![]), Mapping::unscaled(0));
+        let claimed = |n: u64, requested: u64| {
+            let mut r = report((1..=n).map(|k| sample(k * 1000, Some(0))).collect());
+            r.crossings[0].samples_requested = requested;
+            r
+        };
+        // 13 samples, the guest claiming 1000 asked, the host asked 12.
+        let mut r = claimed(13, 1000);
+        attribute_asked(&mut r, &Index::new(&t, &m), None, Some(12));
+        let why = host(&r, "round_trip").reason.clone().unwrap_or_default();
+        assert!(why.contains("the host asked for 12"), "{why}");
+        // 12 samples, but a claim of 1000: the guest's count is not the
+        // host's, and nothing it sent is trusted.
+        let mut r = claimed(12, 1000);
+        attribute_asked(&mut r, &Index::new(&t, &m), None, Some(12));
+        let why = host(&r, "round_trip").reason.clone().unwrap_or_default();
+        assert!(why.contains("says 1000 were requested"), "{why}");
+        // Within both: attributed.
+        let mut r = claimed(12, 12);
+        attribute_asked(&mut r, &Index::new(&t, &m), None, Some(12));
+        assert_eq!(host(&r, "round_trip").reason, None);
+        // Fewer claimed than asked (a crossing that takes fewer): its own
+        // count bounds it.
+        let mut r = claimed(5, 4);
+        attribute_asked(&mut r, &Index::new(&t, &m), None, Some(12));
+        let why = host(&r, "round_trip").reason.clone().unwrap_or_default();
+        assert!(why.contains("5 samples where 4"), "{why}");
     }
 
     #[test]

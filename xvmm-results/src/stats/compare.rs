@@ -1,70 +1,129 @@
 //! A VM report against a bare-metal report of the same crossings: the
 //! `xvmm-comparison` schema and how it is computed.
+//!
+//! Two rules. No difference subtracts ticks of two clocks: when the files'
+//! TSC rates differ, every difference is of nanoseconds (each side's ticks
+//! over its own rate), and the comparison names its unit. And a
+//! decomposition adds up in the statistic it names: the VM's mean minus
+//! bare metal's is split exactly into what no exit explains, what exits
+//! explain and what the samples the trace cannot vouch for add. Medians do
+//! not add, so the median difference stands beside it, undecomposed.
 
 use crate::attribution::SegmentHost;
 use crate::num;
 use crate::probes::{compare_probes, ProbeComparisonRow};
-use crate::{Crossing, Environment, Interval, MedianCi, Report, Stats};
+use crate::{Crossing, Environment, Interval, Report, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Name of the comparison schema written by `xvmm compare --json`.
 pub const COMPARISON_SCHEMA: &str = "xvmm-comparison";
-pub const COMPARISON_SCHEMA_VERSION: u32 = 1;
+/// 2: differences in `diff_unit`; `without_exits`, `exits` and
+/// `unattributable` are the parts of the mean difference.
+pub const COMPARISON_SCHEMA_VERSION: u32 = 2;
 
-/// One interval of one crossing, VM against bare metal (corrected ticks).
+/// The unit of every difference of a comparison.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DiffUnit {
+    /// TSC ticks: the files give one rate (within 0.1 %), or one gives none.
+    #[default]
+    Ticks,
+    /// Nanoseconds: the rates differ; each side's ticks over its own rate.
+    Ns,
+}
+
+impl DiffUnit {
+    pub fn name(self) -> &'static str {
+        match self {
+            DiffUnit::Ticks => "ticks",
+            DiffUnit::Ns => "ns",
+        }
+    }
+}
+
+/// One interval of one crossing, VM against bare metal (corrected values).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ComparisonRow {
     pub crossing: String,
     /// "u2k", "k2u" or "round_trip".
     pub interval: String,
+    /// Each file's own ticks.
     pub vm_median: Option<u64>,
     pub vm_p99: Option<u64>,
     pub bare_median: Option<u64>,
     pub bare_p99: Option<u64>,
-    /// VM minus bare metal.
+    /// Each file's own ticks; absent from older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm_mean: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bare_mean: Option<f64>,
+    /// VM minus bare metal, in the comparison's `diff_unit`. Not
+    /// decomposable: medians and p99s do not add.
     pub diff_median: Option<i64>,
     pub diff_p99: Option<i64>,
-    /// VM over bare metal.
+    /// VM mean minus bare-metal mean, in `diff_unit`: what `without_exits`,
+    /// `exits` and `unattributable` add up to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diff_mean: Option<f64>,
+    /// VM over bare metal, of nanoseconds when the rates differ.
     pub ratio_median: Option<f64>,
     pub ratio_p99: Option<f64>,
     /// Why a side has no figure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// What the VM adds without exits: the VM's exit-free median minus the
-    /// bare-metal median (only when the VM run was traced).
+    /// The parts of `diff_mean` (only when the VM run was traced and its
+    /// attribution covers the interval's samples; all three or none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub without_exits: Option<WithoutExits>,
-    /// What exits add: the VM's mean over the attributed samples minus its
-    /// mean over their exit-free ones, split by exit reason in proportion to
-    /// host time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exits: Option<ExitsPart>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unattributable: Option<UnattributablePart>,
     /// Whether the VM run's timeline was verified (see `timeline`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline_verified: Option<bool>,
 }
 
-/// The part of a difference no exit explains, with an approximate 95 %
-/// interval of that difference: the two medians' bootstrap intervals
-/// combined for independent runs ([`difference_interval`]). Within-run
+/// The part of the mean difference no exit explains: the VM's exit-free
+/// mean minus the bare-metal mean, in `diff_unit`, with an approximate
+/// 95 % interval (two independent means, normal approximation). Within-run
 /// scatter only: how far two runs on different days differ is not in it.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct WithoutExits {
-    pub ticks: i64,
+    pub mean: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ci_low: Option<i64>,
+    pub ci_low: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ci_high: Option<i64>,
+    pub ci_high: Option<f64>,
 }
 
-/// The part of a difference exits explain, in guest ticks per sample: the
-/// mean over the attributed samples minus the mean over their exit-free
-/// ones (the unattributable samples are in neither).
+/// The part of the mean difference exits explain, in `diff_unit`: the
+/// fraction of samples with exits times what such a sample costs more
+/// than an exit-free one on average.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ExitsPart {
-    pub ticks: f64,
+    /// Samples with an exit in the segment, of all the VM's samples.
+    pub hits: u64,
+    pub samples: u64,
+    pub hit_fraction: f64,
+    /// The hit samples' mean minus the exit-free mean.
+    pub per_hit: f64,
+    /// `hit_fraction` times `per_hit`.
+    pub mean: f64,
+    /// `mean` shared among exit reasons by host time (by count where the
+    /// trace timed none), adding up to it.
     pub by_reason: BTreeMap<String, f64>,
+}
+
+/// The part of the mean difference from the samples the trace cannot
+/// vouch for (events lost in their windows...), in `diff_unit`: their
+/// fraction times their mean minus the exit-free mean. Exits may be in it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct UnattributablePart {
+    pub samples: u64,
+    pub fraction: f64,
+    pub mean: f64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -73,6 +132,14 @@ pub struct Comparison {
     pub schema_version: u32,
     pub vm_tool: String,
     pub bare_metal_tool: String,
+    /// The unit of every difference (`diff_*`, the parts of `diff_mean`).
+    #[serde(default)]
+    pub diff_unit: DiffUnit,
+    /// Each file's TSC rate (0: unknown), which turns its ticks into ns.
+    #[serde(default)]
+    pub vm_tsc_khz: u64,
+    #[serde(default)]
+    pub bare_tsc_khz: u64,
     pub rows: Vec<ComparisonRow>,
     /// Caveats (mismatched environments, TSC rates...).
     pub notes: Vec<String>,
@@ -86,30 +153,64 @@ impl Comparison {
         // Plain data with string keys: serialising cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
     }
+
+    /// A VM figure of its own ticks in `diff_unit`.
+    pub fn vm_in_unit(&self, ticks: f64) -> f64 {
+        ticks * self.clocks().vm
+    }
+
+    /// A bare-metal figure of its own ticks in `diff_unit`.
+    pub fn bare_in_unit(&self, ticks: f64) -> f64 {
+        ticks * self.clocks().bare
+    }
+
+    fn clocks(&self) -> Clocks {
+        Clocks::of(self.vm_tsc_khz, self.bare_tsc_khz)
+    }
 }
 
-fn diff(vm: Option<u64>, bare: Option<u64>) -> Option<i64> {
-    i64::try_from(vm?)
-        .ok()?
-        .checked_sub(i64::try_from(bare?).ok()?)
+/// What one tick of each side is in the comparison's unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Clocks {
+    unit: DiffUnit,
+    vm: f64,
+    bare: f64,
 }
 
-/// VM over bare metal; `scale` turns a ratio of ticks into one of
-/// nanoseconds (bare-metal kHz over VM kHz; 1 when both share one rate).
-fn ratio(vm: Option<u64>, bare: Option<u64>, scale: f64) -> Option<f64> {
-    let (vm, bare) = (vm?, bare?);
-    (bare > 0).then(|| vm as f64 / bare as f64 * scale)
-}
+impl Clocks {
+    /// Ticks as measured when the two rates are within 0.1 % (one clock,
+    /// measured twice) or a file does not know its rate; else ns.
+    fn of(vm_khz: u64, bare_khz: u64) -> Clocks {
+        let one_rate = (vm_khz.abs_diff(bare_khz) as f64) <= 0.001 * bare_khz as f64;
+        if vm_khz == 0 || bare_khz == 0 || one_rate {
+            return Clocks {
+                unit: DiffUnit::Ticks,
+                vm: 1.0,
+                bare: 1.0,
+            };
+        }
+        Clocks {
+            unit: DiffUnit::Ns,
+            vm: 1e6 / vm_khz as f64,
+            bare: 1e6 / bare_khz as f64,
+        }
+    }
 
-/// Bare-metal kHz over VM kHz when the two TSC rates differ by more than
-/// 0.1 % (a 3 GHz tick is not a 2 GHz one), else 1: within that, ticks
-/// are compared as measured.
-fn tick_scale(vm: &Report, bare: &Report) -> f64 {
-    let (v, b) = (vm.host.tsc_khz, bare.host.tsc_khz);
-    if v == 0 || b == 0 || (v.abs_diff(b) as f64) <= 0.001 * b as f64 {
-        1.0
-    } else {
-        b as f64 / v as f64
+    /// VM minus bare metal; whole ticks, or ns rounded to whole ones.
+    fn diff(self, vm: Option<u64>, bare: Option<u64>) -> Option<i64> {
+        let (v, b) = (vm?, bare?);
+        match self.unit {
+            DiffUnit::Ticks => i64::try_from(v).ok()?.checked_sub(i64::try_from(b).ok()?),
+            DiffUnit::Ns => Some(num::i64_saturating(
+                (v as f64 * self.vm - b as f64 * self.bare).round(),
+            )),
+        }
+    }
+
+    /// VM over bare metal, of the unit.
+    fn ratio(self, vm: Option<u64>, bare: Option<u64>) -> Option<f64> {
+        let (v, b) = (vm?, bare?);
+        (b > 0).then(|| v as f64 / b as f64 * (self.vm / self.bare))
     }
 }
 
@@ -135,75 +236,87 @@ fn measured(c: Option<&Crossing>, field: IntervalField) -> Option<&Interval> {
         .filter(|i| i.corrected.count > 0)
 }
 
-/// The interval of `a - b`, two medians of independent runs, from each
-/// one's 95 % interval: each side's distance to its end is combined in
-/// quadrature (MOVER, Zou & Donner 2008), which is what the percentiles of
-/// independent bootstrap differences come to when the two are about
-/// normal. Subtracting the ends (a's low minus b's high) would cover the
-/// difference ~99 % of the time, not 95 %. Widened to whole ticks.
-pub fn difference_interval(a: u64, a_ci: MedianCi, b: u64, b_ci: MedianCi) -> (i64, i64) {
-    let f = |v: u64| v as f64;
-    let d = f(a) - f(b);
-    let below = (f(a) - f(a_ci.low)).hypot(f(b_ci.high) - f(b));
-    let above = (f(a_ci.high) - f(a)).hypot(f(b) - f(b_ci.low));
-    // Saturating casts: medians of untrusted files may be anything.
-    (
-        num::i64_saturating((d - below).floor()),
-        num::i64_saturating((d + above).ceil()),
-    )
-}
-
-/// The exit-free part: VM exit-free median minus bare-metal median.
-fn without_exits(host: &SegmentHost, bare: &Interval) -> Option<WithoutExits> {
-    if host.exit_free.count == 0 {
-        return None;
-    }
-    let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    let (v, b) = (host.exit_free.median, bare.corrected.median);
-    let ticks = as_i64(v).saturating_sub(as_i64(b));
-    let (ci_low, ci_high) = match (host.exit_free_median_ci, bare.median_ci) {
-        (Some(v_ci), Some(b_ci)) => {
-            let (low, high) = difference_interval(v, v_ci, b, b_ci);
-            (Some(low), Some(high))
-        }
-        _ => (None, None),
+/// An approximate 95 % interval of `a`'s mean minus `b`'s (each scaled to
+/// the unit): independent samples, each mean's standard error from its
+/// sample standard deviation; none with fewer than two values a side.
+fn mean_difference_interval(a: &Stats, a_unit: f64, b: &Stats, b_unit: f64) -> Option<(f64, f64)> {
+    let variance_of_mean = |s: &Stats, unit: f64| {
+        let n = s.count as f64;
+        // Population to sample variance, over n: the mean's variance.
+        (s.count >= 2).then(|| (s.stddev * unit).powi(2) / (n - 1.0))
     };
-    Some(WithoutExits {
-        ticks,
-        ci_low,
-        ci_high,
-    })
+    let se = (variance_of_mean(a, a_unit)? + variance_of_mean(b, b_unit)?).sqrt();
+    let d = a.mean * a_unit - b.mean * b_unit;
+    Some((d - 1.96 * se, d + 1.96 * se))
 }
 
-/// The exits' part: the attributed samples' mean minus their exit-free
-/// ones' mean, by host time. Both from the attribution's own set: the
-/// interval's mean also holds the unattributable samples. With n attributed
-/// samples, w of them with exits, the sum over those w of (value - exit-free
-/// median) is `excess_ticks`, so the attributed mean minus the exit-free
-/// mean is (excess + w (median - mean)) / n.
-fn exits_part(host: &SegmentHost) -> Option<ExitsPart> {
-    let attributed = host.samples.saturating_sub(host.unattributable);
-    if host.exit_free.count == 0 || attributed == 0 {
-        return None;
-    }
-    let with = host.samples_with_exits as f64;
-    let free = &host.exit_free;
-    let ticks =
-        (host.excess_ticks as f64 + with * (free.median as f64 - free.mean)) / attributed as f64;
-    let total = host.host_ticks_total as f64;
-    let by_reason = host
-        .exits
+/// `total` shared among the exit reasons by host time, or by count when
+/// the trace timed none of them (so the shares add up to `total`).
+fn by_reason(host: &SegmentHost, total: f64) -> BTreeMap<String, f64> {
+    let timed = host.host_ticks_total > 0;
+    let weight = |c: &crate::attribution::ReasonCost| {
+        if timed {
+            c.host_ticks as f64
+        } else {
+            c.count as f64
+        }
+    };
+    let sum: f64 = host.exits.values().map(weight).sum();
+    host.exits
         .iter()
         .map(|(reason, cost)| {
-            let share = if total > 0.0 {
-                cost.host_ticks as f64 / total
-            } else {
-                0.0
-            };
-            (reason.clone(), ticks * share)
+            let share = if sum > 0.0 { weight(cost) / sum } else { 0.0 };
+            (reason.clone(), total * share)
         })
-        .collect();
-    Some(ExitsPart { ticks, by_reason })
+        .collect()
+}
+
+/// The three parts of the mean difference.
+type Parts = (WithoutExits, ExitsPart, UnattributablePart);
+
+/// The VM's mean minus bare metal's, in its parts. Of the VM's N samples,
+/// w have exits and U are unattributable, the rest exit-free, so
+/// N mean = (N - w - U) free + w hit + U unattributable, and
+/// mean - bare = (free - bare) + w/N (hit - free) + U/N (unattributable - free),
+/// exactly. The hit samples' sum is their excess over the exit-free median
+/// plus w medians; the unattributable ones' is what the interval's sum
+/// leaves. Only an attribution over the interval's own samples decomposes.
+fn decompose(host: &SegmentHost, vm: &Stats, bare: &Stats, clocks: Clocks) -> Option<Parts> {
+    let free = &host.exit_free;
+    let (n, w, u) = (host.samples, host.samples_with_exits, host.unattributable);
+    let counted = free.count.checked_add(w)?.checked_add(u)?;
+    if free.count == 0 || bare.count == 0 || vm.count != n || counted != n {
+        return None;
+    }
+    let (nf, wf, uf) = (n as f64, w as f64, u as f64);
+    let hit_sum = host.excess_ticks as f64 + wf * free.median as f64;
+    let unattributable_sum = nf * vm.mean - free.count as f64 * free.mean - hit_sum;
+    let exits = (hit_sum - wf * free.mean) / nf * clocks.vm;
+    let per_hit = if w > 0 {
+        (hit_sum / wf - free.mean) * clocks.vm
+    } else {
+        0.0
+    };
+    let ci = mean_difference_interval(free, clocks.vm, bare, clocks.bare);
+    let without = WithoutExits {
+        mean: free.mean * clocks.vm - bare.mean * clocks.bare,
+        ci_low: ci.map(|c| c.0),
+        ci_high: ci.map(|c| c.1),
+    };
+    let exits = ExitsPart {
+        hits: w,
+        samples: n,
+        hit_fraction: wf / nf,
+        per_hit,
+        mean: exits,
+        by_reason: by_reason(host, exits),
+    };
+    let unattributable = UnattributablePart {
+        samples: u,
+        fraction: uf / nf,
+        mean: (unattributable_sum - uf * free.mean) / nf * clocks.vm,
+    };
+    Some((without, exits, unattributable))
 }
 
 /// The measured statistics of one interval, if there are any.
@@ -236,10 +349,9 @@ fn by_name(report: &Report) -> HashMap<&str, &Crossing> {
 
 fn rows_of(
     name: &str,
-    v: Option<&Crossing>,
-    b: Option<&Crossing>,
+    (v, b): (Option<&Crossing>, Option<&Crossing>),
     timeline_verified: Option<bool>,
-    scale: f64,
+    clocks: Clocks,
 ) -> Vec<ComparisonRow> {
     let note = why_missing(v, "VM").or_else(|| why_missing(b, "bare metal"));
     let mut rows = Vec::new();
@@ -250,11 +362,14 @@ fn rows_of(
         }
         let (vm_median, vm_p99) = (vs.map(|s| s.median), vs.map(|s| s.p99));
         let (bare_median, bare_p99) = (bs.map(|s| s.median), bs.map(|s| s.p99));
-        let (vi, bi) = (measured(v, field), measured(b, field));
-        let host = vi.and_then(|i| i.host.as_ref());
-        let (without, exits) = match (vi, host, bi) {
-            (Some(_), Some(h), Some(bi)) => (without_exits(h, bi), exits_part(h)),
-            _ => (None, None),
+        let host = measured(v, field).and_then(|i| i.host.as_ref());
+        let parts = match (host, vs, bs) {
+            (Some(h), Some(vs), Some(bs)) => decompose(h, vs, bs, clocks),
+            _ => None,
+        };
+        let (without_exits, exits, unattributable) = match parts {
+            Some((w, e, u)) => (Some(w), Some(e), Some(u)),
+            None => (None, None, None),
         };
         rows.push(ComparisonRow {
             crossing: name.to_string(),
@@ -263,17 +378,45 @@ fn rows_of(
             vm_p99,
             bare_median,
             bare_p99,
-            diff_median: diff(vm_median, bare_median),
-            diff_p99: diff(vm_p99, bare_p99),
-            ratio_median: ratio(vm_median, bare_median, scale),
-            ratio_p99: ratio(vm_p99, bare_p99, scale),
+            vm_mean: vs.map(|s| s.mean),
+            bare_mean: bs.map(|s| s.mean),
+            diff_median: clocks.diff(vm_median, bare_median),
+            diff_p99: clocks.diff(vm_p99, bare_p99),
+            diff_mean: vs
+                .zip(bs)
+                .map(|(v, b)| v.mean * clocks.vm - b.mean * clocks.bare),
+            ratio_median: clocks.ratio(vm_median, bare_median),
+            ratio_p99: clocks.ratio(vm_p99, bare_p99),
             note: note.clone(),
-            without_exits: without,
+            without_exits,
             exits,
+            unattributable,
             timeline_verified,
         });
     }
     rows
+}
+
+/// What the two TSC rates mean for the figures.
+fn rate_note(vm_khz: u64, bare_khz: u64) -> Option<String> {
+    if vm_khz == 0 || bare_khz == 0 {
+        let side = if vm_khz == 0 {
+            "the VM's"
+        } else {
+            "bare metal's"
+        };
+        return Some(format!(
+            "{side} TSC rate is unknown: differences are of ticks as measured, which holds only \
+             if both files ran at one rate"
+        ));
+    }
+    (Clocks::of(vm_khz, bare_khz).unit == DiffUnit::Ns).then(|| {
+        format!(
+            "TSC rates differ ({vm_khz} vs {bare_khz} kHz): differences are in ns and ratios are \
+             of nanoseconds (each file's ticks over its own rate); medians, p99s and means are \
+             each file's own ticks"
+        )
+    })
 }
 
 fn environment_notes(vm: &Report, bare: &Report) -> Vec<String> {
@@ -287,17 +430,7 @@ fn environment_notes(vm: &Report, bare: &Report) -> Vec<String> {
             bare.environment
         ));
     }
-    if vm.host.tsc_khz > 0 && bare.host.tsc_khz > 0 {
-        let skew = vm.host.tsc_khz.abs_diff(bare.host.tsc_khz) as f64 / bare.host.tsc_khz as f64;
-        if skew > 0.001 {
-            notes.push(format!(
-                "TSC rates differ ({} vs {} kHz): ratios are of nanoseconds (each file's ticks \
-                 over its own rate); medians and differences are each file's ticks, not directly \
-                 comparable",
-                vm.host.tsc_khz, bare.host.tsc_khz
-            ));
-        }
-    }
+    notes.extend(rate_note(vm.host.tsc_khz, bare.host.tsc_khz));
     notes
 }
 
@@ -355,27 +488,30 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
     let all_names = names(vm, bare);
     let mut notes = environment_notes(vm, bare);
     notes.extend(depth_notes(vm, bare, &all_names));
-    let scale = tick_scale(vm, bare);
+    let clocks = Clocks::of(vm.host.tsc_khz, bare.host.tsc_khz);
     let rows = all_names
         .into_iter()
         .flat_map(|name| {
-            rows_of(
-                name,
-                vm_index.get(name).copied(),
-                bare_index.get(name).copied(),
-                vm.timeline.as_ref().map(|t| t.verified),
-                scale,
-            )
+            let pair = (vm_index.get(name).copied(), bare_index.get(name).copied());
+            rows_of(name, pair, vm.timeline.as_ref().map(|t| t.verified), clocks)
         })
         .collect();
+    let mut probes = compare_probes(&vm.probes, &bare.probes);
+    // Each side's added ticks are its own: their ratio, of nanoseconds.
+    for p in &mut probes {
+        p.ratio = p.ratio.map(|r| r * (clocks.vm / clocks.bare));
+    }
     Comparison {
         schema: COMPARISON_SCHEMA.into(),
         schema_version: COMPARISON_SCHEMA_VERSION,
         vm_tool: vm.tool.clone(),
         bare_metal_tool: bare.tool.clone(),
+        diff_unit: clocks.unit,
+        vm_tsc_khz: vm.host.tsc_khz,
+        bare_tsc_khz: bare.host.tsc_khz,
         rows,
         notes,
-        probes: compare_probes(&vm.probes, &bare.probes),
+        probes,
     }
 }
 
@@ -431,16 +567,48 @@ mod tests {
         );
     }
 
+    /// Asserts `a` and `b` agree within `tolerance`.
+    fn near(a: f64, b: f64, tolerance: f64, what: &str) {
+        assert!((a - b).abs() <= tolerance, "{what}: {a} against {b}");
+    }
+
+    /// The parts of a decomposed row add up to its mean difference.
+    fn assert_adds_up(row: &ComparisonRow) {
+        let what = format!("{} {}", row.crossing, row.interval);
+        let (w, e, u) = (
+            row.without_exits.as_ref().unwrap(),
+            row.exits.as_ref().unwrap(),
+            row.unattributable.as_ref().unwrap(),
+        );
+        let diff = row.diff_mean.unwrap();
+        near(
+            w.mean + e.mean + u.mean,
+            diff,
+            1e-6 * diff.abs().max(1.0),
+            &what,
+        );
+        near(
+            e.hit_fraction * e.per_hit,
+            e.mean,
+            1e-9 * e.mean.abs().max(1.0),
+            &what,
+        );
+        if !e.by_reason.is_empty() {
+            let reasons: f64 = e.by_reason.values().sum();
+            near(reasons, e.mean, 1e-9 * e.mean.abs().max(1.0), &what);
+        }
+    }
+
     #[test]
-    fn a_traced_vm_run_splits_the_difference_into_exits_and_the_rest() {
+    fn a_traced_vm_run_splits_the_mean_difference_into_its_parts() {
         use crate::attribution::ReasonCost;
         let mut vm = fixtures::report(Environment::LinuxVm, 2);
         let bare = fixtures::report(Environment::BareMetal, 1);
-        // VM u2k: corrected 150..152; say attribution saw 5 samples, one
-        // unattributable, three exit-free (median 121, mean 121.33) and one
-        // 200 ticks above that median with exits, two reasons sharing the
-        // host time 3:1.
+        // VM u2k: five samples, attribution saw three exit-free (median
+        // 121, mean 121.33), one 200 ticks above that median with exits
+        // (two reasons sharing the host time 3:1), one unattributable.
         let u2k = vm.crossings[0].u2k.as_mut().unwrap();
+        u2k.corrected = Stats::from_samples(&[120, 121, 123, 321, 500]);
         let mut host = SegmentHost {
             samples: 5,
             unattributable: 1,
@@ -450,52 +618,62 @@ mod tests {
             host_ticks_total: 400,
             ..Default::default()
         };
-        host.exits.insert(
-            "npf".into(),
-            ReasonCost {
+        for (reason, host_ticks) in [("npf", 300), ("intr", 100)] {
+            let cost = ReasonCost {
                 count: 1,
-                host_ticks: 300,
-            },
-        );
-        host.exits.insert(
-            "intr".into(),
-            ReasonCost {
-                count: 1,
-                host_ticks: 100,
-            },
-        );
+                host_ticks,
+            };
+            host.exits.insert(reason.into(), cost);
+        }
         u2k.host = Some(host);
         let c = compare(&vm, &bare);
+        assert_eq!(c.diff_unit, DiffUnit::Ticks);
         let row = row_of(&c, "pf", "u2k");
-        // Bare-metal u2k median: 101 - 50 = 51.
-        assert_eq!(row.diff_median, Some(151 - 51));
-        assert_eq!(row.without_exits.as_ref().unwrap().ticks, 121 - 51);
-        let exits = row.exits.as_ref().unwrap();
-        // Attributed: 120, 121, 123 and 321, mean 171.25; exit-free 364 / 3.
-        assert!(
-            (exits.ticks - (171.25 - 364.0 / 3.0)).abs() < 1e-9,
-            "{exits:?}"
+        // Bare-metal u2k: 50, 51, 52. VM mean 1185 / 5 = 237.
+        assert_eq!(row.diff_median, Some(123 - 51), "not decomposed");
+        near(
+            row.diff_mean.unwrap(),
+            237.0 - 51.0,
+            1e-9,
+            "mean difference",
         );
-        assert!((exits.by_reason["npf"] - 0.75 * exits.ticks).abs() < 1e-9);
+        let free = 364.0 / 3.0;
+        near(
+            row.without_exits.as_ref().unwrap().mean,
+            free - 51.0,
+            1e-9,
+            "w/o",
+        );
+        let exits = row.exits.as_ref().unwrap();
+        assert_eq!((exits.hits, exits.samples), (1, 5));
+        near(exits.hit_fraction, 0.2, 1e-12, "hit fraction");
+        near(exits.per_hit, 321.0 - free, 1e-9, "per hit");
+        near(exits.by_reason["npf"], 0.75 * exits.mean, 1e-9, "npf");
+        let u = row.unattributable.as_ref().unwrap();
+        assert_eq!(u.samples, 1);
+        near(u.mean, (500.0 - free) / 5.0, 1e-9, "unattributable");
+        assert_adds_up(row);
         // Untraced rows have no split; the table shows one only when traced.
         let k2u = c.rows.iter().find(|r| r.interval == "k2u").unwrap();
         assert!(k2u.without_exits.is_none() && k2u.exits.is_none());
         let table = comparison_table(&c);
         assert!(table.contains("what the VM adds, decomposed"), "{table}");
         assert!(!comparison_table(&compare(&bare, &bare)).contains("decomposed"));
-        // The same attribution on an interval with no sample: nothing to
-        // decompose.
-        vm.crossings[0].u2k.as_mut().unwrap().corrected.count = 0;
-        let c = compare(&vm, &bare);
-        let row = row_of(&c, "pf", "u2k");
-        assert!(
-            row.without_exits.is_none() && row.exits.is_none(),
-            "{row:?}"
-        );
+        // The same attribution on an interval with no sample, or over other
+        // samples than the interval's: nothing to decompose.
+        for count in [0, 4] {
+            vm.crossings[0].u2k.as_mut().unwrap().corrected.count = count;
+            let c = compare(&vm, &bare);
+            let row = row_of(&c, "pf", "u2k");
+            assert!(
+                row.without_exits.is_none() && row.exits.is_none() && row.unattributable.is_none(),
+                "{row:?}"
+            );
+        }
     }
 
     /// `n` independent values spread evenly around `center` (+-50), from a
-    /// SplitMix64 stream: their true median is `center`.
+    /// SplitMix64 stream: their true mean is `center`.
     fn draw(center: u64, n: usize, seed: &mut u64) -> Vec<u64> {
         (0..n)
             .map(|_| {
@@ -508,31 +686,31 @@ mod tests {
             .collect()
     }
 
-    /// The decomposition's interval for VM exit-free values against
-    /// bare-metal values.
-    fn difference_ci(vm: &[u64], bare: &[u64]) -> (i64, i64, i64) {
+    /// The without-exits part and its interval for VM exit-free values
+    /// against bare-metal values.
+    fn difference_ci(vm: &[u64], bare: &[u64]) -> (f64, f64, f64) {
+        let stats = Stats::from_samples(vm);
         let host = SegmentHost {
             samples: vm.len() as u64,
-            exit_free: Stats::from_samples(vm),
-            exit_free_median_ci: crate::bootstrap::median_ci(vm),
+            exit_free: stats.clone(),
             ..Default::default()
         };
-        let w = without_exits(&host, &Interval::from_raw(bare, 0)).unwrap();
-        (w.ticks, w.ci_low.unwrap(), w.ci_high.unwrap())
+        let one = Clocks::of(0, 0);
+        let (w, ..) = decompose(&host, &stats, &Stats::from_samples(bare), one).unwrap();
+        (w.mean, w.ci_low.unwrap(), w.ci_high.unwrap())
     }
 
     #[test]
     fn the_difference_interval_covers_the_true_difference_95_percent_of_the_time() {
-        // 400 pairs of independent runs, VM exit-free median 1100, bare metal
-        // 1000: the interval should hold 100 in about 95 % of them. Ends
-        // against ends of two 95 % intervals hold it in about 99 %.
+        // 400 pairs of independent runs, VM exit-free mean 1100, bare metal
+        // 1000: the interval should hold 100 in about 95 % of them.
         let mut seed = 21;
         let covered = (0..400)
             .filter(|_| {
                 let vm = draw(1100, 300, &mut seed);
                 let bare = draw(1000, 300, &mut seed);
                 let (_, low, high) = difference_ci(&vm, &bare);
-                low <= 100 && 100 <= high
+                low <= 100.0 && 100.0 <= high
             })
             .count();
         assert!((360..=392).contains(&covered), "covered {covered} of 400");
@@ -541,31 +719,39 @@ mod tests {
     #[test]
     fn the_difference_interval_is_not_the_sum_of_both_widths() {
         // Two runs of the same spread: the difference's interval is about
-        // sqrt(2) times one median's, not twice it.
+        // sqrt(2) times one mean's, not twice it.
         let mut seed = 5;
         let (vm, bare) = (draw(1100, 300, &mut seed), draw(1000, 300, &mut seed));
         let one = |v: &[u64]| {
-            let ci = crate::bootstrap::median_ci(v).unwrap();
-            (ci.high - ci.low) as f64
+            let s = Stats::from_samples(v);
+            2.0 * 1.96 * s.stddev / (s.count as f64 - 1.0).sqrt()
         };
-        let (ticks, low, high) = difference_ci(&vm, &bare);
-        assert!(low <= ticks && ticks <= high, "{low} {ticks} {high}");
-        let width = (high - low) as f64;
+        let (mean, low, high) = difference_ci(&vm, &bare);
+        assert!(low <= mean && mean <= high, "{low} {mean} {high}");
+        let width = high - low;
         let single = (one(&vm) + one(&bare)) / 2.0;
         assert!(
             width < 1.7 * single && width > 1.2 * single,
-            "{width} against {single} for one median"
+            "{width} against {single} for one mean"
         );
+        // One value a side has no spread to speak of: no interval.
+        assert!(mean_difference_interval(
+            &Stats::from_samples(&[5]),
+            1.0,
+            &Stats::from_samples(&vm),
+            1.0
+        )
+        .is_none());
     }
 
     #[test]
-    fn the_exits_part_is_over_the_attributed_samples_only() {
+    fn the_unattributable_samples_are_a_part_of_their_own() {
         use crate::attribution::{attribute, HostExitEvent, HostTrace, Index};
         use crate::timeline::Mapping;
         // u2k of 100 ticks four times, 1100 once (an exit of 900 inside), and
-        // 10100 once where the trace lost events: unattributable, so in
-        // neither part. The exits part is the attributed mean (300) minus
-        // the exit-free mean (100).
+        // 10100 once where the trace lost events: unattributable. Of the
+        // mean difference, exits explain 1/6 x 1000, the unattributable
+        // sample 1/6 x 10000.
         let sample = |k: u64, u2k: u64| Sample {
             u2k_u: k * 100_000,
             u2k_k: k * 100_000 + u2k,
@@ -602,47 +788,44 @@ mod tests {
         let c = compare(&vm, &bare);
         let row = row_of(&c, "pf", "u2k");
         let exits = row.exits.as_ref().unwrap();
-        assert!((exits.ticks - 200.0).abs() < 1e-9, "{exits:?}");
-        assert!((exits.by_reason["npf"] - 200.0).abs() < 1e-9);
+        near(exits.mean, 1000.0 / 6.0, 1e-9, "exits");
+        near(exits.per_hit, 1000.0, 1e-9, "per hit");
+        near(exits.by_reason["npf"], exits.mean, 1e-9, "npf");
+        let u = row.unattributable.as_ref().unwrap();
+        near(u.mean, 10_000.0 / 6.0, 1e-9, "unattributable");
+        near(
+            row.without_exits.as_ref().unwrap().mean,
+            100.0 - 51.0,
+            1e-9,
+            "w/o",
+        );
+        assert_adds_up(row);
     }
 
     /// No ratio over a bare-metal 0, and an unknown TSC rate on either
     /// side compares ticks as measured.
     #[test]
     fn no_ratio_over_zero_and_an_unknown_rate_scales_nothing() {
-        assert_eq!(ratio(Some(5), Some(0), 1.0), None);
-        assert_eq!(ratio(Some(6), Some(3), 0.5), Some(1.0));
-        let mut vm = fixtures::report(Environment::LinuxVm, 1);
-        let mut bare = fixtures::report(Environment::BareMetal, 1);
-        (vm.host.tsc_khz, bare.host.tsc_khz) = (0, 2_000_000);
-        assert_eq!(tick_scale(&vm, &bare), 1.0);
-        (vm.host.tsc_khz, bare.host.tsc_khz) = (3_000_000, 0);
-        assert_eq!(tick_scale(&vm, &bare), 1.0);
-        (vm.host.tsc_khz, bare.host.tsc_khz) = (4_000_000, 2_000_000);
-        assert_eq!(tick_scale(&vm, &bare), 0.5);
+        let ticks = Clocks::of(0, 2_000_000);
+        assert_eq!(ticks.ratio(Some(5), Some(0)), None);
+        assert_eq!(
+            (ticks.unit, ticks.vm, ticks.bare),
+            (DiffUnit::Ticks, 1.0, 1.0)
+        );
+        assert_eq!(Clocks::of(3_000_000, 0).unit, DiffUnit::Ticks);
+        let ns = Clocks::of(4_000_000, 2_000_000);
+        assert_eq!(ns.unit, DiffUnit::Ns);
+        assert_eq!(ns.ratio(Some(6), Some(3)), Some(1.0));
+        assert_eq!(ns.diff(Some(4000), Some(2000)), Some(0));
     }
 
-    /// Each side's distance to its own end, in quadrature, on each side:
-    /// an asymmetric case worked by hand.
+    /// No decomposition without exit-free samples to stand against; exits
+    /// the trace timed none of are shared by count.
     #[test]
-    fn the_difference_interval_combines_each_sides_distance_to_its_end() {
-        let ci = |low, high| MedianCi { low, high };
-        // d = 50; below = hypot(100 - 90, 60 - 50) = 14.14; above =
-        // hypot(120 - 100, 50 - 45) = 20.62.
-        assert_eq!(
-            difference_interval(100, ci(90, 120), 50, ci(45, 60)),
-            (35, 71)
-        );
-        assert_eq!(
-            difference_interval(50, ci(45, 60), 100, ci(90, 120)),
-            (-71, -35)
-        );
-    }
-
-    /// No exits' part without exit-free samples to stand against, nor
-    /// without attributed samples to average over (a file may say either).
-    #[test]
-    fn no_exits_part_without_exit_free_or_attributed_samples() {
+    fn no_decomposition_without_exit_free_samples() {
+        let stats = |v: &[u64]| Stats::from_samples(v);
+        let one = Clocks::of(0, 0);
+        let bare = stats(&[100, 101]);
         let host = SegmentHost {
             samples: 4,
             unattributable: 1,
@@ -650,36 +833,39 @@ mod tests {
             excess_ticks: 300,
             ..Default::default()
         };
-        assert!(exits_part(&host).is_none());
+        let vm = stats(&[120, 121, 421, 600]);
+        assert!(decompose(&host, &vm, &bare, one).is_none());
         let all_unattributable = SegmentHost {
             unattributable: 4,
-            exit_free: Stats::from_samples(&[120, 121]),
+            samples_with_exits: 0,
             ..host.clone()
         };
-        assert!(exits_part(&all_unattributable).is_none());
-        let fine = SegmentHost {
+        assert!(decompose(&all_unattributable, &vm, &bare, one).is_none());
+        let cost = |count| crate::attribution::ReasonCost {
+            count,
+            host_ticks: 0,
+        };
+        let timeless = SegmentHost {
             samples_with_exits: 1,
-            exit_free: Stats::from_samples(&[120, 121]),
+            unattributable: 1,
+            exit_free: stats(&[120, 121]),
+            exits: [("io".to_string(), cost(3)), ("hlt".to_string(), cost(1))].into(),
+            host_ticks_total: 0,
             ..host
         };
-        assert!(exits_part(&fine).is_some());
-        // Exits listed with no host time between them: each gets 0, not a
-        // share of nothing (NaN).
-        let timeless = SegmentHost {
-            exits: [(
-                "io".to_string(),
-                crate::attribution::ReasonCost {
-                    count: 2,
-                    host_ticks: 0,
-                },
-            )]
-            .into_iter()
-            .collect(),
-            host_ticks_total: 0,
-            ..fine
-        };
-        let part = exits_part(&timeless).unwrap();
-        assert_eq!(part.by_reason.get("io"), Some(&0.0));
+        let (_, exits, _) = decompose(&timeless, &vm, &bare, one).unwrap();
+        near(
+            exits.by_reason["io"],
+            0.75 * exits.mean,
+            1e-9,
+            "io by count",
+        );
+        near(
+            exits.by_reason["hlt"],
+            0.25 * exits.mean,
+            1e-9,
+            "hlt by count",
+        );
     }
 
     /// An interval with no sample is not measured: no figure on its side.
@@ -723,14 +909,107 @@ mod tests {
         assert_eq!(c.rows[2].ratio_median, Some(1.0), "{:?}", c.rows[2]);
         assert!(c.notes.is_empty(), "{:?}", c.notes);
         // Exactly 0.1 % apart is still one rate; an unknown rate (0) on
-        // either side says nothing of rates.
+        // either side leaves ticks as measured, and says so.
         let mut bare = bare;
-        for (v, b) in [(2_002_000, 2_000_000), (0, 2_000_000), (3_000_000, 0)] {
+        for (v, b, notes) in [
+            (2_002_000, 2_000_000, 0),
+            (0, 2_000_000, 1),
+            (3_000_000, 0, 1),
+        ] {
             vm.host.tsc_khz = v;
             bare.host.tsc_khz = b;
             let c = compare(&vm, &bare);
-            assert!(c.notes.is_empty(), "{v} vs {b}: {:?}", c.notes);
+            assert_eq!(c.diff_unit, DiffUnit::Ticks);
+            assert_eq!(c.notes.len(), notes, "{v} vs {b}: {:?}", c.notes);
+            assert!(c.notes.iter().all(|n| n.contains("rate is unknown")));
         }
+    }
+
+    /// Issue item 5: 3000 ticks at 3 GHz and 2000 at 2 GHz are both 1 us.
+    #[test]
+    fn differences_across_tsc_rates_are_of_nanoseconds() {
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        (vm.host.tsc_khz, bare.host.tsc_khz) = (3_000_000, 2_000_000);
+        let set = |r: &mut Report, median, p99| {
+            let s = &mut r.crossings[0].round_trip.as_mut().unwrap().corrected;
+            (s.median, s.p99) = (median, p99);
+        };
+        set(&mut vm, 3000, 6000);
+        set(&mut bare, 2000, 4000);
+        let c = compare(&vm, &bare);
+        let rt = row_of(&c, "pf", "round_trip");
+        assert_eq!((rt.diff_median, rt.diff_p99), (Some(0), Some(0)), "{rt:?}");
+        assert_eq!(c.diff_unit, DiffUnit::Ns);
+        // Means: VM 350 ticks at 3 GHz (116.7 ns), bare metal 350 at 2 GHz.
+        near(
+            rt.diff_mean.unwrap(),
+            350.0 / 3.0 - 175.0,
+            1e-9,
+            "mean in ns",
+        );
+        let json = c.to_json_pretty();
+        assert!(json.contains("\"diff_unit\": \"ns\""), "{json}");
+        let table = comparison_table(&c);
+        assert!(table.contains("diff = VM - bare metal in ns"), "{table}");
+        // The exit-free part too: a traced VM side with one exit-free value.
+        let u2k = vm.crossings[0].u2k.as_mut().unwrap();
+        u2k.corrected = Stats::from_samples(&[3000]);
+        u2k.host = Some(SegmentHost {
+            samples: 1,
+            exit_free: Stats::from_samples(&[3000]),
+            ..Default::default()
+        });
+        let s = &mut bare.crossings[0].u2k.as_mut().unwrap().corrected;
+        *s = Stats::from_samples(&[2000]);
+        let c = compare(&vm, &bare);
+        let u2k = row_of(&c, "pf", "u2k");
+        assert_eq!(u2k.diff_median, Some(0));
+        near(
+            u2k.without_exits.as_ref().unwrap().mean,
+            0.0,
+            1e-9,
+            "w/o in ns",
+        );
+        assert_adds_up(u2k);
+    }
+
+    /// Issue item 4: on a real harness pair (the nested run's traced VM
+    /// report and its bare-metal one, `xvmm-cli/tests/data/report/`), each
+    /// row's parts add up to the VM's mean minus bare metal's, and every
+    /// row decomposes (no sample there is unattributable, so that part is
+    /// what rounding leaves).
+    #[test]
+    fn the_parts_add_up_to_the_mean_difference_on_real_harness_data() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../xvmm-cli/tests/data/report/"
+        );
+        let read = |f: &str| {
+            let text = std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+            Report::from_json(&text).unwrap()
+        };
+        let (vm, bare) = (read("traced-vm.json"), read("traced-bm.json"));
+        let c = compare(&vm, &bare);
+        assert_eq!(c.rows.len(), 9);
+        for row in &c.rows {
+            let mean = |r: &Report| {
+                let c = r.crossings.iter().find(|c| c.name == row.crossing).unwrap();
+                let i = INTERVALS.iter().find(|(n, _)| *n == row.interval).unwrap();
+                (i.1)(c).as_ref().unwrap().corrected.mean
+            };
+            let what = format!("{} {}", row.crossing, row.interval);
+            near(row.diff_mean.unwrap(), mean(&vm) - mean(&bare), 1e-9, &what);
+            assert_adds_up(row);
+            let u = row.unattributable.as_ref().unwrap();
+            assert_eq!(u.samples, 0, "{what}");
+            near(u.mean, 0.0, 1e-6, &what);
+        }
+        // getppid u2k: 1 of 6000 samples had an exit.
+        let getppid = row_of(&c, "getppid", "u2k");
+        let exits = getppid.exits.as_ref().unwrap();
+        assert_eq!((exits.hits, exits.samples), (1, 6000));
+        println!("{}", comparison_table(&c));
     }
 
     /// A crossing neither side measured keeps its round-trip row (which

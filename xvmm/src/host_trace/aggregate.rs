@@ -54,8 +54,10 @@ pub struct ExitAggregator {
     calibrations: Vec<HostCalibration>,
     offset_changes: Vec<OffsetChange>,
     async_pf: Vec<(AsyncPfEvent, u64)>,
-    /// The last event's time, and a lost window waiting for its end.
-    last_ts: u64,
+    /// Each CPU's latest event time (index: CPU): a loss on a CPU happened
+    /// after its own last event, however far other CPUs' events ran ahead.
+    cpu_latest: Vec<u64>,
+    /// A lost window waiting for its end (the next event of any CPU).
     lost_since: Option<u64>,
     lost: u64,
     /// A loss was marked without its count (a page's missed-events flag
@@ -65,8 +67,21 @@ pub struct ExitAggregator {
     pub unpaired: u64,
 }
 
+/// CPUs whose latest times are kept, as many as a kernel can have
+/// (`NR_CPUS` is at most 8192); a loss on a CPU past them opens its window
+/// at 0, as on a CPU not seen yet.
+const MAX_CPUS: usize = 8192;
+
 impl ExitAggregator {
+    /// An event of a stream whose CPUs are not told apart (one CPU's): a
+    /// loss opens its window after the stream's last event.
     pub fn push(&mut self, event: TraceEvent) {
+        self.push_on(0, event);
+    }
+
+    /// An event that CPU `cpu` recorded, in the stream merged by time: a
+    /// loss on `cpu` opens its window after that CPU's last event.
+    pub fn push_on(&mut self, cpu: usize, event: TraceEvent) {
         let ts = match &event {
             TraceEvent::Exit { ts, .. }
             | TraceEvent::Entry { ts, .. }
@@ -78,7 +93,7 @@ impl ExitAggregator {
             if let Some(from) = self.lost_since.take() {
                 self.trace.lost.push((from, ts));
             }
-            self.last_ts = ts;
+            self.set_latest(cpu, ts);
         }
         match event {
             TraceEvent::Exit {
@@ -124,8 +139,19 @@ impl ExitAggregator {
                 // The exits in flight may have lost their entries.
                 self.unpaired += self.pending.len() as u64;
                 self.pending.clear();
-                self.lost_since.get_or_insert(self.last_ts);
+                // A CPU not seen yet may have lost events from the start.
+                let since = self.cpu_latest.get(cpu).copied().unwrap_or(0);
+                self.lost_since = Some(self.lost_since.map_or(since, |s| s.min(since)));
             }
+        }
+    }
+
+    fn set_latest(&mut self, cpu: usize, ts: u64) {
+        if cpu >= self.cpu_latest.len() && cpu < MAX_CPUS {
+            self.cpu_latest.resize(cpu + 1, 0);
+        }
+        if let Some(latest) = self.cpu_latest.get_mut(cpu) {
+            *latest = ts;
         }
     }
 
@@ -207,25 +233,34 @@ impl ExitAggregator {
     }
 
     /// Everything collected, once the trace has ended; `lost` is what the
-    /// ring buffer's overrun counters counted. Losses they count beyond
-    /// what the stream marked (when every mark had its count) fell where
-    /// nobody can say: the whole run is then one lost window.
-    pub fn finish(mut self, lost: u64) -> TraceSummary {
+    /// ring buffer's overrun counters counted (see [`Self::finish_counted`]).
+    pub fn finish(self, lost: u64) -> TraceSummary {
+        self.finish_counted(lost, 0)
+    }
+
+    /// Everything collected, once the trace has ended. `overrun`: what the
+    /// overrun counters counted, losses the kernel marks on the page after
+    /// them; `unmarked`: losses no page marks (events dropped, commit
+    /// overruns). Overruns beyond what the stream marked (when every mark
+    /// had its count), and every unmarked loss, fell where nobody can say:
+    /// the whole run is then one lost window.
+    pub fn finish_counted(mut self, overrun: u64, unmarked: u64) -> TraceSummary {
         if let Some(from) = self.lost_since.take() {
             self.trace.lost.push((from, u64::MAX));
         }
-        let lost_unplaced = if self.lost_uncounted {
+        let unmarked_overruns = if self.lost_uncounted {
             0
         } else {
-            lost.saturating_sub(self.lost)
+            overrun.saturating_sub(self.lost)
         };
+        let lost_unplaced = unmarked_overruns.saturating_add(unmarked);
         if lost_unplaced > 0 {
             self.trace.lost = vec![(0, u64::MAX)];
         }
         TraceSummary {
             exits: self.summary(),
             unpaired: self.unpaired,
-            lost: lost.max(self.lost),
+            lost: overrun.max(self.lost).saturating_add(unmarked),
             lost_unplaced,
             trace: self.trace,
             calibrations: self.calibrations,
@@ -410,6 +445,40 @@ mod tests {
         assert_eq!((done.trace.lost, done.lost_unplaced), (vec![(150, 400)], 0));
         // Nothing lost: nothing marked.
         assert_eq!(run().finish(0).trace.lost, []);
+        // Dropped events no page marks, even beside a mark without its
+        // count: they fell anywhere.
+        let mut agg = run();
+        agg.push(TraceEvent::Lost { count: 0 });
+        agg.push(exit(1, 400, "io"));
+        let done = agg.finish_counted(3, 2);
+        assert_eq!((done.lost, done.lost_unplaced), (5, 2));
+        assert_eq!(done.trace.lost, [(0, u64::MAX)]);
+    }
+
+    /// Events merged from two CPUs: a loss opens its window after its own
+    /// CPU's last event; a CPU with none yet may have lost from the start;
+    /// two losses before the next event share the earlier start.
+    #[test]
+    fn a_loss_opens_its_window_after_its_own_cpus_last_event() {
+        let mut agg = ExitAggregator::default();
+        agg.push_on(0, exit(1, 100, "io"));
+        agg.push_on(0, entry(1, 110));
+        agg.push_on(1, exit(2, 200, "io"));
+        agg.push_on(1, entry(2, 400));
+        agg.push_on(0, TraceEvent::Lost { count: 4 });
+        agg.push_on(0, exit(1, 500, "io"));
+        agg.push_on(1, exit(2, 600, "io"));
+        agg.push_on(1, TraceEvent::Lost { count: 1 });
+        agg.push_on(0, TraceEvent::Lost { count: 1 });
+        agg.push_on(1, entry(2, 700));
+        agg.push_on(2, TraceEvent::Lost { count: 2 });
+        agg.push_on(2, exit(3, 800, "io"));
+        agg.push_on(MAX_CPUS + 1, TraceEvent::Lost { count: 1 });
+        agg.push_on(0, entry(1, 900));
+        assert_eq!(
+            agg.finish(9).trace.lost,
+            [(110, 500), (500, 700), (0, 800), (0, 900)]
+        );
     }
 
     #[test]
@@ -484,7 +553,7 @@ mod tests {
             ts: 30,
         });
         assert_eq!(agg.async_pf.len(), MAX_KEPT_ASYNC_PF);
-        assert_eq!(agg.last_ts, 30);
+        assert_eq!(agg.cpu_latest, [30]);
     }
 
     #[test]

@@ -165,6 +165,16 @@ pub fn parse_line(line: &str) -> Option<TraceEvent> {
     }
 }
 
+/// The CPU a text trace line is of: `CPU:N [LOST ...]` or an event's
+/// `[cpu]` field.
+pub(super) fn line_cpu(line: &str) -> Option<usize> {
+    if let Some(rest) = line.trim_start().strip_prefix("CPU:") {
+        return rest.split_whitespace().next()?.parse().ok();
+    }
+    let cpu = xvmm_results::tracefs::parse_record(line)?.cpu;
+    usize::try_from(cpu).ok()
+}
+
 /// Longest trace line kept (a kvm_exit line is about 150 bytes); longer
 /// ones are dropped whole, so a reader's memory stays bounded.
 pub const MAX_TRACE_LINE: usize = 4096;
@@ -259,6 +269,15 @@ mod tests {
             None
         );
         assert_eq!(parse_line("x-1 [0] .... 5: kvm_entry: rip 0x0"), None);
+    }
+
+    #[test]
+    fn a_line_names_its_cpu() {
+        assert_eq!(line_cpu("CPU:3 [LOST 12 EVENTS]"), Some(3));
+        let exit = "  xvmm-4242  [017] d..1.  5: kvm_exit: vcpu 0 reason io rip 0x1";
+        assert_eq!(line_cpu(exit), Some(17));
+        assert_eq!(line_cpu("# tracer: nop"), None);
+        assert_eq!(line_cpu("CPU:x [LOST 1 EVENTS]"), None);
     }
 
     #[test]

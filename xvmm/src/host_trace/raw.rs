@@ -273,24 +273,26 @@ impl RawDecoder {
         self.decode_page_by(bytes, true, out)
     }
 
-    /// Decodes one page of `cpu` into `merge`, as both the live reader and
-    /// a recording's replay do: a page that does not decode leaves a lost
-    /// window at the CPU's latest time. Returns how the page decoded and
-    /// the events it held.
+    /// Decodes one page of `cpu` into `merge`, each event with its CPU (for
+    /// [`super::ExitAggregator::push_on`]: a loss opens its window after
+    /// its own CPU's last event), as both the live reader and a recording's
+    /// replay do: a page that does not decode leaves a lost window at the
+    /// CPU's latest time. Returns how the page decoded and the events it
+    /// held.
     pub fn decode_into(
         &self,
         cpu: usize,
         bytes: &[u8],
-        merge: &mut CpuMerge<TraceEvent>,
+        merge: &mut CpuMerge<(usize, TraceEvent)>,
     ) -> (PageOutcome, u64) {
         let mut events = 0;
         let outcome = self.decode_page(bytes, |ts, ev| {
             events += 1;
-            merge.push(cpu, ts, ev);
+            merge.push(cpu, ts, (cpu, ev));
         });
         if outcome == PageOutcome::Corrupt {
             let at = merge.latest(cpu);
-            merge.push(cpu, at, TraceEvent::Lost { count: 0 });
+            merge.push(cpu, at, (cpu, TraceEvent::Lost { count: 0 }));
         }
         (outcome, events)
     }

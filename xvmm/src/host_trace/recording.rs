@@ -69,7 +69,7 @@ impl Recording {
             corrupt_pages += u64::from(outcome == PageOutcome::Corrupt);
         }
         let mut aggregator = ExitAggregator::default();
-        merge.release_all(|ev| aggregator.push(ev));
+        merge.release_all(|(cpu, ev)| aggregator.push_on(cpu, ev));
         Replayed {
             aggregator,
             events,
@@ -121,6 +121,38 @@ mod tests {
         let exits: Vec<_> = summary.trace.exits.iter().collect();
         assert_eq!(exits.len(), 1);
         assert_eq!((exits[0].exit, exits[0].entry), (1000, 1150));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Issue item 1: CPU 0 at 100 and 110, CPU 1 at 200..400, CPU 0's next
+    /// page at 500 marked lost. CPU 0's events were lost after *its* last
+    /// one (110), not after the merged stream's (400).
+    #[test]
+    fn a_cpus_lost_window_opens_after_its_own_last_event() {
+        let dir = tempfile_dir("lost-per-cpu");
+        write_recording(&dir);
+        let decoder = example_decoder().unwrap();
+        let record = |name: &str, pid: u64| {
+            encode_record(
+                decoder.format(name).unwrap(),
+                &[("common_pid", pid), ("exit_reason", 0x7b)],
+            )
+        };
+        let (exit, entry) = (|p| record("kvm_exit", p), |p| record("kvm_entry", p));
+        let mut first = PageWriter::new(decoder.layout(), 100);
+        assert!(first.event(0, &exit(7)) && first.event(10, &entry(7)));
+        let mut second = PageWriter::new(decoder.layout(), 500);
+        assert!(second.event(0, &exit(7)) && second.event(20, &entry(7)));
+        let mut cpu0 = first.finish(Missed::None);
+        cpu0.extend(second.finish(Missed::Count(4)));
+        let mut other = PageWriter::new(decoder.layout(), 200);
+        assert!(other.event(0, &exit(8)) && other.event(100, &entry(8)));
+        assert!(other.event(100, &exit(8)));
+        fs::write(dir.join("cpu0.raw"), cpu0).unwrap();
+        fs::write(dir.join("cpu1.raw"), other.finish(Missed::None)).unwrap();
+        let done = Recording::load(&dir).unwrap().replay().aggregator.finish(4);
+        assert_eq!(done.trace.lost, [(110, 500)]);
+        assert_eq!((done.lost, done.lost_unplaced), (4, 0));
         let _ = fs::remove_dir_all(&dir);
     }
 

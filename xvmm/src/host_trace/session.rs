@@ -2,7 +2,7 @@
 //! events, the reader thread, and the instance's removal on every way out.
 
 use super::aggregate::{ExitAggregator, TraceReader, TraceSummary};
-use super::parse::{parse_line, AsyncPfEvent, TraceLines, TRACED_EVENTS};
+use super::parse::{line_cpu, parse_line, AsyncPfEvent, TraceLines, TRACED_EVENTS};
 use super::raw::{drain_pipe, open_cpu_pipes, CpuMerge, PageOutcome, RawDecoder};
 use crate::{Error, Result};
 use std::fs;
@@ -135,9 +135,9 @@ fn read_raw(decoder: &RawDecoder, pipes: &mut [fs::File], stop: &AtomicBool) -> 
                 corrupt_pages += 1;
             }
         })?;
-        merge.release_drained(round, |ev| agg.push(ev));
+        merge.release_drained(round, |(cpu, ev)| agg.push_on(cpu, ev));
         if !any && stopping {
-            merge.release_all(|ev| agg.push(ev));
+            merge.release_all(|(cpu, ev)| agg.push_on(cpu, ev));
             return Ok((agg, TraceReader::Raw { corrupt_pages }));
         }
         if !any {
@@ -158,7 +158,8 @@ fn read_text(mut pipe: impl Read, stop: &AtomicBool, why: String) -> Drained {
             Ok(n) => {
                 lines.feed(&buf[..n], |line| {
                     if let Some(ev) = parse_line(line) {
-                        agg.push(ev);
+                        // trace_pipe merges the CPUs: each line names its own.
+                        agg.push_on(line_cpu(line).unwrap_or(0), ev);
                     }
                 });
                 continue;
@@ -186,23 +187,38 @@ fn reader_result(
     }
 }
 
-/// Sum of the per-CPU "overrun" counters of an instance.
-fn lost_events(instance: &Path) -> u64 {
+/// The lines of a CPU's `stats` that count lost events: overwritten
+/// (`overrun`), which the kernel marks on the page after them, and those
+/// no page marks: dropped when the buffer did not overwrite (`dropped
+/// events`) or when a writer ran into an uncommitted page (`commit
+/// overrun`).
+const MARKED: &str = "overrun";
+const UNMARKED: [&str; 2] = ["commit overrun", "dropped events"];
+
+/// Every CPU's loss counters of an instance, summed: (overruns, losses
+/// no page marks).
+fn lost_events(instance: &Path) -> (u64, u64) {
     let Ok(cpus) = fs::read_dir(instance.join("per_cpu")) else {
-        return 0;
+        return (0, 0);
     };
-    cpus.flatten()
-        .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok())
-        .flat_map(|stats| {
-            stats
-                .lines()
-                .filter_map(|l| {
-                    l.strip_prefix("overrun:")
-                        .and_then(|v| v.trim().parse::<u64>().ok())
-                })
-                .collect::<Vec<_>>()
-        })
-        .sum()
+    let mut sums = (0u64, 0u64);
+    let texts = cpus
+        .flatten()
+        .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok());
+    for stats in texts {
+        for (key, value) in stats.lines().filter_map(|l| l.split_once(':')) {
+            let Ok(value) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            let key = key.trim();
+            if key == MARKED {
+                sums.0 = sums.0.saturating_add(value);
+            } else if UNMARKED.contains(&key) {
+                sums.1 = sums.1.saturating_add(value);
+            }
+        }
+    }
+    sums
 }
 
 /// Removes an instance directory; whether it is gone (also when someone
@@ -246,6 +262,11 @@ impl ExitTracer {
             Error::Tracing("the x86-tsc trace clock is not available on this host".into())
         })?;
         write_file(&i.join("buffer_size_kb"), &BUFFER_KB.to_string())?;
+        // An instance starts with the top level's options, and with
+        // overwrite off a full buffer drops events without marking the pages
+        // that follow: nothing would say where they fell. Overwritten events
+        // are marked there, so their windows can be placed.
+        write_file(&i.join("options/overwrite"), "1")?;
         let filter = tid_filter(tids);
         for event in TRACED_EVENTS {
             let dir = i.join("events/kvm").join(event);
@@ -312,11 +333,11 @@ impl ExitTracer {
         write_file(&self.instance.join("tracing_on"), "0")?;
         self.stop.store(true, Ordering::Release);
         let (agg, reader) = reader_result(self.reader.take().map(JoinHandle::join))?;
-        let lost = lost_events(&self.instance);
+        let (overrun, unmarked) = lost_events(&self.instance);
         Ok(TraceSummary {
             reader,
             async_pf_traced: self.async_pf_traced,
-            ..agg.finish(lost)
+            ..agg.finish_counted(overrun, unmarked)
         })
     }
 
@@ -473,6 +494,23 @@ mod tests {
         assert!(e.to_string().contains("trace reader thread failed"), "{e}");
     }
 
+    /// trace_pipe merges the CPUs: a `CPU:N [LOST]` line opens its window
+    /// after CPU N's last line, not after the last line of all.
+    #[test]
+    fn the_text_reader_opens_a_loss_after_its_own_cpus_last_event() {
+        let stop = AtomicBool::new(true);
+        let text = b"x-7 [000] d..1. 100: kvm_exit: vcpu 0 reason io rip 0x1
+x-7 [000] d..1. 110: kvm_entry: vcpu 0, rip 0x1
+x-8 [001] d..1. 200: kvm_exit: vcpu 1 reason io rip 0x1
+x-8 [001] d..1. 400: kvm_entry: vcpu 1, rip 0x1
+CPU:0 [LOST 4 EVENTS]
+x-7 [000] d..1. 500: kvm_exit: vcpu 0 reason io rip 0x1
+";
+        let script = Script([Ok(&text[..]), Err(ErrorKind::WouldBlock.into())].into());
+        let (agg, _) = read_text(script, &stop, String::new()).unwrap();
+        assert_eq!(agg.finish(4).trace.lost, [(110, 500)]);
+    }
+
     #[test]
     fn the_raw_reader_waits_for_stop_and_counts_corrupt_pages() {
         use std::io::Write;
@@ -498,17 +536,22 @@ mod tests {
     /// A directory laid out like an instance's `per_cpu`, stats as the
     /// kernel prints them.
     #[test]
-    fn lost_events_sum_every_cpus_overruns() {
+    fn lost_events_sum_every_cpus_overruns_and_drops() {
         let dir = std::env::temp_dir().join(format!("xvmm-overrun-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        assert_eq!(lost_events(&dir), 0);
+        assert_eq!(lost_events(&dir), (0, 0));
         for (cpu, overrun) in [(0, 3), (1, 0), (2, 40)] {
             let d = dir.join(format!("per_cpu/cpu{cpu}"));
             fs::create_dir_all(&d).unwrap();
             let stats = format!("entries: 5\noverrun: {overrun}\ncommit overrun: 7\nbytes: 96\n");
             fs::write(d.join("stats"), stats).unwrap();
         }
-        assert_eq!(lost_events(&dir), 43);
+        // 3 + 0 + 40 overruns and 7 commit overruns on each of the three.
+        assert_eq!(lost_events(&dir), (43, 21));
+        let d = dir.join("per_cpu/cpu1");
+        let stats = "overrun: 1\ncommit overrun: 0\ndropped events: 5\nread events: 9\n";
+        fs::write(d.join("stats"), stats).unwrap();
+        assert_eq!(lost_events(&dir), (3 + 1 + 40, 14 + 5));
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -637,6 +680,63 @@ mod tests {
         println!("{} sys_enter events: binary and text agree", raw.len());
     }
 
+    /// Sum of one line of every CPU's `stats`, e.g. "dropped events".
+    fn stat_sum(instance: &Path, key: &str) -> u64 {
+        let cpus = fs::read_dir(instance.join("per_cpu")).unwrap();
+        cpus.flatten()
+            .map(|cpu| fs::read_to_string(cpu.path().join("stats")).unwrap())
+            .flat_map(|s| {
+                let value = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'));
+                value.and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .sum()
+    }
+
+    /// A real instance with a one-page buffer nobody reads and a busy loop
+    /// of traced syscalls: the buffer must lose events, dropping the new
+    /// ones with overwrite off and overwriting the old with it on, and
+    /// `lost_events` must count them either way.
+    #[test]
+    fn a_forced_loss_is_counted_whether_the_buffer_overwrites_or_drops() {
+        let tracefs = fresh_tracefs();
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        for (overwrite, kind) in [("0", "dropped events"), ("1", "overrun")] {
+            let name = format!("xvmm-{}-losstest{overwrite}", std::process::id());
+            let (path, recorded) = make_instance(tracefs.root(), &name).unwrap();
+            let instance = TestInstance(path, recorded);
+            let i = &instance.0;
+            write_file(&i.join("options/overwrite"), overwrite).unwrap();
+            write_file(&i.join("buffer_size_kb"), "1").unwrap();
+            let event = i.join("events/raw_syscalls/sys_enter");
+            write_file(&event.join("filter"), &format!("common_pid == {tid}")).unwrap();
+            write_file(&event.join("enable"), "1").unwrap();
+            write_file(&i.join("tracing_on"), "1").unwrap();
+            syscalls_on_every_cpu(500);
+            write_file(&i.join("tracing_on"), "0").unwrap();
+            let lost = stat_sum(i, kind);
+            assert!(
+                lost > 0,
+                "overwrite {overwrite}: no {kind} in a full buffer"
+            );
+            let (overrun, unmarked) = lost_events(i);
+            let counted = overrun + unmarked;
+            assert!(
+                counted >= lost,
+                "overwrite {overwrite}: lost_events counted {counted} of {lost} {kind}"
+            );
+            println!("overwrite {overwrite}: {lost} {kind}, {counted} counted lost");
+            // And a trace that lost them vouches for no window of its run.
+            let done = ExitAggregator::default().finish_counted(overrun, unmarked);
+            assert_eq!(done.lost, counted);
+            if unmarked > 0 {
+                assert_eq!(done.trace.lost, [(0, u64::MAX)]);
+            }
+        }
+    }
+
     /// Needs root and tracefs (both present on the build machines): the
     /// instance is created, configured with the x86-tsc clock, and removed again,
     /// leaving the global trace clock untouched.
@@ -649,6 +749,12 @@ mod tests {
         let path = tracer.instance_path().to_path_buf();
         let clock = fs::read_to_string(path.join("trace_clock")).unwrap();
         assert!(clock.contains("[x86-tsc]"), "instance clock: {clock}");
+        let overwrite = fs::read_to_string(path.join("options/overwrite")).unwrap();
+        assert_eq!(
+            overwrite.trim(),
+            "1",
+            "overwritten events are marked on pages"
+        );
         let summary = tracer.finish().unwrap();
         assert!(summary.exits.is_empty(), "no vCPU ran, no exits expected");
         if std::env::var_os("XVMM_TRACE_TEXT").is_none() {

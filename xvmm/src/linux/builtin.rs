@@ -25,6 +25,7 @@ use crate::initramfs::Archive;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
 use xvmm_results::channel::INIT_WORD;
+use xvmm_results::xperf_args::{Parsed, XperfArgs};
 
 /// Environment variable naming the xperf binary to use.
 pub const XPERF_ENV: &str = "XVMM_XPERF";
@@ -219,6 +220,20 @@ fn with_init_word(cmdline: &str) -> String {
 /// Whether the command line already has the ` -- ` that starts init's argv.
 fn has_init_separator(cmdline: &str) -> bool {
     cmdline.split_ascii_whitespace().any(|w| w == "--")
+}
+
+/// What `cmdline` asks the built-in xperf for: the samples of each crossing,
+/// every round together ([`XperfArgs::samples_per_crossing`] of its init
+/// arguments, after ` -- `); `None` where those are not a crossing run's
+/// (a subcommand, an option xperf would refuse).
+pub fn asked_samples(cmdline: &str) -> Option<u64> {
+    let mut words = cmdline.split_ascii_whitespace();
+    // No separator: no init arguments, xperf's defaults.
+    let _ = words.find(|w| *w == "--");
+    match XperfArgs::parse(words.map(String::from)) {
+        Ok(Parsed::Run(a)) => Some(a.samples_per_crossing()),
+        _ => None,
+    }
 }
 
 /// Whether the built-in xperf measures the crossings (rather than running a
@@ -448,6 +463,25 @@ mod tests {
         let err = find_xperf(Some(dir.clone()), Some(&bin)).unwrap_err();
         assert!(err.to_string().ends_with(": not a regular file"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The host's own ask, read back from the command line it wrote: the
+    /// samples per crossing over every round, xperf's defaults filling in.
+    #[test]
+    fn the_samples_asked_for_come_from_the_command_line() {
+        let line = |args: &XperfArgs| xperf_cmdline(None, "console=ttyS0", &args.to_argv());
+        let asked = XperfArgs {
+            samples: Some(2000),
+            rounds: Some(2),
+            raw: true,
+            ..Default::default()
+        };
+        assert_eq!(asked_samples(&line(&asked)), Some(4000));
+        assert_eq!(asked_samples(&line(&XperfArgs::default())), Some(30_000));
+        // The user's own init arguments count too.
+        let user = xperf_cmdline(Some("quiet -- --samples 7"), "x", &[]);
+        assert_eq!(asked_samples(&user), Some(21));
+        assert_eq!(asked_samples("quiet -- characterize"), None);
     }
 
     #[test]

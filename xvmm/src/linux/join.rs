@@ -142,6 +142,7 @@ pub fn add_timeline(
     trace: &TraceSummary,
     tsc: &TscFacts,
     run_id: &str,
+    asked_samples: Option<u64>,
     calibrations: u64,
 ) {
     let (pairs, unmatched) = pairs(report, trace);
@@ -192,7 +193,9 @@ pub fn add_timeline(
         // Only the exits inside samples are indexed: a long run's millions
         // between them would cost 40 bytes each here.
         let index = Index::for_report(&trace.trace, &mapping, report, Some(0));
-        attribution::attribute(report, &index, Some(0));
+        // What the host asked for bounds the samples, not what the guest
+        // says was requested.
+        attribution::attribute_asked(report, &index, Some(0), asked_samples);
         if reason.is_none() {
             super::async_pf::attribute_not_present(report, trace, &mapping);
         }
@@ -268,10 +271,27 @@ mod tests {
         (r, trace, tsc)
     }
 
+    /// Issue item 6: a guest that says it was asked for more samples than
+    /// the host asked for is not attributed, however few it sent; without
+    /// the host's figure its own bounds it.
+    #[test]
+    fn the_host_not_the_guest_says_how_many_samples_were_asked_for() {
+        let (mut r, trace, tsc) = run();
+        r.crossings[0].samples_requested = 1000;
+        add_timeline(&mut r, &trace, &tsc, "ab", Some(1), 2);
+        let host = r.crossings[0].u2k.as_ref().unwrap().host.as_ref().unwrap();
+        let why = host.reason.as_deref().unwrap_or_default();
+        assert!(why.contains("the host asked for 1"), "{host:?}");
+        let (mut r, trace, tsc) = run();
+        add_timeline(&mut r, &trace, &tsc, "ab", Some(1), 2);
+        let host = r.crossings[0].u2k.as_ref().unwrap().host.as_ref().unwrap();
+        assert_eq!((host.reason.as_deref(), host.samples), (None, 1));
+    }
+
     #[test]
     fn a_consistent_run_is_verified_and_attributed() {
         let (mut r, trace, tsc) = run();
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(t.verified, "{t:?}");
         assert_eq!((t.checks, t.violations, t.bound_ticks), (2, 0, 100));
@@ -301,21 +321,21 @@ mod tests {
     fn a_wrong_offset_another_run_or_no_calibration_is_never_verified() {
         let (mut r, trace, mut tsc) = run();
         tsc.offset_before = Some(0);
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(!t.verified);
         assert_eq!(t.violations, 2);
         assert!(t.reason.as_deref().unwrap().contains("2 of 2"));
 
         let (mut r, trace, tsc) = run();
-        add_timeline(&mut r, &trace, &tsc, "cd", 2);
+        add_timeline(&mut r, &trace, &tsc, "cd", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(t.reason.as_deref().unwrap().contains("not from this run"));
         assert!(r.crossings[0].u2k.as_ref().unwrap().host.is_none());
 
         let (mut r, mut trace, tsc) = run();
         trace.calibrations.clear();
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert_eq!((t.checks, t.unmatched), (0, 2));
         assert!(!t.verified);
@@ -325,7 +345,7 @@ mod tests {
     fn without_kvm_offset_the_calibration_gives_it() {
         let (mut r, trace, mut tsc) = run();
         tsc.offset_before = None;
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert_eq!(t.verdict(), Verdict::Consistent, "{t:?}");
         assert!(t.offset_inferred && !t.verified);
@@ -337,7 +357,7 @@ mod tests {
     fn an_inferred_offset_is_consistent_never_verified() {
         let (mut r, trace, mut tsc) = run();
         tsc.offset_before = None;
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(!t.verified, "{t:?}");
         let text = xvmm_results::render::timeline_lines(t);
@@ -347,7 +367,7 @@ mod tests {
         tsc.offset_before = None;
         trace.calibrations[1].exit += 5_000;
         trace.calibrations[1].entry += 5_000;
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert_eq!(t.verdict(), Verdict::NotVerified, "{t:?}");
         let text = xvmm_results::render::timeline_lines(t);
@@ -373,7 +393,7 @@ mod tests {
         }
         (tsc.requested_khz, tsc.host_khz) = (Some(1_000_000), 2_445_000);
         tsc.scaling = Some(TscScaling::SVM);
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(t.verified, "{t:?}");
         assert_eq!(
@@ -383,11 +403,11 @@ mod tests {
         assert_eq!(t.measured_khz, Some(1_000_000));
         // The same run taken for VMX's 48-bit fraction misses by 20 k ticks.
         tsc.scaling = Some(TscScaling::VMX);
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         assert_eq!(r.timeline.as_ref().unwrap().violations, 2);
         // Without the vendor's ratio nothing is guessed.
         tsc.scaling = None;
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert!(
             t.reason.as_deref().unwrap().contains("ratio is unknown"),
@@ -408,7 +428,7 @@ mod tests {
             })
             .collect();
         trace.calibrations.truncate(1);
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert_eq!((t.checks, t.unmatched, t.violations), (1, 9, 0));
         assert!(!t.verified, "{t:?}");
@@ -423,7 +443,7 @@ mod tests {
         let (mut r, mut trace, tsc) = run();
         (trace.lost, trace.lost_unplaced) = (4, 4);
         trace.trace.lost = vec![(0, u64::MAX)];
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let host = r.crossings[0].u2k.as_ref().unwrap().host.as_ref().unwrap();
         assert_eq!((host.samples, host.unattributable), (1, 1));
         let text = xvmm_results::render::timeline_lines(r.timeline.as_ref().unwrap());
@@ -459,7 +479,7 @@ mod tests {
         let note = |before, after| {
             let (mut r, trace, mut tsc) = run();
             (tsc.offset_before, tsc.offset_after) = (before, after);
-            add_timeline(&mut r, &trace, &tsc, "ab", 2);
+            add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
             r.notes
                 .iter()
                 .find(|n| n.contains("before the run"))
@@ -482,7 +502,7 @@ mod tests {
     #[test]
     fn an_unscaled_run_has_no_fixed_ratio_and_an_unknown_host_rate_stays_unknown() {
         let (mut r, trace, mut tsc) = run();
-        add_timeline(&mut r, &trace, &tsc, "ab", 2);
+        add_timeline(&mut r, &trace, &tsc, "ab", None, 2);
         let t = r.timeline.as_ref().unwrap();
         assert_eq!((t.ratio_fixed, t.ratio_frac_bits), (None, None), "{t:?}");
         assert_eq!(t.host_khz, Some(1_000_000));
@@ -496,7 +516,7 @@ mod tests {
                 exit: 10_000_020,
                 entry: 10_000_080,
             });
-            add_timeline(&mut r, &trace, tsc, "ab", 3);
+            add_timeline(&mut r, &trace, tsc, "ab", None, 3);
             r.timeline.unwrap()
         };
         assert_eq!(far(&tsc).measured_khz, Some(1_000_000));

@@ -115,6 +115,8 @@ pub struct Prepared {
     init: Init,
     /// Given to a traced built-in xperf, which echoes it in its results.
     run_id: Option<String>,
+    /// The samples per crossing the built-in xperf was asked for.
+    asked_samples: Option<u64>,
 }
 
 enum Init {
@@ -149,7 +151,7 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
     let mut profile = BootProfile::default();
     let mut since = Instant::now();
     let kernel = open_input(&config.kernel, Error::Kernel)?;
-    let mut run_id = None;
+    let (mut run_id, mut asked_samples) = (None, None);
     let image = image::inspect(&kernel).map_err(|e| match e {
         Error::Kernel(m) => Error::Kernel(format!("{}: {m}", config.kernel.display())),
         other => other,
@@ -177,6 +179,7 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
                 &boot::cmdline::default_cmdline(),
                 &options.to_argv(),
             );
+            asked_samples = builtin::asked_samples(&cmdline);
             (Init::BuiltIn(cpio), cmdline)
         }
     };
@@ -201,6 +204,7 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
         plan,
         init,
         run_id,
+        asked_samples,
     })
 }
 
@@ -245,6 +249,10 @@ pub struct LinuxRun {
     pub tsc: TscFacts,
     /// The id a traced xperf was given.
     pub run_id: Option<String>,
+    /// The samples per crossing, every round together, that the command
+    /// line asked the built-in xperf for: what bounds the samples of its
+    /// results, whatever they say was requested ([`add_timeline`]).
+    pub asked_samples: Option<u64>,
     /// What the fault server did (with `host_fault_delay`).
     pub host_faults: Option<crate::host_fault::HostFaultSummary>,
     /// The guest's MSR_KVM_ASYNC_PF_EN at the end: whether it turned async
@@ -433,6 +441,7 @@ pub fn run_with(
         notes,
         tsc,
         run_id: prepared.run_id.clone(),
+        asked_samples: prepared.asked_samples,
         host_faults,
         async_pf_en,
         profile: prepared.profile,

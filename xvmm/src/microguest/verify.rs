@@ -3,9 +3,7 @@
 //! - every crossing and exit is measured, or unsupported with a reason;
 //! - #PF and int3 (which every KVM delivers) are measured;
 //! - in every kept sample `u2k_u < u2k_k < k2u_k < k2u_u`, none unfilled;
-//! - the stamp costs are measured and the corrections derived from them add
-//!   up: a crossing's corrected u2k, in_kernel and k2u to its round trip, an
-//!   exit's three host-side parts to its round trip (in the means);
+//! - the stamp costs are measured;
 //! - the user pair's cost is the one its linearity sweep decided (the null
 //!   pair, or the sweep's intercept), the crossings' corrections are the
 //!   ones it and the kernel pairs give, and the exits' the ones the kernel
@@ -16,9 +14,14 @@
 //!   corrected median's interval lies above [`MIN_EXIT_TICKS`] (the kernel
 //!   pair that brackets it is subtracted; that a pair with an exit inside
 //!   outlasts the pair alone would hold with no exit at all).
+//!
+//! Not checked: that a crossing's corrected parts (or an exit's) add up to
+//! its round trip. Each round trip is its parts' sum sample by sample and
+//! the corrections are derived to sum, so no report this code builds can
+//! fail that (`xvmm_results::correction::parts_mismatch`, which `xvmm
+//! report` still applies to files read back).
 
 use super::kinds::CROSSINGS as ROWS;
-use xvmm_results::correction::parts_mismatch;
 use xvmm_results::{
     Corrections, Crossing, Environment, ExitTiming, Interval, Report, StampCosts, Status,
 };
@@ -162,11 +165,6 @@ fn crossing_problems(c: &Crossing, rounds: usize, p: &mut Vec<String>) {
                 Some(rt) => interval_problems(&format!("{} round trip", c.name), rt, rounds, p),
                 None => p.push(format!("{}: measured without a round trip", c.name)),
             }
-            // Clamping (a part whose true value is near 0) is reported in
-            // the table, not a failure; a sum that is off is.
-            if let Some(problem) = parts_mismatch(c) {
-                p.push(problem);
-            }
             for (i, s) in c.samples.iter().flatten().enumerate() {
                 if !(s.u2k_u < s.u2k_k && s.u2k_k < s.k2u_k && s.k2u_k < s.k2u_u) {
                     p.push(format!("{} sample {i} is not ordered: {s:?}", c.name));
@@ -188,7 +186,6 @@ fn exit_problems(e: &ExitTiming, rounds: usize, p: &mut Vec<String>) {
         Status::Measured => match &e.round_trip {
             Some(rt) if rt.raw.count > 0 => {
                 interval_problems(&format!("{} round trip", e.name), rt, rounds, p);
-                split_problems(e, rt, p);
                 let low = rt.median_ci.map_or(rt.corrected.median, |ci| ci.low);
                 if low <= MIN_EXIT_TICKS {
                     p.push(format!(
@@ -207,33 +204,6 @@ fn exit_problems(e: &ExitTiming, rounds: usize, p: &mut Vec<String>) {
                 p.push(format!("{}: not measured and no reason given", e.name));
             }
         }
-    }
-}
-
-/// Whether an exit's corrected host-side parts add up to its corrected
-/// round trip: exactly per sample, so in the means, unless a value was
-/// clamped.
-fn split_problems(e: &ExitTiming, rt: &Interval, p: &mut Vec<String>) {
-    let Some(s) = &e.split else {
-        return;
-    };
-    let parts = [&s.guest_to_vmm, &s.in_vmm, &s.vmm_to_guest];
-    let corrections: u64 = parts.iter().map(|i| i.correction.unwrap_or(0)).sum();
-    if Some(corrections) != rt.correction {
-        p.push(format!(
-            "{}: the parts' corrections sum to {corrections}, the round trip's is {:?}",
-            e.name, rt.correction
-        ));
-    }
-    if parts.iter().chain([&rt]).any(|i| i.clamped > 0) || rt.raw.count != s.in_vmm.raw.count {
-        return;
-    }
-    let sum: f64 = parts.iter().map(|i| i.corrected.mean).sum();
-    if (sum - rt.corrected.mean).abs() > 1e-6 * rt.corrected.mean.max(1.0) {
-        p.push(format!(
-            "{}: the corrected parts' means sum to {sum:.1}, the round trip's mean is {:.1}",
-            e.name, rt.corrected.mean
-        ));
     }
 }
 
@@ -345,6 +315,26 @@ mod tests {
         }
     }
 
+    /// Issue item 6: `parts_mismatch` holds for every crossing the code
+    /// builds (xvmm-results' `parts_add_up_in_every_crossing_the_code_builds`),
+    /// so neither these checks nor the nested harness's may claim it as a
+    /// property of a run.
+    #[test]
+    fn no_run_check_asserts_that_the_parts_add_up() {
+        let calls = [
+            concat!("parts_", "mismatch("),
+            concat!("parts_", "problem("),
+        ];
+        let verify = include_str!("verify.rs");
+        let checked = &verify[..verify.find("#[cfg(test)]").unwrap()];
+        let harness = include_str!("../../../harness/tests/support/xperf_checks.rs");
+        for (file, text) in [("verify.rs", checked), ("xperf_checks.rs", harness)] {
+            for call in calls {
+                assert!(!text.contains(call), "{file} asserts {call}), an identity");
+            }
+        }
+    }
+
     #[test]
     fn a_good_report_passes() {
         assert_eq!(problems(&good()), Vec::<String>::new());
@@ -363,14 +353,10 @@ mod tests {
         let mut r = good();
         r.crossings[1].u2k.as_mut().unwrap().correction = Some(1);
         assert!(
-            has(&problems(&r), "int3: the corrections of u2k"),
+            has(&problems(&r), "int3: corrected by"),
             "{:?}",
             problems(&r)
         );
-
-        let mut r = good();
-        r.crossings[0].k2u.as_mut().unwrap().corrected.mean += 3.0;
-        assert!(has(&problems(&r), "pf: the corrected parts' means"));
 
         let mut r = good();
         r.crossings[0].round_trip.as_mut().unwrap().rounds.pop();
@@ -456,51 +442,11 @@ mod tests {
         assert!(has(&p, "outside its confidence interval"), "{p:?}");
     }
 
-    /// An exit row with a round trip of no sample is named; its parts'
-    /// means need not add up where a part was clamped or the parts have
-    /// other samples than the round trip, and otherwise only to a millionth.
     #[test]
-    fn exit_sums_are_held_to_a_millionth_unless_clamped_or_of_other_samples() {
+    fn an_exit_with_a_round_trip_of_no_sample_is_named() {
         let mut r = good();
         r.exits[0].round_trip.as_mut().unwrap().raw.count = 0;
         assert!(has(&problems(&r), "cpuid: measured without a sample"));
-        // pio-out's parts with their means set: the round trip 1e6, the
-        // parts adding to 1e6 + `off`.
-        let with_sum = |off: f64| {
-            let mut r = good();
-            let e = &mut r.exits[1];
-            e.round_trip.as_mut().unwrap().corrected.mean = 1e6;
-            let s = e.split.as_mut().unwrap();
-            s.guest_to_vmm.corrected.mean = 2e5;
-            s.in_vmm.corrected.mean = 6e5;
-            s.vmm_to_guest.corrected.mean = 2e5 + off;
-            r
-        };
-        let means = "pio-out: the corrected parts' means";
-        assert!(!has(&problems(&with_sum(0.5)), means));
-        assert!(
-            !has(&problems(&with_sum(1.0)), means),
-            "one millionth is allowed"
-        );
-        assert!(has(&problems(&with_sum(2.0)), means));
-        let mut clamped = with_sum(50.0);
-        clamped.exits[1].split.as_mut().unwrap().in_vmm.clamped = 1;
-        assert!(!has(&problems(&clamped), means), "{:?}", problems(&clamped));
-        let mut other = with_sum(50.0);
-        other.exits[1].split.as_mut().unwrap().in_vmm.raw.count += 1;
-        assert!(!has(&problems(&other), means), "{:?}", problems(&other));
-    }
-
-    #[test]
-    fn exits_are_checked_against_their_parts() {
-        let mut r = good();
-        let split = r.exits[1].split.as_mut().unwrap();
-        split.in_vmm.corrected.mean += 10.0;
-        assert!(has(&problems(&r), "pio-out: the corrected parts' means"));
-
-        let mut r = good();
-        r.exits[1].split.as_mut().unwrap().in_vmm.correction = Some(0);
-        assert!(has(&problems(&r), "pio-out: the parts' corrections sum"));
     }
 
     #[test]

@@ -232,13 +232,47 @@ pub fn skew_pairs(places: &[CpuPlace], max: usize) -> Vec<(u32, u32)> {
     pairs
 }
 
+/// What the TSC rate is measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reference {
+    /// A `clock_gettime` clock over a current clocksource that is not
+    /// TSC-based: CLOCK_MONOTONIC_RAW, its counter without NTP's
+    /// corrections.
+    Clock(libc::clockid_t),
+    /// The HPET, read directly (`refclock::Hpet`): available, not current.
+    Hpet,
+    /// The ACPI PM timer, read directly (`refclock::PmTimer`).
+    AcpiPm,
+    /// No clock independent of the TSC: CLOCK_MONOTONIC, which then gives
+    /// the kernel's own calibration back. No ppm figure comes of it.
+    Kernel,
+}
+
 /// The clock the TSC rate is measured against, and what that means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateClock {
-    /// `CLOCK_MONOTONIC` or `CLOCK_MONOTONIC_RAW`.
-    pub clock: libc::clockid_t,
-    /// The clock, the clocksource, and whether the clock is TSC-derived.
+    pub reference: Reference,
+    /// The clock, the clocksource, and whether it is independent of the TSC.
     pub text: String,
+}
+
+impl RateClock {
+    /// Whether a rate measured against it says anything the kernel's own
+    /// calibration does not.
+    pub fn independent(&self) -> bool {
+        self.reference != Reference::Kernel
+    }
+
+    /// No independent clock, and why.
+    pub fn kernel(why: &str) -> RateClock {
+        RateClock {
+            reference: Reference::Kernel,
+            text: format!(
+                "no independent clock: {why}; measured against CLOCK_MONOTONIC, the kernel's own \
+                 TSC calibration read back"
+            ),
+        }
+    }
 }
 
 /// Clocksources whose reading is the TSC scaled (paravirtual clocks read
@@ -252,33 +286,53 @@ pub const TSC_CLOCKSOURCES: [&str; 5] = [
     "xen",
 ];
 
-/// The clock to measure the TSC rate against, from the current clocksource
-/// in `dir` (normally /sys/devices/system/clocksource/clocksource0): over a
-/// TSC-based clocksource CLOCK_MONOTONIC (NTP-slewed, the one thing not
-/// taken from the TSC), saying so; over another one (hpet, acpi_pm)
-/// CLOCK_MONOTONIC_RAW, that counter's own rate without NTP's corrections.
+/// The clock to measure the TSC rate against, from the clocksources in
+/// `dir` (normally /sys/devices/system/clocksource/clocksource0): the
+/// current one through CLOCK_MONOTONIC_RAW where it is not TSC-based; else
+/// hpet, then acpi_pm, read directly where the kernel offers them; else
+/// none independent ([`Reference::Kernel`]).
 pub fn rate_clock(dir: &Path) -> RateClock {
     let current = read_trimmed(dir.join("current_clocksource"));
-    if current.is_empty() {
+    let available = read_trimmed(dir.join("available_clocksource"));
+    if !current.is_empty() && !TSC_CLOCKSOURCES.contains(&current.as_str()) {
         return RateClock {
-            clock: libc::CLOCK_MONOTONIC,
-            text: "CLOCK_MONOTONIC (clocksource unknown: it may itself be TSC-derived)".into(),
+            reference: Reference::Clock(libc::CLOCK_MONOTONIC_RAW),
+            text: format!("CLOCK_MONOTONIC_RAW, clocksource {current}, not TSC-based"),
         };
     }
-    if TSC_CLOCKSOURCES.contains(&current.as_str()) {
-        return RateClock {
-            clock: libc::CLOCK_MONOTONIC,
-            text: format!(
-                "CLOCK_MONOTONIC, itself TSC-derived under clocksource {current}: this gives the \
-                 kernel's TSC calibration back (with NTP's frequency correction), not an \
-                 independent rate"
-            ),
-        };
+    let why = if current.is_empty() {
+        "the clocksource is unknown (it may itself be TSC-derived)".to_string()
+    } else {
+        format!("clocksource {current} is itself TSC-derived")
+    };
+    let offered = |name: &str| available.split_ascii_whitespace().any(|a| a == name);
+    for (name, reference, how) in [
+        (
+            "hpet",
+            Reference::Hpet,
+            "the HPET's counter, read through /dev/hpet",
+        ),
+        (
+            "acpi_pm",
+            Reference::AcpiPm,
+            "the ACPI PM timer, read from its port",
+        ),
+    ] {
+        if offered(name) {
+            return RateClock {
+                reference,
+                text: format!("{how} ({name} is available; {why})"),
+            };
+        }
     }
-    RateClock {
-        clock: libc::CLOCK_MONOTONIC_RAW,
-        text: format!("CLOCK_MONOTONIC_RAW, clocksource {current}, not TSC-based"),
-    }
+    let listed = if available.is_empty() {
+        "none listed".to_string()
+    } else {
+        available
+    };
+    RateClock::kernel(&format!(
+        "{why}, and neither hpet nor acpi_pm is available ({listed})"
+    ))
 }
 
 /// The DMI identity strings under /sys/class/dmi/id.
@@ -699,10 +753,12 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         for source in ["tsc", "kvm-clock", "hyperv_clocksource_tsc_page"] {
             let d = dir(source, Some(source));
             let c = rate_clock(&d);
-            assert_eq!(c.clock, libc::CLOCK_MONOTONIC, "{source}");
+            assert_eq!(c.reference, Reference::Kernel, "{source}");
+            assert!(!c.independent());
             assert!(
-                c.text
-                    .contains(&format!("itself TSC-derived under clocksource {source}")),
+                c.text.starts_with("no independent clock: ")
+                    && c.text
+                        .contains(&format!("clocksource {source} is itself TSC-derived")),
                 "{}",
                 c.text
             );
@@ -711,7 +767,7 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         for source in ["hpet", "acpi_pm"] {
             let d = dir(source, Some(source));
             let c = rate_clock(&d);
-            assert_eq!(c.clock, libc::CLOCK_MONOTONIC_RAW, "{source}");
+            assert_eq!(c.reference, Reference::Clock(libc::CLOCK_MONOTONIC_RAW));
             assert!(
                 c.text
                     .contains(&format!("clocksource {source}, not TSC-based")),
@@ -722,8 +778,31 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         }
         let d = dir("none", None);
         let c = rate_clock(&d);
-        assert_eq!(c.clock, libc::CLOCK_MONOTONIC);
-        assert!(c.text.contains("clocksource unknown"), "{}", c.text);
+        assert_eq!(c.reference, Reference::Kernel);
+        assert!(c.text.contains("clocksource is unknown"), "{}", c.text);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Issue item 6: hpet or acpi_pm is measured against wherever the
+    /// kernel offers it, not only where it is the current clocksource.
+    #[test]
+    fn an_available_hpet_or_pm_timer_is_the_reference_even_when_not_current() {
+        let d = std::env::temp_dir().join(format!("xperf-cs-avail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("current_clocksource"), "tsc\n").unwrap();
+        for (available, want) in [("tsc hpet acpi_pm ", "hpet"), ("tsc acpi_pm ", "acpi_pm")] {
+            std::fs::write(d.join("available_clocksource"), available).unwrap();
+            let c = rate_clock(&d);
+            assert!(c.text.contains(want), "{available}: {}", c.text);
+            assert!(c.independent(), "{available}: {c:?}");
+            let reference = if want == "hpet" {
+                Reference::Hpet
+            } else {
+                Reference::AcpiPm
+            };
+            assert_eq!(c.reference, reference);
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,7 +1,8 @@
 //! The metrics of each group, taken and read here; what they mean is decided
 //! by the pure functions of [`super::facts`] and [`super::timing`].
 
-use super::facts::{self, Dmi};
+use super::facts::{self, Dmi, RateClock, Reference};
+use super::refclock;
 use super::skew::{self, Skew};
 use super::timing;
 use crate::stamp;
@@ -295,16 +296,14 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
         Err(reason) => Metric::missing(TIME, "tsc-khz-kernel", reason.clone()),
     };
     let clock = facts::rate_clock(Path::new("/sys/devices/system/clocksource/clocksource0"));
-    let rates: Vec<u64> = (0..RATE_WINDOWS)
-        .map(|_| xvmm_results::tsc::calibrate_khz_on(clock.clock, RATE_WINDOW))
-        .collect();
+    let (rates, clock) = rates_against(clock);
     let measured = Metric::from_samples(TIME, "tsc-khz-measured", "kHz", &rates);
     let against = reported
         .map(|k| (k, "CPUID"))
         .or_else(|| kernel.as_ref().ok().map(|(k, _)| (*k, "the kernel")));
     let measured = match measured.measured().map(|s| s.median) {
         Some(m) => {
-            let value = rate_against(m, against, &clock.text);
+            let value = rate_against(m, against, &clock);
             measured.with_value(value)
         }
         None => measured,
@@ -312,13 +311,55 @@ pub fn tsc_rate(machine: &Machine, log: &KernelLog) -> Vec<Metric> {
     vec![flags, reported_metric, kernel_metric, measured]
 }
 
+/// [`RATE_WINDOWS`] rates measured against `clock`; a counter read
+/// directly that cannot be opened leaves no independent clock, and the
+/// clock says why.
+fn rates_against(clock: RateClock) -> (Vec<u64>, RateClock) {
+    let counter: Result<Box<dyn refclock::Counter>, String> = match clock.reference {
+        Reference::Clock(id) => {
+            let rates = (0..RATE_WINDOWS)
+                .map(|_| xvmm_results::tsc::calibrate_khz_on(id, RATE_WINDOW))
+                .collect();
+            return (rates, clock);
+        }
+        Reference::Hpet => refclock::Hpet::open().map(|c| Box::new(c) as _),
+        Reference::AcpiPm => refclock::PmTimer::open().map(|c| Box::new(c) as _),
+        Reference::Kernel => Err(String::new()),
+    };
+    match counter {
+        Ok(c) => {
+            let rates = (0..RATE_WINDOWS)
+                .map(|_| refclock::calibrate_khz(c.as_ref(), RATE_WINDOW))
+                .collect();
+            (rates, clock)
+        }
+        Err(why) => {
+            let clock = if why.is_empty() {
+                clock
+            } else {
+                RateClock::kernel(&format!("{} cannot be read ({why})", clock.text))
+            };
+            let rates = (0..RATE_WINDOWS)
+                .map(|_| xvmm_results::tsc::calibrate_khz_on(libc::CLOCK_MONOTONIC, RATE_WINDOW))
+                .collect();
+            (rates, clock)
+        }
+    }
+}
+
 /// The measured rate `khz` against a reported one (`against`: kHz and who
-/// reports it), in ppm, measured against `clock`.
-fn rate_against(khz: u64, against: Option<(u64, &str)>, clock: &str) -> String {
-    let windows = format!(
-        "{RATE_WINDOWS} windows of {} ms against {clock}",
-        RATE_WINDOW.as_millis()
-    );
+/// reports it), in ppm, measured against `clock`; no ppm figure where the
+/// clock is not independent of the TSC (it would be the kernel's own
+/// calibration against itself).
+fn rate_against(khz: u64, against: Option<(u64, &str)>, clock: &RateClock) -> String {
+    let ms = RATE_WINDOW.as_millis();
+    if !clock.independent() {
+        return format!(
+            "{} ({RATE_WINDOWS} windows of {ms} ms): not compared with the reported rate",
+            clock.text
+        );
+    }
+    let windows = format!("{RATE_WINDOWS} windows of {ms} ms against {}", clock.text);
     match against {
         Some((r, from)) if r > 0 => format!(
             "{:+.0} ppm against {from}'s {r} kHz ({windows})",
@@ -629,16 +670,46 @@ mod tests {
 
     #[test]
     fn the_measured_rate_in_ppm_against_the_reported_one() {
-        let v = rate_against(3_000_300, Some((3_000_000, "CPUID")), "CLOCK_MONOTONIC");
+        let raw = RateClock {
+            reference: Reference::Clock(libc::CLOCK_MONOTONIC_RAW),
+            text: "CLOCK_MONOTONIC_RAW".into(),
+        };
+        let v = rate_against(3_000_300, Some((3_000_000, "CPUID")), &raw);
         assert_eq!(
             v,
-            "+100 ppm against CPUID's 3000000 kHz (10 windows of 100 ms against CLOCK_MONOTONIC)"
+            "+100 ppm against CPUID's 3000000 kHz (10 windows of 100 ms against CLOCK_MONOTONIC_RAW)"
         );
-        let v = rate_against(2_999_700, Some((3_000_000, "the kernel")), "c");
+        let v = rate_against(2_999_700, Some((3_000_000, "the kernel")), &raw);
         assert!(v.starts_with("-100 ppm against the kernel's"), "{v}");
         for against in [None, Some((0, "CPUID"))] {
-            let v = rate_against(3_000_000, against, "c");
+            let v = rate_against(3_000_000, against, &raw);
             assert!(v.starts_with("no reported rate to compare with"), "{v}");
+        }
+    }
+
+    /// A clocksource directory with `current` and `available` written.
+    pub(super) fn clocksources(name: &str, current: &str, available: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("xperf-rate-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("current_clocksource"), format!("{current}\n")).unwrap();
+        std::fs::write(d.join("available_clocksource"), format!("{available} \n")).unwrap();
+        d
+    }
+
+    /// Issue item 6: over a TSC-derived clocksource with neither hpet nor
+    /// acpi_pm available there is no clock independent of the TSC: the value
+    /// says so and gives no ppm figure (it would be the kernel's own
+    /// calibration read back).
+    #[test]
+    fn without_an_independent_clock_there_is_no_ppm_figure() {
+        for current in ["tsc", "kvm-clock"] {
+            let d = clocksources(current, current, "tsc kvm-clock");
+            let clock = facts::rate_clock(&d);
+            let v = rate_against(2_445_406, Some((2_445_400, "the kernel")), &clock);
+            assert!(v.contains("no independent clock"), "{current}: {v}");
+            assert!(!v.contains("ppm"), "{current}: {v}");
+            std::fs::remove_dir_all(&d).unwrap();
         }
     }
 

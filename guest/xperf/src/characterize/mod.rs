@@ -12,6 +12,7 @@
 pub mod facts;
 mod groups;
 pub mod options;
+mod refclock;
 pub mod skew;
 pub mod timing;
 

@@ -1,0 +1,262 @@
+//! Counters independent of the TSC, read directly, so that the TSC's rate
+//! can be measured against one that is not the current clocksource: the
+//! HPET's main counter through `/dev/hpet` (the hpet driver maps its
+//! registers, read-only), and the ACPI PM timer from its I/O port (root:
+//! `ioperm`, the port from `/proc/ioports`). Over `tsc` or `kvm-clock`,
+//! `clock_gettime` reads the TSC itself, and a rate measured against it is
+//! the kernel's calibration read back.
+
+use std::time::{Duration, Instant};
+use xvmm_results::tsc::rdtsc;
+
+/// A free-running counter of known rate.
+pub trait Counter {
+    /// The counter's value (wrapping at `mask`).
+    fn read(&self) -> u64;
+    /// Its rate in Hz.
+    fn hz(&self) -> f64;
+    /// Its width: the readings wrap at `mask + 1`.
+    fn mask(&self) -> u64;
+}
+
+/// The ACPI PM timer's rate (ACPI specification: 3.579545 MHz).
+pub const PM_TIMER_HZ: f64 = 3_579_545.0;
+
+/// The HPET's registers: capabilities (the period in femtoseconds in the
+/// upper 32 bits), and the main counter.
+const HPET_PERIOD: usize = 0x4;
+const HPET_COUNTER: usize = 0xf0;
+/// The longest period the HPET specification allows (100 ns, in fs).
+const HPET_MAX_PERIOD_FS: u32 = 100_000_000;
+
+/// The HPET, its registers mapped from `/dev/hpet`.
+pub struct Hpet {
+    base: *mut libc::c_void,
+    hz: f64,
+}
+
+impl Hpet {
+    /// Maps the HPET's registers; `Err` says why not (no `/dev/hpet`, no
+    /// permission, a kernel without `CONFIG_HPET_MMAP`).
+    pub fn open() -> Result<Hpet, String> {
+        let file = std::fs::File::open("/dev/hpet").map_err(|e| format!("/dev/hpet: {e}"))?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a new read-only shared mapping of one page of an open
+        // file; the result is checked before use.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("/dev/hpet cannot be mapped: {e}"));
+        }
+        let mut hpet = Hpet { base, hz: 0.0 };
+        let period = hpet.register(HPET_PERIOD);
+        if period == 0 || period > HPET_MAX_PERIOD_FS {
+            return Err(format!("the HPET gives a period of {period} fs"));
+        }
+        hpet.hz = 1e15 / f64::from(period);
+        Ok(hpet)
+    }
+
+    fn register(&self, offset: usize) -> u32 {
+        // SAFETY: `offset` is one of the 4-byte-aligned registers inside
+        // the page mapped in `open`, which lives as long as `self`;
+        // volatile, as the hardware changes it.
+        unsafe { std::ptr::read_volatile(self.base.cast::<u8>().add(offset).cast::<u32>()) }
+    }
+}
+
+impl Counter for Hpet {
+    fn read(&self) -> u64 {
+        // The low 32 bits: a 32-bit HPET has no more, and a window of
+        // 100 ms is far less than 2^32 ticks at any HPET's rate.
+        u64::from(self.register(HPET_COUNTER))
+    }
+    fn hz(&self) -> f64 {
+        self.hz
+    }
+    fn mask(&self) -> u64 {
+        u64::from(u32::MAX)
+    }
+}
+
+impl Drop for Hpet {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the page mapped in `open`, used by nothing else.
+        unsafe { libc::munmap(self.base, 4096) };
+    }
+}
+
+/// The first port of the "ACPI PM_TMR" range in `/proc/ioports` (`None`
+/// where absent, or zero as the file shows it to an unprivileged reader).
+pub fn pm_timer_port(ioports: &str) -> Option<u16> {
+    ioports.lines().find_map(|l| {
+        let (range, name) = l.split_once(':')?;
+        if name.trim() != "ACPI PM_TMR" {
+            return None;
+        }
+        let first = range.trim().split('-').next()?;
+        u16::from_str_radix(first, 16).ok().filter(|&p| p != 0)
+    })
+}
+
+/// The ACPI PM timer, its port opened to this process.
+pub struct PmTimer {
+    port: u16,
+}
+
+impl PmTimer {
+    /// Opens the timer's port (`ioperm`: root with CAP_SYS_RAWIO).
+    pub fn open() -> Result<PmTimer, String> {
+        let ioports =
+            std::fs::read_to_string("/proc/ioports").map_err(|e| format!("/proc/ioports: {e}"))?;
+        let port = pm_timer_port(&ioports)
+            .ok_or("/proc/ioports names no ACPI PM_TMR port (or hides it from non-root)")?;
+        // SAFETY: asks the kernel for access to four I/O ports; no memory
+        // is touched.
+        if unsafe { libc::ioperm(libc::c_ulong::from(port), 4, 1) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("ioperm on the PM timer's port {port:#x}: {e}"));
+        }
+        Ok(PmTimer { port })
+    }
+}
+
+impl Counter for PmTimer {
+    fn read(&self) -> u64 {
+        let value: u32;
+        // SAFETY: `open` obtained access to this port with ioperm; a read
+        // of the PM timer has no side effect.
+        unsafe {
+            std::arch::asm!(
+                "in eax, dx",
+                in("dx") self.port,
+                out("eax") value,
+                options(nomem, nostack, preserves_flags)
+            );
+        }
+        u64::from(value)
+    }
+    fn hz(&self) -> f64 {
+        PM_TIMER_HZ
+    }
+    fn mask(&self) -> u64 {
+        // 24 bits (32 on some machines: the low 24 bits then count alike).
+        0xff_ffff
+    }
+}
+
+impl Drop for PmTimer {
+    fn drop(&mut self) {
+        // SAFETY: gives the four ports back; no memory is touched.
+        unsafe { libc::ioperm(libc::c_ulong::from(self.port), 4, 0) };
+    }
+}
+
+/// A counter reading and the TSC at the same moment: the TSC read on both
+/// sides, the closest pair of a few tries kept, at its midpoint.
+fn paired(c: &dyn Counter) -> (u64, u64) {
+    let mut best = (0, 0, u64::MAX);
+    for _ in 0..20 {
+        let before = rdtsc();
+        let value = c.read();
+        let after = rdtsc();
+        let gap = after.wrapping_sub(before);
+        if gap < best.2 {
+            best = (value, before + gap / 2, gap);
+        }
+    }
+    (best.0, best.1)
+}
+
+/// TSC kHz from `tsc` ticks over `counted` ticks of a counter of `hz`.
+pub fn khz_of(tsc: u64, counted: u64, hz: f64) -> u64 {
+    if counted == 0 {
+        return 0;
+    }
+    xvmm_results::num::u64_saturating((tsc as f64 * hz / counted as f64 / 1000.0).round())
+}
+
+/// The TSC's rate in kHz against `c` over `window` (spinning).
+pub fn calibrate_khz(c: &dyn Counter, window: Duration) -> u64 {
+    let (c0, t0) = paired(c);
+    let started = Instant::now();
+    while started.elapsed() < window {
+        std::hint::spin_loop();
+    }
+    let (c1, t1) = paired(c);
+    khz_of(
+        t1.saturating_sub(t0),
+        c1.wrapping_sub(c0) & c.mask(),
+        c.hz(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A counter that advances `step` per read, wrapping at 24 bits.
+    struct Fake {
+        now: Cell<u64>,
+        step: u64,
+    }
+
+    impl Counter for Fake {
+        fn read(&self) -> u64 {
+            self.now
+                .set(self.now.get().wrapping_add(self.step) & self.mask());
+            self.now.get()
+        }
+        fn hz(&self) -> f64 {
+            PM_TIMER_HZ
+        }
+        fn mask(&self) -> u64 {
+            0xff_ffff
+        }
+    }
+
+    #[test]
+    fn the_pm_timer_port_comes_from_ioports() {
+        let root = "0000-0cf7 : PCI Bus 0000:00\n  0600-0603 : ACPI PM1a_EVT_BLK\n  \
+                    0608-060b : ACPI PM_TMR\n  0620-062f : ACPI GPE0_BLK\n";
+        assert_eq!(pm_timer_port(root), Some(0x608));
+        let hidden = "  0000-0000 : ACPI PM_TMR\n";
+        assert_eq!(pm_timer_port(hidden), None);
+        assert_eq!(pm_timer_port("0060-0060 : keyboard\n"), None);
+    }
+
+    #[test]
+    fn a_rate_from_counted_ticks() {
+        // 100 ms of a 3.579545 MHz timer against 244.5 M TSC ticks.
+        assert_eq!(khz_of(244_500_000, 357_954, PM_TIMER_HZ), 2_445_003);
+        assert_eq!(khz_of(1, 0, PM_TIMER_HZ), 0);
+    }
+
+    #[test]
+    fn a_counter_that_wraps_still_counts_forward() {
+        let near_wrap = Fake {
+            now: Cell::new(0xff_fff0),
+            step: 1,
+        };
+        let (c0, _) = paired(&near_wrap);
+        near_wrap.now.set(0x10);
+        let (c1, _) = paired(&near_wrap);
+        assert!(c1.wrapping_sub(c0) & near_wrap.mask() < 0x100, "{c0} {c1}");
+        // A counter that moves: a positive rate.
+        let moving = Fake {
+            now: Cell::new(0),
+            step: 3,
+        };
+        assert!(calibrate_khz(&moving, Duration::from_millis(1)) > 0);
+    }
+}
