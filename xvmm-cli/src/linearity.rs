@@ -6,8 +6,8 @@ use super::output::{JsonOutput, Stdout};
 use std::time::Duration;
 use xvmm::microguest::linearity::{check_linearity, LinearityOptions};
 use xvmm::vcpu::StopSignals;
-use xvmm_results::linearity::Outcome;
 use xvmm::{Error, Result};
+use xvmm_results::linearity::Outcome;
 
 /// The options a command line asks for: `samples` for the independent
 /// sweep, half that for each decision phase.
