@@ -10,8 +10,9 @@
 //! `xperf` (the hostPath DaemonSet, the sidecar variant), [`check`] asks:
 //! both files appear; the running xperf is PID 1 with the config's ids, no
 //! capability, no_new_privs and a seccomp filter (its /proc status);
-//! node_exporter (standing in for the node's, or the sidecar) serves every series of the .prom file
-//! with `node_textfile_scrape_error 0`; a second period replaces them; `crun
+//! node_exporter (standing in for the node's, or the sidecar) serves every
+//! series of the .prom file with `node_textfile_scrape_error 0`, and a real
+//! Prometheus scraping it holds every one of them; a second period replaces them; `crun
 //! kill ID TERM` ends the container within the pod's
 //! `terminationGracePeriodSeconds` with status 0 and the .prom file (and so
 //! its series) gone. The control: the same container told it is a VM's init
@@ -285,6 +286,110 @@ impl NodeExporter {
     }
 }
 
+/// Debian's Prometheus scraping one node_exporter every second, on a
+/// loopback port picked now, its data in a directory removed when dropped.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// How long Prometheus may take to start and scrape.
+const PROMETHEUS_READY: Duration = Duration::from_secs(60);
+
+fn prometheus(exporter: &NodeExporter) -> Result<Prometheus, String> {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let program = oci::program("prometheus", "prometheus")?;
+    let dir = std::env::temp_dir().join(format!("xvmm-crun-prom-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let config = dir.join("prometheus.yml");
+    let scrape = format!(
+        "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: node\n    \
+         static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+        exporter.port
+    );
+    std::fs::write(&config, scrape).map_err(|e| e.to_string())?;
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let child = Command::new(program)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("prometheus does not start: {e}"))?;
+    Ok(Prometheus { child, port, dir })
+}
+
+impl Prometheus {
+    /// `GET PATH` on the API; the body of a 200 answer.
+    fn get(&self, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(SCRAPE)).ok()?;
+        let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        s.write_all(request.as_bytes()).ok()?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).ok()?;
+        let (head, body) = reply.split_once("\r\n\r\n")?;
+        head.lines().next().filter(|l| l.contains(" 200 "))?;
+        Some(body.to_string())
+    }
+
+    /// The metric names Prometheus holds under `prefix`.
+    fn names(&self, prefix: &str) -> BTreeSet<String> {
+        let query =
+            format!("/api/v1/label/__name__/values?match[]=%7B__name__%3D~%22{prefix}.%2A%22%7D");
+        let body = self.get(&query).unwrap_or_default();
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+/// Every series name of the file reaches a real Prometheus through the
+/// node_exporter that serves the container's directory.
+fn reached_prometheus(exporter: &NodeExporter, names: &BTreeSet<String>) -> Result<(), String> {
+    let prometheus = prometheus(exporter)?;
+    let start = Instant::now();
+    loop {
+        let held = prometheus.names("xperf_");
+        let missing: Vec<&String> = names.difference(&held).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > PROMETHEUS_READY {
+            return Err(format!(
+                "Prometheus holds {} of the file's {} series after {PROMETHEUS_READY:?}; \
+                 missing {missing:?}",
+                held.len(),
+                names.len()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 /// The names of the series in an exposition (every sample line's name).
 fn series_names(text: &str) -> BTreeSet<String> {
     text.lines()
@@ -315,6 +420,7 @@ fn check(
     let first_files = start.elapsed();
     confined(c, &pod.bundle.config)?;
     let names = served(pod, exporter)?;
+    reached_prometheus(exporter, &names)?;
     let second_files = next_period(c, pod)?;
     let stopped = stop(c, pod, exporter, &names)?;
     Ok(Evidence {
