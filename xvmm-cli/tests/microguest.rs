@@ -390,7 +390,11 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     // host's by a kHz of calibration), read back from the file.
     let hz = gauge(&text, "xvmm_tsc_frequency_hertz", &[]).expect("the TSC rate");
     let guest_khz = report.machine.as_ref().map_or(0, |m| m.tsc_khz);
-    let khz = if guest_khz > 0 { guest_khz } else { report.host.tsc_khz };
+    let khz = if guest_khz > 0 {
+        guest_khz
+    } else {
+        report.host.tsc_khz
+    };
     assert_eq!(hz, khz as f64 * 1000.0);
     let seconds = |ticks: u64| ticks as f64 / hz;
     let near = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() <= 1e-9 * b.abs());
