@@ -1,5 +1,8 @@
-//! xperf's getppid round trip against `perf bench syscall basic` (Debian's
-//! linux-perf): the two must agree within 15 % once both are in TSC ticks.
+//! xperf's getppid round trip against its peers, like for like: a loop of
+//! the bare `syscall` instruction xperf times (the test's own, whose loop
+//! is known), and `perf bench syscall basic` (Debian's linux-perf), whose
+//! loop goes through glibc's `getppid()`, against the same loop written
+//! here. Each pair must agree within 15 % once both are in TSC ticks.
 //! perf reports microseconds per call (a mean over its loop); ticks =
 //! usecs/op * TSC kHz / 1000. Its fastest of several short runs is used: a
 //! run's mean absorbs every preemption on a busy machine, xperf's median
@@ -24,6 +27,15 @@ pub fn raw_getppid() {
         asm!("syscall", inlateout("rax") libc::SYS_getppid => _,
              out("rcx") _, out("r11") _, options(nostack));
     }
+}
+
+/// getppid through glibc's `getppid()`, as `perf bench syscall basic`'s
+/// loop calls it: the wrapper's call, return and register moves come on
+/// top of the `syscall` itself.
+#[inline(never)]
+pub fn wrapped_getppid() {
+    // SAFETY: getppid has no arguments or side effects.
+    std::hint::black_box(unsafe { libc::getppid() });
 }
 
 /// Fastest per-call cost in TSC ticks of `loops` back-to-back calls, over
