@@ -33,7 +33,7 @@ fn scratch(tag: &str) -> PathBuf {
 
 /// `xperf ARGS` as PID 1 of new PID and mount namespaces: a fresh /proc,
 /// `dir` writable, the rest of the root read-only, no capabilities.
-fn as_container_pid1(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Child {
+fn as_container_pid1(dir: &Path, env: &[(&str, &str)], args: &[String]) -> Child {
     let script = format!(
         "mount -t proc proc /proc && mount --bind {d} {d} && mount -o remount,bind,ro / \
          && exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all \
@@ -50,6 +50,20 @@ fn as_container_pid1(dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Child {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd.spawn().expect("unshare (util-linux) runs")
+}
+
+/// `characterize` writing `json` and `prom` at a small sample count, then
+/// `extra`.
+fn characterize_to(json: &Path, prom: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["characterize", "--samples", "200", "--json"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.push(json.display().to_string());
+    args.push("--openmetrics".into());
+    args.push(prom.display().to_string());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
 }
 
 /// Waits for `child` at most `limit`; kills it and fails if it is still
@@ -103,15 +117,7 @@ fn as_a_containers_pid1_xperf_measures_writes_and_exits() {
     }
     let dir = scratch("once");
     let (json, prom) = (dir.join("x.json"), dir.join("x.prom"));
-    let args = [
-        "characterize",
-        "--samples",
-        "200",
-        "--json",
-        json.to_str().unwrap(),
-        "--openmetrics",
-        prom.to_str().unwrap(),
-    ];
+    let args = characterize_to(&json, &prom, &[]);
     let child = as_container_pid1(&dir, &[], &args);
     let (code, text) = wait_at_most(child, Duration::from_secs(120), "one characterize");
     assert_eq!(code, 0, "{text}");
@@ -133,19 +139,8 @@ fn with_every_sigterm_to_pid1_stops_it_with_status_0_and_no_stale_file() {
     }
     let dir = scratch("every");
     let (json, prom) = (dir.join("x.json"), dir.join("x.prom"));
-    let args = [
-        "characterize",
-        "--samples",
-        "200",
-        "--json",
-        json.to_str().unwrap(),
-        "--openmetrics",
-        prom.to_str().unwrap(),
-        "--every",
-        "1h",
-        "--node-name",
-        "node-a.example",
-    ];
+    let every = ["--every", "1h", "--node-name", "node-a.example"];
+    let args = characterize_to(&json, &prom, &every);
     let child = as_container_pid1(&dir, &[], &args);
     let pid = pid1_of(&child);
     assert_eq!(namespace_pid(pid), "1", "xperf is its namespace's PID 1");
@@ -182,17 +177,8 @@ fn sigterm_during_the_jitter_wait_stops_it_at_once() {
     }
     let dir = scratch("jitter");
     let prom = dir.join("x.prom");
-    let args = [
-        "characterize",
-        "--json",
-        "-",
-        "--openmetrics",
-        prom.to_str().unwrap(),
-        "--every",
-        "1h",
-        "--jitter",
-        "1h",
-    ];
+    let json = dir.join("x.json");
+    let args = characterize_to(&json, &prom, &["--every", "1h", "--jitter", "1h"]);
     let child = as_container_pid1(&dir, &[], &args);
     let pid = pid1_of(&child);
     std::thread::sleep(Duration::from_millis(500));
@@ -214,7 +200,7 @@ fn told_it_is_a_vms_init_where_it_is_not_it_exits_with_the_reason() {
     // It must say so and exit, not park.
     let dir = scratch("init");
     let json = dir.join("x.json");
-    let args = ["characterize", "--json", json.to_str().unwrap()];
+    let args = characterize_to(&json, &dir.join("x.prom"), &[]);
     let child = as_container_pid1(&dir, &[("xvmm_init", "1")], &args);
     let (code, text) = wait_at_most(child, Duration::from_secs(30), "a failed VM init");
     assert_ne!(code, 0, "{text}");
