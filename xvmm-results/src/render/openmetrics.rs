@@ -397,7 +397,10 @@ fn metric_target(m: &Metric) -> (Target, Labels) {
             duration("pause", instructions_per_sample(&m.unit)),
             Vec::new(),
         ),
-        ("exits", exit) => (duration("exit", 1.0), label("exit", exit)),
+        ("exits", exit) => (
+            duration("exit", instructions_per_sample(&m.unit)),
+            label("exit", exit),
+        ),
         ("crossings", name) => {
             let (base, interval) = CROSSING_SUFFIXES
                 .iter()
@@ -914,6 +917,110 @@ mod tests {
             ("reason", "not_reported"),
         ];
         assert_eq!(value(&all, "xperf_metric_unavailable", &gone), 1.0);
+    }
+
+    #[test]
+    fn a_machine_without_its_own_rate_converts_at_the_hosts() {
+        let mut r = characterized();
+        r.machine.as_mut().unwrap().tsc_khz = 0;
+        r.host.tsc_khz = 1_000_000;
+        let all = series(&openmetrics(&r, "xperf"));
+        assert_eq!(value(&all, "xperf_tsc_frequency_hertz", &[]), 1e9);
+        let median = [("exit", "cpuid"), ("statistic", "median")];
+        // 200 ticks at 1 GHz.
+        let got = value(&all, "xperf_exit_duration_seconds", &median);
+        assert!(close(got, 200e-9), "{got}");
+        // With a rate of its own (a guest's), the machine's wins.
+        r.machine.as_mut().unwrap().tsc_khz = 2_000_000;
+        let all = series(&openmetrics(&r, "xperf"));
+        assert_eq!(value(&all, "xperf_tsc_frequency_hertz", &[]), 2e9);
+    }
+
+    #[test]
+    fn a_metric_this_version_does_not_know_keeps_a_family_of_its_own() {
+        let mut r = characterized();
+        let c = r.characterize.as_mut().unwrap();
+        c.metrics = vec![
+            Metric::from_samples("time", "new-clock", "ticks", &[40, 60]),
+            Metric::from_samples("exits", "ud2", "ticks/64 loads", &[640]),
+            Metric::from_samples("memory", "tlb-walk", "ticks/8 loads", &[80]),
+        ];
+        let text = openmetrics(&r, "xperf");
+        let all = series(&text);
+        // A time metric outside the table is neither a clock read nor a
+        // skew: its own duration family, in seconds.
+        let max = value(
+            &all,
+            "xperf_time_new_clock_duration_seconds",
+            &[("statistic", "max")],
+        );
+        assert!(close(max, 30e-9), "{max}");
+        assert!(find(&all, "xperf_tsc_skew_seconds", &[]).is_empty());
+        assert!(
+            text.contains(
+                "# HELP xperf_time_new_clock_duration_seconds xperf characterize time new-clock."
+            ),
+            "{text}"
+        );
+        // Samples that time 64 (or 8) at once: per instruction, and the
+        // HELP says so where the family is not one of the table's.
+        let ud2 = [("exit", "ud2"), ("statistic", "median")];
+        assert!(close(
+            value(&all, "xperf_exit_duration_seconds", &ud2),
+            5e-9
+        ));
+        let walk = value(
+            &all,
+            "xperf_memory_tlb_walk_duration_seconds",
+            &[("statistic", "min")],
+        );
+        assert!(close(walk, 5e-9), "{walk}");
+        assert!(
+            text.contains("tlb-walk (ticks/8 loads, per instruction)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_interval_without_samples_is_unavailable_not_zero() {
+        let mut r = fixtures::report(Environment::LinuxVm, 2);
+        r.host.tsc_khz = 1_000_000;
+        let empty = Interval::default();
+        r.crossings[0].round_trip = Some(empty.clone());
+        r.exits.push(ExitTiming {
+            name: "hlt".into(),
+            status: Status::Measured,
+            samples_requested: 3,
+            samples_valid: 0,
+            round_trip: Some(empty),
+            guest_to_vmm: None,
+            in_vmm: None,
+            vmm_to_guest: None,
+            split: None,
+            traced: None,
+        });
+        let all = series(&openmetrics(&r, "xvmm"));
+        let name = &r.crossings[0].name;
+        let rt = [("crossing", name.as_str()), ("interval", "round_trip")];
+        assert!(find(&all, "xvmm_crossing_duration_seconds", &rt).is_empty());
+        let gone = format!("crossings/{name}-round_trip");
+        let missing = [("metric", gone.as_str()), ("reason", "no_samples")];
+        assert_eq!(value(&all, "xvmm_metric_unavailable", &missing), 1.0);
+        assert!(find(&all, "xvmm_exit_duration_seconds", &[("exit", "hlt")]).is_empty());
+        let hlt = [("metric", "exits/hlt"), ("reason", "no_samples")];
+        assert_eq!(value(&all, "xvmm_metric_unavailable", &hlt), 1.0);
+    }
+
+    #[test]
+    fn a_destination_is_a_file_name() {
+        for bad in ["", "-"] {
+            let err = destination(bad).unwrap_err();
+            assert!(err.contains("needs a file name"), "{bad:?}: {err}");
+        }
+        assert_eq!(
+            destination("/d/x.prom").unwrap(),
+            std::path::PathBuf::from("/d/x.prom")
+        );
     }
 
     #[test]
