@@ -239,14 +239,7 @@ impl Stack {
     fn run_xperf(&self, samples: &str) -> (Report, usize) {
         let json = self.dir.join("characterize.json");
         let prom = self.textfiles().join("xperf.prom");
-        let out = characterize(&static_xperf(), samples, &json, &prom)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        characterize_once(samples, &json, &prom);
         let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
         (
             report,
@@ -292,6 +285,18 @@ fn characterize(xperf: &Path, samples: &str, json: &Path, prom: &Path) -> Comman
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     cmd
+}
+
+/// Runs the static xperf's characterize to its end; fails with its stderr.
+fn characterize_once(samples: &str, json: &Path, prom: &Path) {
+    let out = characterize(&static_xperf(), samples, json, prom)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// How a JSON figure converts to its series.
@@ -638,14 +643,7 @@ fn promtool_accepts_the_file_xperf_wrote_and_refuses_the_old_format() {
     let dir = std::env::temp_dir().join(format!("xvmm-promtool-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let prom = dir.join("xperf.prom");
-    let out = characterize(&static_xperf(), "300", &dir.join("c.json"), &prom)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    characterize_once("300", &dir.join("c.json"), &prom);
     let text = std::fs::read_to_string(&prom).unwrap();
     let (ok, said) = promtool_check_metrics(&text);
     assert!(ok, "promtool check metrics refuses xperf's file: {said}");
