@@ -18,6 +18,7 @@ pub mod build;
 pub mod distro;
 pub mod initramfs;
 pub mod lock;
+pub mod monitor;
 pub mod oci;
 pub mod run;
 

@@ -3,6 +3,7 @@
 
 use crate::build::{workspace_root, Artifacts};
 use crate::lock::HarnessLock;
+use crate::monitor::{cpus_at, summarize, Monitor, Symbols};
 use crate::{Outcome, StepResult, HOST_QEMU};
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -30,11 +31,12 @@ pub fn report_from_stdout(stdout: &[&str]) -> std::result::Result<xvmm_results::
 /// for L2; hence the measured host rate is given explicitly (QEMU TCG passes
 /// the host TSC through unscaled). With a true TSC the IO-APIC timer check
 /// (4 ticks within 40 ms) fails whenever the emulating host is busy, and the
-/// kernel panics: `no_timer_check`.
+/// kernel panics: `no_timer_check`. `nokaslr`: a hung run's CPU dump names
+/// L1's functions from its `System.map` ([`crate::monitor`]).
 pub fn l1_cmdline(tsc_khz: u64) -> String {
     format!(
         "console=ttyS0 quiet panic=-1 rdinit=/init tsc_early_khz={tsc_khz} tsc=reliable \
-         no_timer_check"
+         nokaslr no_timer_check"
     )
 }
 
@@ -247,11 +249,22 @@ pub fn run_l1_with_cmdline(
     })
 }
 
-/// Starts QEMU TCG on the L1 kernel, its console on stdout.
-fn spawn_l1(a: &Artifacts, initrd: &Path, cmdline: &str) -> Result<Child> {
-    let smp = std::env::var("XVMM_HARNESS_SMP").unwrap_or_else(|_| "2".into());
+/// L1's CPU count: 2, or `XVMM_HARNESS_SMP`.
+fn l1_cpus() -> usize {
+    std::env::var("XVMM_HARNESS_SMP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2)
+}
+
+/// Starts QEMU TCG on the L1 kernel, its console on stdout, its monitor on
+/// `monitor`'s socket.
+fn spawn_l1(a: &Artifacts, initrd: &Path, cmdline: &str, monitor: &Monitor) -> Result<Child> {
     Command::new(HOST_QEMU)
-        .args(["-accel", "tcg", "-cpu", "EPYC", "-m", "2048", "-smp", &smp])
+        .args(["-accel", "tcg", "-cpu", "EPYC", "-m", "2048", "-smp"])
+        .arg(l1_cpus().to_string())
+        .arg("-monitor")
+        .arg(monitor.qemu_arg())
         .args([
             "-nodefaults",
             "-display",
@@ -339,8 +352,46 @@ fn boot_once(
     let log = log
         .try_clone()
         .map_err(|e| Error::Build(format!("log: {e}")))?;
-    spawn_l1(a, initrd, cmdline)
-        .map(|child| collect_console(child, log, started, timeout, IDLE_LIMIT))
+    let probe = HangProbe {
+        monitor: Monitor::for_run("l1"),
+        system_map: a.l1_kernel.system_map.clone(),
+        cpus: l1_cpus(),
+    };
+    spawn_l1(a, initrd, cmdline, &probe.monitor)
+        .map(|child| collect_console(child, log, started, timeout, IDLE_LIMIT, Some(&probe)))
+}
+
+/// Asks a run the harness is about to end where its CPUs are.
+struct HangProbe {
+    monitor: Monitor,
+    system_map: PathBuf,
+    cpus: usize,
+}
+
+impl HangProbe {
+    /// Lines for the log: each CPU's place and state, QEMU's dump, then
+    /// QEMU's threads (`pid`).
+    fn describe(&self, ended: Ended, pid: u32) -> Vec<String> {
+        let mut lines = vec![format!(
+            "=== L1 ended by the harness ({ended:?}); its CPUs:"
+        )];
+        match self.monitor.cpu_state(self.cpus) {
+            Ok(state) => {
+                let symbols = Symbols::read(&self.system_map);
+                lines.extend(
+                    summarize(&cpus_at(&state), symbols.as_ref())
+                        .lines()
+                        .map(String::from),
+                );
+                lines.push("=== QEMU monitor: info registers -a, info lapic".into());
+                lines.extend(state.lines().map(String::from));
+            }
+            Err(e) => lines.push(format!("=== no CPU state: {e}")),
+        }
+        lines.push("=== QEMU's threads".into());
+        lines.extend(crate::monitor::threads(pid));
+        lines
+    }
 }
 
 /// Reads QEMU's stdout (the console) and stderr (prefixed `qemu: `) into
@@ -352,6 +403,7 @@ fn collect_console(
     started: Instant,
     timeout: Duration,
     idle_limit: Duration,
+    probe: Option<&HangProbe>,
 ) -> (Vec<String>, Ended) {
     let (tx, rx) = mpsc::channel::<String>();
     let mut readers = Vec::new();
@@ -394,6 +446,12 @@ fn collect_console(
             ended = Ended::TimedOut;
         }
         if ended != Ended::Exited {
+            // Where it stopped, asked before the kill ends the machine.
+            let pid = child.id();
+            for line in probe.map(|p| p.describe(ended, pid)).unwrap_or_default() {
+                let _ = writeln!(log, "{line}");
+                console.push(line);
+            }
             let _ = child.kill();
             break;
         }
@@ -430,6 +488,7 @@ mod tests {
             t,
             Duration::from_secs(timeout_s),
             Duration::from_secs(idle_s),
+            None,
         );
         let _ = fs::remove_file(&log);
         (lines, ended, t.elapsed())
@@ -451,6 +510,58 @@ mod tests {
         let (lines, ended, _) = collect("echo a; echo b >&2", 30, 1);
         assert_eq!(ended, Ended::Exited);
         assert_eq!(lines.len(), 2, "{lines:?}");
+    }
+
+    /// A QEMU the harness ends leaves, in the console and the log, where
+    /// each of its CPUs was (from its monitor) before the kill.
+    #[test]
+    fn a_run_the_harness_ends_leaves_its_cpus_state() {
+        let probe = HangProbe {
+            monitor: Monitor::for_run("ended"),
+            system_map: PathBuf::from("/nonexistent/System.map"),
+            cpus: 2,
+        };
+        let child = Command::new(HOST_QEMU)
+            .args(["-accel", "tcg", "-m", "64", "-smp", "2", "-nodefaults"])
+            .args(["-display", "none", "-serial", "stdio", "-monitor"])
+            .arg(probe.monitor.qemu_arg())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let log = std::env::temp_dir().join(format!("harness-probe-{}", std::process::id()));
+        let file = fs::File::create(&log).unwrap();
+        let t = Instant::now();
+        let (lines, ended) = collect_console(
+            child,
+            file,
+            t,
+            Duration::from_secs(3),
+            Duration::from_secs(600),
+            Some(&probe),
+        );
+        let saved = fs::read_to_string(&log).unwrap();
+        let _ = fs::remove_file(&log);
+        assert_eq!(ended, Ended::TimedOut);
+        let text = lines.join("\n");
+        assert!(
+            text.contains("=== L1 ended by the harness (TimedOut); its CPUs:"),
+            "{text}"
+        );
+        for cpu in [
+            "CPU#0 ip=",
+            "CPU#1 ip=",
+            "local APIC state for CPU 1",
+            "=== QEMU's threads",
+            "qemu-system-x86",
+        ] {
+            assert!(text.contains(cpu), "{cpu} missing:\n{text}");
+        }
+        assert!(
+            saved.contains("CPU#1 ip="),
+            "the log lacks the dump:\n{saved}"
+        );
     }
 
     #[test]

@@ -37,9 +37,10 @@ fn l2_step(name: &str, xperf_args: &str, extra: &[&str]) -> Step {
     let mut a = vec![l1::XVMM, "--kernel", l1::L2_BZIMAGE, "--cmdline", &cmdline];
     a.extend(["--mem", &mem, "--timeout", &timeout]);
     a.extend(extra);
-    // --quiet: stdout holds the JSON alone (tables and the guest console
-    // would interleave with it from another pipe).
-    a.extend(["--quiet", "--json", "-"]);
+    // stdout holds the JSON alone; L2's console goes to stderr, which
+    // l1-init keeps in L1's console: a step that hangs shows how far the
+    // guest got.
+    a.extend(["--json", "-"]);
     Step::run(name, VM_TIMEOUT + 30, &a)
 }
 

@@ -46,8 +46,10 @@ fn vm_step(name: &str, kernel: &str, xperf_args: &str, extra: &[&str]) -> Step {
     let mut a = vec![l1::XVMM, "--kernel", kernel, "--cmdline", &cmdline];
     a.extend(["--mem", &mem, "--timeout", &timeout]);
     a.extend(extra);
-    // stdout holds the JSON alone.
-    a.extend(["--quiet", "--json", "-"]);
+    // stdout holds the JSON alone; L2's console goes to stderr, which
+    // l1-init keeps in L1's console: a step that hangs shows how far the
+    // guest got.
+    a.extend(["--json", "-"]);
     Step::run(name, VM_TIMEOUT + 30, &a)
 }
 

@@ -1,11 +1,13 @@
 //! Mutation testing of the measurement core: runs cargo-mutants (installed
 //! by `harness/setup.sh`; settings in `.cargo/mutants.toml`) on each core
 //! file and prints, per file, caught / missed / unviable / timeout, the
-//! score against its target (90 %, or 100 % for timeline, attribution,
-//! correction and compare), and every missed mutant README does not list as
-//! equivalent. Slow (hours on two CPUs), so the suite does not run it.
+//! score against its target (100 %), and every missed mutant
+//! `docs/mutants.md` does not list as equivalent. With `--markdown`, the
+//! rows of that document's table instead (counting each file's mutants with
+//! `cargo mutants --list`). Slow (hours on two CPUs), so the suite does not
+//! run it.
 //!
-//!     cargo run --release -p xvmm-benches --bin mutants -- [--in-place] [--jobs N] [--read DIR...] [FILE...]
+//!     cargo run --release -p xvmm-benches --bin mutants -- [--in-place] [--jobs N] [--read DIR...] [--markdown] [FILE...]
 //!
 //! `--in-place` mutates this checkout (cargo-mutants restores each file;
 //! do not edit meanwhile), reusing its `target/`; otherwise cargo-mutants
@@ -18,12 +20,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xvmm_benches::mutants::{
-    below_target, merge, parse_equivalents, parse_outcomes, tally, unexplained, CoreFile, Mutant,
-    CORE,
+    below_target, caught_on_rerun, core_files, merge, parse_equivalents, parse_outcomes, tally,
+    unexplained, Mutant, Row, DOC, TABLE_HEADER, TARGET,
 };
 
 struct Args {
     in_place: bool,
+    markdown: bool,
     jobs: usize,
     read: Vec<PathBuf>,
     files: Vec<String>,
@@ -32,6 +35,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         in_place: false,
+        markdown: false,
         jobs: 1,
         read: Vec::new(),
         files: Vec::new(),
@@ -40,6 +44,7 @@ fn parse_args() -> Result<Args, String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--in-place" => args.in_place = true,
+            "--markdown" => args.markdown = true,
             "--jobs" => {
                 let v = it.next().ok_or("--jobs needs a number")?;
                 args.jobs = v
@@ -61,13 +66,13 @@ fn parse_args() -> Result<Args, String> {
 
 /// Runs cargo-mutants on the core files of one package; the outcomes land in
 /// `out/mutants.out/outcomes.json`.
-fn run_package(repo: &Path, package: &str, files: &[&CoreFile], args: &Args, out: &Path) -> bool {
+fn run_package(repo: &Path, package: &str, files: &[&str], args: &Args, out: &Path) -> bool {
     let mut cmd = Command::new("cargo");
     cmd.current_dir(repo)
         .args(["mutants", "--test-package", package, "--output"])
         .arg(out);
     for f in files {
-        cmd.args(["--file", f.path]);
+        cmd.args(["--file", f]);
     }
     if args.in_place {
         cmd.arg("--in-place");
@@ -79,14 +84,61 @@ fn run_package(repo: &Path, package: &str, files: &[&CoreFile], args: &Args, out
     cmd.status().is_ok_and(|s| matches!(s.code(), Some(0..=3)))
 }
 
-fn selected<'a>(args: &Args) -> Vec<&'a CoreFile> {
-    CORE.iter()
-        .filter(|c| args.files.is_empty() || args.files.iter().any(|f| f == c.path))
+/// The core files asked for (all of them when none is named), with their
+/// packages.
+fn selected(repo: &Path, args: &Args) -> Vec<(String, &'static str)> {
+    let all = core_files(repo).unwrap_or_else(|e| {
+        eprintln!("mutants: {e}");
+        std::process::exit(1);
+    });
+    all.into_iter()
+        .filter(|(p, _)| args.files.is_empty() || args.files.contains(p))
         .collect()
 }
 
-fn print_tallies(mutants: &[Mutant], readme: &str) -> bool {
-    let equivalents = parse_equivalents(readme);
+/// How many mutants cargo-mutants generates for `file` today.
+fn listed(repo: &Path, file: &str) -> usize {
+    let out = Command::new("cargo")
+        .current_dir(repo)
+        .args(["mutants", "--list", "--file", file])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count(),
+        _ => {
+            eprintln!("mutants: cargo mutants --list --file {file} failed");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The rows of `docs/mutants.md`'s table: every core file, and any other
+/// file with outcomes.
+fn print_markdown(repo: &Path, runs: &[Vec<Mutant>], mutants: &[Mutant], doc: &str) {
+    let tallies = tally(mutants, &parse_equivalents(doc));
+    let reruns = caught_on_rerun(runs);
+    println!("{TABLE_HEADER}");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // Every core file, those not run yet with no outcomes.
+    let core = core_files(repo).unwrap_or_default();
+    let mut files: Vec<&str> = core.iter().map(|(f, _)| f.as_str()).collect();
+    files.extend(tallies.keys().map(String::as_str));
+    files.sort_unstable();
+    files.dedup();
+    for file in files {
+        let t = tallies.get(file).copied().unwrap_or_default();
+        let again = reruns.get(file).copied().unwrap_or(0);
+        println!(
+            "{}",
+            Row::new(file, listed(repo, file), &t, again).markdown()
+        );
+    }
+}
+
+fn print_tallies(mutants: &[Mutant], doc: &str) -> bool {
+    let equivalents = parse_equivalents(doc);
     let tallies = tally(mutants, &equivalents);
     println!(
         "{:<44} {:>6} {:>6} {:>8} {:>7} {:>6} {:>7} {:>6}",
@@ -104,7 +156,7 @@ fn print_tallies(mutants: &[Mutant], readme: &str) -> bool {
             t.unviable,
             t.timeout,
             t.equivalent,
-            xvmm_benches::mutants::target_for(file) * 100.0
+            TARGET * 100.0
         );
     }
     let misses = unexplained(mutants, &equivalents);
@@ -130,12 +182,16 @@ fn main() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut dirs = args.read.clone();
     if dirs.is_empty() {
-        let files = selected(&args);
-        let mut packages: Vec<&str> = files.iter().map(|f| f.package).collect();
+        let files = selected(&repo, &args);
+        let mut packages: Vec<&str> = files.iter().map(|f| f.1).collect();
         packages.dedup();
         for p in packages {
             let out = repo.join("target/mutants").join(p);
-            let these: Vec<&CoreFile> = files.iter().copied().filter(|f| f.package == p).collect();
+            let these: Vec<&str> = files
+                .iter()
+                .filter(|f| f.1 == p)
+                .map(|f| f.0.as_str())
+                .collect();
             if !run_package(&repo, p, &these, &args, &out) {
                 eprintln!(
                     "mutants: cargo mutants failed for {p} (cargo-mutants: harness/setup.sh)"
@@ -157,9 +213,11 @@ fn main() {
             std::process::exit(1);
         }));
     }
-    let mutants = merge(runs);
-    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap_or_default();
-    if !print_tallies(&mutants, &readme) {
+    let mutants = merge(runs.clone());
+    let doc = std::fs::read_to_string(repo.join(DOC)).unwrap_or_default();
+    if args.markdown {
+        print_markdown(&repo, &runs, &mutants, &doc);
+    } else if !print_tallies(&mutants, &doc) {
         std::process::exit(1);
     }
 }

@@ -436,6 +436,52 @@ impl Linearity {
 
 #[cfg(test)]
 pub(crate) mod tests {
+
+    /// Worked by hand: medians 1004 and 1004 + 2L, each MAD 2 over five
+    /// samples, so 2 ticks an imul known to sqrt(2) x 1.2533 x 1.4826 x 2 /
+    /// sqrt(5) / L.
+    #[test]
+    fn an_imul_costs_the_difference_of_the_medians_over_the_length() {
+        let l = CHAIN_COST_LENGTH;
+        let short = [1008, 1000, 1004, 1002, 1006];
+        let long: Vec<u64> = short.iter().map(|t| t + 2 * l).collect();
+        let c = ChainCost::from_samples(&short, &long);
+        assert_eq!(c.ticks_per_imul, 2.0);
+        let one = 1.2533 * 1.4826 * 2.0 / 5f64.sqrt();
+        let want = 2f64.sqrt() * one / l as f64;
+        assert!((c.standard_error - want).abs() < want * 1e-9, "{c:?}");
+        // Interleaved, with an invalid sample leaving out its partner too.
+        let mut pairs = Vec::new();
+        for (s, g) in short.iter().zip(&long) {
+            pairs.extend([*s, *g]);
+        }
+        pairs.extend([0, 99_999, 5, 0]);
+        assert_eq!(ChainCost::from_interleaved(&pairs), c);
+        // Pooled: the mean, known to the larger of half the combined error
+        // and half the distance between the two.
+        let other = ChainCost {
+            ticks_per_imul: 2.5,
+            standard_error: 0.01,
+        };
+        let p = ChainCost::pooled(c, other);
+        assert_eq!(p.ticks_per_imul, 2.25);
+        assert_eq!(p.standard_error, 0.25);
+        let close = ChainCost {
+            ticks_per_imul: 2.0,
+            standard_error: 0.4,
+        };
+        let q = ChainCost::pooled(close, close);
+        assert!((q.standard_error - 0.4 * 2f64.sqrt() / 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median_f(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_f(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median_f(&[5.0]), 5.0);
+        assert!(median_f(&[]).is_nan());
+    }
+
     use super::*;
 
     /// The synthetic machines' imul: 3 ticks, known to 0.01.

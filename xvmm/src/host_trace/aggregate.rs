@@ -45,6 +45,8 @@ pub struct ExitAggregator {
     /// The last reason seen and its id: the binary reader hands the same
     /// shared name for every exit of a reason, so most lookups end here.
     last_reason: Option<(std::sync::Arc<str>, u16)>,
+    /// Lookups in `reason_ids` (what the shared name saves).
+    reason_lookups: u64,
     /// Exit-to-entry times by reason, counted, not kept (a run can have
     /// tens of millions).
     by_reason: BTreeMap<u16, ValueCounts>,
@@ -156,6 +158,7 @@ impl ExitAggregator {
     }
 
     fn reason_id(&mut self, reason: &str) -> u16 {
+        self.reason_lookups += 1;
         if let Some(&id) = self.reason_ids.get(reason) {
             return id;
         }
@@ -479,6 +482,44 @@ mod tests {
             agg.finish(9).trace.lost,
             [(110, 500), (500, 700), (0, 800), (0, 900)]
         );
+    }
+
+    /// A CPU seen earlier keeps its latest time when a lower-numbered CPU
+    /// is seen after it; a CPU past the cap has none.
+    #[test]
+    fn each_cpus_latest_time_survives_the_others() {
+        let mut agg = ExitAggregator::default();
+        agg.push_on(3, exit(1, 1000, "io"));
+        agg.push_on(0, entry(1, 1100));
+        agg.push_on(3, TraceEvent::Lost { count: 1 });
+        agg.push_on(0, exit(1, 1200, "io"));
+        agg.push_on(MAX_CPUS, entry(1, 1300));
+        agg.push_on(MAX_CPUS, TraceEvent::Lost { count: 1 });
+        agg.push_on(0, exit(1, 1400, "io"));
+        assert_eq!(agg.finish(0).trace.lost, [(1000, 1200), (0, 1400)]);
+    }
+
+    /// The reader hands one shared name per reason: exits of the same
+    /// reason in a row look it up once.
+    #[test]
+    fn a_repeated_shared_reason_is_looked_up_once() {
+        let mut agg = ExitAggregator::default();
+        let io: std::sync::Arc<str> = "io".into();
+        for ts in [100, 300, 500] {
+            agg.push(TraceEvent::Exit {
+                tid: 1,
+                vcpu: 0,
+                ts,
+                reason: io.clone(),
+            });
+            agg.push(entry(1, ts + 50));
+        }
+        assert_eq!(agg.reason_lookups, 1);
+        agg.push(exit(1, 700, "io"));
+        assert_eq!(agg.reason_lookups, 2, "another name of the same text");
+        let done = agg.finish(0);
+        assert_eq!(done.exits.len(), 1);
+        assert_eq!(done.exits[0].exit_to_entry.count, 3);
     }
 
     #[test]

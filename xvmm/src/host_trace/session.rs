@@ -374,6 +374,71 @@ mod tests {
     use super::*;
     use crate::host_trace::example_decoder;
 
+    /// A non-blocking pipe with nothing in it, its write end held open
+    /// (as an idle `trace_pipe_raw` is: reads say "would block").
+    fn empty_pipe() -> (fs::File, fs::File) {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 only writes two descriptors into the array.
+        let made = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(made, 0);
+        // SAFETY: the two descriptors are new and belong to the Files alone.
+        unsafe { (fs::File::from_raw_fd(fds[0]), fs::File::from_raw_fd(fds[1])) }
+    }
+
+    /// CPU time the thread of `handle` has used.
+    fn thread_cpu(handle: &JoinHandle<Drained>) -> Duration {
+        use std::os::unix::thread::JoinHandleExt;
+        let mut clock: libc::clockid_t = 0;
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: the thread is alive (joined only after) and both calls
+        // only write the values passed.
+        unsafe {
+            assert_eq!(
+                libc::pthread_getcpuclockid(handle.as_pthread_t(), &mut clock),
+                0
+            );
+            assert_eq!(libc::clock_gettime(clock, &mut ts), 0);
+        }
+        let secs = u64::try_from(ts.tv_sec).unwrap();
+        Duration::new(secs, u32::try_from(ts.tv_nsec).unwrap())
+    }
+
+    /// A reader with nothing to read sleeps between rounds: one that spun
+    /// would take a whole CPU from the vCPU it traces.
+    #[test]
+    fn idle_readers_sleep_instead_of_spinning() {
+        let (raw_read, _raw_write) = empty_pipe();
+        let (text_read, _text_write) = empty_pipe();
+        let stop = Arc::new(AtomicBool::new(false));
+        let raw = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let decoder = example_decoder().unwrap();
+                read_raw(&decoder, &mut [raw_read], &stop)
+            })
+        };
+        let text = {
+            let stop = stop.clone();
+            std::thread::spawn(move || read_text(text_read, &stop, String::new()))
+        };
+        std::thread::sleep(Duration::from_millis(400));
+        let used = [thread_cpu(&raw), thread_cpu(&text)];
+        stop.store(true, Ordering::Release);
+        let (_, how) = raw.join().unwrap().unwrap();
+        assert!(matches!(how, TraceReader::Raw { corrupt_pages: 0 }));
+        text.join().unwrap().unwrap();
+        for (reader, cpu) in ["raw", "text"].iter().zip(used) {
+            assert!(
+                cpu < Duration::from_millis(100),
+                "{reader}: {cpu:?} of CPU in 400 ms"
+            );
+        }
+    }
+
     #[test]
     fn filters_name_the_threads_except_for_the_kworker_event() {
         assert_eq!(tid_filter(&[]), "");
