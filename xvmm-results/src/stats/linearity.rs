@@ -474,6 +474,68 @@ pub(crate) mod tests {
         assert!((q.standard_error - 0.4 * 2f64.sqrt() / 2.0).abs() < 1e-12);
     }
 
+    /// The long phase of the synthetic machine (stamps 73, 3 ticks an
+    /// imul) with each median changed by `f(length, median)`.
+    fn long_phase_with(f: impl Fn(u64, u64) -> u64) -> SweepPhase {
+        let lengths = sweep::lengths(LONG_PHASE.0, LONG_PHASE.1);
+        let medians: Vec<u64> = lengths.iter().map(|&l| f(l, 73 + 3 * l)).collect();
+        SweepPhase::from_medians(&lengths, &medians, 1000).unwrap()
+    }
+
+    /// Each of the three shape claims fails on its own: a chain off its
+    /// phase's line (ratio intact), a flat long phase, a long phase whose
+    /// line misses the corrected origin (line intact), one without the
+    /// half-length chain, one without chains (no ratio at all).
+    #[test]
+    fn each_shape_claim_fails_on_its_own() {
+        let (short, _, decided) = synthetic(73, 73);
+        let run = |long: &SweepPhase| check(&short, long, 73, &decided, Some(1.0), CHAIN);
+        assert!(run(&long_phase_with(|_, m| m)).is_ok());
+        // 3072 imul 5 % slow: off the line, while 4096 / 2048 stays 2.
+        let bent = long_phase_with(|l, m| if l == 3072 { m + m / 20 } else { m });
+        let e = run(&bent).unwrap_err();
+        assert!(e.contains("leave their phase's line"), "{e}");
+        let flat = long_phase_with(|_, _| 5000);
+        let e = run(&flat).unwrap_err();
+        assert!(e.contains("leave their phase's line"), "{e}");
+        // Every chain 1000 ticks slower: a straight line, ratio 1.86.
+        let lifted = long_phase_with(|_, m| m + 1000);
+        let e = run(&lifted).unwrap_err();
+        assert!(e.contains("the one half its length"), "{e}");
+        let lengths: Vec<u64> = sweep::lengths(LONG_PHASE.0, LONG_PHASE.1)
+            .into_iter()
+            .filter(|&l| l != 2048)
+            .collect();
+        let medians: Vec<u64> = lengths.iter().map(|&l| 73 + 3 * l).collect();
+        let holed = SweepPhase::from_medians(&lengths, &medians, 1000).unwrap();
+        let e = run(&holed).unwrap_err();
+        assert!(e.contains("the one half its length"), "{e}");
+        // No chains at all (a report read back can hold anything): no ratio.
+        let empty = SweepPhase {
+            lengths: Vec::new(),
+            medians: Vec::new(),
+            samples: 0,
+            intercept: 73.0,
+            slope: 3.0,
+        };
+        let e = run(&empty).unwrap_err();
+        assert!(e.contains("is NaN"), "{e}");
+    }
+
+    #[test]
+    fn a_quantum_that_is_no_step_gives_one_tick_controls() {
+        for q in [
+            None,
+            Some(0.0),
+            Some(-4.0),
+            Some(f64::INFINITY),
+            Some(f64::NAN),
+        ] {
+            assert_eq!(control_step(q), 1.0, "{q:?}");
+        }
+        assert_eq!(control_step(Some(24.5)), 24.5);
+    }
+
     #[test]
     fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
         assert_eq!(median_f(&[3.0, 1.0, 2.0]), 2.0);

@@ -156,6 +156,28 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
     }
 
+    /// A page that does not decode is counted, and the pages after it
+    /// still are read.
+    #[test]
+    fn corrupt_pages_are_counted_and_skipped() {
+        let dir = tempfile_dir("corrupt");
+        write_recording(&dir);
+        let decoder = example_decoder().unwrap();
+        let bad = || {
+            let mut w = PageWriter::new(decoder.layout(), 50);
+            assert!(w.raw(&[0, 0, 0, 0, 0xff, 0xff, 0, 0]));
+            w.finish(Missed::None)
+        };
+        let mut cpu1 = bad();
+        cpu1.extend(bad());
+        cpu1.extend(fs::read(dir.join("cpu1.raw")).unwrap());
+        fs::write(dir.join("cpu1.raw"), cpu1).unwrap();
+        let r = Recording::load(&dir).unwrap().replay();
+        assert_eq!(r.corrupt_pages, 2);
+        assert_eq!(r.aggregator.finish(0).trace.exits.len(), 1);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_cut_or_missing_recording_is_refused() {
         let dir = tempfile_dir("cut");
