@@ -152,50 +152,76 @@ fn round_trip_crossing(
 
 /// Decides between split and round-trip mode; the reason says why not split.
 fn detect(notes: &mut Vec<String>) -> Mode {
-    match abi::query() {
-        Hooks::Absent => Mode::RoundTrip(
+    if let Some(why) = refusal_of(&abi::query()) {
+        return Mode::RoundTrip(why);
+    }
+    match StampPage::register() {
+        Err(e) => Mode::RoundTrip(format!("{e}: round trips only")),
+        Ok(page) => {
+            let (note, refused) = page_flags(page.flags());
+            notes.push(note);
+            match refused {
+                Some(why) => Mode::RoundTrip(why),
+                None => Mode::Split(page),
+            }
+        }
+    }
+}
+
+/// Why the kernel's answer to PR_XPERF's query rules out split mode; `None`
+/// when the hooks are there and speak this xperf's ABI.
+fn refusal_of(hooks: &Hooks) -> Option<String> {
+    match hooks {
+        Hooks::Absent => Some(
             "kernel has no xperf hooks (prctl PR_XPERF answered EINVAL): round trips only".into(),
         ),
-        Hooks::Failed(errno) => Mode::RoundTrip(format!(
+        Hooks::Failed(errno) => Some(format!(
             "prctl(PR_XPERF, QUERY) failed: {}: round trips only",
-            std::io::Error::from_raw_os_error(errno)
+            std::io::Error::from_raw_os_error(*errno)
         )),
-        Hooks::Present(v) if v != abi::XPERF_ABI_VERSION => Mode::RoundTrip(format!(
+        Hooks::Present(v) if *v != abi::XPERF_ABI_VERSION => Some(format!(
             "kernel hooks speak ABI version {v}, this xperf speaks {}: round trips only",
             abi::XPERF_ABI_VERSION
         )),
-        Hooks::Present(_) => match StampPage::register() {
-            Err(e) => Mode::RoundTrip(format!("{e}: round trips only")),
-            Ok(page) => {
-                let flags = page.flags();
-                notes.push(format!(
-                    "xperf hooks: ABI {}, page flags {flags:#x} (KPTI {}, FRED {}, KVM guest {})",
-                    abi::XPERF_ABI_VERSION,
-                    flags & abi::FLAG_KPTI != 0,
-                    flags & abi::FLAG_FRED != 0,
-                    flags & abi::FLAG_KVM_GUEST != 0
-                ));
-                if flags & abi::FLAG_FRED != 0 {
-                    Mode::RoundTrip(
-                        "FRED is active and the hooks take no stamps under FRED: round trips only"
-                            .into(),
-                    )
-                } else {
-                    Mode::Split(page)
-                }
-            }
-        },
+        Hooks::Present(_) => None,
     }
+}
+
+/// Whether `flag` is set in the stamp page's `flags`.
+fn has(flags: u32, flag: u32) -> bool {
+    flags & flag != 0
+}
+
+/// The note the stamp page's flags give, and why they rule out split mode
+/// (FRED: the hooks take no stamps under it).
+fn page_flags(flags: u32) -> (String, Option<String>) {
+    let note = format!(
+        "xperf hooks: ABI {}, page flags {flags:#x} (KPTI {}, FRED {}, KVM guest {})",
+        abi::XPERF_ABI_VERSION,
+        has(flags, abi::FLAG_KPTI),
+        has(flags, abi::FLAG_FRED),
+        has(flags, abi::FLAG_KVM_GUEST)
+    );
+    let refused = has(flags, abi::FLAG_FRED).then(|| {
+        "FRED is active and the hooks take no stamps under FRED: round trips only".to_string()
+    });
+    (note, refused)
 }
 
 /// Refuses a run whose fault regions (every page stays resident until it is
 /// dropped) would not fit in the memory available: in a small guest the OOM
 /// killer would otherwise end xperf, or as PID 1 panic the kernel.
 pub(crate) fn check_memory(pages: u64) -> Result<()> {
-    let Ok(meminfo) = std::fs::read_to_string("/proc/meminfo") else {
-        return Ok(());
-    };
-    let Some(available) = xvmm_results::machine::meminfo_bytes(&meminfo, "MemAvailable") else {
+    match std::fs::read_to_string("/proc/meminfo") {
+        Ok(meminfo) => memory_fits(pages, &meminfo),
+        Err(_) => Ok(()),
+    }
+}
+
+/// [`check_memory`] against a `/proc/meminfo` text; without MemAvailable
+/// nothing is refused.
+fn memory_fits(pages: u64, meminfo: &str) -> Result<()> {
+    let Some(available) = xvmm_results::machine::meminfo_bytes(meminfo, "MemAvailable") else {
         return Ok(());
     };
     let needed = pages.saturating_mul(abi::PAGE_SIZE as u64);
@@ -233,15 +259,13 @@ fn set_up(config: &Config) -> Result<Setup> {
     let mut host_facts = host::host_facts(&machine);
     let environment = host::environment(&machine, config.vmm_channel);
     let mut notes = host::notes(&machine);
-    if environment == Environment::BareMetal && !machine.hypervisor_signature.is_empty() {
-        notes.push(format!(
-            "running under hypervisor {:?}, not a KVM guest with xvmm's results channel: reported as bare metal",
-            machine.hypervisor_signature
-        ));
-    }
+    notes.extend(unreported_hypervisor(
+        environment,
+        &machine.hypervisor_signature,
+    ));
     let mode = detect(&mut notes);
     if let Mode::Split(page) = &mode {
-        host_facts.kpti = Some(page.flags() & abi::FLAG_KPTI != 0);
+        host_facts.kpti = Some(has(page.flags(), abi::FLAG_KPTI));
         notes.push("KPTI state from the stamp page's flag".into());
     } else if host_facts.kpti.is_some() {
         notes.push("KPTI state from /sys/devices/system/cpu/vulnerabilities/meltdown".into());
@@ -260,6 +284,16 @@ fn set_up(config: &Config) -> Result<Setup> {
     })
 }
 
+/// A note when a hypervisor is seen but the run counts as bare metal (no
+/// xvmm results channel): the figures include what that hypervisor adds.
+fn unreported_hypervisor(environment: Environment, signature: &str) -> Option<String> {
+    (environment == Environment::BareMetal && !signature.is_empty()).then(|| {
+        format!(
+            "running under hypervisor {signature:?}, not a KVM guest with xvmm's results channel: reported as bare metal"
+        )
+    })
+}
+
 /// The user stamp pair with nothing between, after `warmup` unrecorded pairs.
 pub fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
     for _ in 0..warmup {
@@ -275,10 +309,13 @@ pub fn user_pair(warmup: usize, samples: usize) -> Vec<u64> {
 
 /// The kernel's stamp pairs (PR_XPERF_KPAIR), `samples` times: (return then
 /// entry, entry then return).
-fn kernel_pairs(page: &StampPage, samples: usize) -> Result<(Vec<u64>, Vec<u64>)> {
+fn kernel_pairs(
+    mut one: impl FnMut() -> Result<(u64, u64)>,
+    samples: usize,
+) -> Result<(Vec<u64>, Vec<u64>)> {
     let (mut pair, mut inner) = (Vec::with_capacity(samples), Vec::with_capacity(samples));
     for _ in 0..samples {
-        let (p, i) = page.kernel_pairs()?;
+        let (p, i) = one()?;
         pair.push(p);
         inner.push(i);
     }
@@ -356,7 +393,11 @@ type Blocks = Vec<Vec<u64>>;
 /// stamps) is off, then registered again. Alternating keeps a drift of the
 /// machine's speed out of the difference, and the blocks show how much of
 /// it there was. Returns (on, off), a block each.
-fn hooks_on_off(page: &mut StampPage, warmup: usize, samples: usize) -> Result<(Blocks, Blocks)> {
+fn hooks_on_off(
+    page: &mut impl HookSwitch,
+    warmup: usize,
+    samples: usize,
+) -> Result<(Blocks, Blocks)> {
     let per_block = samples.div_ceil(ON_OFF_BLOCKS).max(1);
     let block = || {
         for _ in 0..warmup {
@@ -370,9 +411,9 @@ fn hooks_on_off(page: &mut StampPage, warmup: usize, samples: usize) -> Result<(
     let (mut on, mut off) = (Vec::new(), Vec::new());
     for _ in 0..ON_OFF_BLOCKS {
         on.push(block().collect());
-        page.unregister()?;
+        page.off()?;
         off.push(block().collect());
-        page.reregister()?;
+        page.on()?;
     }
     Ok((on, off))
 }
@@ -402,7 +443,8 @@ fn measure_rounds(config: &Config, mode: &mut Mode, cal: &mut Calibrator) -> Res
         r.user_sweep
             .extend(crate::sweep::round(round, warmup, null_samples));
         if let Mode::Split(page) = mode {
-            let (pair, inner) = kernel_pairs(page, null_samples.min(samples.max(1000)))?;
+            let (pair, inner) =
+                kernel_pairs(|| page.kernel_pairs(), null_samples.min(samples.max(1000)))?;
             r.kernel_pair.push(pair);
             r.kernel_pair_inner.push(inner);
             let n = null_samples.min(samples.max(1000));
@@ -837,6 +879,116 @@ mod tests {
 
     fn taken(sample: Sample, verdict: Verdict) -> Taken {
         Taken { sample, verdict }
+    }
+
+    #[test]
+    fn kernel_pairs_are_taken_one_call_a_sample_and_fail_with_the_call() {
+        let mut n = 0;
+        let (pair, inner) = kernel_pairs(
+            || {
+                n += 1;
+                Ok((n, 10 * n))
+            },
+            3,
+        )
+        .unwrap();
+        assert_eq!((pair, inner), (vec![1, 2, 3], vec![10, 20, 30]));
+        let e = kernel_pairs(|| Err(Error::Usage("gone".into())), 2).unwrap_err();
+        assert!(e.to_string().contains("gone"), "{e}");
+    }
+
+    /// Blocks alternate, hooks on then off, the hooks switched between.
+    #[test]
+    fn hooks_on_and_off_alternate_in_blocks() {
+        let on = std::rc::Rc::new(std::cell::Cell::new(true));
+        let mut hooks = FakeHooks {
+            on,
+            switched: Vec::new(),
+        };
+        let samples = 3 * ON_OFF_BLOCKS;
+        let (on_blocks, off_blocks) = hooks_on_off(&mut hooks, 2, samples).unwrap();
+        assert_eq!(
+            (on_blocks.len(), off_blocks.len()),
+            (ON_OFF_BLOCKS, ON_OFF_BLOCKS)
+        );
+        assert!(on_blocks.iter().chain(&off_blocks).all(|b| b.len() == 3));
+        assert!(on_blocks.iter().flatten().all(|&t| t > 0));
+        let want: Vec<bool> = (0..ON_OFF_BLOCKS).flat_map(|_| [false, true]).collect();
+        assert_eq!(hooks.switched, want);
+    }
+
+    #[test]
+    fn only_hooks_of_this_abi_allow_split_mode() {
+        assert!(refusal_of(&Hooks::Absent)
+            .unwrap()
+            .contains("no xperf hooks"));
+        let failed = refusal_of(&Hooks::Failed(libc::EPERM)).unwrap();
+        assert!(failed.contains("QUERY) failed"), "{failed}");
+        let old = refusal_of(&Hooks::Present(abi::XPERF_ABI_VERSION + 1)).unwrap();
+        assert!(old.contains("ABI version"), "{old}");
+        assert_eq!(refusal_of(&Hooks::Present(abi::XPERF_ABI_VERSION)), None);
+    }
+
+    #[test]
+    fn the_page_flags_are_noted_and_fred_refuses_split_mode() {
+        let (note, refused) = page_flags(abi::FLAG_KPTI);
+        assert!(
+            note.contains("KPTI true, FRED false, KVM guest false"),
+            "{note}"
+        );
+        assert_eq!(refused, None);
+        let (note, refused) = page_flags(abi::FLAG_FRED | abi::FLAG_KVM_GUEST);
+        assert!(
+            note.contains("KPTI false, FRED true, KVM guest true"),
+            "{note}"
+        );
+        assert!(refused.unwrap().contains("FRED is active"));
+        assert!(has(abi::FLAG_KPTI | abi::FLAG_FRED, abi::FLAG_KPTI));
+        assert!(!has(abi::FLAG_FRED, abi::FLAG_KPTI));
+    }
+
+    /// Half of MemAvailable (1000 kB here: 125 pages of 4 KiB) is the most
+    /// the fault regions may take; the real check refuses a huge request.
+    #[test]
+    fn fault_regions_may_take_half_the_available_memory() {
+        let meminfo = "MemTotal: 8000 kB\nMemAvailable: 1000 kB\n";
+        assert!(memory_fits(125, meminfo).is_ok());
+        let e = memory_fits(126, meminfo).unwrap_err().to_string();
+        assert!(e.contains("126 fault pages"), "{e}");
+        assert!(memory_fits(u64::MAX, "MemTotal: 1 kB\n").is_ok());
+        assert!(check_memory(u64::MAX / 8192).is_err());
+        assert!(check_memory(1).is_ok());
+    }
+
+    #[test]
+    fn a_hypervisor_without_the_results_channel_is_noted() {
+        let note = unreported_hypervisor(Environment::BareMetal, "VMwareVMware").unwrap();
+        assert!(note.contains("\"VMwareVMware\""), "{note}");
+        assert_eq!(unreported_hypervisor(Environment::BareMetal, ""), None);
+        assert_eq!(
+            unreported_hypervisor(Environment::LinuxVm, "KVMKVMKVM"),
+            None
+        );
+    }
+
+    /// Only counts above zero give a reason.
+    #[test]
+    fn what_xperf_rejected_is_counted_with_its_reasons() {
+        let corr = Corrections::derive(73, Some((40, 30)));
+        let mut c = Crossing::from_rounds("x", 1, &[vec![s(1, 2, 3, 4)]], &corr, false);
+        rejected(&mut c, &Kept::default());
+        assert_eq!(c.other_rejected_reason, None);
+        let kept = Kept {
+            async_pf: 2,
+            seq: 1,
+            migrated: 5,
+            ..Kept::default()
+        };
+        rejected(&mut c, &kept);
+        assert_eq!((c.samples_other_rejected, c.samples_migrated), (3, 5));
+        let why = c.other_rejected_reason.unwrap();
+        assert!(why.starts_with("2 KVM async page fault(s)"), "{why}");
+        assert!(why.contains("; 1 sample(s) where"), "{why}");
     }
 
     /// Plays the stamp page: whether the hooks are on, and every switch.
