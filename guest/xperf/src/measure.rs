@@ -917,6 +917,67 @@ mod tests {
         assert_eq!(hooks.switched, want);
     }
 
+    /// The guest's and the spinner's figures reach the report; without the
+    /// VMM's channel pf-host-miss is refused, not skipped in silence.
+    #[test]
+    fn host_miss_figures_reach_the_report_and_need_the_channel() {
+        let m = crate::host_miss::Measured {
+            rounds: vec![vec![5000, 6000]],
+            guest: xvmm_results::async_pf::AsyncPfGuest {
+                touches: 2,
+                ..Default::default()
+            },
+            spinner: vec![10, 12],
+            spinner_speed: 7,
+            spinner_ran: true,
+            ..Default::default()
+        };
+        let mut report = Report::new(
+            "xperf".into(),
+            Environment::LinuxVm,
+            Default::default(),
+            Method::standard(0, 4),
+        );
+        record_host_miss(&config(1), &m, 70, &mut report);
+        let a = report.async_pf.as_ref().unwrap();
+        assert_eq!(a.guest.touches, 2);
+        assert_eq!(a.spinner.as_ref().unwrap().iterations_per_kilotick, 7);
+        let setup = Setup {
+            cpu: 0,
+            machine: Machine::default(),
+            host_facts: Default::default(),
+            environment: Environment::LinuxVm,
+            mode: Mode::RoundTrip("no hooks".into()),
+            notes: Vec::new(),
+        };
+        let e = host_miss(&config(1), &setup, 70, &mut report).unwrap_err();
+        assert!(e.to_string().contains("needs the VMM's channel"), "{e}");
+    }
+
+    /// Each crossing says where its stamps sit.
+    #[test]
+    fn every_crossing_has_its_stamp_points() {
+        let names: Vec<String> = stamp_points().into_iter().map(|p| p.crossing).collect();
+        assert_eq!(names, [PF_FIRST_TOUCH, PF_REFAULT, GETPPID]);
+    }
+
+    /// Without a PMU readable from user mode the report says why.
+    #[test]
+    fn the_cycle_counter_reports_what_it_found() {
+        let mut report = Report::new(
+            "xperf".into(),
+            Environment::LinuxVm,
+            Default::default(),
+            Method::standard(0, 4),
+        );
+        let said = getppid_cycles(3, &mut report);
+        assert!(!said.is_empty() && said != "xyzzy", "{said}");
+        if said.starts_with("core cycles") {
+            // A PMU: nothing to attach it to without a getppid row.
+            assert!(report.crossings.is_empty());
+        }
+    }
+
     #[test]
     fn only_hooks_of_this_abi_allow_split_mode() {
         assert!(refusal_of(&Hooks::Absent)

@@ -716,6 +716,57 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn chain_controls_are_five_percent_either_side() {
+        let c = ChainCost {
+            ticks_per_imul: 4.0,
+            standard_error: 0.02,
+        };
+        let wrong = wrong_chain_costs(c);
+        assert_eq!(wrong.len(), 2);
+        assert!((wrong[0].ticks_per_imul - 3.8).abs() < 1e-12, "{wrong:?}");
+        assert!((wrong[1].ticks_per_imul - 4.2).abs() < 1e-12, "{wrong:?}");
+        assert!(wrong.iter().all(|w| w.standard_error == 0.02));
+    }
+
+    /// A run's outcome is its worst pair's; no pair checked does not hold.
+    #[test]
+    fn the_run_takes_its_worst_pairs_outcome() {
+        let (phases, decided) = all_phases(72, 72, 4.0);
+        let holds = check_with_controls(&phases, &decided, 4.0, (CHAIN, CHAIN)).unwrap();
+        let mut cannot_tell = holds.clone();
+        cannot_tell.controls[2].refused = None;
+        let mut fails = holds.clone();
+        fails.verdict = Err("off".into());
+        let pair = |check: &LinearityCheck| PairLinearity {
+            pair: Pair::User,
+            stamps: String::new(),
+            decided: decided.clone(),
+            chain_before: CHAIN,
+            chain_after: CHAIN,
+            phases: phases.clone(),
+            check: check.clone(),
+        };
+        let run = |checks: &[&LinearityCheck]| Linearity {
+            platform: String::new(),
+            quantum: 4.0,
+            pairs: checks.iter().map(|c| pair(c)).collect(),
+            not_checked: Vec::new(),
+        };
+        let cases = [
+            (vec![], Outcome::DoesNotHold),
+            (vec![&holds], Outcome::Holds),
+            (vec![&holds, &cannot_tell], Outcome::CannotTell),
+            (vec![&cannot_tell, &fails], Outcome::DoesNotHold),
+            (vec![&fails, &holds], Outcome::DoesNotHold),
+        ];
+        for (checks, want) in cases {
+            let r = run(&checks);
+            assert_eq!(r.outcome(), want, "{} pairs", checks.len());
+            assert_eq!(r.holds(), want == Outcome::Holds);
+        }
+    }
+
+    #[test]
     fn a_bent_machine_or_a_control_let_through_does_not_hold() {
         let (mut phases, decided) = all_phases(73, 73, 1.0);
         let long = phases.last_mut().unwrap();
