@@ -954,6 +954,46 @@ mod tests {
         assert!(e.to_string().contains("needs the VMM's channel"), "{e}");
     }
 
+    /// getppid is batched where its round trip is within a few quanta of a
+    /// coarse counter, and only then; a report without getppid is left be.
+    #[test]
+    fn getppid_is_batched_only_on_a_coarse_counter() {
+        let getppid = || {
+            let rounds: [&[u64]; 1] = [&[300, 310, 320]];
+            Crossing::from_round_trip_rounds(GETPPID, 3, &rounds, 0, "no hooks".into())
+        };
+        for (quantum, batched) in [(Some(1000.0), true), (Some(1.0), false), (None, false)] {
+            let mut setup = Setup {
+                cpu: 0,
+                machine: Machine {
+                    tsc_quantum_ticks: quantum,
+                    ..Machine::default()
+                },
+                host_facts: Default::default(),
+                environment: Environment::BareMetal,
+                mode: Mode::RoundTrip("no hooks".into()),
+                notes: Vec::new(),
+            };
+            let mut report = Report::new(
+                "xperf".into(),
+                Environment::BareMetal,
+                Default::default(),
+                Method::standard(0, 4),
+            );
+            report.crossings.push(getppid());
+            let mut other = getppid();
+            other.name = PF_REFAULT.into();
+            report.crossings.insert(0, other);
+            batch_getppid_if_coarse(&config(1), &mut setup, 0, &mut report).unwrap();
+            assert_eq!(
+                report.crossings[1].batched.is_some(),
+                batched,
+                "{quantum:?}"
+            );
+            assert!(report.crossings[0].batched.is_none());
+        }
+    }
+
     /// Each crossing says where its stamps sit.
     #[test]
     fn every_crossing_has_its_stamp_points() {

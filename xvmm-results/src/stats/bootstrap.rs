@@ -215,6 +215,21 @@ fn median_ci_by(samples: &[u64], method: Method) -> Option<MedianCi> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// SplitMix64's published sequence from state 0 (Vigna's reference
+    /// implementation; Java's SplittableRandom gives the same).
+    #[test]
+    fn the_generator_is_splitmix64() {
+        let mut g = SplitMix64(0);
+        assert_eq!(
+            [g.next(), g.next(), g.next()],
+            [
+                0xe220_a839_7b1d_cdaf,
+                0x6e78_9e6a_a1b9_65f4,
+                0x06c4_5d18_8009_454f
+            ]
+        );
+    }
     use crate::stats::percentile;
 
     /// Independent values with a known distribution: a discrete uniform
