@@ -216,6 +216,28 @@ fn median_ci_by(samples: &[u64], method: Method) -> Option<MedianCi> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_median_rank_is_the_nearest_ranks() {
+        let ranks: Vec<usize> = (0..6).map(median_rank).collect();
+        assert_eq!(ranks, [0, 0, 0, 1, 1, 2]);
+    }
+
+    /// The histogram up to 2^15 distinct values, selection past them: the
+    /// two give the same medians, so only their speed tells them apart.
+    #[test]
+    fn few_distinct_values_are_counted_many_are_selected() {
+        let values = |n: u64| (0..n).collect::<Vec<u64>>();
+        assert!(matches!(
+            Method::for_values(values(10)),
+            Method::Histogram(_)
+        ));
+        assert!(matches!(
+            Method::for_values(values(1 << 15)),
+            Method::Histogram(_)
+        ));
+        assert_eq!(Method::for_values(values((1 << 15) + 1)), Method::Selection);
+    }
+
     /// SplitMix64's published sequence from state 0 (Vigna's reference
     /// implementation; Java's SplittableRandom gives the same).
     #[test]
