@@ -1524,5 +1524,10 @@ mod tests {
         assert!(report.method.pinned_cpu.is_some());
         let costs = report.stamp_costs.as_ref().unwrap();
         assert_eq!(costs.user_pair.round_medians.len(), 2);
+        // A kernel with transparent huge pages accepts MADV_NOHUGEPAGE on
+        // the fault regions, so no run there notes a refusal.
+        let thp = &report.machine.as_ref().unwrap().thp;
+        let refused = report.notes.iter().any(|n| n.contains("was refused"));
+        assert!(thp.is_empty() || !refused, "THP {thp}: {:?}", report.notes);
     }
 }
