@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source harness/setup.sh
-xvmm_setup
+xvmm_setup_test
 step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
 mkdir -p target

@@ -1,26 +1,38 @@
 #!/usr/bin/env bash
-# Installs what building and testing xvmm needs on a fresh Debian 12 machine:
-# the Rust toolchain (rustup, if cargo is missing), the kernel build tools,
-# Debian's linux-source-6.12 and linux-source-6.1 (the patch series' bases),
-# QEMU (the nested harness), perf (the xperf cross-check bench), Chromium
-# with a font (the `xvmm report` browser test) and the Python modules
-# checkpatch.pl uses for its SPDX check (the series' style test), Prometheus
-# and node_exporter (the OpenMetrics test starts its own, on loopback), crun
-# and containers-common's seccomp.json (the container test, harness/tests/container.rs),
-# systemd-analyze (the units' security exposure, harness/tests/deploy.rs).
-# Idempotent: asks apt only for what is missing. Sourced
-# by ../run.sh and ../test.sh; run it directly to set up a machine. Also the
-# nightly toolchain and cargo-fuzz for the fuzz targets (xvmm_setup_fuzz), cargo-mutants
-# (xvmm_setup_mutants). The only
-# place that installs packages: xvmm itself (`xvmm kernel build`) only checks
-# and names what is missing.
+# Installs what xvmm needs on a Debian 12 machine, in two parts:
+#
+# - xvmm_setup_run (../run.sh, the main job): the Rust toolchain (rustup,
+#   minimal profile, if cargo is missing) and what a static xperf links with
+#   (gcc, libc6-dev), nothing more;
+# - xvmm_setup_test (../test.sh): that, plus the test lab: rustfmt and
+#   clippy, the kernel build tools, Debian's linux-source-6.12 and
+#   linux-source-6.1 (the patch series' bases), QEMU (the nested harness),
+#   perf (the xperf cross-check bench), Chromium with a font (the `xvmm
+#   report` browser test) and the Python modules checkpatch.pl uses for its
+#   SPDX check (the series' style test), Prometheus and node_exporter (the
+#   OpenMetrics test starts its own, on loopback), crun and
+#   containers-common's seccomp.json (the container test,
+#   harness/tests/container.rs), systemd-analyze (the units' security
+#   exposure, harness/tests/deploy.rs), man-db (`man -w` on the Debian
+#   package's pages, harness/tests/deb.rs), the nightly toolchain and
+#   cargo-fuzz (xvmm_setup_fuzz), cargo-mutants (xvmm_setup_mutants) and
+#   mdBook (xvmm_setup_mdbook, the book under docs/).
+#
+# Idempotent: asks apt only for what is missing. Sourced by ../run.sh and
+# ../test.sh; run it directly to set up a machine (`harness/setup.sh run`
+# for the main job only; the default is everything). The only place that
+# installs packages: xvmm itself (`xvmm kernel build`) only checks and names
+# what is missing.
 set -euo pipefail
 
-# The one package list.
-XVMM_PACKAGES=(make gcc flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
-               linux-source-6.12 linux-source-6.1 qemu-system-x86 linux-perf curl ca-certificates
-               chromium fonts-dejavu-core trace-cmd python3-ply python3-git
-               prometheus prometheus-node-exporter crun golang-github-containers-common systemd)
+# What building and running xvmm and the static xperf needs (run.sh).
+XVMM_RUN_PACKAGES=(gcc libc6-dev curl ca-certificates)
+# The rest, for the test suite (test.sh).
+XVMM_TEST_PACKAGES=(make flex bison bc cpio patch xz-utils perl libelf-dev libssl-dev
+                    linux-source-6.12 linux-source-6.1 qemu-system-x86 linux-perf
+                    chromium fonts-dejavu-core trace-cmd python3-ply python3-git
+                    prometheus prometheus-node-exporter crun golang-github-containers-common systemd
+                    man-db)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -79,37 +91,48 @@ xvmm_apt_install_safely() {
     xvmm_apt install -y -q --no-remove --no-install-recommends "$@"
 }
 
-xvmm_setup() {
+# Installs those of "$@" (Debian packages) that are missing.
+xvmm_apt_ensure() {
     local missing=() pkg
-    for pkg in "${XVMM_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
             || missing+=("$pkg")
     done
-    if [ ${#missing[@]} -gt 0 ]; then
-        echo "setup: installing ${missing[*]}" >&2
-        local others=() qemu=()
-        for pkg in "${missing[@]}"; do
-            if [ "$pkg" = qemu-system-x86 ]; then qemu=("$pkg"); else others+=("$pkg"); fi
-        done
-        local qemu_release=""
-        [ ${#qemu[@]} -eq 0 ] || qemu_release=$(xvmm_qemu_release)
-        xvmm_apt update -q
-        [ ${#others[@]} -eq 0 ] || xvmm_apt_install_safely "${others[@]}"
-        if [ ${#qemu[@]} -gt 0 ]; then
-            # -t: QEMU's own dependencies (qemu-system-common, -data, seabios)
-            # come from the same release.
-            xvmm_apt_install_safely ${qemu_release:+-t "$qemu_release"} "${qemu[@]}"
-        fi
+    [ ${#missing[@]} -gt 0 ] || return 0
+    echo "setup: installing ${missing[*]}" >&2
+    local others=() qemu=()
+    for pkg in "${missing[@]}"; do
+        if [ "$pkg" = qemu-system-x86 ]; then qemu=("$pkg"); else others+=("$pkg"); fi
+    done
+    local qemu_release=""
+    [ ${#qemu[@]} -eq 0 ] || qemu_release=$(xvmm_qemu_release)
+    xvmm_apt update -q
+    [ ${#others[@]} -eq 0 ] || xvmm_apt_install_safely "${others[@]}"
+    if [ ${#qemu[@]} -gt 0 ]; then
+        # -t: QEMU's own dependencies (qemu-system-common, -data, seabios)
+        # come from the same release.
+        xvmm_apt_install_safely ${qemu_release:+-t "$qemu_release"} "${qemu[@]}"
     fi
+}
+
+# The main job's set-up (../run.sh): apt packages and the Rust toolchain.
+xvmm_setup_run() {
+    xvmm_apt_ensure "${XVMM_RUN_PACKAGES[@]}"
     if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
         echo "setup: installing the Rust toolchain with rustup" >&2
         curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
-            | sh -s -- -y --profile minimal --component rustfmt,clippy
+            | sh -s -- -y --profile minimal
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
+}
+
+# The test suite's set-up (../test.sh): the main job's, then the test lab.
+xvmm_setup_test() {
+    xvmm_apt_ensure "${XVMM_RUN_PACKAGES[@]}" "${XVMM_TEST_PACKAGES[@]}"
+    xvmm_setup_run
     if command -v rustup >/dev/null 2>&1; then
         for comp in rustfmt clippy; do
             rustup component list --installed 2>/dev/null | grep -q "^$comp" \
@@ -118,11 +141,12 @@ xvmm_setup() {
     fi
     xvmm_setup_fuzz
     xvmm_setup_mutants
+    xvmm_setup_mdbook
 }
 
 # The fuzzers (fuzz/, README "Fuzzing"): a nightly toolchain and cargo-fuzz.
-# Not fatal here (the main job does not need them); ./test.sh's fuzz step
-# then fails and says why, unless XVMM_SKIP_FUZZ=1.
+# Not fatal here; ./test.sh's fuzz step then fails and says why, unless
+# XVMM_SKIP_FUZZ=1.
 xvmm_setup_fuzz() {
     command -v rustup >/dev/null 2>&1 || return 0
     if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
@@ -150,6 +174,22 @@ xvmm_setup_mutants() {
     fi
 }
 
+# The book (docs/, mdBook). Pinned: the book's test builds it with this
+# version's warnings. Not fatal here: that test then fails and says why.
+XVMM_MDBOOK_VERSION=0.4.52
+xvmm_setup_mdbook() {
+    command -v cargo >/dev/null 2>&1 || return 0
+    if ! mdbook --version 2>/dev/null | grep -q "v$XVMM_MDBOOK_VERSION\$"; then
+        echo "setup: installing mdbook $XVMM_MDBOOK_VERSION" >&2
+        cargo install mdbook --locked --version "$XVMM_MDBOOK_VERSION" \
+            || echo "setup: mdbook did not install: the book's test will fail" >&2
+    fi
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
-    xvmm_setup
+    case "${1:-test}" in
+        run) xvmm_setup_run ;;
+        test) xvmm_setup_test ;;
+        *) echo "usage: harness/setup.sh [run|test]  (default: test, everything)" >&2; exit 2 ;;
+    esac
 fi

@@ -6,6 +6,7 @@
 mod async_pf;
 pub mod cli;
 mod deliver;
+pub mod dist;
 pub mod exit;
 pub mod input;
 mod kernel;
