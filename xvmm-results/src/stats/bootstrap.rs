@@ -216,6 +216,15 @@ fn median_ci_by(samples: &[u64], method: Method) -> Option<MedianCi> {
 mod tests {
     use super::*;
 
+    /// Four codes go to the four lanes in turn, each lane `d` counts long;
+    /// what is left over goes to the first.
+    #[test]
+    fn codes_are_counted_in_four_lanes_in_turn() {
+        let mut lanes = vec![0u32; 8];
+        count_codes(&[0, 1, 0, 1, 1, 0], &mut lanes, 2);
+        assert_eq!(lanes, [2, 1, 0, 1, 1, 0, 0, 1]);
+    }
+
     #[test]
     fn the_median_rank_is_the_nearest_ranks() {
         let ranks: Vec<usize> = (0..6).map(median_rank).collect();

@@ -58,11 +58,7 @@ impl Hpet {
             return Err(format!("/dev/hpet cannot be mapped: {e}"));
         }
         let mut hpet = Hpet { base, hz: 0.0 };
-        let period = hpet.register(HPET_PERIOD);
-        if period == 0 || period > HPET_MAX_PERIOD_FS {
-            return Err(format!("the HPET gives a period of {period} fs"));
-        }
-        hpet.hz = 1e15 / f64::from(period);
+        hpet.hz = hpet_hz(hpet.register(HPET_PERIOD))?;
         Ok(hpet)
     }
 
@@ -72,6 +68,15 @@ impl Hpet {
         // volatile, as the hardware changes it.
         unsafe { std::ptr::read_volatile(self.base.cast::<u8>().add(offset).cast::<u32>()) }
     }
+}
+
+/// The HPET's rate from its period register (femtoseconds a tick); a
+/// period the specification does not allow is refused.
+fn hpet_hz(period: u32) -> Result<f64, String> {
+    if period == 0 || period > HPET_MAX_PERIOD_FS {
+        return Err(format!("the HPET gives a period of {period} fs"));
+    }
+    Ok(1e15 / f64::from(period))
 }
 
 impl Counter for Hpet {
@@ -203,6 +208,60 @@ pub fn calibrate_khz(c: &dyn Counter, window: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hpets_rate_is_its_period_inverted_within_the_specification() {
+        // The common 14.31818 MHz HPET: 69 841 279 fs a tick.
+        let hz = hpet_hz(69_841_279).unwrap();
+        assert!((hz - 14_318_180.0).abs() < 1.0, "{hz}");
+        assert_eq!(hpet_hz(HPET_MAX_PERIOD_FS).unwrap(), 1e7);
+        for bad in [0, HPET_MAX_PERIOD_FS + 1, u32::MAX] {
+            assert!(hpet_hz(bad).unwrap_err().contains("period"), "{bad}");
+        }
+    }
+
+    /// An HPET whose registers are an anonymous page: the counter is read
+    /// from its register, and dropping it unmaps the page.
+    #[test]
+    fn the_hpet_reads_its_counter_register_and_unmaps_on_drop() {
+        // SAFETY: a new anonymous read-write page, checked below.
+        let page = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(page, libc::MAP_FAILED);
+        // SAFETY: the counter register lies inside the page just mapped.
+        unsafe {
+            page.cast::<u8>()
+                .add(HPET_COUNTER)
+                .cast::<u32>()
+                .write(0xdead_beef)
+        };
+        let hpet = Hpet {
+            base: page,
+            hz: 14_318_180.0,
+        };
+        assert_eq!(hpet.read(), 0xdead_beef);
+        assert_eq!(hpet.hz(), 14_318_180.0);
+        assert_eq!(hpet.mask(), 0xffff_ffff);
+        drop(hpet);
+        let mut resident = 0u8;
+        // SAFETY: mincore only writes one byte for the one page asked.
+        let r = unsafe { libc::mincore(page, 4096, &mut resident) };
+        assert_eq!(r, -1, "the page is still mapped");
+    }
+
+    #[test]
+    fn the_pm_timer_counts_24_bits_at_the_acpi_rate() {
+        let t = PmTimer { port: 0x608 };
+        assert_eq!((t.hz(), t.mask()), (3_579_545.0, 0xff_ffff));
+    }
     use std::cell::Cell;
 
     /// A counter that advances `step` per read, wrapping at 24 bits.

@@ -586,6 +586,10 @@ mod tests {
         let f = Matcher::Function(vec!["x".into(), "__x64_sys_getppid".into()]);
         assert!(f.matches("__x64_sys_getppid <-do_syscall_64"));
         assert!(!f.matches("__x64_sys_getppid: (x)"));
+        // A function tracer's line names its caller after " <-"; another
+        // function's line, or the name without a caller, is not it.
+        assert!(!f.matches("do_other <-do_syscall_64"));
+        assert!(!f.matches("__x64_sys_getppid (x)"));
         assert!(Matcher::Prefix("sys_getpid(".into()).matches("sys_getpid()"));
         assert!(!Matcher::Prefix("sys_getpid(".into()).matches("sys_getppid()"));
     }
