@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: install what is needed, check
-# formatting and lints, build the guest and harness kernels (cached in
+# formatting, lints and the API documentation (rustdoc, warnings as errors),
+# build the guest and harness kernels (cached in
 # $XVMM_CACHE or ~/.cache/xvmm), then run every test: unit tests, the
 # /dev/kvm tests, the bad-input corpus and the nested KVM harness (QEMU TCG
 # -> L1 -> xvmm -> L2); last, every fuzz target for a few seconds. It
@@ -57,6 +58,8 @@ cargo fmt --all -- --check
 (cd fuzz && cargo fmt --all -- --check)
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+step "cargo doc (warnings as errors: broken links, private items named)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 step "kernels (guest, host; plain and patched; the 6.1 series patched)"
 cargo build --release -p xvmm-cli
 for flavour in guest host; do

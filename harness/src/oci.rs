@@ -87,7 +87,7 @@ fn exec_form(what: &str, rest: &str) -> Result<Vec<String>> {
 }
 
 impl Image {
-    /// Interprets `text`; any instruction outside [`INSTRUCTIONS`] is an
+    /// Interprets `text`; any instruction outside `INSTRUCTIONS` is an
     /// error naming it and its line.
     pub fn from_containerfile(text: &str) -> Result<Image> {
         let mut image = Image::default();

@@ -440,7 +440,7 @@ fn histogram_x(d: &Distribution) -> Option<Axis> {
     })
 }
 
-/// A distribution as a histogram (see [`histogram_x`] for the x axis); the
+/// A distribution as a histogram (see `histogram_x` for the x axis); the
 /// count axis is logarithmic when the counts span more than [`LOG_SPAN`].
 pub fn histogram(d: &Distribution) -> String {
     let y = Axis::fit(

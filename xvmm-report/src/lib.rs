@@ -1,8 +1,8 @@
 //! `xvmm report`: result files as one self-contained HTML page with inline
 //! SVG charts (or as Markdown).
 //!
-//! [`sections`] decides what the report shows ([`document::Document`]);
-//! [`charts`] draws with plotters' SVG backend; [`html`] and [`markdown`]
+//! [`sections`] decides what the report shows (`xvmm_results::render::document::Document`);
+//! [`charts`] draws with plotters' SVG backend; [`mod@html`] and [`mod@markdown`]
 //! write the document. Reading the files and writing the page belong to the
 //! app layer; this module takes parsed reports and returns a string. The
 //! functions here are pure and never panic on a report's content, so a fuzz

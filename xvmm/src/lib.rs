@@ -1,11 +1,11 @@
 //! xvmm: a small KVM VMM that measures user<->kernel crossings.
 //!
-//! Layers, top to bottom (README "Architecture"; `tests/layers.rs` checks that
-//! no module uses one above it):
-//! - [`app`]: the command line, the terminal, output files and exit codes.
-//! - [`linux`], [`microguest`], [`kernel`], [`report`]: what xvmm does (boot
-//!   Linux and collect xperf's results; the built-in bare-metal guest; kernel
-//!   builds; result files as an HTML report).
+//! Layers, top to bottom (docs/DESIGN.md; `tests/layers.rs` checks that
+//! no module uses one above it). The command line, the terminal, output files
+//! and exit codes are the xvmm-cli crate's; kernel builds xvmm-kernel's; the
+//! HTML report xvmm-report's.
+//! - [`linux`], [`microguest`]: what xvmm measures (boot Linux and collect
+//!   xperf's results; the built-in bare-metal guest).
 //! - [`boot`], [`vm`], [`vcpu`], [`devices`], [`host_trace`], [`initramfs`]:
 //!   the VMM core and host-side tracing.
 //! - [`arch`], [`layout`], [`elf`], [`affinity`], [`progress`], [`error`]: CPU

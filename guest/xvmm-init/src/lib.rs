@@ -3,7 +3,7 @@
 //!   what `xvmm.init=` on the kernel command line asks).
 //! - `l1-init`: `/init` of the nested harness's L1 host (runs a test plan).
 //!
-//! Pure parsing lives in [`action`] and [`plan`]; system calls in [`sys`].
+//! Pure parsing lives in [`action`] and [`plan`]; system calls in `xvmm_guest::sys`.
 
 pub mod action;
 pub mod memory;

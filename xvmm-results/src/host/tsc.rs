@@ -9,7 +9,7 @@
 //! inside a guest it is a VM exit.
 //!
 //! Code that must keep the compiler out of the measured window (a crossing in
-//! one `asm!` block) splices [`stamp_open!`] and [`stamp_close!`] into its
+//! one `asm!` block) splices `stamp_open!` and `stamp_close!` into its
 //! template; code that only needs a timestamp calls [`open`] and [`close`].
 
 use std::time::{Duration, Instant};

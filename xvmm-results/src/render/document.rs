@@ -53,7 +53,7 @@ pub fn capped(mut t: Table, total: usize, blocks: &mut Vec<Block>) {
     }
 }
 
-/// A chart, drawn by [`super::charts`] in HTML; named only in Markdown.
+/// A chart, drawn by `xvmm_report::charts` in HTML; named only in Markdown.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chart {
     Histogram(Distribution),

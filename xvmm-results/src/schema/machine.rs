@@ -39,7 +39,7 @@ pub struct Machine {
     /// "family/model/stepping" in decimal, as /proc/cpuinfo gives them.
     pub cpu_signature: String,
     pub logical_cpus: u32,
-    /// The subset of [`FLAGS_OF_INTEREST`] the CPU (as the kernel sees it) has.
+    /// The subset of `FLAGS_OF_INTEREST` the CPU (as the kernel sees it) has.
     pub flags: Vec<String>,
     pub tsc_khz: u64,
     /// Where `tsc_khz` came from: "cpuid-0x15", "cpuid-0x40000010", "calibrated".
@@ -168,7 +168,7 @@ pub fn parse_cpuinfo(text: &str) -> Machine {
     m
 }
 
-/// The bracketed choice of a sysfs mode file: "always [madvise] never" -> "madvise".
+/// The bracketed choice of a sysfs mode file: `always [madvise] never` -> `madvise`.
 pub fn selected_mode(text: &str) -> String {
     text.split_whitespace()
         .find_map(|w| w.strip_prefix('[').and_then(|w| w.strip_suffix(']')))

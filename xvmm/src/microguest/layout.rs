@@ -97,7 +97,7 @@ pub const PROBE_MSR: u32 = 0x4b56_4dff;
 pub mod selector {
     pub const KERNEL_CS: u16 = 0x08;
     pub const KERNEL_SS: u16 = 0x10;
-    /// STAR[63:48]: SYSRET loads SS from +8 and CS from +16.
+    /// STAR bits 63:48: SYSRET loads SS from +8 and CS from +16.
     pub const SYSRET_BASE: u16 = 0x18;
     pub const USER_SS: u16 = 0x20 | 3;
     pub const USER_CS: u16 = 0x28 | 3;

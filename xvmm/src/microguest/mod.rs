@@ -3,7 +3,7 @@
 //! xvmm builds long mode, GDT, TSS, IDT and page tables itself; the guest
 //! ([`guest`]) is a CPL3 measurement loop per kind plus minimal CPL0 handlers.
 //! Each measurement phase runs in a small VM ([`machine`]), the last
-//! phase's when it ended well and left its page tables alone; [`measure`] turns
+//! phase's when it ended well and left its page tables alone; [`mod@measure`] turns
 //! the stamps into an `xvmm_results::Report` (environment `microguest`).
 //!
 //! - [`layout`]: the guest's address space and control block.
@@ -13,7 +13,7 @@
 //! - [`machine`]: the phases' VMs (reused or fresh), the exit handler, host stamps around KVM_RUN, each phase's times.
 //! - [`session`]: one run, phase by phase and round by round.
 //! - [`stamps`]: a phase's stamp words as samples and intervals (pure).
-//! - [`measure`]: rounds -> stamp costs, crossings, exits; host facts.
+//! - [`mod@measure`]: rounds -> stamp costs, crossings, exits; host facts.
 //! - [`verify`]: the properties every report must have (shared by tests).
 //! - [`linearity`]: `xvmm linearity`, the stamps' self-check at CPL3 and CPL0.
 //! - [`platform`]: what runs where, per CPU vendor and hypervisor, as documented.

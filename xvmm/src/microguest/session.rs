@@ -2,7 +2,7 @@
 //! of the kernel stamps, the TSC quantum, then `rounds` rounds of the stamp
 //! pairs, every crossing (with the kernel stamps on, then off) and every VM
 //! exit. What the rounds measured is kept per row for the report
-//! ([`super::measure`]); a timeout or Ctrl-C ends the rounds early and keeps
+//! ([`mod@super::measure`]); a timeout or Ctrl-C ends the rounds early and keeps
 //! what was measured.
 
 use super::guest::{KernelStamps, Kind};

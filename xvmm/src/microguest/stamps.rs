@@ -1,6 +1,6 @@
 //! A phase's stamp words as samples and intervals: plain arithmetic on what
 //! the guest wrote, shared by the session that runs the phases, the report
-//! built from them ([`super::measure`]) and the linearity check.
+//! built from them ([`mod@super::measure`]) and the linearity check.
 
 use super::machine::HostStamps;
 use xvmm_results::{Sample, UNFILLED};

@@ -11,11 +11,11 @@
 //! `mount-<id>.json` of its own, so that whichever of our processes uses it
 //! last, not necessarily the one that made it, unmounts it.
 //!
-//! [`recover_orphans`] (the next start of either tool) undoes the journals
+//! [`super::undo::recover_orphans`] (the next start of either tool) undoes the journals
 //! of processes that no longer exist (killed with SIGKILL, or aborted on a
 //! panic: the release profile has `panic = "abort"`, so no destructor ran),
 //! and removes tracefs instances named after a dead xvmm or xperf process;
-//! [`undo_own`] does the same for the running process (its panic hook).
+//! [`super::undo::undo_own`] does the same for the running process (its panic hook).
 //! All of it runs under one lock: a mutex within the process and `flock` on
 //! `<dir>/lock` across processes.
 
