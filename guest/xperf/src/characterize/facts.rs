@@ -638,6 +638,10 @@ processor\t: 1\nmicrocode\t: 0xdead\n";
         assert!(line.starts_with("5.00 % of all CPUs' time"), "{line}");
         assert!(line.contains("no cpu7 line"), "{line}");
         assert!(steal_report("intr 5\n", &after, Some(1)).is_err());
+        // The same share as a fraction, for the metrics.
+        let ratio = steal_ratio(&before, &after).unwrap();
+        assert!((ratio - 0.05).abs() < 1e-12, "{ratio}");
+        assert_eq!(steal_ratio("intr 5\n", &after), None);
     }
 
     /// A sysfs tree with `packages[i]` the package of cpu i and `nodes` the
