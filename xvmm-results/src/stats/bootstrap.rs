@@ -225,6 +225,14 @@ mod tests {
         assert_eq!(lanes, [2, 1, 0, 1, 1, 0, 0, 1]);
     }
 
+    /// One sample has no interval, by either method.
+    #[test]
+    fn one_sample_has_no_interval() {
+        assert_eq!(median_ci_by(&[5], Method::Selection), None);
+        assert_eq!(median_ci_by(&[5], Method::Histogram(vec![5])), None);
+        assert_eq!(median_ci(&[5]), None);
+    }
+
     #[test]
     fn the_median_rank_is_the_nearest_ranks() {
         let ranks: Vec<usize> = (0..6).map(median_rank).collect();
