@@ -1529,5 +1529,12 @@ mod tests {
         let thp = &report.machine.as_ref().unwrap().thp;
         let refused = report.notes.iter().any(|n| n.contains("was refused"));
         assert!(thp.is_empty() || !refused, "THP {thp}: {:?}", report.notes);
+        // pf-host-miss asked for without the VMM's channel: refused.
+        let e = run(&Config {
+            host_miss: 4,
+            ..config
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("needs the VMM's channel"), "{e}");
     }
 }
