@@ -257,6 +257,35 @@ mod tests {
         assert_eq!(r, -1, "the page is still mapped");
     }
 
+    /// A counter that is read in the middle of a long access: its reading
+    /// is the TSC then, so the pair's TSC must be the access's midpoint.
+    struct SlowRead;
+
+    const HALF_ACCESS: u64 = 20_000;
+
+    impl Counter for SlowRead {
+        fn read(&self) -> u64 {
+            let spin = |from: u64| while rdtsc().wrapping_sub(from) < HALF_ACCESS {};
+            spin(rdtsc());
+            let now = rdtsc();
+            spin(now);
+            now
+        }
+        fn hz(&self) -> f64 {
+            1.0
+        }
+        fn mask(&self) -> u64 {
+            u64::MAX
+        }
+    }
+
+    #[test]
+    fn a_reading_is_paired_with_the_tsc_at_the_middle_of_its_access() {
+        let (value, tsc) = paired(&SlowRead);
+        let off = tsc.abs_diff(value);
+        assert!(off < HALF_ACCESS / 2, "{off} ticks from the reading");
+    }
+
     #[test]
     fn the_pm_timer_counts_24_bits_at_the_acpi_rate() {
         let t = PmTimer { port: 0x608 };
