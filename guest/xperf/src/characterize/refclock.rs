@@ -286,6 +286,31 @@ mod tests {
         assert!(off < HALF_ACCESS / 2, "{off} ticks from the reading");
     }
 
+    /// A 32-bit counter at a quarter of the TSC's rate, said to run at
+    /// 1 MHz: whatever the TSC's true rate, it is then 4000 kHz.
+    struct QuarterTsc;
+
+    impl Counter for QuarterTsc {
+        fn read(&self) -> u64 {
+            (rdtsc() / 4) & 0xffff_ffff
+        }
+        fn hz(&self) -> f64 {
+            1e6
+        }
+        fn mask(&self) -> u64 {
+            0xffff_ffff
+        }
+    }
+
+    #[test]
+    fn the_rate_is_counted_over_the_whole_window() {
+        let window = Duration::from_millis(20);
+        let started = Instant::now();
+        let khz = calibrate_khz(&QuarterTsc, window);
+        assert!(started.elapsed() >= window, "{:?}", started.elapsed());
+        assert!((3996..=4004).contains(&khz), "{khz} kHz");
+    }
+
     #[test]
     fn the_pm_timer_counts_24_bits_at_the_acpi_rate() {
         let t = PmTimer { port: 0x608 };
