@@ -881,6 +881,28 @@ mod tests {
         Taken { sample, verdict }
     }
 
+    /// An empty report of `environment`, as `run` starts one.
+    fn report_in(environment: Environment) -> Report {
+        Report::new(
+            "xperf".into(),
+            environment,
+            Default::default(),
+            Method::standard(0, 4),
+        )
+    }
+
+    /// A set-up in round-trip mode (no hooks) on `machine`.
+    fn round_trip_setup(machine: Machine, environment: Environment, notes: Vec<String>) -> Setup {
+        Setup {
+            cpu: 0,
+            machine,
+            host_facts: Default::default(),
+            environment,
+            mode: Mode::RoundTrip("no hooks".into()),
+            notes,
+        }
+    }
+
     #[test]
     fn kernel_pairs_are_taken_one_call_a_sample_and_fail_with_the_call() {
         let mut n = 0;
@@ -932,24 +954,12 @@ mod tests {
             spinner_ran: true,
             ..Default::default()
         };
-        let mut report = Report::new(
-            "xperf".into(),
-            Environment::LinuxVm,
-            Default::default(),
-            Method::standard(0, 4),
-        );
+        let mut report = report_in(Environment::LinuxVm);
         record_host_miss(&config(1), &m, 70, &mut report);
         let a = report.async_pf.as_ref().unwrap();
         assert_eq!(a.guest.touches, 2);
         assert_eq!(a.spinner.as_ref().unwrap().iterations_per_kilotick, 7);
-        let setup = Setup {
-            cpu: 0,
-            machine: Machine::default(),
-            host_facts: Default::default(),
-            environment: Environment::LinuxVm,
-            mode: Mode::RoundTrip("no hooks".into()),
-            notes: Vec::new(),
-        };
+        let setup = round_trip_setup(Machine::default(), Environment::LinuxVm, Vec::new());
         let e = host_miss(&config(1), &setup, 70, &mut report).unwrap_err();
         assert!(e.to_string().contains("needs the VMM's channel"), "{e}");
     }
@@ -963,23 +973,15 @@ mod tests {
             Crossing::from_round_trip_rounds(GETPPID, 3, &rounds, 0, "no hooks".into())
         };
         for (quantum, batched) in [(Some(1000.0), true), (Some(1.0), false), (None, false)] {
-            let mut setup = Setup {
-                cpu: 0,
-                machine: Machine {
+            let mut setup = round_trip_setup(
+                Machine {
                     tsc_quantum_ticks: quantum,
                     ..Machine::default()
                 },
-                host_facts: Default::default(),
-                environment: Environment::BareMetal,
-                mode: Mode::RoundTrip("no hooks".into()),
-                notes: Vec::new(),
-            };
-            let mut report = Report::new(
-                "xperf".into(),
                 Environment::BareMetal,
-                Default::default(),
-                Method::standard(0, 4),
+                Vec::new(),
             );
+            let mut report = report_in(Environment::BareMetal);
             report.crossings.push(getppid());
             let mut other = getppid();
             other.name = PF_REFAULT.into();
@@ -1004,12 +1006,7 @@ mod tests {
     /// Without a PMU readable from user mode the report says why.
     #[test]
     fn the_cycle_counter_reports_what_it_found() {
-        let mut report = Report::new(
-            "xperf".into(),
-            Environment::LinuxVm,
-            Default::default(),
-            Method::standard(0, 4),
-        );
+        let mut report = report_in(Environment::LinuxVm);
         let said = getppid_cycles(3, &mut report);
         assert!(!said.is_empty() && said != "xyzzy", "{said}");
         if said.starts_with("core cycles") {
@@ -1169,20 +1166,12 @@ mod tests {
             spinner_ran: false,
             ..Default::default()
         };
-        let setup = Setup {
-            cpu: 0,
-            machine: Machine::default(),
-            host_facts: Default::default(),
-            environment: Environment::LinuxVm,
-            mode: Mode::RoundTrip("no hooks".into()),
-            notes: vec!["from the setup".into()],
-        };
-        let mut report = Report::new(
-            "xperf".into(),
+        let setup = round_trip_setup(
+            Machine::default(),
             Environment::LinuxVm,
-            Default::default(),
-            Method::standard(0, 4),
+            vec!["from the setup".into()],
         );
+        let mut report = report_in(Environment::LinuxVm);
         record_host_miss(&config(3), &m, 70, &mut report);
         take_setup(&mut report, setup);
         let notes = &report.notes;
