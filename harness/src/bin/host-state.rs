@@ -1,5 +1,8 @@
 //! The host's tracing state around a test run (`./test.sh`, README
-//! "Testing"): `host-state record FILE` saves it, `host-state check FILE`
+//! "Testing"): `host-state record FILE` saves it, after undoing what dead
+//! xvmm and xperf processes left (their journals: a killed earlier run; the
+//! suite's own first xvmm would undo it, and the end would then differ
+//! from a start that still held it), `host-state check FILE`
 //! compares the host with it and names each difference (exit 1), so a
 //! suite that leaves tracefs mounted, an instance, a dynamic event, a
 //! tracer, a filter, `kprobes-optimization` or a journal of host changes
@@ -11,6 +14,23 @@ use xvmm_results::host_state::snapshot;
 
 const USAGE: &str = "usage: host-state record FILE | host-state check FILE";
 
+/// Undoes what dead xvmm and xperf processes left, one line each.
+fn recover_orphans() {
+    let recovery = xvmm_results::host_state::undo::recover_orphans();
+    for line in recovery.restored {
+        eprintln!(
+            "host-state: undone, left by a dead process: {}",
+            xvmm_results::escape::visible(&line)
+        );
+    }
+    for line in recovery.failed {
+        eprintln!(
+            "host-state: warning: left by a dead process and not undone: {}",
+            xvmm_results::escape::visible(&line)
+        );
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (verb, file) = match args.as_slice() {
@@ -20,6 +40,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if verb == "record" {
+        recover_orphans();
+    }
     let now = snapshot::snapshot(None);
     match verb {
         "record" => match std::fs::write(file, snapshot::to_text(&now)) {
