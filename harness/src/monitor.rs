@@ -247,10 +247,21 @@ pub fn summarize(cpus: &[CpuAt], l1: Option<&Symbols>) -> String {
         .join("\n")
 }
 
+/// A QEMU with no kernel (its firmware soon halts both CPUs), serial on
+/// stdio, its monitor on `monitor`'s socket: what the tests ask.
+#[cfg(test)]
+pub(crate) fn firmware_only_qemu(monitor: &Monitor) -> std::process::Command {
+    let mut qemu = std::process::Command::new(crate::HOST_QEMU);
+    qemu.args(["-accel", "tcg", "-m", "64", "-smp", "2", "-nodefaults"])
+        .args(["-display", "none", "-serial", "stdio", "-monitor"])
+        .arg(monitor.qemu_arg());
+    qemu
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::{Command, Stdio};
+    use std::process::Stdio;
 
     const DUMP: &str = "\
 CPU#0
@@ -332,10 +343,7 @@ EIP=000fd0cf EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0
     #[test]
     fn a_real_qemu_tells_where_its_cpus_are() {
         let m = Monitor::for_run("selftest");
-        let mut qemu = Command::new(crate::HOST_QEMU)
-            .args(["-accel", "tcg", "-m", "64", "-smp", "2", "-nodefaults"])
-            .args(["-display", "none", "-serial", "null", "-monitor"])
-            .arg(m.qemu_arg())
+        let mut qemu = firmware_only_qemu(&m)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -471,6 +471,26 @@ fn collect_console(
 mod tests {
     use super::*;
 
+    /// Runs `child` through [`collect_console`]: its console, how it ended,
+    /// what the log file kept and how long it took.
+    fn collect_child(
+        child: Child,
+        timeout: Duration,
+        idle: Duration,
+        probe: Option<&HangProbe>,
+    ) -> (Vec<String>, Ended, String, Duration) {
+        // Tests run side by side: a log file each.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = std::env::temp_dir().join(format!("harness-collect-{}-{n}", std::process::id()));
+        let file = fs::File::create(&log).unwrap();
+        let t = Instant::now();
+        let (lines, ended) = collect_console(child, file, t, timeout, idle, probe);
+        let saved = fs::read_to_string(&log).unwrap_or_default();
+        let _ = fs::remove_file(&log);
+        (lines, ended, saved, t.elapsed())
+    }
+
     fn collect(script: &str, timeout_s: u64, idle_s: u64) -> (Vec<String>, Ended, Duration) {
         let child = Command::new("sh")
             .args(["-c", script])
@@ -479,19 +499,10 @@ mod tests {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = std::env::temp_dir().join(format!("harness-collect-{}", std::process::id()));
-        let file = fs::File::create(&log).unwrap();
-        let t = Instant::now();
-        let (lines, ended) = collect_console(
-            child,
-            file,
-            t,
-            Duration::from_secs(timeout_s),
-            Duration::from_secs(idle_s),
-            None,
-        );
-        let _ = fs::remove_file(&log);
-        (lines, ended, t.elapsed())
+        let timeout = Duration::from_secs(timeout_s);
+        let (lines, ended, _, took) =
+            collect_child(child, timeout, Duration::from_secs(idle_s), None);
+        (lines, ended, took)
     }
 
     /// A machine that stops using the CPU is ended as hung long before its
@@ -521,28 +532,18 @@ mod tests {
             system_map: PathBuf::from("/nonexistent/System.map"),
             cpus: 2,
         };
-        let child = Command::new(HOST_QEMU)
-            .args(["-accel", "tcg", "-m", "64", "-smp", "2", "-nodefaults"])
-            .args(["-display", "none", "-serial", "stdio", "-monitor"])
-            .arg(probe.monitor.qemu_arg())
+        let child = crate::monitor::firmware_only_qemu(&probe.monitor)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let log = std::env::temp_dir().join(format!("harness-probe-{}", std::process::id()));
-        let file = fs::File::create(&log).unwrap();
-        let t = Instant::now();
-        let (lines, ended) = collect_console(
+        let (lines, ended, saved, _) = collect_child(
             child,
-            file,
-            t,
             Duration::from_secs(3),
             Duration::from_secs(600),
             Some(&probe),
         );
-        let saved = fs::read_to_string(&log).unwrap();
-        let _ = fs::remove_file(&log);
         assert_eq!(ended, Ended::TimedOut);
         let text = lines.join("\n");
         assert!(

@@ -3,7 +3,24 @@
 //! killed earlier run left is not taken for the state to come back to
 //! (the suite's first xvmm undoes it, and the end would differ).
 
+use std::path::Path;
 use std::process::Command;
+
+/// Runs `host-state VERB FILE` with its journals in `dir`; fails with its
+/// stderr unless it succeeds.
+fn host_state(verb: &str, file: &Path, dir: &Path) {
+    let out = Command::new(env!("CARGO_BIN_EXE_host-state"))
+        .arg(verb)
+        .arg(file)
+        .env("XVMM_STATE_DIR", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "host-state {verb}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 #[test]
 fn a_dead_process_journal_is_undone_before_the_state_is_recorded() {
@@ -18,17 +35,7 @@ fn a_dead_process_journal_is_undone_before_the_state_is_recorded() {
     )
     .unwrap();
     let file = dir.with_extension("start");
-    let out = Command::new(env!("CARGO_BIN_EXE_host-state"))
-        .arg("record")
-        .arg(&file)
-        .env("XVMM_STATE_DIR", &dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    host_state("record", &file, &dir);
     assert!(
         !journal.exists(),
         "the dead process's journal is still there"
@@ -36,17 +43,7 @@ fn a_dead_process_journal_is_undone_before_the_state_is_recorded() {
     let recorded = std::fs::read_to_string(&file).unwrap();
     assert!(recorded.contains("journals\t\n"), "{recorded}");
     // And the check against it holds.
-    let check = Command::new(env!("CARGO_BIN_EXE_host-state"))
-        .arg("check")
-        .arg(&file)
-        .env("XVMM_STATE_DIR", &dir)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    host_state("check", &file, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&file);
 }

@@ -128,13 +128,8 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> xvmm::Result<()> {
 /// "Privileges"), one line on stderr for each.
 fn recover_host_state() {
     let recovery = xvmm_results::host_state::undo::recover_orphans();
-    for line in recovery.restored {
-        let line = format!("xvmm: note: {line}");
-        output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));
-    }
-    for line in recovery.failed {
-        let line = format!("xvmm: warning: host state an earlier run left is not restored: {line}");
-        output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));
+    for line in recovery.messages("xvmm") {
+        output::eprint(&format!("{line}\n"));
     }
 }
 

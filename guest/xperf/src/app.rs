@@ -265,14 +265,8 @@ fn write_openmetrics(
 /// line on stderr for each.
 fn recover_host_state() {
     let recovery = xvmm_results::host_state::undo::recover_orphans();
-    for line in recovery.restored {
-        crate::sayln!("xperf: note: {}", xvmm_results::escape::visible(&line));
-    }
-    for line in recovery.failed {
-        crate::sayln!(
-            "xperf: warning: host state an earlier run left is not restored: {}",
-            xvmm_results::escape::visible(&line)
-        );
+    for line in recovery.messages("xperf") {
+        crate::sayln!("{line}");
     }
 }
 

@@ -17,17 +17,8 @@ const USAGE: &str = "usage: host-state record FILE | host-state check FILE";
 /// Undoes what dead xvmm and xperf processes left, one line each.
 fn recover_orphans() {
     let recovery = xvmm_results::host_state::undo::recover_orphans();
-    for line in recovery.restored {
-        eprintln!(
-            "host-state: undone, left by a dead process: {}",
-            xvmm_results::escape::visible(&line)
-        );
-    }
-    for line in recovery.failed {
-        eprintln!(
-            "host-state: warning: left by a dead process and not undone: {}",
-            xvmm_results::escape::visible(&line)
-        );
+    for line in recovery.messages("host-state") {
+        eprintln!("{line}");
     }
 }
 

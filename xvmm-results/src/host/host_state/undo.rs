@@ -24,6 +24,24 @@ pub struct Recovery {
     pub failed: Vec<String>,
 }
 
+impl Recovery {
+    /// One line for the terminal per thing undone or left, prefixed with
+    /// `tool`, escaped (the names come from files on the host).
+    pub fn messages(&self, tool: &str) -> Vec<String> {
+        let restored = self
+            .restored
+            .iter()
+            .map(|l| format!("{tool}: note: {}", crate::escape::visible(l)));
+        let failed = self.failed.iter().map(|l| {
+            format!(
+                "{tool}: warning: host state an earlier run left is not restored: {}",
+                crate::escape::visible(l)
+            )
+        });
+        restored.chain(failed).collect()
+    }
+}
+
 fn write_value(path: &Path, value: &str) -> io::Result<()> {
     let mut f = OpenOptions::new().write(true).truncate(true).open(path)?;
     f.write_all(value.as_bytes())
