@@ -79,6 +79,29 @@ fn gcd(a: u64, b: u64) -> u64 {
     }
 }
 
+/// A cluster of differences of one tick is not a counter moving by one where
+/// every other significant difference is a step or more away: AMD CPUs whose
+/// counter steps (26 ticks every 10 ns on Zen 5) keep RDTSC strictly
+/// increasing, so a read within the step of the read before returns that one
+/// plus one. Measured on the Zen 5 build machine: 1 (10 %), 25 and 26; a
+/// one-tick counter read that fast would show values between too. Those 1s
+/// are the counter standing still (zeros elsewhere): returns how many there
+/// were and the clusters without them.
+fn split_monotonic_bumps(significant: Vec<Cluster>) -> (u64, Vec<Cluster>) {
+    let is_bump = |c: &Cluster| c.values == [1];
+    match significant.as_slice() {
+        [first, next, ..] if is_bump(first) && next.center >= MIN_STEP_BESIDE_BUMPS => {
+            let bumps = first.count;
+            (bumps, significant.into_iter().skip(1).collect())
+        }
+        _ => (0, significant),
+    }
+}
+
+/// The smallest step that 1s beside it are read as bumps of (see
+/// [`split_monotonic_bumps`]): far above a read's own jitter.
+const MIN_STEP_BESIDE_BUMPS: f64 = 8.0;
+
 /// The counter's step in ticks, from differences of back-to-back reads;
 /// `None` without a positive difference. Zero differences (reads faster
 /// than a step) are ignored; clusters holding under 0.1 % of the samples are
@@ -89,8 +112,10 @@ pub fn estimate(diffs: &[u64]) -> Option<f64> {
         .into_iter()
         .filter(|c| c.count as f64 >= MIN_SHARE * positive)
         .collect();
+    let mut zeros = diffs.len() as f64 - positive;
+    let (bumps, significant) = split_monotonic_bumps(significant);
+    zeros += bumps as f64;
     let first = significant.first()?;
-    let zeros = diffs.len() as f64 - positive;
     // A step shows only as values the counter skips: zeros (it stood still
     // through a read), or a second cluster a whole step further. One cluster
     // of one or two neighbouring values with no zeros is what a steady read
@@ -206,6 +231,62 @@ mod tests {
         let q = estimate(&diffs).unwrap();
         assert!((q - 24.5).abs() < 0.02, "{q}");
         assert!(is_coarse(98, Some(q)), "four steps are flagged");
+    }
+
+    /// Plain back-to-back RDTSC on the Zen 5 build machine (EPYC family 26,
+    /// 2596 MHz, 2026-11-28), 200k reads: value, count. The counter steps by
+    /// 26 ticks (intervals of a chain come out 78, 104, 130...); a read in
+    /// the same step as the one before returns it plus one, and the read
+    /// after such a bump is one short of a step (25). Read as a one-tick
+    /// counter, every interval's flag and the linearity sweep's step error
+    /// were 26 times too small.
+    #[test]
+    fn measured_distribution_of_the_zen5_build_machine() {
+        let measured = [
+            (1, 19_594),
+            (25, 19_810),
+            (26, 160_587),
+            (51, 2),
+            (52, 2),
+            (182, 1),
+            (337, 1),
+            (468, 1),
+            (494, 2),
+        ];
+        let diffs: Vec<u64> = measured
+            .iter()
+            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
+            .collect();
+        let q = estimate(&diffs).unwrap();
+        // 2596 MHz / 100 MHz is 25.96; the bumps make the step read a
+        // little short (25.89).
+        assert!((q - 25.96).abs() < 0.2, "{q}");
+        assert!(is_coarse(98, Some(q)) && is_coarse(500, Some(q)));
+        // Fenced pairs are slower than a step: 26 and 52, no bumps.
+        let fenced: Vec<u64> = (0..3000)
+            .map(|i| if i % 3 == 0 { 26 } else { 52 })
+            .collect();
+        assert_eq!(estimate(&fenced), Some(26.0));
+    }
+
+    /// 1s beside a cluster within a read's jitter are a counter moving by
+    /// one (TCG's, above), not bumps; from [`MIN_STEP_BESIDE_BUMPS`] on they
+    /// are bumps.
+    #[test]
+    fn ones_are_bumps_only_beside_a_cluster_a_step_away() {
+        let with_next = |next: u64| {
+            let mut d = vec![1u64; 1000];
+            d.extend(std::iter::repeat_n(next, 9000));
+            estimate(&d).unwrap()
+        };
+        assert_eq!(with_next(7), 1.0);
+        assert_eq!(with_next(8), 8.0);
+        assert_eq!(with_next(26), 26.0);
+        // 2s are not what a bump gives: a counter moving by one, read one
+        // or two ticks apart, and 26 ticks when an interrupt came between.
+        let mut d = vec![2u64; 1000];
+        d.extend(std::iter::repeat_n(26, 9000));
+        assert_eq!(estimate(&d), Some(2.0));
     }
 
     #[test]
