@@ -16,7 +16,7 @@ step() { printf '\n=== %s (%s)\n' "$1" "$(date -u +%H:%M:%S)"; }
 
 mkdir -p target
 # Tests that cannot run here append "SKIPPED <test>: <reason>" to this log
-# (xvmm_results::skip); cargo counts them as passed.
+# (xvmm_host::skip); cargo counts them as passed.
 export XVMM_SKIP_LOG="$PWD/target/skips.log"
 TEST_LOG="$PWD/target/test-output.log"
 : >"$XVMM_SKIP_LOG"

@@ -3,9 +3,9 @@
 //! user pair's cost as xperf decides it natively.
 
 use std::arch::asm;
+use xvmm_host::{stamp_close, stamp_open, tsc};
 pub use xvmm_results::linearity::*;
 use xvmm_results::sweep::{self, StampSweep, SweepFit, SweepPhase};
-use xvmm_results::{stamp_close, stamp_open, tsc};
 
 /// The stamps around `n` dependent imuls (n a multiple of 8), or around
 /// nothing when n is 0, in one asm block so that the compiler adds nothing to

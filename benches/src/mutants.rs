@@ -29,7 +29,7 @@ const fn core(path: &'static str, package: &'static str) -> CoreFile {
 /// and what parses what a guest or the kernel hands over.
 pub const CORE: &[CoreFile] = &[
     core("xvmm-results/src/stats/*.rs", "xvmm-results"),
-    core("xvmm-results/src/host/tracefs_raw.rs", "xvmm-results"),
+    core("xvmm-host/src/tracefs_raw.rs", "xvmm-host"),
     core("xvmm-results/src/schema/characterize.rs", "xvmm-results"),
     core("xvmm/src/linux/join.rs", "xvmm"),
     core("xvmm/src/host_trace/*.rs", "xvmm"),

@@ -43,11 +43,11 @@ pub fn wrapped_getppid() {
 pub fn loop_ticks(call: impl Fn(), runs: usize, loops: u64) -> u64 {
     let mut best = u64::MAX;
     for _ in 0..runs {
-        let start = xvmm_results::tsc::open();
+        let start = xvmm_host::tsc::open();
         for _ in 0..loops {
             call();
         }
-        let (end, _) = xvmm_results::tsc::close();
+        let (end, _) = xvmm_host::tsc::close();
         best = best.min(end.saturating_sub(start) / loops.max(1));
     }
     best

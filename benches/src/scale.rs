@@ -58,7 +58,7 @@ pub fn raw_report(n: u64) -> Report {
 pub fn time_json_write(report: &Report, path: &Path) -> (Duration, usize) {
     let start = Instant::now();
     let text = report.to_json_pretty();
-    xvmm_results::write_atomically(path, text.as_bytes()).expect("the JSON is written");
+    xvmm_host::write_atomically(path, text.as_bytes()).expect("the JSON is written");
     (start.elapsed(), text.len())
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 use xvmm::host_trace::{parse_line, CpuMerge, ExitAggregator, RawDecoder};
-use xvmm_results::tracefs_raw::{encode_record, Missed, PageWriter};
+use xvmm_host::tracefs_raw::{encode_record, Missed, PageWriter};
 
 /// The first exit's time, the exits' spacing and each exit's duration.
 const START: u64 = 5_398_127_362_712;

@@ -36,7 +36,8 @@ use xvmm_benches::linearity::{
     INTERCEPT_PHASES, LONG_PHASE,
 };
 use xvmm_benches::perf;
-use xvmm_results::{quantum, tsc, Stats};
+use xvmm_host::tsc;
+use xvmm_results::{quantum, Stats};
 
 /// Every claim here is a timing: two at once on a 2-CPU machine would time
 /// each other (xperf's getppid came out 28 % above perf's while a linearity
@@ -121,7 +122,7 @@ fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
 /// for both tests that read it.
 fn microguest_linearity() -> Option<&'static Linearity> {
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return None;
     }
     static ONCE: OnceLock<Result<Linearity, String>> = OnceLock::new();
@@ -257,7 +258,7 @@ fn xperf_getppid_agrees_with_its_peers_like_for_like() {
     if std::env::var("XVMM_SKIP_PERF").is_ok_and(|v| v == "1") {
         eprintln!(
             "{}",
-            xvmm_results::skip::record("XVMM_SKIP_PERF=1: xperf against perf skipped")
+            xvmm_host::skip::record("XVMM_SKIP_PERF=1: xperf against perf skipped")
         );
         return;
     }
@@ -629,7 +630,7 @@ fn figure(text: &str, line_start: &str, after: &str) -> f64 {
 fn microguest_run_reusing_its_vm_is_no_slower_than_fresh_vms() {
     let _turn = one_at_a_time();
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return;
     }
     let text = release_bench(

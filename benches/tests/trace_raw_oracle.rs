@@ -10,7 +10,7 @@
 //! field values, timestamps to the nanosecond, which for a counter clock
 //! are the ticks).
 //!
-//! Our side decodes every page with `xvmm_results::tracefs_raw` (page,
+//! Our side decodes every page with `xvmm_host::tracefs_raw` (page,
 //! records, timestamps, fields through the parsed formats) and with the
 //! host trace's `RawDecoder` (the kvm events xvmm's `--trace` reads). Every
 //! event must match, CPU by CPU in order: timestamp, pid, event, each field's
@@ -23,7 +23,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xvmm::host_trace::{RawDecoder, TraceEvent};
-use xvmm_results::tracefs_raw::{EventFormat, Field, Missed, Page, PageLayout};
+use xvmm_host::tracefs_raw::{EventFormat, Field, Missed, Page, PageLayout};
 
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("data/trace_raw")

@@ -1,4 +1,4 @@
-//! Terminal escaping of untrusted text (`xvmm_results::escape`): `visible`
+//! Terminal escaping of untrusted text (`xvmm_host::escape`): `visible`
 //! for one line of a report, `ConsoleEscaper` for a guest's console stream.
 //! Input: a byte choosing the write size, then the bytes. Escaped text holds
 //! no control character (the console keeps `\n`, `\r`, `\t`) nor
@@ -8,7 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::borrow::Cow;
 use xvmm_fuzz::{assert_terminal_safe, is_terminal_unsafe, knob};
-use xvmm_results::escape::{visible, ConsoleEscaper};
+use xvmm_host::escape::{visible, ConsoleEscaper};
 
 fn console(bytes: &[u8], write_size: usize) -> String {
     let mut e = ConsoleEscaper::new();

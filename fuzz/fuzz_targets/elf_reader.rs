@@ -1,4 +1,4 @@
-//! The one ELF reader (`xvmm_results::elf`, re-exported as `xvmm::elf`): a
+//! The one ELF reader (`xvmm_host::elf`, re-exported as `xvmm::elf`): a
 //! file parsed in memory and the same file read piecewise as a stream must
 //! agree on everything asked of them; sections, symbols and address lookups
 //! must stay within the file. Virtual-address reads (how xperf reads

@@ -11,7 +11,7 @@ use xvmm::devices::serial::{ConsoleCapture, ConsoleWatch, Uart};
 use xvmm::devices::{IoEvent, PortBus, I8042_STATUS};
 use xvmm::layout;
 use xvmm_fuzz::assert_terminal_safe;
-use xvmm_results::escape::ConsoleEscaper;
+use xvmm_host::escape::ConsoleEscaper;
 
 #[derive(Arbitrary, Debug)]
 enum Access {

@@ -186,7 +186,7 @@ fn check_html(html: &str, label: &str) {
         (1, 1),
         "style sheets and policies: {html}"
     );
-    let shown = xvmm_results::escape::visible(label);
+    let shown = xvmm_host::escape::visible(label);
     assert!(
         texts.contains(&*shown),
         "the file name {shown:?} is not shown as text"

@@ -10,7 +10,7 @@
 use libfuzzer_sys::fuzz_target;
 use xvmm::host_trace::{example_decoder, RawDecoder, EXAMPLE_HEADER_PAGE};
 use xvmm_fuzz::CheckedAggregator;
-use xvmm_results::tracefs_raw::{symbolic_tables, EventFormat, Page, PageLayout};
+use xvmm_host::tracefs_raw::{symbolic_tables, EventFormat, Page, PageLayout};
 
 fn decoder() -> &'static RawDecoder {
     // One per thread: the decoder caches exit reasons in a RefCell (it is

@@ -1,4 +1,4 @@
-//! One record of tracefs's text output (`xvmm_results::tracefs::parse_record`,
+//! One record of tracefs's text output (`xvmm_host::tracefs::parse_record`,
 //! read by `xperf probes` and by the host trace's text reader). Input: a
 //! knob byte, then either text (each line parsed) or a record's fields,
 //! printed as the kernel prints them (`trace_print_context`:
@@ -18,7 +18,7 @@
 use libfuzzer_sys::arbitrary::{self, Arbitrary, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use xvmm_fuzz::knob;
-use xvmm_results::tracefs::{parse_record, Record};
+use xvmm_host::tracefs::{parse_record, Record};
 
 /// Linux's `PID_MAX_LIMIT` on 64-bit: pids are at most this.
 const PID_MAX: u32 = 4 << 20;

@@ -57,11 +57,24 @@ pub fn build_static(packages: &[&str]) -> Result<PathBuf> {
     Ok(dir.join(target).join("release"))
 }
 
+/// The kernel builder's error in the harness's terms (xvmm's), with the
+/// same text: the harness runs both, and neither library knows the other's
+/// errors.
+pub fn kernel_error(e: xvmm_kernel::Error) -> Error {
+    match e {
+        xvmm_kernel::Error::Build(m) => Error::Build(m),
+        xvmm_kernel::Error::Image(m) => Error::Kernel(m),
+        xvmm_kernel::Error::Io(m) => Error::Io(m),
+    }
+}
+
 /// Builds (or reuses) the unpatched L1 and L2 kernels and the static
 /// binaries.
 pub fn prepare() -> Result<Artifacts> {
-    let l1_kernel = kernel::build(&BuildRequest::new(Flavour::Host), &Silent)?;
-    let l2_kernel = kernel::build(&BuildRequest::new(Flavour::Guest), &Silent)?;
+    let l1_kernel =
+        kernel::build(&BuildRequest::new(Flavour::Host), &Silent).map_err(kernel_error)?;
+    let l2_kernel =
+        kernel::build(&BuildRequest::new(Flavour::Guest), &Silent).map_err(kernel_error)?;
     with_static_binaries(l1_kernel, l2_kernel, &[])
 }
 
@@ -75,7 +88,7 @@ pub fn prepare_patched_with_xperf(version: LinuxVersion) -> Result<(Artifacts, P
             version,
             ..BuildRequest::new(flavour)
         };
-        kernel::build(&request, &Silent)
+        kernel::build(&request, &Silent).map_err(kernel_error)
     };
     let artifacts =
         with_static_binaries(build(Flavour::Host)?, build(Flavour::Guest)?, &["xperf"])?;

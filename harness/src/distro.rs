@@ -5,6 +5,7 @@
 //! kernel, its config and System.map), and the `kvm` modules with what they
 //! depend on, for booting the kernel as the L1 host.
 
+use crate::build::kernel_error;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use xvmm::{Error, Result};
@@ -112,7 +113,7 @@ fn candidate(package: &str) -> Result<(String, String)> {
 /// again after `apt-get update`: lists from an earlier day may name a .deb
 /// the archive has replaced.
 pub fn debian_kernel(package: &str) -> Result<DistroKernel> {
-    let root = cache::root(None)?.join("distro");
+    let root = cache::root(None).map_err(kernel_error)?.join("distro");
     let mut named = candidate(package);
     let cached = |deb: &str| find_kernel(&root.join(deb.trim_end_matches(".deb")));
     if named
@@ -128,11 +129,11 @@ pub fn debian_kernel(package: &str) -> Result<DistroKernel> {
     }
     let (versioned, deb) = named?;
     let dir = root.join(deb.trim_end_matches(".deb"));
-    let _lock = CacheLock::acquire(&root, &deb)?;
+    let _lock = CacheLock::acquire(&root, &deb).map_err(kernel_error)?;
     if find_kernel(&dir).is_none() || !dir.join(MODULE_ORDER).exists() {
-        let tmp = cache::fresh_tmp_dir(&root, &deb)?;
+        let tmp = cache::fresh_tmp_dir(&root, &deb).map_err(kernel_error)?;
         unpack(&versioned, &tmp)?;
-        cache::publish(&tmp, &dir)?;
+        cache::publish(&tmp, &dir).map_err(kernel_error)?;
     }
     let (vmlinuz, release) =
         find_kernel(&dir).ok_or_else(|| Error::Build(format!("{deb} holds no boot/vmlinuz-*")))?;

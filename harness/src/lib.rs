@@ -169,13 +169,13 @@ pub fn probe_rows<'a>(
 }
 
 /// Whether `XVMM_SKIP_HARNESS=1` asks to skip the nested tests; a skip of
-/// `what` is recorded (`xvmm_results::skip`, which the suite's summary
+/// `what` is recorded (`xvmm_host::skip`, which the suite's summary
 /// counts) and said on stderr.
 pub fn skipped(what: &str) -> bool {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
         eprintln!(
             "{}",
-            xvmm_results::skip::record(&format!("XVMM_SKIP_HARNESS=1: {what} skipped"))
+            xvmm_host::skip::record(&format!("XVMM_SKIP_HARNESS=1: {what} skipped"))
         );
         return true;
     }

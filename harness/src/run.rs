@@ -189,7 +189,7 @@ pub fn run_l1_with_cmdline(
 
     let lock = HarnessLock::acquire()?;
     // Calibrated under the lock: another QEMU run would disturb it.
-    let tsc_khz = xvmm_results::tsc::calibrate_khz(TSC_CALIBRATION);
+    let tsc_khz = xvmm_host::tsc::calibrate_khz(TSC_CALIBRATION);
     let cmdline = format!("{} {extra}", l1_cmdline(tsc_khz));
     let started = Instant::now();
     let mut ended = boot_once(a, &initrd, cmdline.trim_end(), &log_file, started, timeout);
@@ -587,7 +587,7 @@ mod tests {
 
     #[test]
     fn l1_cmdline_gives_the_measured_tsc_rate() {
-        let khz = xvmm_results::tsc::calibrate_khz(TSC_CALIBRATION);
+        let khz = xvmm_host::tsc::calibrate_khz(TSC_CALIBRATION);
         assert!((500_000..10_000_000).contains(&khz), "{khz} kHz");
         let cmdline = l1_cmdline(khz);
         assert!(

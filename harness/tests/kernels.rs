@@ -13,7 +13,7 @@ fn second_build_is_a_fast_cache_hit_with_the_requested_options() {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
         eprintln!(
             "{}",
-            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: kernel build test skipped")
+            xvmm_host::skip::record("XVMM_SKIP_HARNESS=1: kernel build test skipped")
         );
         return;
     }
@@ -69,7 +69,7 @@ fn patched_kernels_have_every_hook_site_a_nop_when_off() {
     if std::env::var("XVMM_SKIP_HARNESS").is_ok_and(|v| v == "1") {
         eprintln!(
             "{}",
-            xvmm_results::skip::record("XVMM_SKIP_HARNESS=1: kernel hook-site test skipped")
+            xvmm_host::skip::record("XVMM_SKIP_HARNESS=1: kernel hook-site test skipped")
         );
         return;
     }

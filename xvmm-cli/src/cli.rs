@@ -138,7 +138,7 @@ pub struct KernelBuildArgs {
     #[arg(long)]
     pub cache: Option<PathBuf>,
     /// Parallel make jobs (default: number of CPUs).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub jobs: Option<usize>,
     /// Print the result as JSON.
     #[arg(long)]

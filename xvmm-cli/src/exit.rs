@@ -1,7 +1,7 @@
 //! Exit statuses (README, "Exit status"): every error maps to one, and a
 //! status a guest asks for can never look like one of xvmm's own.
 
-use xvmm::Error;
+use crate::error::Error;
 
 pub const OK: i32 = 0;
 /// Any failure without a status of its own.
@@ -20,6 +20,14 @@ pub const GUEST_MAX: u8 = 59;
 /// The exit status for `err`. Signals give 128 + the signal's number, as a
 /// shell reports a process killed by it (130 for Ctrl-C, 143 for SIGTERM).
 pub fn code(err: &Error) -> i32 {
+    match err {
+        Error::Vmm(e) => vmm_code(e),
+        Error::Kernel(_) => ERROR,
+    }
+}
+
+fn vmm_code(err: &xvmm::Error) -> i32 {
+    use xvmm::Error;
     match err {
         Error::Usage(_) => USAGE,
         Error::Timeout(_) => TIMEOUT,
@@ -44,20 +52,20 @@ mod tests {
             128 + libc::SIGTERM,
         ];
         for status in 1..=u8::MAX {
-            let c = code(&Error::GuestExit(status));
+            let c = code(&xvmm::Error::GuestExit(status).into());
             assert!(!ours.contains(&c), "guest status {status} -> {c}");
             assert!((65..=123).contains(&c), "guest status {status} -> {c}");
         }
-        assert_eq!(code(&Error::GuestExit(7)), 71);
-        assert_eq!(code(&Error::GuestExit(200)), 123);
+        assert_eq!(code(&xvmm::Error::GuestExit(7).into()), 71);
+        assert_eq!(code(&xvmm::Error::GuestExit(200).into()), 123);
     }
 
     #[test]
     fn signals_and_kinds() {
-        assert_eq!(code(&Error::Interrupted(libc::SIGINT)), 130);
-        assert_eq!(code(&Error::Interrupted(libc::SIGTERM)), 143);
-        assert_eq!(code(&Error::Usage("x".into())), 2);
-        assert_eq!(code(&Error::Timeout("x".into())), 124);
-        assert_eq!(code(&Error::Kvm("x".into())), 1);
+        assert_eq!(code(&xvmm::Error::Interrupted(libc::SIGINT).into()), 130);
+        assert_eq!(code(&xvmm::Error::Interrupted(libc::SIGTERM).into()), 143);
+        assert_eq!(code(&xvmm::Error::Usage("x".into()).into()), 2);
+        assert_eq!(code(&xvmm::Error::Timeout("x".into()).into()), 124);
+        assert_eq!(code(&xvmm::Error::Kvm("x".into()).into()), 1);
     }
 }

@@ -1,5 +1,5 @@
 //! Reading input files a user names: only regular files, only up to a size
-//! that fits the purpose (see [`xvmm_results::file::read_bounded`]).
+//! that fits the purpose (see [`xvmm_host::file::read_bounded`]).
 
 use std::path::Path;
 use xvmm::{Error, Result};
@@ -15,7 +15,7 @@ pub const MAX_INITRAMFS_FILE_BYTES: u64 = 1 << 30;
 
 /// The bytes of `path` (at most `limit`), or one line naming `what` it is.
 pub fn read_regular(path: &Path, limit: u64, what: &str) -> Result<Vec<u8>> {
-    xvmm_results::file::read_bounded(path, limit).map_err(|e| {
+    xvmm_host::file::read_bounded(path, limit).map_err(|e| {
         let shown = path.display();
         match e.kind() {
             std::io::ErrorKind::NotFound => Error::Io(format!("{what} {shown}: no such file")),

@@ -3,8 +3,8 @@
 use super::cli::{KernelBuildArgs, KernelFlavour, KernelVersion};
 use super::output::{self, Stdout};
 use super::progress::Terminal;
+use crate::error::{Error, Result};
 use std::path::Path;
-use xvmm::{Error, Result};
 use xvmm_kernel::{self as kernel, hooks, BuildRequest, Flavour, LinuxVersion};
 
 impl From<KernelFlavour> for Flavour {
@@ -27,9 +27,6 @@ impl From<KernelVersion> for LinuxVersion {
 
 /// `xvmm kernel build`: prints the artefact paths (or JSON).
 pub fn build(args: &KernelBuildArgs, stdout: &Stdout) -> Result<()> {
-    if args.jobs == Some(0) {
-        return Err(Error::Usage("--jobs must be at least 1".into()));
-    }
     let flavour = Flavour::from(args.flavour);
     let version = LinuxVersion::from(args.version);
     let request = BuildRequest {
@@ -73,17 +70,17 @@ pub fn build(args: &KernelBuildArgs, stdout: &Stdout) -> Result<()> {
 pub fn hooks(vmlinux: &Path, stdout: &Stdout) -> Result<()> {
     let data = super::input::read_regular(vmlinux, super::input::MAX_VMLINUX_BYTES, "vmlinux")?;
     let sites = hooks::find(&data).map_err(|e| match e {
-        kernel::Error::Image(m) => Error::Kernel(format!("{}: {m}", vmlinux.display())),
-        other => Error::from(other),
+        kernel::Error::Image(m) => kernel::Error::Image(format!("{}: {m}", vmlinux.display())),
+        other => other,
     })?;
     stdout.print(&hooks::table(&sites));
     let not_nops = sites.iter().filter(|s| !s.is_nop()).count();
     if sites.is_empty() || not_nops > 0 {
-        return Err(Error::Kernel(format!(
+        return Err(Error::Kernel(kernel::Error::Image(format!(
             "{}: {not_nops} of {} xperf hook sites are not NOPs as linked",
             vmlinux.display(),
             sites.len()
-        )));
+        ))));
     }
     stdout.print(&format!(
         "{} xperf hook sites, every one a NOP as linked (hooks off)\n",

@@ -7,6 +7,7 @@ mod async_pf;
 pub mod cli;
 mod deliver;
 pub mod dist;
+pub mod error;
 pub mod exit;
 pub mod input;
 mod kernel;
@@ -31,16 +32,16 @@ pub fn main() -> i32 {
     };
     // With `panic = "abort"` no destructor runs: the hook undoes what this
     // process changed on the host before it aborts.
-    xvmm_results::host_state::undo::install_panic_hook(|line| output::eprint(&format!("{line}\n")));
+    xvmm_host::host_state::undo::install_panic_hook(|line| output::eprint(&format!("{line}\n")));
     let stdout = Stdout::new();
     let result = run(cli, &stdout)
-        .map_err(cli::in_flag_terms)
-        .and_then(|()| stdout.outcome());
+        .map_err(error::Error::in_flag_terms)
+        .and_then(|()| Ok(stdout.outcome()?));
     match result {
         Ok(()) => exit::OK,
         Err(err) => {
             let line = format!("xvmm: {err}");
-            output::eprint(&format!("{}\n", xvmm_results::escape::visible(&line)));
+            output::eprint(&format!("{}\n", xvmm_host::escape::visible(&line)));
             exit::code(&err)
         }
     }
@@ -69,7 +70,7 @@ fn usage_error(e: &clap::Error) -> i32 {
                 Ok(()) => exit::OK,
                 Err(err) => {
                     output::eprint(&format!("xvmm: {err}\n"));
-                    exit::code(&err)
+                    exit::code(&err.into())
                 }
             }
         }
@@ -89,18 +90,22 @@ pub fn usage_message(e: &clap::Error) -> String {
     let text = text.strip_prefix("error: ").unwrap_or(&text);
     let mut out = String::with_capacity(text.len() + 1);
     for line in text.lines() {
-        out.push_str(&xvmm_results::escape::visible(line));
+        out.push_str(&xvmm_host::escape::visible(line));
         out.push('\n');
     }
     out
 }
 
-/// Runs what the command line asks for.
-fn run(cli: cli::Cli, stdout: &Stdout) -> xvmm::Result<()> {
-    match cli.command {
-        Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => kernel::build(&args, stdout),
+/// Runs what the command line asks for: the kernel commands with the
+/// kernel builder's errors, the rest with the VMM's.
+fn run(cli: cli::Cli, stdout: &Stdout) -> error::Result<()> {
+    let run = &cli.run;
+    let vmm = match cli.command {
+        Some(cli::Command::Kernel(cli::KernelCommand::Build(args))) => {
+            return kernel::build(&args, stdout)
+        }
         Some(cli::Command::Kernel(cli::KernelCommand::Hooks(args))) => {
-            kernel::hooks(&args.vmlinux, stdout)
+            return kernel::hooks(&args.vmlinux, stdout)
         }
         Some(cli::Command::Initramfs(args)) => reports::initramfs(&args),
         Some(cli::Command::Compare(args)) => reports::compare(&args, stdout),
@@ -108,26 +113,27 @@ fn run(cli: cli::Cli, stdout: &Stdout) -> xvmm::Result<()> {
         Some(cli::Command::Show(args)) => reports::show(&args.report, stdout),
         Some(cli::Command::Report(args)) => report::report(&args, stdout),
         Some(cli::Command::Linearity(args)) => linearity::run(&args, stdout),
-        None if cli.run.kernel.is_some() => {
+        None if run.kernel.is_some() => {
             recover_host_state();
             // Here, not in linux.rs: `both` is built from linux.rs's steps.
-            match cli.run.async_pf {
-                cli::AsyncPf::Both => async_pf::run_both(&cli.run, stdout),
-                _ => linux::run(&cli.run, stdout),
+            match run.async_pf {
+                cli::AsyncPf::Both => async_pf::run_both(run, stdout),
+                _ => linux::run(run, stdout),
             }
         }
         None => {
             recover_host_state();
-            microguest::run(&cli.run, stdout)
+            microguest::run(run, stdout)
         }
-    }
+    };
+    Ok(vmm?)
 }
 
 /// Before a run: undoes what a killed or aborted xvmm or xperf left on the
 /// host (tracefs instances, dynamic events, sysctls, mounts; README
 /// "Privileges"), one line on stderr for each.
 fn recover_host_state() {
-    let recovery = xvmm_results::host_state::undo::recover_orphans();
+    let recovery = xvmm_host::host_state::undo::recover_orphans();
     for line in recovery.messages("xvmm") {
         output::eprint(&format!("{line}\n"));
     }

@@ -10,7 +10,7 @@ use xvmm::host_trace::TraceSummary;
 use xvmm::linux::{self, Console, LinuxConfig, Userspace};
 use xvmm::vcpu::StopSignals;
 use xvmm::{Error, Result};
-use xvmm_results::escape::ConsoleEscaper;
+use xvmm_host::escape::ConsoleEscaper;
 use xvmm_results::xperf_args::XperfArgs;
 use xvmm_results::{render, Machine, Report};
 

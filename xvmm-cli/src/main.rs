@@ -5,5 +5,5 @@ fn main() {
 }
 
 // Runs before the standard library's start-up, which would hide a closed
-// stdout behind /dev/null (`xvmm_results::stdio`).
-xvmm_results::record_stdio_at_start!();
+// stdout behind /dev/null (`xvmm_host::stdio`).
+xvmm_host::record_stdio_at_start!();

@@ -49,8 +49,8 @@ impl Stdout {
         if !matches!(*health, Health::Fine) {
             return;
         }
-        let written = if xvmm_results::stdio::stdout_was_closed() {
-            Err(xvmm_results::stdio::closed_error())
+        let written = if xvmm_host::stdio::stdout_was_closed() {
+            Err(xvmm_host::stdio::closed_error())
         } else {
             let mut out = io::stdout().lock();
             out.write_all(bytes).and_then(|()| out.flush())
@@ -94,7 +94,7 @@ pub enum JsonOutput {
     Stdout,
     File {
         path: PathBuf,
-        out: xvmm_results::Output,
+        out: xvmm_host::Output,
     },
 }
 
@@ -142,15 +142,15 @@ impl JsonOutput {
 }
 
 /// A file destination checked and opened now, before anything is measured.
-fn prepared(path: &Path) -> Result<xvmm_results::Output> {
-    xvmm_results::Output::prepare(path)
+fn prepared(path: &Path) -> Result<xvmm_host::Output> {
+    xvmm_host::Output::prepare(path)
         .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 /// `text` (`what_text`, e.g. "the results") that could not be written to
 /// `to` saved to a fallback file named from `prefix`; the error names both.
 fn saved_instead((what_text, prefix): (&str, &str), to: &str, failure: &str, text: &str) -> Error {
-    match xvmm_results::file::save_fallback(prefix, text.as_bytes()) {
+    match xvmm_host::file::save_fallback(prefix, text.as_bytes()) {
         Ok(saved) => Error::Io(format!(
             "cannot write {what_text} to {to} ({failure}); they were saved to {}",
             saved.display()
@@ -165,7 +165,7 @@ fn saved_instead((what_text, prefix): (&str, &str), to: &str, failure: &str, tex
 #[derive(Debug)]
 pub struct MetricsOutput {
     path: PathBuf,
-    out: xvmm_results::Output,
+    out: xvmm_host::Output,
 }
 
 impl MetricsOutput {

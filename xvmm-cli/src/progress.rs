@@ -72,7 +72,7 @@ impl Progress for Terminal {
         if !self.messages {
             return;
         }
-        let line = format!("xvmm: {}", xvmm_results::escape::visible(text));
+        let line = format!("xvmm: {}", xvmm_host::escape::visible(text));
         match &*self.bar() {
             Some(bar) => bar.println(line),
             None => super::output::eprint(&format!("{line}\n")),

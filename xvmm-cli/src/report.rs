@@ -15,14 +15,14 @@ use xvmm_report::{self as report, Input};
 /// Where the page goes, checked before reading.
 enum Destination {
     Stdout,
-    File(xvmm_results::Output),
+    File(xvmm_host::Output),
 }
 
 fn destination(path: &Path) -> Result<Destination> {
     if path == Path::new("-") {
         return Ok(Destination::Stdout);
     }
-    xvmm_results::Output::prepare(path)
+    xvmm_host::Output::prepare(path)
         .map(Destination::File)
         .map_err(|e| Error::Io(format!("cannot write {}: {e}", path.display())))
 }

@@ -68,8 +68,7 @@ pub fn initramfs(args: &InitramfsArgs) -> Result<()> {
             "initramfs -o needs a file: the archive is binary".into(),
         ));
     }
-    let out =
-        xvmm_results::Output::prepare(path).map_err(|e| Error::io("cannot write", path, e))?;
+    let out = xvmm_host::Output::prepare(path).map_err(|e| Error::io("cannot write", path, e))?;
     let archive = archive_from_specs(&args.entries)?;
     out.commit(&archive.to_bytes())
         .map_err(|e| Error::io("cannot write", path, e))

@@ -720,7 +720,7 @@ fn check_fallback(stderr: &str, f: &Path) -> Option<String> {
 /// namespace. Instances of other processes that no longer exist are named
 /// as an earlier run's, not the case's.
 fn host_leftovers(pid: u32) -> Vec<String> {
-    use xvmm_results::host_state::{journal, mounts, snapshot};
+    use xvmm_host::host_state::{journal, mounts, snapshot};
     let mut p = Vec::new();
     for name in snapshot::instance_names().unwrap_or_default() {
         match journal::instance_pid(&name) {
@@ -748,7 +748,7 @@ fn host_leftovers(pid: u32) -> Vec<String> {
 fn the_bad_input_corpus() {
     // SAFETY: no arguments.
     if unsafe { libc::geteuid() } == 0 {
-        xvmm_results::host_state::namespace::enter_private_mount_namespace()
+        xvmm_host::host_state::namespace::enter_private_mount_namespace()
             .expect("root makes a private mount namespace");
     }
     let f = fixtures();

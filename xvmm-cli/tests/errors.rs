@@ -45,7 +45,7 @@ fn kvm_device_without_permission_for_an_unprivileged_user() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || std::fs::metadata("/dev/kvm").is_err() {
         let why = "needs root and /dev/kvm to drop to an unprivileged user";
-        eprintln!("{}", xvmm_results::skip::record(why));
+        eprintln!("{}", xvmm_host::skip::record(why));
         return;
     }
     let dir = scratch("kvm-eacces");
@@ -73,7 +73,7 @@ fn kvm_device_without_permission_for_an_unprivileged_user() {
         .unwrap_or(0);
     if mode & 0o006 != 0 {
         let why = format!("/dev/kvm is world-accessible here ({mode:o})");
-        eprintln!("{}", xvmm_results::skip::record(&why));
+        eprintln!("{}", xvmm_host::skip::record(&why));
         return;
     }
     assert_error(&out, 1, "xvmm: kvm: no permission on /dev/kvm: ");
@@ -85,7 +85,7 @@ fn kvm_device_that_even_root_cannot_open_read_write() {
     let dir = scratch("kvm-sysfs");
     let ro = "/sys/devices/system/cpu/possible";
     if std::fs::metadata(ro).is_err() {
-        eprintln!("{}", xvmm_results::skip::record(&format!("{ro} missing")));
+        eprintln!("{}", xvmm_host::skip::record(&format!("{ro} missing")));
         return;
     }
     let out = xvmm_env(

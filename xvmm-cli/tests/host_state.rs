@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use vm_support::*;
-use xvmm_results::host_state::namespace::enter_private_mount_namespace;
-use xvmm_results::host_state::{journal, mounts, snapshot};
+use xvmm_host::host_state::namespace::enter_private_mount_namespace;
+use xvmm_host::host_state::{journal, mounts, snapshot};
 
 /// One test at a time: each kills a tool and checks what the next start of
 /// a tool restores, which would restore the other test's leftovers too.
@@ -25,7 +25,7 @@ fn prepared() -> Option<std::sync::MutexGuard<'static, ()>> {
     // SAFETY: no arguments.
     if unsafe { libc::geteuid() } != 0 || !have_kvm() {
         let why = "killed-run recovery needs root and /dev/kvm";
-        eprintln!("{}", xvmm_results::skip::record(why));
+        eprintln!("{}", xvmm_host::skip::record(why));
         return None;
     }
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -272,7 +272,7 @@ fn two_traced_runs_share_the_mount_and_the_last_unmounts_it() {
 /// no file being busy), and this process, its last user, unmounts it.
 #[test]
 fn a_mount_is_left_to_another_process_that_still_uses_it() {
-    use xvmm_results::host_state::mounts::{FsKind, FsUse};
+    use xvmm_host::host_state::mounts::{FsKind, FsUse};
     let Some(_serial) = prepared() else { return };
     let f = spin_fixture("handover");
     let child = spin(&f, "60", true)

@@ -17,7 +17,7 @@ fn kvm_available() -> bool {
     if Path::new("/dev/kvm").exists() {
         return true;
     }
-    eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+    eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
     false
 }
 

@@ -180,7 +180,7 @@ fn signals_during_a_traced_run_leave_tracefs_as_found(tag: &str, signals: &[libc
     if !have_kvm() {
         return;
     }
-    use xvmm_results::host_state::{mounts, namespace, snapshot};
+    use xvmm_host::host_state::{mounts, namespace, snapshot};
     namespace::enter_private_mount_namespace().expect("root makes a private mount namespace");
     let tracefs_mounted = || {
         mounts::mount_table()
@@ -215,7 +215,7 @@ fn signals_during_a_traced_run_leave_tracefs_as_found(tag: &str, signals: &[libc
         assert!(err.starts_with("xvmm: tracing: "), "{err}");
         eprintln!(
             "{}",
-            xvmm_results::skip::record(&format!("no traced run here: {err}"))
+            xvmm_host::skip::record(&format!("no traced run here: {err}"))
         );
         return;
     }

@@ -5,10 +5,10 @@
 //! real binary instead of trusting a listing.
 //!
 //! Read from the ELF itself (section headers and `.symtab`, through
-//! [`xvmm_results::elf`]); pure, no tools.
+//! [`xvmm_host::elf`]); pure, no tools.
 
 use crate::error::{Error, Result};
-use xvmm_results::elf::{ElfError, ElfFile, Sections, Symbols};
+use xvmm_host::elf::{ElfError, ElfFile, Sections, Symbols};
 
 /// `X86_FEATURE_XPERF` = word 21, bit 31 (the series' cpufeatures.h).
 pub const X86_FEATURE_XPERF: u16 = 21 * 32 + 31;
@@ -217,7 +217,7 @@ pub fn table(sites: &[HookSite]) -> String {
         out.push_str(&format!(
             "{:#018x}  {kind:<11}  {:<52} {bytes:<15} {}\n",
             s.address,
-            xvmm_results::escape::visible(&s.location),
+            xvmm_host::escape::visible(&s.location),
             if s.is_nop() { "NOP" } else { "NOT A NOP" }
         ));
     }

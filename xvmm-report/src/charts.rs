@@ -16,7 +16,7 @@
 //!
 //! An axis turns logarithmic when its values span more than [`LOG_SPAN`]
 //! (long tails, figures from 50 to 500 000 ticks in one chart). Labels come
-//! from result files: they are made visible ([`xvmm_results::escape`]) and
+//! from result files: they are made visible ([`xvmm_host::escape`]) and
 //! cut short here, and plotters escapes them for XML. No chart fails or
 //! panics on its input: empty input gives a "no data" chart, a drawing error
 //! a chart that says so, and more than [`MAX_ROWS`] rows are cut with the
@@ -29,8 +29,8 @@ pub use rows::{boxes, stacked, timeline, MAX_EVENTS};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use xvmm_host::escape::visible;
 use xvmm_results::document::{Bar, BarChart, Bin, Distribution, Line, TrendChart};
-use xvmm_results::escape::visible;
 
 /// Largest max/min ratio drawn on a linear axis.
 pub const LOG_SPAN: f64 = 20.0;

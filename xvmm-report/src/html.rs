@@ -10,8 +10,8 @@
 
 use super::charts;
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 use xvmm_results::document::{Block, Cell, Chart, Document, Row, Section, Table};
-use xvmm_results::escape::visible;
 
 /// The page's policy: inline styles, nothing else.
 pub const CONTENT_SECURITY_POLICY: &str =

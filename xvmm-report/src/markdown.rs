@@ -7,8 +7,8 @@
 //! `*a*|b` is shown as that text and cannot break a table.
 
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 use xvmm_results::document::{Block, Cell, Document, Row, Section, Table};
-use xvmm_results::escape::visible;
 
 /// Text safe in a Markdown paragraph or table cell.
 pub fn escape(text: &str) -> String {

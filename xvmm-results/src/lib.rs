@@ -5,7 +5,6 @@
 //! The JSON form is versioned by [`SCHEMA`] and [`SCHEMA_VERSION`]; bump the
 //! version on any incompatible change and document it in the README.
 
-pub mod host;
 pub mod schema;
 
 pub mod num;
@@ -22,12 +21,10 @@ pub use bootstrap::MedianCi;
 pub use characterize::{Characterization, Metric};
 pub use compare::{compare, Comparison, ComparisonRow};
 pub use correction::{Corrections, StampCosts};
-pub use file::{write_atomically, Output};
-pub use host::{cpu, elf, file, host_state, signals, skip, stdio, tracefs, tracefs_raw, tsc};
 pub use intervals::{Batched, ExitSplit, Intervals, KernelStamps, StampPoint};
 pub use machine::Machine;
 pub use probes::Probe;
-pub use render::{document, escape};
+pub use render::document;
 pub use schema::{
     async_pf, channel, characterize, exit_trace, intervals, json, limits, machine, probes,
     xperf_args,
@@ -35,6 +32,7 @@ pub use schema::{
 use serde::{Deserialize, Serialize};
 pub use stats::{attribution, bootstrap, compare, correction, linearity, quantum, sweep, timeline};
 pub use stats::{Histogram, Stats};
+use xvmm_host::{escape, tsc};
 
 /// Name of the schema, the first thing a reader checks.
 pub const SCHEMA: &str = "xvmm-results";

@@ -126,18 +126,6 @@ impl Setting {
     }
 }
 
-/// The kernel builder's error as xvmm's: the same text, the exit status by
-/// kind.
-impl From<xvmm_kernel::Error> for Error {
-    fn from(e: xvmm_kernel::Error) -> Error {
-        match e {
-            xvmm_kernel::Error::Build(m) => Error::Build(m),
-            xvmm_kernel::Error::Image(m) => Error::Kernel(m),
-            xvmm_kernel::Error::Io(m) => Error::Io(m),
-        }
-    }
-}
-
 /// "SIGINT" for 2, and so on for the signals xvmm stops on.
 pub fn signal_name(signal: i32) -> String {
     match signal {
@@ -150,29 +138,3 @@ pub fn signal_name(signal: i32) -> String {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
-
-#[cfg(test)]
-mod tests {
-    use super::Error;
-
-    #[test]
-    fn a_kernel_builder_error_keeps_its_kind_and_its_text() {
-        let cases = [
-            (
-                xvmm_kernel::Error::Build("b".into()),
-                Error::Build("b".into()),
-            ),
-            (
-                xvmm_kernel::Error::Image("i".into()),
-                Error::Kernel("i".into()),
-            ),
-            (xvmm_kernel::Error::Io("o".into()), Error::Io("o".into())),
-        ];
-        for (theirs, ours) in cases {
-            let text = theirs.to_string();
-            let mapped = Error::from(theirs);
-            assert_eq!(mapped.to_string(), text);
-            assert_eq!(format!("{mapped:?}"), format!("{ours:?}"));
-        }
-    }
-}

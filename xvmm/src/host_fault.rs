@@ -643,10 +643,7 @@ mod tests {
                 "userfaultfd failed unexpectedly: {}",
                 std::io::Error::from_raw_os_error(e)
             );
-            eprintln!(
-                "{}",
-                xvmm_results::skip::record(&unavailable(e).to_string())
-            );
+            eprintln!("{}", xvmm_host::skip::record(&unavailable(e).to_string()));
             return None;
         }
         // SAFETY: the descriptor the syscall just returned, closed once.

@@ -66,7 +66,7 @@ pub fn normalise(path: &str) -> Result<String> {
 /// Two entries where one would have to be a file and a directory. Paths are
 /// anyone's bytes: shown escaped, like `normalise`'s.
 fn clash_error(path: &str, other: &str) -> Error {
-    let shown = |p: &str| xvmm_results::escape::visible(p).into_owned();
+    let shown = |p: &str| xvmm_host::escape::visible(p).into_owned();
     let both = if other.len() < path.len() {
         other
     } else {
@@ -516,7 +516,7 @@ mod tests {
     fn cpio_tool_lists_what_we_wrote() {
         if !Path::new("/usr/bin/cpio").exists() && !Path::new("/bin/cpio").exists() {
             let why = "cpio(1) not installed (harness/setup.sh installs it): no cross-check";
-            eprintln!("{}", xvmm_results::skip::record(why));
+            eprintln!("{}", xvmm_host::skip::record(why));
             return;
         }
         let mut a = Archive::new();

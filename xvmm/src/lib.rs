@@ -27,5 +27,6 @@ pub mod vcpu;
 pub mod vm;
 
 pub use error::{Error, Result, Setting};
+pub use xvmm_host::elf;
 /// The one ELF reader, shared with xperf (which reads `/proc/kcore`).
-pub use xvmm_results::{elf, progress};
+pub use xvmm_results::progress;

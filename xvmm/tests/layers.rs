@@ -215,7 +215,7 @@ fn no_two_files_use_one_another() {
 /// stderr write in its panic hook, both since removed.
 fn sibling_libraries() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    ["xvmm-report", "xvmm-kernel", "xvmm-results"]
+    ["xvmm-report", "xvmm-kernel", "xvmm-results", "xvmm-host"]
         .iter()
         .map(|c| root.join(c).join("src"))
         .collect()
@@ -449,4 +449,230 @@ fn planted_file_cycles_are_reported() {
         &[("vcpu/mod.rs", module), ("vcpu/watchdog.rs", tick)],
     );
     assert!(found.iter().any(|v| v.contains(expect)), "{found:#?}");
+}
+
+/// One crate of docs/DESIGN.md's "Crates" drawing: its row (0 at the top)
+/// and the workspace crates its entry names after "uses".
+#[derive(Debug)]
+struct DrawnCrate {
+    name: String,
+    row: usize,
+    uses: Vec<String>,
+}
+
+/// The "### Crates" drawing of `design`: entries start at a four-space
+/// indent with the crate's name and its folder in parentheses, rows are
+/// separated by a line holding "▼". Names after "uses" are kept when they
+/// are one of `known`.
+fn drawn_crates(design: &str, known: &[String]) -> Vec<DrawnCrate> {
+    let section = design
+        .split("### Crates")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .unwrap_or("");
+    let mut out: Vec<(DrawnCrate, String)> = Vec::new();
+    let mut row = 0;
+    for line in section.lines() {
+        if line.contains('▼') {
+            row += 1;
+            continue;
+        }
+        let Some(body) = line.strip_prefix("    ") else {
+            continue;
+        };
+        let mut words = body.split_whitespace();
+        let starts_entry =
+            !body.starts_with(' ') && words.nth(1).is_some_and(|w| w.starts_with('('));
+        if starts_entry {
+            let name = body.split_whitespace().next().unwrap_or("").to_string();
+            let entry = DrawnCrate {
+                name,
+                row,
+                uses: Vec::new(),
+            };
+            out.push((entry, String::new()));
+        }
+        if let Some((_, text)) = out.last_mut() {
+            text.push_str(body);
+            text.push(' ');
+        }
+    }
+    out.into_iter()
+        .map(|(mut c, text)| {
+            let after = text.split_once("uses ").map_or("", |(_, a)| a);
+            c.uses = after
+                .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '-' || ch == '_'))
+                .filter(|w| known.iter().any(|k| k == w))
+                .map(str::to_string)
+                .collect();
+            c.uses.sort();
+            c.uses.dedup();
+            c
+        })
+        .collect()
+}
+
+/// Each workspace crate's workspace dependencies (every kind) and its
+/// source folder, from `cargo metadata`.
+fn workspace_crates() -> Vec<(String, Vec<String>, PathBuf)> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let packages = meta["packages"].as_array().expect("packages");
+    let names: Vec<String> = packages
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let mut deps: Vec<String> = p["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|d| d["name"].as_str())
+                .filter(|d| names.iter().any(|n| n == d))
+                .map(str::to_string)
+                .collect();
+            deps.sort();
+            deps.dedup();
+            let manifest = PathBuf::from(p["manifest_path"].as_str().unwrap_or(""));
+            let src = manifest.with_file_name("src");
+            (p["name"].as_str().unwrap_or("").to_string(), deps, src)
+        })
+        .collect()
+}
+
+/// What differs between the drawing and the crates: a crate not drawn, a
+/// dependency not named (or named and absent), a use of a crate in the same
+/// row or above.
+fn crate_graph_violations(
+    drawn: &[DrawnCrate],
+    actual: &[(String, Vec<String>, PathBuf)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, deps, _) in actual {
+        let Some(d) = drawn.iter().find(|d| &d.name == name) else {
+            out.push(format!("{name} is not in DESIGN.md's crate drawing"));
+            continue;
+        };
+        if &d.uses != deps {
+            out.push(format!(
+                "{name}: DESIGN.md says it uses {:?}, Cargo.toml has {deps:?}",
+                d.uses
+            ));
+        }
+        for dep in deps {
+            let below = drawn.iter().find(|x| &x.name == dep).map(|x| x.row > d.row);
+            if below != Some(true) {
+                out.push(format!("{name} uses {dep}, which is not in a row below it"));
+            }
+        }
+    }
+    out
+}
+
+fn rust_lines(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| {
+            let p = e.path();
+            if p.is_dir() {
+                rust_lines(&p)
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                std::fs::read_to_string(&p).map_or(0, |t| t.lines().count())
+            } else {
+                0
+            }
+        })
+        .sum()
+}
+
+fn design_text() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/DESIGN.md");
+    std::fs::read_to_string(&path).expect("docs/DESIGN.md")
+}
+
+#[test]
+fn the_crate_graph_is_the_one_drawn_here() {
+    let actual = workspace_crates();
+    let names: Vec<String> = actual.iter().map(|a| a.0.clone()).collect();
+    assert!(names.len() >= 11, "{names:?}");
+    let drawn = drawn_crates(&design_text(), &names);
+    assert_none("crate graph", crate_graph_violations(&drawn, &actual));
+    // One home per concern, none holding everything: no crate over a
+    // quarter of the workspace's code (src/ of each crate).
+    let sizes: Vec<(String, usize)> = actual
+        .iter()
+        .map(|(n, _, src)| (n.clone(), rust_lines(src)))
+        .collect();
+    let total: usize = sizes.iter().map(|s| s.1).sum();
+    for (name, lines) in &sizes {
+        println!(
+            "{name}: {lines} lines ({:.1} %)",
+            100.0 * *lines as f64 / total as f64
+        );
+        assert!(
+            *lines * 4 <= total,
+            "{name} holds {lines} of the workspace's {total} lines: more than a quarter"
+        );
+    }
+}
+
+/// The check above on drawings that are wrong: an edge Cargo has and the
+/// drawing lacks, one the drawing names and Cargo lacks, a crate left out,
+/// and a use of a crate drawn in a row above.
+#[test]
+fn planted_crate_drawings_that_differ_from_cargo_are_reported() {
+    let actual = workspace_crates();
+    let names: Vec<String> = actual.iter().map(|a| a.0.clone()).collect();
+    let design = design_text();
+    let check = |text: &str| crate_graph_violations(&drawn_crates(text, &names), &actual);
+    assert!(check(&design).is_empty());
+    let missing_edge = design.replace(
+        "host_trace, host_fault; uses xvmm-results, xvmm-host",
+        "host_trace, host_fault; uses xvmm-results",
+    );
+    assert_ne!(missing_edge, design, "the planted text is in DESIGN.md");
+    assert!(check(&missing_edge)
+        .iter()
+        .any(|v| v.starts_with("xvmm: DESIGN.md says")));
+    let extra_edge = design.replace(
+        "host_trace, host_fault; uses xvmm-results, xvmm-host",
+        "host_trace, host_fault; uses xvmm-results, xvmm-host, xvmm-kernel",
+    );
+    assert!(check(&extra_edge)
+        .iter()
+        .any(|v| v.starts_with("xvmm: DESIGN.md says")));
+    let left_out = design.replace(
+        "    xvmm-guest    (guest/xvmm-guest/)",
+        "    (guest/xvmm-guest/)",
+    );
+    assert!(check(&left_out)
+        .iter()
+        .any(|v| v == "xvmm-guest is not in DESIGN.md's crate drawing"));
+    // xvmm-host drawn above xvmm-results, which uses it.
+    let upward = design.replacen("          ▼\n    xvmm-host", "    xvmm-host", 1);
+    assert_ne!(upward, design);
+    assert!(check(&upward)
+        .iter()
+        .any(|v| v == "xvmm-results uses xvmm-host, which is not in a row below it"));
 }

@@ -28,7 +28,7 @@ fn phase(kind: Kind, samples: u64, param: u64) -> Phase {
 #[test]
 fn sysenter_does_what_is_documented_for_this_vendor_and_hypervisor() {
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return;
     }
     let rc = RunControl::new(Duration::from_secs(30)).unwrap();
@@ -75,7 +75,7 @@ fn sysenter_does_what_is_documented_for_this_vendor_and_hypervisor() {
 #[test]
 fn every_stamp_of_a_small_phase_comes_back() {
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return;
     }
     let rc = RunControl::new(Duration::from_secs(30)).unwrap();
@@ -103,7 +103,7 @@ fn every_stamp_of_a_small_phase_comes_back() {
 #[test]
 fn an_imul_phase_cycles_through_its_chain_lengths() {
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return;
     }
     let rc = RunControl::new(Duration::from_secs(30)).unwrap();
@@ -174,7 +174,7 @@ fn fenced_refused(end: &PhaseEnd) -> bool {
 #[test]
 fn page_faults_keep_alternating_across_an_odd_warm_up() {
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return;
     }
     let rc = RunControl::new(Duration::from_secs(30)).unwrap();
@@ -208,7 +208,7 @@ fn page_faults_keep_alternating_across_an_odd_warm_up() {
 #[test]
 fn a_batch_of_k_int3_costs_about_k_single_ones() {
     if !Path::new("/dev/kvm").exists() {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
         return;
     }
     let rc = RunControl::new(Duration::from_secs(60)).unwrap();

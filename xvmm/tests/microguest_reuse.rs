@@ -15,7 +15,7 @@ use xvmm_results::{Report, Status, UNFILLED};
 fn no_kvm() -> bool {
     let missing = !Path::new("/dev/kvm").exists();
     if missing {
-        eprintln!("{}", xvmm_results::skip::record("/dev/kvm does not exist"));
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm does not exist"));
     }
     missing
 }

@@ -258,7 +258,7 @@ fn tsc_offset_control_is_applied_or_clearly_unsupported() {
                 "{err}"
             );
             let why = format!("{here:?}: no TSC offset ({}): {err}", fact.source);
-            eprintln!("{}", xvmm_results::skip::record(&why));
+            eprintln!("{}", xvmm_host::skip::record(&why));
             return;
         }
         (Outcome::Runs | Outcome::Undocumented, Ok(())) => {}

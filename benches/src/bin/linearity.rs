@@ -13,8 +13,9 @@ use std::time::Duration;
 use xvmm::microguest::guest::Kind;
 use xvmm::microguest::measure;
 use xvmm_benches::linearity::{self, native_chain, INTERCEPT_PHASES, LONG_PHASE};
+use xvmm_host::tsc;
 use xvmm_results::sweep::SweepFit;
-use xvmm_results::{quantum, tsc, Stats};
+use xvmm_results::{quantum, Stats};
 
 const SAMPLES: usize = 20_000;
 const WARMUP: usize = 2_000;

@@ -80,6 +80,12 @@ fn run_package(repo: &Path, package: &str, files: &[&str], args: &Args, out: &Pa
         cmd.args(["--jobs", &args.jobs.to_string()]);
     }
     eprintln!("mutants: {package}: {} file(s)", files.len());
+    // cargo-mutants creates `out` but not its parent (target/mutants on a
+    // fresh clone).
+    if let Err(e) = std::fs::create_dir_all(out) {
+        eprintln!("mutants: {}: {e}", out.display());
+        return false;
+    }
     // cargo-mutants exits 2 when mutants are missed: the outcomes decide.
     cmd.status().is_ok_and(|s| matches!(s.code(), Some(0..=3)))
 }

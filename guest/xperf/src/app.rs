@@ -59,13 +59,13 @@ impl Steps for StderrSteps {
 /// Where the JSON report goes, checked before measuring.
 enum JsonTo {
     Stdout,
-    File(PathBuf, xvmm_results::Output),
+    File(PathBuf, xvmm_host::Output),
 }
 
 /// Writes to stdout; a stdout closed at start (`>&-`) fails as a full one.
 fn write_stdout(text: &str) -> std::io::Result<()> {
-    if xvmm_results::stdio::stdout_was_closed() {
-        return Err(xvmm_results::stdio::closed_error());
+    if xvmm_host::stdio::stdout_was_closed() {
+        return Err(xvmm_host::stdio::closed_error());
     }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).and_then(|()| out.flush())
@@ -236,7 +236,7 @@ fn characterize_once(
 /// before measuring, as `--json` does).
 fn openmetrics_destination(
     path: Option<&std::path::Path>,
-) -> Result<Option<(PathBuf, xvmm_results::Output)>> {
+) -> Result<Option<(PathBuf, xvmm_host::Output)>> {
     path.map(|p| Ok((p.to_path_buf(), prepared(p)?)))
         .transpose()
 }
@@ -245,7 +245,7 @@ fn openmetrics_destination(
 /// textfile collector never reads half of it); saved elsewhere on failure.
 fn write_openmetrics(
     report: &xvmm_results::Report,
-    to: Option<(PathBuf, xvmm_results::Output)>,
+    to: Option<(PathBuf, xvmm_host::Output)>,
 ) -> Result<()> {
     let Some((path, out)) = to else {
         return Ok(());
@@ -264,7 +264,7 @@ fn write_openmetrics(
 /// the host (instances, dynamic events, kprobes-optimization, mounts), one
 /// line on stderr for each.
 fn recover_host_state() {
-    let recovery = xvmm_results::host_state::undo::recover_orphans();
+    let recovery = xvmm_host::host_state::undo::recover_orphans();
     for line in recovery.messages("xperf") {
         crate::sayln!("{line}");
     }
@@ -275,10 +275,10 @@ fn recover_host_state() {
 /// could not be restored, or a signal stopped the run.
 fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
     if opts.show_state {
-        let state = xvmm_results::host_state::snapshot::snapshot(opts.tracefs.as_deref());
+        let state = xvmm_host::host_state::snapshot::snapshot(opts.tracefs.as_deref());
         let text: String = state
             .iter()
-            .map(|(k, v)| format!("state {k}: {}\n", xvmm_results::escape::visible(v)))
+            .map(|(k, v)| format!("state {k}: {}\n", xvmm_host::escape::visible(v)))
             .collect();
         return print(&text);
     }
@@ -368,8 +368,8 @@ fn json_destination(
 }
 
 /// A file destination checked and opened now, before anything is measured.
-fn prepared(path: &std::path::Path) -> Result<xvmm_results::Output> {
-    xvmm_results::Output::prepare(path)
+fn prepared(path: &std::path::Path) -> Result<xvmm_host::Output> {
+    xvmm_host::Output::prepare(path)
         .map_err(|e| Error::Output(format!("cannot write {}: {e}", path.display())))
 }
 
@@ -395,7 +395,7 @@ fn write_file(json_to: Option<JsonTo>, json: &str, lines: &mut String) -> Result
 /// fallback file; the error names both.
 fn saved_instead(what: &str, e: &std::io::Error, text: &str) -> Error {
     Error::Output(
-        match xvmm_results::file::save_fallback("xperf-results", text.as_bytes()) {
+        match xvmm_host::file::save_fallback("xperf-results", text.as_bytes()) {
             Ok(saved) => format!(
                 "cannot write {what}: {e}; the report was saved to {}",
                 saved.display()

@@ -8,10 +8,10 @@
 
 use crate::error::Result;
 use std::arch::asm;
+use xvmm_host::tsc::join;
+use xvmm_host::{stamp_close, stamp_open};
 use xvmm_results::channel::PORT_CALIBRATE;
 use xvmm_results::timeline::GuestCalibration;
-use xvmm_results::tsc::join;
-use xvmm_results::{stamp_close, stamp_open};
 
 /// Takes `total` calibration exits over `checkpoints` checkpoints.
 pub struct Calibrator {

@@ -59,7 +59,7 @@ impl fmt::Display for Error {
             }
         };
         let flat = msg.replace('\n', " ");
-        write!(f, "{kind}: {}", xvmm_results::escape::visible(&flat))
+        write!(f, "{kind}: {}", xvmm_host::escape::visible(&flat))
     }
 }
 

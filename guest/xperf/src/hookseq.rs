@@ -24,8 +24,8 @@
 
 use crate::error::{Error, Result};
 use std::arch::asm;
-use xvmm_results::tsc::join;
-use xvmm_results::{stamp_close, stamp_open};
+use xvmm_host::tsc::join;
+use xvmm_host::{stamp_close, stamp_open};
 
 /// What was reproduced, for the report.
 pub const SOURCE: &str = "the hooks' instruction sequences (patches/linux-6.12: XPERF_SC_U2K_STAMP, \

@@ -3,7 +3,7 @@
 fn main() {
     // `panic = "abort"`: no destructor runs, so the hook undoes what this
     // process changed on the host (probes, instance, sysctl) first.
-    xvmm_results::host_state::undo::install_panic_hook(|line| eprintln!("{line}"));
+    xvmm_host::host_state::undo::install_panic_hook(|line| eprintln!("{line}"));
     // PID 1 alone is not a VM's init (a container's PID 1 is a normal
     // program): only the VMM's word on the kernel command line makes one.
     let vm_init = xperf::init::is_vm_init();
@@ -25,5 +25,5 @@ fn main() {
 }
 
 // Runs before the standard library's start-up, which would hide a closed
-// stdout behind /dev/null (`xvmm_results::stdio`).
-xvmm_results::record_stdio_at_start!();
+// stdout behind /dev/null (`xvmm_host::stdio`).
+xvmm_host::record_stdio_at_start!();

@@ -489,7 +489,7 @@ pub(crate) fn with_user_sweep(
 /// `hook_sequences`), and getppid's hooks on/off figure carries what they
 /// add.
 fn stamp_costs(r: &Rounds, quantum: Option<f64>) -> StampCosts {
-    let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
+    let (open, close) = (xvmm_host::tsc::OPEN_TEXT, xvmm_host::tsc::CLOSE_TEXT);
     let user = PairCost::from_rounds(open, close, &r.user_pair);
     let bare = (!r.kernel_pair.is_empty()).then(|| {
         (

@@ -15,13 +15,13 @@
 //!
 //! so the null measurement carries the same two moves and subtracting its
 //! median leaves the crossing (plus `mov eax, 110` for getppid). The stamps
-//! are `xvmm_results::tsc`'s, the ones every user-mode producer uses. The
+//! are `xvmm_host::tsc`'s, the ones every user-mode producer uses. The
 //! leading RDTSCP is outside the window: the opening stamp's first LFENCE
 //! waits for it.
 
 use std::arch::asm;
-use xvmm_results::tsc::join;
-use xvmm_results::{stamp_close, stamp_open};
+use xvmm_host::tsc::join;
+use xvmm_host::{stamp_close, stamp_open};
 
 /// Instructions between the opening stamp and the crossing, for the report.
 pub const TAIL_AFTER_OPEN: &str = "mov r32, eax; mov r32, edx (getppid adds mov eax, 110)";

@@ -68,7 +68,7 @@ pub fn install(on_stop: impl FnOnce(libc::c_int) + Send + 'static) -> io::Result
             on_stop(signal);
         })?;
     for signal in SIGNALS {
-        xvmm_results::signals::set_handler(signal, on_signal)?;
+        xvmm_host::signals::set_handler(signal, on_signal)?;
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ fn usable() -> bool {
     // SAFETY: geteuid has no arguments and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         let why = "xperf PID 1 tests need root for PID and mount namespaces";
-        eprintln!("{}", xvmm_results::skip::record(why));
+        eprintln!("{}", xvmm_host::skip::record(why));
         return false;
     }
     true

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use xvmm_results::host_state::mounts::{FsKind, FsUse};
-use xvmm_results::host_state::namespace::enter_private_mount_namespace;
-use xvmm_results::host_state::snapshot::snapshot;
+use xvmm_host::host_state::mounts::{FsKind, FsUse};
+use xvmm_host::host_state::namespace::enter_private_mount_namespace;
+use xvmm_host::host_state::snapshot::snapshot;
 use xvmm_results::{Report, Status};
 
 /// One xperf probes run at a time: they share the host's tracing state.
@@ -29,7 +29,7 @@ fn usable() -> bool {
         .is_ok_and(|f| f.lines().any(|l| l.ends_with("\ttracefs")));
     if !root || !tracefs {
         let why = "xperf probes tests need root and a kernel with tracefs";
-        eprintln!("{}", xvmm_results::skip::record(why));
+        eprintln!("{}", xvmm_host::skip::record(why));
         return false;
     }
     enter_private_mount_namespace().expect("root makes a private mount namespace");
@@ -127,7 +127,7 @@ fn a_probe_left_by_someone_else_is_refused() {
     };
     if append(&uprobes, "p:xperf/left_over /bin/true:0x0\n").is_err() {
         let why = "this kernel cannot create a uprobe (CONFIG_UPROBE_EVENTS)";
-        eprintln!("{}", xvmm_results::skip::record(why));
+        eprintln!("{}", xvmm_host::skip::record(why));
         return;
     }
     // Removed however the check below ends: a failed assertion must not

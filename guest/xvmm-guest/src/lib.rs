@@ -28,7 +28,7 @@ impl std::fmt::Display for Error {
         match self {
             // The message may quote the kernel command line or a path: shown
             // escaped, it stays one line that cannot drive a terminal.
-            Error::Sys(m) | Error::Channel(m) => f.write_str(&xvmm_results::escape::visible(m)),
+            Error::Sys(m) | Error::Channel(m) => f.write_str(&xvmm_host::escape::visible(m)),
         }
     }
 }

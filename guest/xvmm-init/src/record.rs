@@ -23,7 +23,7 @@ use std::fs;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use xvmm_results::file::read_in_large_reads;
+use xvmm_host::file::read_in_large_reads;
 
 /// Files as (name, bytes).
 pub type Files = Vec<(String, Vec<u8>)>;

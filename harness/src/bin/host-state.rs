@@ -7,16 +7,16 @@
 //! suite that leaves tracefs mounted, an instance, a dynamic event, a
 //! tracer, a filter, `kprobes-optimization` or a journal of host changes
 //! behind fails. Reading changes nothing (see
-//! `xvmm_results::host_state::snapshot`).
+//! `xvmm_host::host_state::snapshot`).
 
 use std::process::ExitCode;
-use xvmm_results::host_state::snapshot;
+use xvmm_host::host_state::snapshot;
 
 const USAGE: &str = "usage: host-state record FILE | host-state check FILE";
 
 /// Undoes what dead xvmm and xperf processes left, one line each.
 fn recover_orphans() {
-    let recovery = xvmm_results::host_state::undo::recover_orphans();
+    let recovery = xvmm_host::host_state::undo::recover_orphans();
     for line in recovery.messages("host-state") {
         eprintln!("{line}");
     }
@@ -58,7 +58,7 @@ fn main() -> ExitCode {
             }
             eprintln!("host state changed by the run:");
             for d in &differences {
-                eprintln!("  {}", xvmm_results::escape::visible(d));
+                eprintln!("  {}", xvmm_host::escape::visible(d));
             }
             ExitCode::FAILURE
         }

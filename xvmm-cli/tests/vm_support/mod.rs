@@ -246,10 +246,7 @@ pub fn have_kvm() -> bool {
         .open("/dev/kvm")
         .is_ok();
     if !ok {
-        eprintln!(
-            "{}",
-            xvmm_results::skip::record("/dev/kvm is not usable here")
-        );
+        eprintln!("{}", xvmm_host::skip::record("/dev/kvm is not usable here"));
     }
     ok
 }

@@ -2,7 +2,7 @@
 
 use crate::async_pf::{AsyncPf, OnOff, OnOffSide};
 use crate::document::Table;
-use crate::escape::visible;
+use xvmm_host::escape::visible;
 
 fn opt(v: Option<u64>) -> String {
     v.map_or("-".into(), |v| v.to_string())

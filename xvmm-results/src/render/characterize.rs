@@ -3,9 +3,9 @@
 
 use crate::characterize::{Characterization, Metric, GROUPS};
 use crate::document::Table;
-use crate::escape::visible;
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 
 /// Metrics by group: the groups of [`GROUPS`] first, in that order, then any
 /// other group in the order it appears. Linear in the number of metrics (a

@@ -1,9 +1,9 @@
 //! `xvmm linearity`: each stamp pair's self-check and its controls.
 
 use crate::document::Table;
-use crate::escape::visible;
 use crate::linearity::{Linearity, Outcome, PairLinearity};
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 
 fn pair_row(p: &PairLinearity) -> Vec<String> {
     let refused = p.check.controls.len() - p.check.passed_controls().count();

@@ -4,11 +4,11 @@
 //! rounds, the batched figure, whether its parts add up).
 
 use crate::correction::{parts_problem, HooksCost, PairCost};
-use crate::escape::visible;
 use crate::quantum::{self, FLAG_QUANTA};
 use crate::sweep::StampSweep;
 use crate::{Crossing, Interval, Report};
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 
 /// A figure as a table cell, marked `*` when it is under 20 TSC quanta.
 pub fn flagged(value: Option<u64>, quantum: Option<f64>) -> String {

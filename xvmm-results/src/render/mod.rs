@@ -4,18 +4,17 @@
 //! the null overhead subtracted (the JSON keeps the raw values too); a
 //! nanosecond column is added when the TSC rate is known. Every string that
 //! came from a report (names, reasons, notes, CPU model...) goes through
-//! [`crate::escape::visible`]: a report is untrusted input.
+//! [`xvmm_host::escape::visible`]: a report is untrusted input.
 
 use crate::compare::{Comparison, DiffUnit, ExitsPart};
 use crate::document::Table;
-use crate::escape::visible;
 use crate::{Crossing, ExitTiming, HostExit, Interval, Machine, Report, Stats, Status};
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 
 mod async_pf;
 mod characterize;
 pub mod document;
-pub mod escape;
 mod linearity;
 mod method;
 pub mod openmetrics;

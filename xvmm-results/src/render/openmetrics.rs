@@ -19,7 +19,6 @@
 //! here (a report is untrusted: a CPU model may hold a quote).
 
 use crate::characterize::Metric;
-use crate::escape::visible;
 use crate::{Crossing, ExitTiming, HostExit, Interval, Report, Stats, Status};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::family::Family;
@@ -27,6 +26,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
+use xvmm_host::escape::visible;
 
 /// An `--openmetrics` destination as given on a command line (xperf's
 /// and xvmm's): a file name, never empty nor `-` (stdout), since a textfile

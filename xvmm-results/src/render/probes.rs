@@ -4,10 +4,10 @@
 use super::method::quantum_of;
 use super::status_text;
 use crate::document::Table;
-use crate::escape::visible;
 use crate::probes::{mode, vm_explanation, Probe, ProbeComparisonRow};
 use crate::{Report, Status};
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 
 fn ratio(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.2}x"))

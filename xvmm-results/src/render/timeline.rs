@@ -4,10 +4,10 @@
 use super::{cell, median};
 use crate::attribution::{SegmentHost, SEGMENTS};
 use crate::document::Table;
-use crate::escape::visible;
 use crate::timeline::{Timeline, Verdict};
 use crate::{Crossing, ExitTiming};
 use std::fmt::Write as _;
+use xvmm_host::escape::visible;
 
 /// The mapping, how it was checked, and requested vs measured controls.
 pub fn timeline_lines(t: &Timeline) -> String {

@@ -62,7 +62,7 @@ pub struct Machine {
     pub tsc_quantum_ticks: Option<f64>,
     /// Whether LFENCE is dispatch-serialising, as CPUID tells.
     #[serde(default)]
-    pub lfence: crate::cpu::Lfence,
+    pub lfence: xvmm_host::cpu::Lfence,
     /// Whether core cycles can be read beside the TSC.
     #[serde(default)]
     pub pmu: String,
@@ -77,7 +77,7 @@ impl Machine {
         m.hypervisor_signature = cpuid::hypervisor_signature();
         let (khz, source) = cpuid::tsc_khz().unwrap_or_else(|| {
             (
-                crate::tsc::calibrate_khz(Duration::from_millis(50)),
+                xvmm_host::tsc::calibrate_khz(Duration::from_millis(50)),
                 "calibrated",
             )
         });
@@ -103,8 +103,9 @@ impl Machine {
         m.thp = selected_mode(&read_trimmed("/sys/kernel/mm/transparent_hugepage/enabled"));
         m.clocksource =
             read_trimmed("/sys/devices/system/clocksource/clocksource0/current_clocksource");
-        m.tsc_quantum_ticks = crate::quantum::estimate(&crate::tsc::back_to_back(QUANTUM_READS));
-        (m.lfence, m.pmu) = crate::cpu::probe();
+        m.tsc_quantum_ticks =
+            crate::quantum::estimate(&xvmm_host::tsc::back_to_back(QUANTUM_READS));
+        (m.lfence, m.pmu) = xvmm_host::cpu::probe();
         m
     }
 

@@ -5,7 +5,7 @@
 //! under [`FLAG_QUANTA`] quanta is flagged in the tables.
 //!
 //! The estimate comes from the differences of back-to-back counter reads
-//! ([`crate::tsc::back_to_back`], or the microguest's own loop): they fall in
+//! ([`xvmm_host::tsc::back_to_back`], or the microguest's own loop): they fall in
 //! clusters at multiples of the step (24/25, 49, 73/74... on this build
 //! machine, whose step alternates 24 and 25 ticks, about 2445 MHz / 100 MHz), or in one wide
 //! cluster when the counter moves every tick (the reads themselves take

@@ -5,7 +5,7 @@
 //! host's global tracing state is never modified. Removing the instance is the
 //! whole restore; it happens on [`ExitTracer::finish`], on drop (also on the
 //! Ctrl-C path, which returns normally through the run loop). tracefs itself
-//! comes from [`xvmm_results::host_state`]: mounted there when absent, and the
+//! comes from [`xvmm_host::host_state`]: mounted there when absent, and the
 //! instance recorded in its journal before it is made, so that a killed xvmm's
 //! instance is removed by the next start of xvmm or xperf.
 //!

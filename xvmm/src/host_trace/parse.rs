@@ -92,7 +92,7 @@ impl AsyncPfEvent {
 /// The head of an event line: `comm-tid [cpu] flags ts: name: ` -> (tid,
 /// ts, name, rest), from the one tracefs record parser.
 fn split_event(line: &str) -> Option<(i32, u64, &str, &str)> {
-    let record = xvmm_results::tracefs::parse_record(line)?;
+    let record = xvmm_host::tracefs::parse_record(line)?;
     let (name, body) = record.body.split_once(": ").unwrap_or((record.body, ""));
     Some((record.pid, record.ts, name, body))
 }
@@ -171,7 +171,7 @@ pub(super) fn line_cpu(line: &str) -> Option<usize> {
     if let Some(rest) = line.trim_start().strip_prefix("CPU:") {
         return rest.split_whitespace().next()?.parse().ok();
     }
-    let cpu = xvmm_results::tracefs::parse_record(line)?.cpu;
+    let cpu = xvmm_host::tracefs::parse_record(line)?.cpu;
     usize::try_from(cpu).ok()
 }
 

@@ -1,5 +1,5 @@
 //! The binary reader of the host trace: every CPU's `trace_pipe_raw` pages,
-//! decoded by `xvmm_results::tracefs_raw`, turned into the [`TraceEvent`]s
+//! decoded by `xvmm_host::tracefs_raw`, turned into the [`TraceEvent`]s
 //! the text reader would have parsed from the same events, and merged
 //! across CPUs by time (a vCPU thread may migrate, and the aggregator pairs
 //! each thread's exit with its next entry).
@@ -13,7 +13,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Arc;
-use xvmm_results::tracefs_raw::{EventFormat, Field, Missed, Page, PageLayout};
+use xvmm_host::tracefs_raw::{EventFormat, Field, Missed, Page, PageLayout};
 
 /// The record of a traced event as the [`TraceEvent`] its text line parses
 /// to; `None` for other events and records missing a field. One arm per
@@ -125,7 +125,7 @@ impl FastPath {
 /// `exit_reason` and every field a guard of its tables reads, or nothing
 /// (no cache) when there are more than [`REASON_KEY`].
 fn reason_fields(format: &EventFormat) -> Vec<Field> {
-    use xvmm_results::tracefs_raw::Guard;
+    use xvmm_host::tracefs_raw::Guard;
     let mut names = vec!["exit_reason"];
     for t in format.symbols.iter().filter(|t| t.field == "exit_reason") {
         if let Guard::Equals(f, _) | Guard::Differs(f, _) = &t.guard {
@@ -139,10 +139,10 @@ fn reason_fields(format: &EventFormat) -> Vec<Field> {
 }
 
 /// A tracefs file's text, read as tracefs must be read
-/// ([`xvmm_results::file::read_in_large_reads`]): `header_page` answers
+/// ([`xvmm_host::file::read_in_large_reads`]): `header_page` answers
 /// only a read from offset 0.
 pub(super) fn read_in_one(path: &Path) -> std::io::Result<String> {
-    let bytes = xvmm_results::file::read_in_large_reads(File::open(path)?)?;
+    let bytes = xvmm_host::file::read_in_large_reads(File::open(path)?)?;
     String::from_utf8(bytes).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))
 }
 
@@ -214,7 +214,7 @@ impl RawDecoder {
                 .iter()
                 .find(|f| f.name == name)
                 .ok_or_else(|| format!("no format for {name}"))?;
-            let record = xvmm_results::tracefs_raw::encode_record(format, &[("common_pid", 1)]);
+            let record = xvmm_host::tracefs_raw::encode_record(format, &[("common_pid", 1)]);
             if raw_event(format, 0, &record).is_none() {
                 return Err(format!("{name}'s format lacks a field the reader needs"));
             }
@@ -522,7 +522,7 @@ pub fn example_decoder() -> Result<RawDecoder, String> {
 mod tests {
     use super::*;
     use crate::host_trace::parse_line;
-    use xvmm_results::tracefs_raw::{encode_record, PageWriter};
+    use xvmm_host::tracefs_raw::{encode_record, PageWriter};
 
     /// Records and the text lines the kernel prints for them.
     fn records_and_lines(d: &RawDecoder) -> Vec<(Vec<u8>, String)> {
@@ -587,7 +587,7 @@ mod tests {
     fn both_readers_agree(d: &RawDecoder) {
         let cases = records_and_lines(d);
         let mut w = PageWriter::new(
-            &xvmm_results::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap(),
+            &xvmm_host::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap(),
             1_000_000,
         );
         let mut text = Vec::new();
@@ -744,7 +744,7 @@ mod tests {
             d.decode_page(&[0; 8], |_, e| events.push(e)),
             PageOutcome::Corrupt
         );
-        let layout = xvmm_results::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
+        let layout = xvmm_host::tracefs_raw::PageLayout::parse(EXAMPLE_HEADER_PAGE).unwrap();
         let mut w = PageWriter::new(&layout, 5);
         let entry = &records_and_lines(&d)[2].0;
         assert!(w.event(1, entry));

@@ -82,7 +82,7 @@ impl Recording {
 mod tests {
     use super::*;
     use crate::host_trace::raw::{example_decoder, example_formats, EXAMPLE_HEADER_PAGE};
-    use xvmm_results::tracefs_raw::{encode_record, EventFormat, Missed, PageWriter};
+    use xvmm_host::tracefs_raw::{encode_record, EventFormat, Missed, PageWriter};
 
     /// A recording directory of the example formats with one exit and its
     /// entry on CPU 1 and nothing on CPU 0.

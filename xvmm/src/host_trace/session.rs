@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-use xvmm_results::host_state::journal::{self, Change};
-use xvmm_results::host_state::mounts::{FsKind, FsUse};
+use xvmm_host::host_state::journal::{self, Change};
+use xvmm_host::host_state::mounts::{FsKind, FsUse};
 
 const INSTANCE_PREFIX: &str = "xvmm-";
 /// Per-CPU ring buffer size for the instance; a reader thread drains it
@@ -42,7 +42,7 @@ fn write_file(path: &Path, value: &str) -> Result<()> {
         .map_err(|e| Error::Tracing(format!("writing {value:?} to {}: {e}", path.display())))
 }
 
-/// tracefs for xvmm (mounted when absent; see [`xvmm_results::host_state`]).
+/// tracefs for xvmm (mounted when absent; see [`xvmm_host::host_state`]).
 fn tracefs() -> Result<FsUse> {
     FsUse::acquire(FsKind::Tracefs, None).map_err(|e| Error::Tracing(e.to_string()))
 }
@@ -126,7 +126,7 @@ fn read_raw(decoder: &RawDecoder, pipes: &mut [fs::File], stop: &AtomicBool) -> 
     let mut page = vec![0u8; decoder.page_size()];
     let mut corrupt_pages = 0;
     loop {
-        let round = xvmm_results::tsc::rdtsc();
+        let round = xvmm_host::tsc::rdtsc();
         // Tracing is off before stop is set: a drain begun after
         // it that finds nothing is the last.
         let stopping = stop.load(Ordering::Acquire);
@@ -651,7 +651,7 @@ x-7 [000] d..1. 500: kvm_exit: vcpu 0 reason io rip 0x1
     /// Tests that touch tracefs start where a fresh machine does: in a
     /// private mount namespace without tracefs (nothing leaks to the host).
     fn fresh_tracefs() -> FsUse {
-        xvmm_results::host_state::namespace::enter_private_mount_namespace()
+        xvmm_host::host_state::namespace::enter_private_mount_namespace()
             .expect("the suite runs as root: a private mount namespace");
         tracefs().expect("tracefs mounts in the private namespace")
     }
@@ -679,7 +679,7 @@ x-7 [000] d..1. 500: kvm_exit: vcpu 0 reason io rip 0x1
     fn text_sys_enters(instance: &Path) -> Vec<(u64, i32, i64)> {
         let text = fs::read_to_string(instance.join("trace")).unwrap();
         text.lines()
-            .filter_map(xvmm_results::tracefs::parse_record)
+            .filter_map(xvmm_host::tracefs::parse_record)
             .filter_map(|r| {
                 let nr = r.body.strip_prefix("sys_enter: NR ")?.split(' ').next()?;
                 Some((r.ts, r.pid, nr.parse().ok()?))
@@ -689,7 +689,7 @@ x-7 [000] d..1. 500: kvm_exit: vcpu 0 reason io rip 0x1
 
     /// The same from every CPU's `trace_pipe_raw`, merged by time.
     fn raw_sys_enters(instance: &Path) -> Vec<(u64, i32, i64)> {
-        use xvmm_results::tracefs_raw::{EventFormat, Page, PageLayout};
+        use xvmm_host::tracefs_raw::{EventFormat, Page, PageLayout};
         let events = instance.join("events");
         let header = super::super::raw::read_in_one(&events.join("header_page")).unwrap();
         let layout = PageLayout::parse(&header).unwrap();
@@ -844,7 +844,7 @@ x-7 [000] d..1. 500: kvm_exit: vcpu 0 reason io rip 0x1
             "still recorded: {text}"
         );
         drop(tracefs);
-        let table = xvmm_results::host_state::mounts::mount_table().unwrap();
+        let table = xvmm_host::host_state::mounts::mount_table().unwrap();
         assert!(
             table.iter().all(|m| m.fstype != "tracefs"),
             "the mount this test's namespace made goes with its last user"

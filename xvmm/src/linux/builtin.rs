@@ -81,7 +81,7 @@ const MAX_XPERF_BYTES: u64 = 256 << 20;
 /// a mapping of it: only the pages the check reads are read.
 fn load_static(path: &Path) -> Result<Xperf> {
     let opened =
-        xvmm_results::file::open_bounded(path, MAX_XPERF_BYTES).map_err(|e| match e.kind() {
+        xvmm_host::file::open_bounded(path, MAX_XPERF_BYTES).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 Error::Initrd(format!("{}: no such file", path.display()))
             }

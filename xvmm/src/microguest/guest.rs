@@ -19,7 +19,7 @@
 //! I/O is not allowed under every hypervisor).
 //!
 //! Stamps: `lfence; rdtsc; lfence` opens an interval and `rdtscp; lfence` closes
-//! it (the sequences of `xvmm_results::tsc`). The kernel blob writes them with
+//! it (the sequences of `xvmm_host::tsc`). The kernel blob writes them with
 //! exactly those bytes so that the VMM can find them ([`KERNEL_STAMP_OPEN`],
 //! [`KERNEL_STAMP_CLOSE`]) and, where the hypervisor cannot execute them at
 //! CPL0, replace them with plain `rdtsc`.
@@ -88,7 +88,7 @@ impl KernelStamps {
     /// The instructions of the opening and the closing kernel stamp.
     pub fn text(self) -> (&'static str, &'static str) {
         match self {
-            KernelStamps::Fenced => (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT),
+            KernelStamps::Fenced => (xvmm_host::tsc::OPEN_TEXT, xvmm_host::tsc::CLOSE_TEXT),
             KernelStamps::Plain => ("rdtsc", "rdtsc"),
             KernelStamps::Off => ("none", "none"),
         }
@@ -384,8 +384,8 @@ mod tests {
 
     #[test]
     fn guest_stamps_are_the_host_stamps() {
-        assert_eq!(macro_body("STAMP_OPEN"), xvmm_results::stamp_open!());
-        assert_eq!(macro_body("STAMP_CLOSE"), xvmm_results::stamp_close!());
+        assert_eq!(macro_body("STAMP_OPEN"), xvmm_host::stamp_open!());
+        assert_eq!(macro_body("STAMP_CLOSE"), xvmm_host::stamp_close!());
         // Both blobs take their stamps from the one macro pair: the user blob
         // holds the kernel's byte patterns too.
         let user = user_code();

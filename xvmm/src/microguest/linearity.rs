@@ -135,7 +135,7 @@ fn check_pair(
     let check = check_with_controls(&phases, &decided, quantum, (chain_before, chain_after))
         .map_err(|e| Error::Guest(format!("{pair:?} pair's sweep: {e}")))?;
     let (open, close) = match pair {
-        Pair::User => (xvmm_results::stamp_open!(), xvmm_results::stamp_close!()),
+        Pair::User => (xvmm_host::stamp_open!(), xvmm_host::stamp_close!()),
         Pair::Kernel => cfg.kernel_stamps.text(),
     };
     Ok(PairLinearity {

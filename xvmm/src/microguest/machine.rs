@@ -34,7 +34,7 @@ use kvm_ioctls::VcpuExit;
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use xvmm_results::tsc;
+use xvmm_host::tsc;
 
 const X86_CR0_WP: u64 = 1 << 16;
 /// RFLAGS bits SYSCALL clears: TF, IF, DF, AC.

@@ -230,7 +230,7 @@ fn assemble(opts: &Options, c: Collected) -> Measured {
 
 /// The stamp pairs measured in every round, and the corrections from them.
 fn stamp_costs(c: &Collected) -> StampCosts {
-    let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
+    let (open, close) = (xvmm_host::tsc::OPEN_TEXT, xvmm_host::tsc::CLOSE_TEXT);
     let (k_open, k_close) = c.kernel_stamps.text();
     let user = PairCost::from_rounds(open, close, &c.user_pair);
     let kernel = PairCost::from_rounds(k_open, k_close, &c.kernel_pair);

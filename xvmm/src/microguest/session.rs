@@ -13,8 +13,9 @@ use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
 use std::time::{Duration, Instant};
+use xvmm_host::tsc;
 use xvmm_results::sweep::{self, SweepPhase};
-use xvmm_results::{tsc, Sample, UNFILLED};
+use xvmm_results::{Sample, UNFILLED};
 
 /// Back-to-back TSC reads of the quantum phase.
 const QUANTUM_READS: u64 = 20_000;

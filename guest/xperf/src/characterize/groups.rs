@@ -318,7 +318,7 @@ fn rates_against(clock: RateClock) -> (Vec<u64>, RateClock) {
     let counter: Result<Box<dyn refclock::Counter>, String> = match clock.reference {
         Reference::Clock(id) => {
             let rates = (0..RATE_WINDOWS)
-                .map(|_| xvmm_results::tsc::calibrate_khz_on(id, RATE_WINDOW))
+                .map(|_| xvmm_host::tsc::calibrate_khz_on(id, RATE_WINDOW))
                 .collect();
             return (rates, clock);
         }
@@ -340,7 +340,7 @@ fn rates_against(clock: RateClock) -> (Vec<u64>, RateClock) {
                 RateClock::kernel(&format!("{} cannot be read ({why})", clock.text))
             };
             let rates = (0..RATE_WINDOWS)
-                .map(|_| xvmm_results::tsc::calibrate_khz_on(libc::CLOCK_MONOTONIC, RATE_WINDOW))
+                .map(|_| xvmm_host::tsc::calibrate_khz_on(libc::CLOCK_MONOTONIC, RATE_WINDOW))
                 .collect();
             (rates, clock)
         }

@@ -139,7 +139,7 @@ fn node_name(text: &str) -> Result<String> {
         return Err(Error::Usage(format!(
             "--node-name {:?}: a node name is 1 to {MAX_NODE_NAME} of a-z, 0-9, '-' and '.' \
              (is the container's NODE_NAME set from the downward API?)",
-            xvmm_results::escape::visible(text)
+            xvmm_host::escape::visible(text)
         )));
     }
     Ok(text.to_string())

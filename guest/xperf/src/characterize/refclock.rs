@@ -7,7 +7,7 @@
 //! the kernel's calibration read back.
 
 use std::time::{Duration, Instant};
-use xvmm_results::tsc::rdtsc;
+use xvmm_host::tsc::rdtsc;
 
 /// A free-running counter of known rate.
 pub trait Counter {

@@ -8,7 +8,7 @@
 use crate::affinity::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use xvmm_results::tsc;
+use xvmm_host::tsc;
 
 /// One round's three stamps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

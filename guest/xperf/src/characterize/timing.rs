@@ -5,7 +5,7 @@
 //! Each sample is the stamp pair of [`crate::stamp`] around the work, minus
 //! the null measurement's median (saturating at 0), as for the crossings.
 
-use xvmm_results::tsc;
+use xvmm_host::tsc;
 
 /// Above this many ticks (null subtracted) an instruction that costs tens of
 /// cycles natively is taken as trapped or emulated.

@@ -29,9 +29,9 @@ use sampling::{Crosser, Kind};
 use session::{read_text, Session, GROUP};
 use std::collections::BTreeMap;
 use std::path::Path;
+use xvmm_host::signals::{self, StopSignals};
 use xvmm_results::correction::PairCost;
 use xvmm_results::probes::{mode, Probe, Round};
-use xvmm_results::signals::{self, StopSignals};
 use xvmm_results::{Crossing, Method, Report, StampCosts};
 
 /// How the reason of a row whose probe misbehaved begins.
@@ -400,7 +400,7 @@ fn user_stamp_costs(o: &args::Options, quantum: Option<f64>) -> Result<StampCost
             per_round,
         ));
     }
-    let (open, close) = (xvmm_results::tsc::OPEN_TEXT, xvmm_results::tsc::CLOSE_TEXT);
+    let (open, close) = (xvmm_host::tsc::OPEN_TEXT, xvmm_host::tsc::CLOSE_TEXT);
     let costs = StampCosts::new(PairCost::from_rounds(open, close, &rounds), None, None);
     Ok(measure::with_user_sweep(costs, sweep, quantum))
 }

@@ -16,7 +16,7 @@ use super::parse::{self, ProbePoint};
 use super::sampling::Kind;
 use super::session::{read_text, Session, GROUP};
 use std::path::Path;
-use xvmm_results::elf::{ElfFile, StreamSource};
+use xvmm_host::elf::{ElfFile, StreamSource};
 
 /// The ftrace call site at a function's start (`call __fentry__`, NOPed).
 const FENTRY_CALL_SIZE: u64 = 5;

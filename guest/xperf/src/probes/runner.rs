@@ -8,8 +8,9 @@ use super::sampling::{self, Crosser, Tally};
 use super::session::{self, Session};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use xvmm_host::signals;
 use xvmm_results::probes::{added_cost, Probe, Round};
-use xvmm_results::{signals, Status};
+use xvmm_results::Status;
 
 /// How often a switched probe is looked at while it settles.
 const POLL: Duration = Duration::from_millis(20);
@@ -68,7 +69,7 @@ impl Runner<'_> {
             session::read_text(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
         let found = text
             .lines()
-            .filter_map(xvmm_results::tracefs::parse_record)
+            .filter_map(xvmm_host::tracefs::parse_record)
             .filter(|r| r.pid == self.pid)
             .filter_map(|r| {
                 let m = matchers.iter().position(|m| m.matches(r.body))?;
@@ -96,7 +97,7 @@ impl Runner<'_> {
         let matcher = Matcher::Event(event.to_string());
         let body = text
             .lines()
-            .filter_map(xvmm_results::tracefs::parse_record)
+            .filter_map(xvmm_host::tracefs::parse_record)
             .rfind(|r| r.pid == self.pid && matcher.matches(r.body))
             .map(|r| r.body)
             .ok_or("the peek probe on __x64_sys_getpid recorded nothing")?;

@@ -5,7 +5,7 @@
 //! (`instances/xperf-<pid>`). What the kernel only has globally is recorded
 //! when changed and restored exactly: the dynamic events xperf created (group
 //! [`GROUP`]) and `/proc/sys/debug/kprobes-optimization`. The tracefs and
-//! debugfs mounts come from [`xvmm_results::host_state::mounts`], and every
+//! debugfs mounts come from [`xvmm_host::host_state::mounts`], and every
 //! change is written to its journal before it is made, so a killed xperf's
 //! leftovers are undone by the next start of xperf or xvmm.
 //! [`Session::restore`] undoes all of it; it runs on every way out (an
@@ -18,9 +18,9 @@ use crate::error::{Error, Result};
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use xvmm_results::host_state::journal::{self, Change};
-use xvmm_results::host_state::mounts::{FsKind, FsUse};
-use xvmm_results::host_state::snapshot::KPROBES_OPTIMIZATION as OPTIMIZATION_SYSCTL;
+use xvmm_host::host_state::journal::{self, Change};
+use xvmm_host::host_state::mounts::{FsKind, FsUse};
+use xvmm_host::host_state::snapshot::KPROBES_OPTIMIZATION as OPTIMIZATION_SYSCTL;
 
 /// The dynamic-event group of every probe xperf creates.
 pub const GROUP: &str = "xperf";
@@ -30,7 +30,7 @@ pub const READ_LIMIT: u64 = 256 << 20;
 /// Reads a kernel file whole (tracefs files report size 0; the bound keeps a
 /// runaway file from exhausting memory).
 pub fn read_text(path: &Path) -> io::Result<String> {
-    let bytes = xvmm_results::file::read_bounded(path, READ_LIMIT)?;
+    let bytes = xvmm_host::file::read_bounded(path, READ_LIMIT)?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 

@@ -55,7 +55,7 @@ mod tests {
         let _ = std::fs::remove_file(&log);
         let line = super::record_to(Some(&log), "no /dev/kvm here\nreally");
         let want =
-            "SKIPPED xvmm_results::host::skip::tests::a_skip_names_the_test_and_its_reason_in_the_log: \
+            "SKIPPED xvmm_host::skip::tests::a_skip_names_the_test_and_its_reason_in_the_log: \
                     no /dev/kvm here really";
         assert_eq!(line, want);
         super::record_to(Some(&log), "again");

@@ -9,11 +9,11 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use xvmm_results::host_state::journal::{self, Change};
-use xvmm_results::host_state::mounts::{mount_table, FsKind, FsUse};
-use xvmm_results::host_state::namespace::enter_private_mount_namespace;
-use xvmm_results::host_state::snapshot::instance_names;
-use xvmm_results::host_state::undo;
+use xvmm_host::host_state::journal::{self, Change};
+use xvmm_host::host_state::mounts::{mount_table, FsKind, FsUse};
+use xvmm_host::host_state::namespace::enter_private_mount_namespace;
+use xvmm_host::host_state::snapshot::instance_names;
+use xvmm_host::host_state::undo;
 
 const SCENARIO: &str = "XVMM_PANIC_SCENARIO";
 const WITH_HOOK: &str = "XVMM_PANIC_WITH_HOOK";
@@ -84,7 +84,7 @@ fn a_panic_undoes_what_the_process_changed_and_without_the_hook_recovery_does() 
     // SAFETY: no arguments.
     if unsafe { libc::geteuid() } != 0 {
         let why = "the panic hook test needs root (tracefs)";
-        eprintln!("{}", xvmm_results::skip::record(why));
+        eprintln!("{}", xvmm_host::skip::record(why));
         return;
     }
     enter_private_mount_namespace().unwrap();

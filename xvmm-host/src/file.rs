@@ -382,7 +382,7 @@ pub fn open_bounded(path: &Path, limit: u64) -> io::Result<(File, u64)> {
 pub fn read_bounded(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let (mut file, len) = open_bounded(path, limit)?;
-    let mut bytes = Vec::with_capacity(crate::num::usize_from(len));
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     // take(): a file that grows while it is read cannot pass the limit either.
     (&mut file).take(limit + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
