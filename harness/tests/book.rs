@@ -72,93 +72,155 @@ fn list_content_indent(line: &str) -> Option<usize> {
     None
 }
 
+/// The runs of a page's text, in order (see [`Block`]).
 fn blocks(text: &str) -> Vec<Block> {
-    let mut out = Vec::new();
-    let mut prose: Option<Block> = None;
-    let mut fence: Option<(String, Block)> = None;
-    let mut indented: Option<Block> = None;
-    // The content indent of the list the text is in: indented code inside a
-    // list item starts 4 columns past it.
-    let mut list: Option<usize> = None;
-    let mut blank_before = true;
+    let mut splitter = BlockSplitter {
+        blank_before: true,
+        ..BlockSplitter::default()
+    };
     for (i, line) in text.lines().enumerate() {
-        let n = i + 1;
+        splitter.line(i + 1, line);
+    }
+    splitter.finish()
+}
+
+/// What [`blocks`] knows as it reads a page line by line: the runs done and
+/// the one (prose, fenced or indented code) still open.
+#[derive(Default)]
+struct BlockSplitter {
+    out: Vec<Block>,
+    prose: Option<Block>,
+    /// The open fence's marker (```` ``` ````, `~~~`, ...) and its block.
+    fence: Option<(String, Block)>,
+    indented: Option<Block>,
+    /// The content indent of the list the text is in: indented code inside a
+    /// list item starts 4 columns past it.
+    list: Option<usize>,
+    blank_before: bool,
+}
+
+impl BlockSplitter {
+    /// Takes line `n` (1-based) into the run it belongs to.
+    fn line(&mut self, n: usize, line: &str) {
         let indent = line.len() - line.trim_start().len();
         let trimmed = line.trim_start();
-        if let Some((marker, mut block)) = fence.take() {
-            if trimmed.starts_with(marker.as_str()) && trimmed.trim_end() == marker.as_str() {
-                out.push(block);
-            } else {
-                block.text.push_str(line);
-                block.text.push('\n');
-                fence = Some((marker, block));
-            }
-            continue;
+        if self.continue_fence(line, trimmed) {
+            return;
         }
-        let code_indent = list.unwrap_or(0) + 4;
-        if let Some(mut block) = indented.take() {
-            if line.trim().is_empty() || indent >= code_indent {
-                block.text.push_str(line.get(code_indent..).unwrap_or(""));
-                block.text.push('\n');
-                indented = Some(block);
-                continue;
-            }
-            out.push(block);
-            blank_before = true;
+        let code_indent = self.list.unwrap_or(0) + 4;
+        if self.continue_indented(line, indent, code_indent) {
+            return;
         }
         if line.trim().is_empty() {
-            out.extend(prose.take());
-            blank_before = true;
-            continue;
+            self.out.extend(self.prose.take());
+            self.blank_before = true;
+            return;
         }
-        if trimmed.starts_with("```") || trimmed.starts_with("~~~") {
-            out.extend(prose.take());
-            let marker: String = trimmed
-                .chars()
-                .take_while(|&c| c == '`' || c == '~')
-                .collect();
-            let block = Block {
-                line: n + 1,
-                code: true,
-                text: String::new(),
-            };
-            fence = Some((marker, block));
-            continue;
+        if self.open_fence(n, trimmed) {
+            return;
         }
-        if blank_before && indent >= code_indent && prose.is_none() {
-            indented = Some(Block {
+        if self.blank_before && indent >= code_indent && self.prose.is_none() {
+            self.indented = Some(Block {
                 line: n,
                 code: true,
                 text: format!("{}\n", &line[code_indent..]),
             });
-            continue;
+            return;
         }
+        self.track_list(line, indent);
+        self.push_prose(n, line, trimmed);
+    }
+
+    /// Inside a fenced block: the line closes it or joins it (true either
+    /// way); false when no fence is open.
+    fn continue_fence(&mut self, line: &str, trimmed: &str) -> bool {
+        let Some((marker, mut block)) = self.fence.take() else {
+            return false;
+        };
+        if trimmed.starts_with(marker.as_str()) && trimmed.trim_end() == marker.as_str() {
+            self.out.push(block);
+        } else {
+            block.text.push_str(line);
+            block.text.push('\n');
+            self.fence = Some((marker, block));
+        }
+        true
+    }
+
+    /// Inside an indented block: a blank or indented enough line joins it
+    /// (true); any other line ends it and is read on (false).
+    fn continue_indented(&mut self, line: &str, indent: usize, code_indent: usize) -> bool {
+        let Some(mut block) = self.indented.take() else {
+            return false;
+        };
+        if line.trim().is_empty() || indent >= code_indent {
+            block.text.push_str(line.get(code_indent..).unwrap_or(""));
+            block.text.push('\n');
+            self.indented = Some(block);
+            return true;
+        }
+        self.out.push(block);
+        self.blank_before = true;
+        false
+    }
+
+    /// A ```` ``` ```` or `~~~` line ends the prose and opens a fenced block
+    /// (true); false for any other line.
+    fn open_fence(&mut self, n: usize, trimmed: &str) -> bool {
+        if !(trimmed.starts_with("```") || trimmed.starts_with("~~~")) {
+            return false;
+        }
+        self.out.extend(self.prose.take());
+        let marker: String = trimmed
+            .chars()
+            .take_while(|&c| c == '`' || c == '~')
+            .collect();
+        let block = Block {
+            line: n + 1,
+            code: true,
+            text: String::new(),
+        };
+        self.fence = Some((marker, block));
+        true
+    }
+
+    /// A list item sets the list's content indent; a line after a blank one
+    /// that starts left of it leaves the list.
+    fn track_list(&mut self, line: &str, indent: usize) {
         if let Some(content) = list_content_indent(line) {
-            list = Some(content);
-        } else if blank_before && indent < list.unwrap_or(0) {
-            list = None;
+            self.list = Some(content);
+        } else if self.blank_before && indent < self.list.unwrap_or(0) {
+            self.list = None;
         }
+    }
+
+    /// Adds a line of prose to the open run, or to a new one.
+    fn push_prose(&mut self, n: usize, line: &str, trimmed: &str) {
         if trimmed.starts_with('#')
             || trimmed.starts_with('|')
             || list_content_indent(line).is_some()
         {
             // A heading, a table row or a new list item starts a new run, so
             // that a line number points near what it names.
-            out.extend(prose.take());
+            self.out.extend(self.prose.take());
         }
-        let block = prose.get_or_insert_with(|| Block {
+        let block = self.prose.get_or_insert_with(|| Block {
             line: n,
             code: false,
             text: String::new(),
         });
         block.text.push_str(line);
         block.text.push('\n');
-        blank_before = false;
+        self.blank_before = false;
     }
-    out.extend(prose);
-    out.extend(indented);
-    out.extend(fence.map(|(_, b)| b));
-    out
+
+    /// The runs, with any still open at the end of the page.
+    fn finish(mut self) -> Vec<Block> {
+        self.out.extend(self.prose);
+        self.out.extend(self.indented);
+        self.out.extend(self.fence.map(|(_, b)| b));
+        self.out
+    }
 }
 
 /// The code spans of a run of prose, and the prose with them taken out.

@@ -115,18 +115,15 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-#[test]
-fn the_package_installs_serves_and_purges_cleanly() {
-    let work = std::env::temp_dir().join(format!("xvmm-deb-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).unwrap();
-
+/// Builds the package into `work/out` with deploy/deb/build.sh; its path.
+fn build_package(work: &Path) -> PathBuf {
     let built = run(Command::new(repo().join("deploy/deb/build.sh")).arg(work.join("out")));
-    let deb = PathBuf::from(built.lines().last().expect("build.sh printed no path"));
-    let deb_str = deb.to_str().unwrap();
+    PathBuf::from(built.lines().last().expect("build.sh printed no path"))
+}
 
-    // Debian's control fields (policy 5.3), the version the workspace's.
-    let field = |name: &str| run(Command::new("dpkg-deb").args(["--field", deb_str, name]));
+/// Debian's control fields (policy 5.3), the version the workspace's.
+fn check_control_fields(deb: &str) {
+    let field = |name: &str| run(Command::new("dpkg-deb").args(["--field", deb, name]));
     for name in [
         "Package",
         "Version",
@@ -144,22 +141,29 @@ fn the_package_installs_serves_and_purges_cleanly() {
     assert_eq!(field("Architecture").trim(), "amd64");
     // Static binaries: nothing to depend on.
     assert_eq!(field("Depends").trim(), "");
-    let contents: BTreeSet<String> = run(Command::new("dpkg-deb").args(["--contents", deb_str]))
+}
+
+/// The regular files the package holds, as paths relative to `/`.
+fn package_contents(deb: &str) -> BTreeSet<String> {
+    run(Command::new("dpkg-deb").args(["--contents", deb]))
         .lines()
         .filter(|l| l.starts_with('-'))
         .filter_map(|l| l.split_whitespace().last())
         .map(|p| p.trim_start_matches("./").to_string())
-        .collect();
+        .collect()
+}
 
-    let root = work.join("root");
-    scratch_root(&root);
-    dpkg(&root, &["-i", deb_str]);
-    let status = dpkg(&root, &["--status", "xvmm"]);
+/// `dpkg -i` into a fresh scratch root, which dpkg then reports installed.
+fn install_into_scratch_root(root: &Path, deb: &str) {
+    scratch_root(root);
+    dpkg(root, &["-i", deb]);
+    let status = dpkg(root, &["--status", "xvmm"]);
     assert!(status.contains("Status: install ok installed"), "{status}");
+}
 
-    let xvmm = root.join("usr/bin/xvmm");
-    let xperf = root.join("usr/bin/xperf");
-    for bin in [&xvmm, &xperf] {
+/// Both installed binaries are static, and `xvmm --version` is the workspace's.
+fn check_installed_binaries(xvmm: &Path, xperf: &Path) {
+    for bin in [xvmm, xperf] {
         let bytes = std::fs::read(bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
         assert_eq!(
             xvmm::linux::builtin::elf_is_static(&bytes),
@@ -169,19 +173,43 @@ fn the_package_installs_serves_and_purges_cleanly() {
         );
     }
     assert_eq!(
-        run(Command::new(&xvmm).arg("--version")).trim(),
+        run(Command::new(xvmm).arg("--version")).trim(),
         format!("xvmm {}", env!("CARGO_PKG_VERSION"))
     );
+}
 
-    // What the package promises, from what it installed.
+/// The man pages the installed binaries call for, read from their `--help`.
+struct PromisedPages {
+    /// Every page name: `xvmm`, `xvmm-kernel-build`, ..., `xperf`, `xperf-probes`, ...
+    pages: Vec<String>,
+    /// xperf's subcommands, as its usage names them.
+    xperf_subs: Vec<String>,
+    /// `xperf --help`, kept for checking xperf's own page.
+    xperf_help: String,
+}
+
+fn promised_pages(xvmm: &Path, xperf: &Path) -> PromisedPages {
     let mut pages = Vec::new();
-    xvmm_pages(&xvmm, &[], &mut pages);
+    xvmm_pages(xvmm, &[], &mut pages);
     assert!(pages.iter().any(|p| p == "xvmm-kernel-build"), "{pages:?}");
-    let xperf_help = run(Command::new(&xperf).arg("--help"));
-    let subs = xperf_subcommands(&xperf_help);
-    assert!(subs.iter().any(|s| s == "characterize"), "{xperf_help}");
+    let xperf_help = run(Command::new(xperf).arg("--help"));
+    let xperf_subs = xperf_subcommands(&xperf_help);
+    assert!(
+        xperf_subs.iter().any(|s| s == "characterize"),
+        "{xperf_help}"
+    );
     pages.push("xperf".into());
-    pages.extend(subs.iter().map(|s| format!("xperf-{s}")));
+    pages.extend(xperf_subs.iter().map(|s| format!("xperf-{s}")));
+    PromisedPages {
+        pages,
+        xperf_subs,
+        xperf_help,
+    }
+}
+
+/// Every file the package promises: binaries, pages, completions, copyright,
+/// and each systemd unit and Prometheus file of deploy/.
+fn promised_files(pages: &[String]) -> Vec<String> {
     let mut promised: Vec<String> = ["usr/bin/xvmm", "usr/bin/xperf"]
         .iter()
         .map(|s| s.to_string())
@@ -202,20 +230,26 @@ fn the_package_installs_serves_and_purges_cleanly() {
             promised.push(format!("{to}/{}", name.to_string_lossy()));
         }
     }
+    promised
+}
+
+/// The package holds every promised file, and installing it put each in place.
+fn check_promised_files_installed(promised: &[String], contents: &BTreeSet<String>, root: &Path) {
     let missing: Vec<&String> = promised.iter().filter(|p| !contents.contains(*p)).collect();
     assert!(
         missing.is_empty(),
         "the package lacks {missing:?}; it holds {contents:?}"
     );
-    for p in &promised {
+    for p in promised {
         assert!(root.join(p).is_file(), "{p} not installed");
     }
+}
 
-    // `man` finds each page where the package put it.
-    let manpath = root.join("usr/share/man");
-    for page in &pages {
+/// `man` finds each page where the package put it.
+fn check_man_finds_pages(manpath: &Path, pages: &[String]) {
+    for page in pages {
         let found = run(Command::new("man")
-            .env("MANPATH", &manpath)
+            .env("MANPATH", manpath)
             .args(["-w", page]));
         assert_eq!(
             found.trim(),
@@ -223,24 +257,30 @@ fn the_package_installs_serves_and_purges_cleanly() {
             "man -w {page}"
         );
     }
-    // Each xperf page documents every option its binary's usage lists.
-    for sub in std::iter::once(None).chain(subs.iter().map(Some)) {
+}
+
+/// Each xperf page documents every option its binary's usage lists.
+fn check_xperf_pages_document_options(manpath: &Path, xperf: &Path, promised: &PromisedPages) {
+    for sub in std::iter::once(None).chain(promised.xperf_subs.iter().map(Some)) {
         let (page, help) = match sub {
-            None => ("xperf".to_string(), xperf_help.clone()),
+            None => ("xperf".to_string(), promised.xperf_help.clone()),
             Some(s) => (
                 format!("xperf-{s}"),
-                run(Command::new(&xperf).args([s.as_str(), "--help"])),
+                run(Command::new(xperf).args([s.as_str(), "--help"])),
             ),
         };
         let text = run(Command::new("man")
-            .env("MANPATH", &manpath)
+            .env("MANPATH", manpath)
             .env("MANWIDTH", "200")
             .args(["-P", "cat", &page]));
         for opt in xperf_options(&help) {
             assert!(text.contains(&opt), "man {page} lacks {opt}:\n{text}");
         }
     }
-    // Each unit runs a program of the package (not /usr/local's).
+}
+
+/// Each unit runs a program of the package (not /usr/local's).
+fn check_units_run_packaged_programs(contents: &BTreeSet<String>, root: &Path) {
     for unit in contents.iter().filter(|p| p.ends_with(".service")) {
         let text = std::fs::read_to_string(root.join(unit)).unwrap();
         for line in text.lines().filter_map(|l| l.strip_prefix("ExecStart=")) {
@@ -252,10 +292,13 @@ fn the_package_installs_serves_and_purges_cleanly() {
             );
         }
     }
+}
 
-    dpkg(&root, &["--purge", "xvmm"]);
+/// `dpkg --purge` removes every file of the package from the scratch root.
+fn purge_and_check_nothing_left(root: &Path, contents: &BTreeSet<String>) {
+    dpkg(root, &["--purge", "xvmm"]);
     let mut left = Vec::new();
-    files_under(&root, &mut left);
+    files_under(root, &mut left);
     // Only dpkg's own database and log remain.
     left.retain(|p| {
         !p.starts_with(root.join("var/lib/dpkg")) && !p.starts_with(root.join("var/log"))
@@ -264,5 +307,35 @@ fn the_package_installs_serves_and_purges_cleanly() {
     let still: Vec<&String> = contents.iter().filter(|p| root.join(p).exists()).collect();
     assert!(still.is_empty(), "purging xvmm left {still:?}");
     assert!(!root.join("usr").exists(), "purging xvmm left usr/");
+}
+
+#[test]
+fn the_package_installs_serves_and_purges_cleanly() {
+    let work = std::env::temp_dir().join(format!("xvmm-deb-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+
+    let deb = build_package(&work);
+    let deb_str = deb.to_str().unwrap();
+    check_control_fields(deb_str);
+    let contents = package_contents(deb_str);
+
+    let root = work.join("root");
+    install_into_scratch_root(&root, deb_str);
+    let xvmm = root.join("usr/bin/xvmm");
+    let xperf = root.join("usr/bin/xperf");
+    check_installed_binaries(&xvmm, &xperf);
+
+    // What the package promises, from what it installed.
+    let promised = promised_pages(&xvmm, &xperf);
+    let files = promised_files(&promised.pages);
+    check_promised_files_installed(&files, &contents, &root);
+
+    let manpath = root.join("usr/share/man");
+    check_man_finds_pages(&manpath, &promised.pages);
+    check_xperf_pages_document_options(&manpath, &xperf, &promised);
+    check_units_run_packaged_programs(&contents, &root);
+
+    purge_and_check_nothing_left(&root, &contents);
     std::fs::remove_dir_all(&work).unwrap();
 }

@@ -70,15 +70,60 @@ fn vm_cmdline() -> String {
     )
 }
 
+/// The steps L1 runs, in order; each `state-*` step records the host
+/// tracing state after the step before it.
 fn plan() -> Vec<Step> {
-    let state = |name: &str| step(name, 60, None, &[l1::XPERF, "probes", "--show-state"]);
+    vec![
+        state_step("state-before"),
+        bm_step(),
+        state_step("state-after-bm"),
+        bad_probe_step("bad-symbol", "no_such_function_xyz"),
+        bad_probe_step("bad-boundary", "__x64_sys_getppid+1"),
+        state_step("state-after-bad"),
+        interrupt_step(),
+        state_step("state-after-interrupt"),
+        killed_step(),
+        state_step("state-after-kill"),
+        restart_step(),
+        state_step("state-after-restart"),
+        vm_step(),
+    ]
+}
+
+/// `xperf probes --show-state`: the host tracing state at this point.
+fn state_step(name: &str) -> Step {
+    step(name, 60, None, &[l1::XPERF, "probes", "--show-state"])
+}
+
+/// Every mode on the bare-metal side, the report on stdout.
+fn bm_step() -> Step {
     let mut bm = vec![l1::XPERF, "probes"];
     bm.extend(probes_args());
     bm.extend(["--json", "-"]);
+    step("bm", 900, None, &bm)
+}
+
+/// A `--getppid-probe` xperf must refuse (one line, exit 1).
+fn bad_probe_step(name: &str, probe: &str) -> Step {
+    step(
+        name,
+        60,
+        None,
+        &[l1::XPERF, "probes", "--getppid-probe", probe],
+    )
+}
+
+/// A run interrupted with SIGINT while it measures at [`INTERRUPT_AT`].
+fn interrupt_step() -> Step {
     let mut interrupt = vec![l1::XPERF, "probes"];
     interrupt.extend(probes_args());
     interrupt.extend(["--crossings", "getppid", "--json", "/tmp/interrupted.json"]);
     let marker = format!("{}{INTERRUPT_AT}", xvmm_init::plan::INTERRUPT);
+    step("interrupt", 900, Some(&marker), &interrupt)
+}
+
+/// A run killed with SIGKILL at [`KILL_AT`], leaving its tracing state.
+fn killed_step() -> Step {
     let mut killed = vec![l1::XPERF, "probes"];
     killed.extend(probes_args());
     killed.extend([
@@ -88,6 +133,11 @@ fn plan() -> Vec<Step> {
         "kprobe-int3,kprobe-ftrace",
     ]);
     killed.extend(["--json", "/tmp/killed.json"]);
+    step("killed", 900, Some(KILL_AT), &killed)
+}
+
+/// The next start of xperf after the kill, which must undo what it left.
+fn restart_step() -> Step {
     let restart = [
         l1::XPERF,
         "probes",
@@ -102,6 +152,11 @@ fn plan() -> Vec<Step> {
         "--json",
         "/tmp/restart.json",
     ];
+    step("restart", 300, None, &restart)
+}
+
+/// The VM side: xvmm boots L2 with xperf probes as its `/init`, traced.
+fn vm_step() -> Step {
     let (vm_timeout, cmdline) = (VM_TIMEOUT.to_string(), vm_cmdline());
     let mem = harness::L2_MEM_MIB.to_string();
     let vm = [
@@ -122,41 +177,7 @@ fn plan() -> Vec<Step> {
         "--json",
         "-",
     ];
-    vec![
-        state("state-before"),
-        step("bm", 900, None, &bm),
-        state("state-after-bm"),
-        step(
-            "bad-symbol",
-            60,
-            None,
-            &[
-                l1::XPERF,
-                "probes",
-                "--getppid-probe",
-                "no_such_function_xyz",
-            ],
-        ),
-        step(
-            "bad-boundary",
-            60,
-            None,
-            &[
-                l1::XPERF,
-                "probes",
-                "--getppid-probe",
-                "__x64_sys_getppid+1",
-            ],
-        ),
-        state("state-after-bad"),
-        step("interrupt", 900, Some(&marker), &interrupt),
-        state("state-after-interrupt"),
-        step("killed", 900, Some(KILL_AT), &killed),
-        state("state-after-kill"),
-        step("restart", 300, None, &restart),
-        state("state-after-restart"),
-        step("vm", VM_TIMEOUT + 60, None, &vm),
-    ]
+    step("vm", VM_TIMEOUT + 60, None, &vm)
 }
 
 struct ProbesRun {

@@ -371,34 +371,44 @@ const MAX_TIME: Duration = Duration::from_secs(20);
 /// The files the cases point at, made once.
 fn fixtures() -> PathBuf {
     let f = scratch("bad-inputs");
+    report_fixtures(&f);
+    special_file_fixtures(&f);
+    guest_fixtures(&f);
+    f
+}
+
+/// Reports and files that are no report: empty, text, cut, mis-encoded,
+/// too deep, of another schema or version, out of range, with escapes,
+/// with a huge name or too many crossings.
+fn report_fixtures(f: &Path) {
     let report = sample_report().to_json_pretty();
-    file(&f, "report.json", report.as_bytes());
-    file(&f, "empty", b"");
-    file(&f, "text", b"hello, I am a text file\n");
-    file(&f, "truncated.json", &report.as_bytes()[..report.len() / 2]);
-    file(&f, "latin1.json", b"{\"schema\": \"caf\xe9\"}");
+    file(f, "report.json", report.as_bytes());
+    file(f, "empty", b"");
+    file(f, "text", b"hello, I am a text file\n");
+    file(f, "truncated.json", &report.as_bytes()[..report.len() / 2]);
+    file(f, "latin1.json", b"{\"schema\": \"caf\xe9\"}");
     file(
-        &f,
+        f,
         "nested.json",
         format!("{}1{}", "{\"x\":".repeat(100_000), "}".repeat(100_000)).as_bytes(),
     );
-    file(&f, "null.json", b"null");
+    file(f, "null.json", b"null");
     file(
-        &f,
+        f,
         "schema.json",
         report
             .replace("\"xvmm-results\"", "\"not-xvmm\"")
             .as_bytes(),
     );
     file(
-        &f,
+        f,
         "version.json",
         report
             .replace("\"schema_version\": 1", "\"schema_version\": 2")
             .as_bytes(),
     );
     file(
-        &f,
+        f,
         "overflow.json",
         report
             .replacen("\"warmup\": 0", "\"warmup\": -1", 1)
@@ -407,7 +417,7 @@ fn fixtures() -> PathBuf {
     // JSON escapes for a tab and ESC, and a raw DEL, in an enum value that
     // serde_json quotes in its error.
     file(
-        &f,
+        f,
         "evil.json",
         report
             .replace("\"bare-metal\"", "\"bare-m\\tal\u{7f}\\u001b[2J\"")
@@ -416,7 +426,7 @@ fn fixtures() -> PathBuf {
     // A 4 MB crossing name; more crossings than a report may hold.
     let mut long = sample_report();
     long.crossings[0].name = "x".repeat(4 << 20);
-    file(&f, "long-name.json", long.to_json_pretty().as_bytes());
+    file(f, "long-name.json", long.to_json_pretty().as_bytes());
     let mut many = sample_report();
     many.crossings = (0..2000)
         .map(|i| xvmm_results::Crossing {
@@ -424,7 +434,12 @@ fn fixtures() -> PathBuf {
             ..many.crossings[0].clone()
         })
         .collect();
-    file(&f, "many.json", many.to_json_pretty().as_bytes());
+    file(f, "many.json", many.to_json_pretty().as_bytes());
+}
+
+/// What is no regular file, or is one of an absurd size: a directory, a
+/// FIFO, looping, dangling and escaping symlinks, sparse files.
+fn special_file_fixtures(f: &Path) {
     std::fs::create_dir(f.join("dir")).unwrap();
     let mkfifo = Command::new("mkfifo").arg(f.join("fifo")).status();
     assert!(mkfifo.is_ok_and(|s| s.success()), "mkfifo");
@@ -446,30 +461,35 @@ fn fixtures() -> PathBuf {
             .set_len(size)
             .unwrap();
     }
+}
+
+/// Kernels and ELF images: cut, for another machine, without a PVH note,
+/// with huge symbol tables, and guests that spin, triple-fault or send bad
+/// or huge results.
+fn guest_fixtures(f: &Path) {
     let kernel = bzimage(&linux64_echo_and_exit(0));
-    file(&f, "bzImage", &kernel);
-    file(&f, "bzImage-cut", &kernel[..kernel.len() - 100]);
-    file(&f, "arm.elf", &pvh_elf(183, 0x4008_0000, &[0; 16], true));
-    file(&f, "nopvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], false));
-    file(&f, "pvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], true));
+    file(f, "bzImage", &kernel);
+    file(f, "bzImage-cut", &kernel[..kernel.len() - 100]);
+    file(f, "arm.elf", &pvh_elf(183, 0x4008_0000, &[0; 16], true));
+    file(f, "nopvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], false));
+    file(f, "pvh.elf", &pvh_elf(62, 0x100_0000, &[0; 16], true));
     file(
-        &f,
+        f,
         "huge-symtab.elf",
         &elf_fixture::crafted_symbol_tables(true),
     );
-    file(&f, "spin", &bzimage(SPIN));
-    file(&f, "triple", &bzimage(TRIPLE_FAULT));
+    file(f, "spin", &bzimage(SPIN));
+    file(f, "triple", &bzimage(TRIPLE_FAULT));
     file(
-        &f,
+        f,
         "bad-results",
         &bzimage(&linux64_send_results(b"{\"schema\": 1", 12)),
     );
     file(
-        &f,
+        f,
         "huge-results",
         &bzimage(&linux64_send_results(b"{}", 0x0100_0001)),
     );
-    f
 }
 
 fn victim() -> PathBuf {

@@ -202,11 +202,17 @@ fn xperf_like_report(env: xvmm_results::Environment, u2k: u64) -> xvmm_results::
     r
 }
 
-#[test]
-fn results_get_the_host_view_trace_and_baseline_comparison() {
-    if !have_kvm() {
-        return;
-    }
+/// A stand-in kernel that sends `vm` as its results, the fake xperf the
+/// built-in initramfs needs, and a bare-metal baseline to compare with.
+struct ResultsGuest {
+    dir: PathBuf,
+    xperf: PathBuf,
+    kernel: PathBuf,
+    vm: xvmm_results::Report,
+    bare_path: PathBuf,
+}
+
+fn results_guest() -> ResultsGuest {
     let dir = scratch("xperf-results");
     let xperf = fake_static_xperf(&dir);
     let vm = xperf_like_report(xvmm_results::Environment::LinuxVm, 500);
@@ -221,23 +227,20 @@ fn results_get_the_host_view_trace_and_baseline_comparison() {
     );
     let bare = xperf_like_report(xvmm_results::Environment::BareMetal, 250);
     let bare_path = file(&dir, "bare.json", bare.to_json_pretty().as_bytes());
-    let json = dir.join("vm.json");
-    let out = xvmm_env(
-        &[
-            "--kernel",
-            kernel.to_str().unwrap(),
-            "--baseline",
-            bare_path.to_str().unwrap(),
-            "--trace",
-            "--json",
-            json.to_str().unwrap(),
-        ],
-        &[("XVMM_XPERF", xperf.to_str().unwrap())],
-    );
-    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
-    let written = xvmm_results::Report::from_json(&std::fs::read_to_string(&json).unwrap())
-        .expect("--json stays an xvmm-results report");
-    // The guest's measurements are untouched; the host's view is added.
+    ResultsGuest {
+        dir,
+        xperf,
+        kernel,
+        vm,
+        bare_path,
+    }
+}
+
+/// The guest's measurements are untouched; the host's view is added.
+fn check_guest_results_kept_and_host_view_added(
+    written: &xvmm_results::Report,
+    vm: &xvmm_results::Report,
+) {
     assert_eq!(written.crossings, vm.crossings);
     let host = xvmm_results::Machine::probe();
     assert_eq!(written.host.kvm_module, host.kvm_module);
@@ -245,10 +248,13 @@ fn results_get_the_host_view_trace_and_baseline_comparison() {
         .notes
         .iter()
         .any(|n| n.starts_with("VMM host: ") && n.contains(&host.kernel_release)));
-    // README "What runs where": kvm_pvm on the AMD build machine never fires
-    // kvm:kvm_exit (checked by hand with a tracefs instance), hardware KVM
-    // does (the nested harness checks real exits); elsewhere either. What
-    // must hold everywhere: the note, the table, no empty rows.
+}
+
+/// README "What runs where": kvm_pvm on the AMD build machine never fires
+/// kvm:kvm_exit (checked by hand with a tracefs instance), hardware KVM
+/// does (the nested harness checks real exits); elsewhere either. What
+/// must hold everywhere: the note, the table, no empty rows.
+fn check_host_exit_trace(written: &xvmm_results::Report, text: &str) {
     let here = Platform::probe();
     let fact = platform::expected_exit_tracepoints(here);
     match fact.outcome {
@@ -274,12 +280,15 @@ fn results_get_the_host_view_trace_and_baseline_comparison() {
         written.notes
     );
     assert!(written.host_exits.iter().all(|e| e.exit_to_entry.count > 0));
-    let text = stdout(&out);
     assert!(text.contains("host exits (kvm_exit -> kvm_entry"), "{text}");
     if written.host_exits.is_empty() {
         assert!(text.contains("(no exits traced)"), "{text}");
     }
-    // Comparison: u2k 500 vs 250 ticks (plus 0..3 per sample).
+}
+
+/// Comparison: u2k 500 vs 250 ticks (plus 0..3 per sample), written beside
+/// the report and printed.
+fn check_baseline_comparison(dir: &Path, text: &str) {
     let cmp: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("vm.json.compare.json")).unwrap())
             .unwrap();
@@ -297,23 +306,54 @@ fn results_get_the_host_view_trace_and_baseline_comparison() {
         text.contains("VM: xperf test  vs  bare metal: xperf test"),
         "{text}"
     );
+}
 
-    // "--json -": stdout is exactly the report; the tables go to stderr.
+/// "--json -": stdout is exactly the report; the tables go to stderr.
+fn check_json_to_stdout_moves_tables_to_stderr(g: &ResultsGuest) {
     let out = xvmm_env(
         &[
             "--kernel",
-            kernel.to_str().unwrap(),
+            g.kernel.to_str().unwrap(),
             "--baseline",
-            bare_path.to_str().unwrap(),
+            g.bare_path.to_str().unwrap(),
             "--json",
             "-",
         ],
-        &[("XVMM_XPERF", xperf.to_str().unwrap())],
+        &[("XVMM_XPERF", g.xperf.to_str().unwrap())],
     );
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let report = xvmm_results::Report::from_json(&stdout(&out)).expect("stdout is the JSON");
-    assert_eq!(report.crossings, vm.crossings);
+    assert_eq!(report.crossings, g.vm.crossings);
     assert!(stderr(&out).contains("VM: xperf test  vs  bare metal"));
+}
+
+#[test]
+fn results_get_the_host_view_trace_and_baseline_comparison() {
+    if !have_kvm() {
+        return;
+    }
+    let g = results_guest();
+    let json = g.dir.join("vm.json");
+    let out = xvmm_env(
+        &[
+            "--kernel",
+            g.kernel.to_str().unwrap(),
+            "--baseline",
+            g.bare_path.to_str().unwrap(),
+            "--trace",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        &[("XVMM_XPERF", g.xperf.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let written = xvmm_results::Report::from_json(&std::fs::read_to_string(&json).unwrap())
+        .expect("--json stays an xvmm-results report");
+    check_guest_results_kept_and_host_view_added(&written, &g.vm);
+    let text = stdout(&out);
+    check_host_exit_trace(&written, &text);
+    check_baseline_comparison(&g.dir, &text);
+    check_json_to_stdout_moves_tables_to_stderr(&g);
 }
 
 /// `--verbose`'s figure for the pre-kernel phase `name`, in ms.

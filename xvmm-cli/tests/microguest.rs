@@ -5,8 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use xvmm::microguest::kinds;
 use xvmm::microguest::measure::{measure, phases, Options};
-use xvmm::microguest::platform::{self, Platform};
+use xvmm::microguest::platform::{self, Platform, Vendor};
 use xvmm::progress::Progress;
 use xvmm_results::num::u64_saturating;
 use xvmm_results::{Environment, Report, Status, SCHEMA, SCHEMA_VERSION};
@@ -74,9 +75,26 @@ fn every_crossing_and_exit_is_measured_or_explained() {
     assert_eq!(r.environment, Environment::Microguest);
     let names: Vec<&str> = r.crossings.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, CROSSINGS);
-    // Each row as README "What runs where" documents it for this machine's
-    // vendor and hypervisor (either, with a reason, where nothing is).
     let here = Platform::of(r.machine.as_ref().expect("the machine"));
+    check_crossings_as_documented(r, here);
+    check_exits_as_documented(r, here);
+    check_pio_out_host_split(r);
+    assert_eq!(
+        xvmm::microguest::verify::problems(r),
+        Vec::<String>::new(),
+        "verify"
+    );
+    assert!(!r.host.cpu_model.is_empty() && r.host.tsc_khz > 0);
+    check_stated_tsc_rate_is_the_guests(r);
+    let q = r.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
+    assert!(q.is_some_and(|q| q >= 1.0), "quantum {q:?}");
+    assert!(!r.host.hypervisor_signature.is_empty());
+    assert!(!r.host.kvm_module.is_empty());
+}
+
+/// Each crossing row as README "What runs where" documents it for this
+/// machine's vendor and hypervisor (either, with a reason, where nothing is).
+fn check_crossings_as_documented(r: &Report, here: Platform) {
     for c in &r.crossings {
         let fact = platform::expected_crossing(&c.name, here);
         platform::row_matches(&fact, &c.status)
@@ -91,22 +109,22 @@ fn every_crossing_and_exit_is_measured_or_explained() {
             other => panic!("{}: unexpected status {other:?}", c.name),
         }
     }
+}
+
+/// Every exit, in order (the hypercall the vendor's), each row as README
+/// "What runs where" documents it.
+fn check_exits_as_documented(r: &Report, here: Platform) {
+    // Every exit row of the library's table, in its order: the names
+    // themselves are pinned once, in kinds.rs
+    // (`the_report_rows_keep_their_names_and_order`).
     let exits: Vec<&str> = r.exits.iter().map(|e| e.name.as_str()).collect();
-    let hypercall = platform::hypercall(here.vendor);
-    assert_eq!(
-        exits,
-        [
-            "cpuid",
-            "pio-out",
-            "pio-in",
-            "mmio-write",
-            hypercall,
-            "rdmsr",
-            "wrmsr",
-            "hlt",
-            "xsetbv"
-        ],
-        "{here:?}"
+    let table: Vec<&str> = kinds::exit_rows(here.vendor == Vendor::Amd)
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(exits, table, "{here:?}");
+    assert!(
+        exits.contains(&platform::hypercall(here.vendor)),
+        "{exits:?}"
     );
     for e in &r.exits {
         let fact = platform::expected_exit(&e.name, here);
@@ -120,7 +138,10 @@ fn every_crossing_and_exit_is_measured_or_explained() {
             other => panic!("{}: unexpected status {other:?}", e.name),
         }
     }
-    // Exits that reach xvmm carry the host-side split when the TSC offset is known.
+}
+
+/// Exits that reach xvmm carry the host-side split when the TSC offset is known.
+fn check_pio_out_host_split(r: &Report) {
     let pio = r.exits.iter().find(|e| e.name == "pio-out").unwrap();
     assert_eq!(pio.status, Status::Measured);
     assert!(pio
@@ -144,14 +165,11 @@ fn every_crossing_and_exit_is_measured_or_explained() {
         );
         assert!(mean >= rt.mean - 1e-6 * rt.mean, "clamping only adds");
     }
-    assert_eq!(
-        xvmm::microguest::verify::problems(r),
-        Vec::<String>::new(),
-        "verify"
-    );
-    assert!(!r.host.cpu_model.is_empty() && r.host.tsc_khz > 0);
-    // The rate the report states against the rate a guest's TSC is seen to
-    // run at, measured here (not the number KVM or the kernel log states).
+}
+
+/// The rate the report states against the rate a guest's TSC is seen to
+/// run at, measured here (not the number KVM or the kernel log states).
+fn check_stated_tsc_rate_is_the_guests(r: &Report) {
     let (low, high) = guest_tsc_khz_bounds(Duration::from_millis(1000));
     assert!(
         (u64_saturating(low.floor())..=u64_saturating(high.ceil())).contains(&r.host.tsc_khz),
@@ -165,10 +183,6 @@ fn every_crossing_and_exit_is_measured_or_explained() {
         "{low:.0}..{high:.0} kHz cannot tell {} from {off}",
         r.host.tsc_khz
     );
-    let q = r.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
-    assert!(q.is_some_and(|q| q >= 1.0), "quantum {q:?}");
-    assert!(!r.host.hypervisor_signature.is_empty());
-    assert!(!r.host.kvm_module.is_empty());
 }
 
 #[test]
@@ -357,6 +371,19 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     }
     let json = temp_json("om");
     let prom = json.with_extension("prom");
+    let (report, text) = run_writing_json_and_openmetrics(&json, &prom);
+    check_promtool_accepts_it_and_refuses_the_control(&text);
+    std::fs::remove_file(&json).unwrap();
+    std::fs::remove_file(&prom).unwrap();
+    assert!(text.ends_with("# EOF\n"));
+    check_openmetrics_carry_the_json_figures(&report, &text);
+    check_unwritable_destination_fails_before_the_vm();
+    check_destination_failing_at_the_end_is_saved_beside();
+}
+
+/// A short run writing its report to `json` and its OpenMetrics to `prom`:
+/// the report and the OpenMetrics text.
+fn run_writing_json_and_openmetrics(json: &Path, prom: &Path) -> (Report, String) {
     let out = xvmm(&[
         "--samples",
         "20",
@@ -375,20 +402,26 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = Report::from_json(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let text = std::fs::read_to_string(&prom).unwrap();
-    // Prometheus's own linter accepts the file; the control (the summary
-    // label on a gauge, as this file once had) shows that it can refuse.
-    promtool_check(&text).unwrap();
+    let report = Report::from_json(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let text = std::fs::read_to_string(prom).unwrap();
+    (report, text)
+}
+
+/// Prometheus's own linter accepts the file; the control (the summary
+/// label on a gauge, as this file once had) shows that it can refuse.
+fn check_promtool_accepts_it_and_refuses_the_control(text: &str) {
+    promtool_check(text).unwrap();
     let bad = "# HELP x_seconds x.\n# TYPE x_seconds gauge\nx_seconds{quantile=\"0.5\"} 1.0\n";
     assert!(promtool_check(bad).is_err(), "promtool took the control");
-    std::fs::remove_file(&json).unwrap();
-    std::fs::remove_file(&prom).unwrap();
-    assert!(text.ends_with("# EOF\n"));
-    // Seconds at the measured machine's TSC rate (docs/metrics.md): the
-    // guest's where the report states it (its figure may differ from the
-    // host's by a kHz of calibration), read back from the file.
-    let hz = gauge(&text, "xvmm_tsc_frequency_hertz", &[]).expect("the TSC rate");
+}
+
+/// Seconds at the measured machine's TSC rate (docs/metrics.md): the
+/// guest's where the report states it (its figure may differ from the
+/// host's by a kHz of calibration), read back from the file. Every measured
+/// crossing's median and exit's p99 is there; every unmeasured crossing is
+/// named.
+fn check_openmetrics_carry_the_json_figures(report: &Report, text: &str) {
+    let hz = gauge(text, "xvmm_tsc_frequency_hertz", &[]).expect("the TSC rate");
     let guest_khz = report.machine.as_ref().map_or(0, |m| m.tsc_khz);
     let khz = if guest_khz > 0 {
         guest_khz
@@ -414,7 +447,7 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
             "interval=\"round_trip\"",
             "statistic=\"median\"",
         ];
-        let got = gauge(&text, "xvmm_crossing_duration_seconds", &labels);
+        let got = gauge(text, "xvmm_crossing_duration_seconds", &labels);
         assert!(
             near(got, seconds(rt.corrected.median)),
             "{}: {got:?}",
@@ -425,7 +458,7 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     for e in &report.exits {
         if let Some(rt) = e.round_trip.as_ref().filter(|i| i.corrected.count > 0) {
             let labels = [&format!("exit=\"{}\"", e.name)[..], "statistic=\"p99\""];
-            let got = gauge(&text, "xvmm_exit_duration_seconds", &labels);
+            let got = gauge(text, "xvmm_exit_duration_seconds", &labels);
             assert!(near(got, seconds(rt.corrected.p99)), "{}: {got:?}", e.name);
             compared += 1;
         }
@@ -435,7 +468,11 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
         "a gauge with the summary label"
     );
     assert!(compared >= 5, "only {compared} figures compared");
-    // A destination that cannot be written fails before the VM is made.
+}
+
+/// A destination that cannot be written fails before the VM is made; `-`
+/// is no OpenMetrics destination.
+fn check_unwritable_destination_fails_before_the_vm() {
     let started = Instant::now();
     let out = xvmm(&[
         "--samples",
@@ -452,8 +489,11 @@ fn openmetrics_carry_the_json_figures_and_a_bad_path_fails_first() {
     assert!(started.elapsed() < Duration::from_secs(2));
     let out = xvmm(&["--openmetrics", "-"]);
     assert_eq!(out.status.code(), Some(2));
-    // A destination that fails at the end (/dev/full): the JSON is written
-    // all the same, and the OpenMetrics text is saved beside, by name.
+}
+
+/// A destination that fails at the end (/dev/full): the JSON is written
+/// all the same, and the OpenMetrics text is saved beside, by name.
+fn check_destination_failing_at_the_end_is_saved_beside() {
     let dir = std::env::temp_dir().join(format!("xvmm-mg-om-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_xvmm"))

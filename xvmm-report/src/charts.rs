@@ -751,6 +751,10 @@ fn legend_row(area: &Area, names: &[(String, RGBColor)]) -> Result<(), Failure> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xvmm_results::document::{
+        BoxChart, BoxGroup, Event, Part, Quartiles, Span, StackedBar, StackedChart, TimelineChart,
+        TimelineRow,
+    };
 
     /// The checks every chart must pass: one SVG of non-zero size, no
     /// non-finite coordinate, nothing unescaped.
@@ -981,15 +985,8 @@ mod tests {
         }
     }
 
-    /// The new kinds (issue 24): "no data" for empty input, a sane SVG for
-    /// the values a hostile file can hold, the rows they were given.
-    #[test]
-    fn stacked_timeline_and_boxes_draw_or_say_no_data() {
-        use xvmm_results::document::{
-            BoxChart, BoxGroup, Event, Part, Quartiles, Span, StackedBar, StackedChart,
-            TimelineChart, TimelineRow,
-        };
-        let stacked_of = |bars: Vec<StackedBar>| StackedChart {
+    fn stacked_of(bars: Vec<StackedBar>) -> StackedChart {
+        StackedChart {
             caption: "s".into(),
             unit: "ticks".into(),
             series: vec![
@@ -999,29 +996,31 @@ mod tests {
             ],
             bars,
             omitted: 0,
-        };
-        let timeline_of = |rows: Vec<TimelineRow>| TimelineChart {
+        }
+    }
+
+    fn timeline_of(rows: Vec<TimelineRow>) -> TimelineChart {
+        TimelineChart {
             caption: "t".into(),
             unit: "ticks".into(),
             series: vec!["u2k".into()],
             rows,
-        };
-        let boxes_of = |groups: Vec<BoxGroup>| BoxChart {
+        }
+    }
+
+    fn boxes_of(groups: Vec<BoxGroup>) -> BoxChart {
+        BoxChart {
             caption: "b".into(),
             unit: "ns".into(),
             groups,
             omitted: 0,
-        };
-        for svg in [
-            stacked(&stacked_of(vec![])),
-            timeline(&timeline_of(vec![])),
-            boxes(&boxes_of(vec![])),
-        ] {
-            assert_sane(&svg);
-            assert!(svg.contains("no data"), "{svg}");
         }
+    }
+
+    /// A bar with a negative, a NaN and a repeated series among its parts.
+    fn hostile_stacked_bar() -> StackedBar {
         let part = |series, value| Part { series, value };
-        let bar = StackedBar {
+        StackedBar {
             label: "getppid u2k".into(),
             parts: vec![
                 part(0, 100.0),
@@ -1031,11 +1030,23 @@ mod tests {
             ],
             whisker: Some((60.0, 95.0)),
             mark: Some(390.0),
-        };
-        let s = stacked(&stacked_of(vec![bar.clone(); 3]));
-        assert_sane(&s);
-        // Many long series: the legend wraps under the chart, inside it.
-        let mut wide = stacked_of(vec![bar.clone()]);
+        }
+    }
+
+    fn empty_stacked_timeline_and_boxes_say_no_data() {
+        for svg in [
+            stacked(&stacked_of(vec![])),
+            timeline(&timeline_of(vec![])),
+            boxes(&boxes_of(vec![])),
+        ] {
+            assert_sane(&svg);
+            assert!(svg.contains("no data"), "{svg}");
+        }
+    }
+
+    /// Many long series: the legend wraps under the chart, inside it.
+    fn a_wide_legend_wraps_with_each_label_in_its_own_place(bar: StackedBar) {
+        let mut wide = stacked_of(vec![bar]);
         wide.series = (0..8)
             .map(|k| format!("exit: A_LONG_EXIT_REASON_{k}"))
             .collect();
@@ -1065,6 +1076,10 @@ mod tests {
             places.len(),
             "labels on one another: {places:?}"
         );
+    }
+
+    /// A hundred events reaching far past the span: drawn up to the cap.
+    fn a_timeline_draws_at_most_its_cap_of_events() {
         let row = TimelineRow {
             label: "#1".into(),
             spans: vec![Span {
@@ -1083,6 +1098,11 @@ mod tests {
         let t = timeline(&timeline_of(vec![row]));
         assert_sane(&t);
         assert!(t.contains("npf 0") && !t.contains(&format!("npf {MAX_EVENTS}")));
+    }
+
+    /// The quartiles of finite values only, which the box chart then draws
+    /// for more groups than it shows.
+    fn quartiles_skip_non_finite_and_boxes_cap_their_groups() {
         let q = Quartiles::of(&[5.0, 1.0, f64::NAN, 3.0, 2.0, 4.0]).unwrap();
         assert_eq!(
             (q.min, q.q1, q.median, q.q3, q.max),
@@ -1099,6 +1119,18 @@ mod tests {
         let b = boxes(&boxes_of(groups));
         assert_sane(&b);
         assert!(b.contains("(first 80 of 200 groups)") && b.contains("g0 (n=1)"));
+    }
+
+    /// The new kinds (issue 24): "no data" for empty input, a sane SVG for
+    /// the values a hostile file can hold, the rows they were given.
+    #[test]
+    fn stacked_timeline_and_boxes_draw_or_say_no_data() {
+        empty_stacked_timeline_and_boxes_say_no_data();
+        let bar = hostile_stacked_bar();
+        assert_sane(&stacked(&stacked_of(vec![bar.clone(); 3])));
+        a_wide_legend_wraps_with_each_label_in_its_own_place(bar);
+        a_timeline_draws_at_most_its_cap_of_events();
+        quartiles_skip_non_finite_and_boxes_cap_their_groups();
     }
 
     /// Issue 24, item 4c: a logarithmic axis says so; a linear one does not.

@@ -26,7 +26,7 @@ pub use machine::Machine;
 pub use probes::Probe;
 pub use render::document;
 pub use schema::{
-    async_pf, channel, characterize, exit_trace, intervals, json, limits, machine, probes,
+    async_pf, channel, characterize, exit_trace, intervals, json, limits, machine, names, probes,
     xperf_args,
 };
 use serde::{Deserialize, Serialize};

@@ -9,7 +9,7 @@
 //! `XVMM_NESTED_TIMEOUT` (default 500) xvmm's --timeout in seconds.
 
 use std::time::Duration;
-use xvmm_harness::{self as harness, l1, Step};
+use xvmm_harness::{self as harness, l1, HarnessRun, Step};
 use xvmm_results::Report;
 
 fn step(name: &str, argv: &[String]) -> Step {
@@ -22,16 +22,19 @@ fn step(name: &str, argv: &[String]) -> Step {
     }
 }
 
-fn main() {
-    let samples: u64 = std::env::var("XVMM_NESTED_SAMPLES")
+/// The number in environment variable `name`, `default` when it is unset
+/// or not a number.
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
+        .unwrap_or(default)
+}
+
+/// xvmm's command lines in L1: the one for the human table and the one
+/// writing the raw report as JSON to stdout.
+fn microguest_argvs(samples: u64, timeout: u64) -> (Vec<String>, Vec<String>) {
     let warmup = (samples / 10).max(1);
-    let timeout: u64 = std::env::var("XVMM_NESTED_TIMEOUT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
     let base: Vec<String> = [
         l1::XVMM,
         "--samples",
@@ -46,29 +49,38 @@ fn main() {
     .collect();
     let mut json_argv = base.clone();
     json_argv.extend(["--quiet", "--raw", "--json", "-"].map(String::from));
+    (base, json_argv)
+}
 
+/// Boots L1 with both steps; `None` (said on stdout) where the harness
+/// cannot be prepared or run.
+fn run_in_l1(table_argv: &[String], json_argv: &[String], timeout: u64) -> Option<HarnessRun> {
     let artifacts = match harness::prepare() {
         Ok(a) => a,
         Err(e) => {
             println!("nested harness: cannot prepare: {e}");
-            return;
+            return None;
         }
     };
     let steps = [
-        step("microguest-table", &base),
-        step("microguest-json", &json_argv),
+        step("microguest-table", table_argv),
+        step("microguest-json", json_argv),
     ];
     let run = harness::l1_initramfs(&artifacts, &steps, false).and_then(|initrd| {
         let limit = Duration::from_secs(2 * timeout + 300);
         harness::run_l1(&artifacts, &initrd, "microguest", limit)
     });
-    let run = match run {
-        Ok(r) => r,
+    match run {
+        Ok(r) => Some(r),
         Err(e) => {
             println!("nested harness: {e}");
-            return;
+            None
         }
-    };
+    }
+}
+
+/// How L1 came up, how each step ended, and the microguest's table.
+fn print_run_and_table(run: &HarnessRun) {
     println!(
         "L1 up in QEMU TCG, /dev/kvm {}; {:.1} s in total (console: {})",
         if run.kvm_present {
@@ -91,37 +103,51 @@ fn main() {
     for line in run.output("microguest-table") {
         println!("{line}");
     }
+}
+
+/// The report's TSC quantum and stamp costs, and what
+/// `xvmm::microguest::verify` finds wrong with it.
+fn print_report_and_its_check(report: &Report) {
+    let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
+    println!("\nTSC quantum on real KVM (TCG-emulated): {quantum:?} ticks");
+    if let Some(costs) = &report.stamp_costs {
+        println!(
+            "stamp pairs (medians): user {}, kernel {:?}, inner kernel {:?}; corrections {:?} (derivation problems: {:?})",
+            costs.user_pair.stats.median,
+            costs.kernel_pair.as_ref().map(|p| p.stats.median),
+            costs.kernel_pair_inner.as_ref().map(|p| p.stats.median),
+            costs.corrections,
+            costs.derivation_problems()
+        );
+        if let Some(sweep) = &costs.user_sweep {
+            println!("user pair sweep: {}", sweep.reason);
+        }
+    }
+    println!(
+        "clean samples: the microguest runs with interrupts off, so every valid sample is clean"
+    );
+    let problems = xvmm::microguest::verify::problems(report);
+    if problems.is_empty() {
+        println!("\nreport check (verify::problems) on real KVM: passed");
+    } else {
+        println!("\nreport check on real KVM: {} problem(s)", problems.len());
+        for p in problems {
+            println!("- {p}");
+        }
+    }
+}
+
+fn main() {
+    let samples = env_number("XVMM_NESTED_SAMPLES", 2000);
+    let timeout = env_number("XVMM_NESTED_TIMEOUT", 500);
+    let (table_argv, json_argv) = microguest_argvs(samples, timeout);
+    let Some(run) = run_in_l1(&table_argv, &json_argv, timeout) else {
+        return;
+    };
+    print_run_and_table(&run);
     let json = run.output("microguest-json").join("\n");
     match Report::from_json(&json) {
-        Ok(report) => {
-            let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
-            println!("\nTSC quantum on real KVM (TCG-emulated): {quantum:?} ticks");
-            if let Some(costs) = &report.stamp_costs {
-                println!(
-                    "stamp pairs (medians): user {}, kernel {:?}, inner kernel {:?}; corrections {:?} (derivation problems: {:?})",
-                    costs.user_pair.stats.median,
-                    costs.kernel_pair.as_ref().map(|p| p.stats.median),
-                    costs.kernel_pair_inner.as_ref().map(|p| p.stats.median),
-                    costs.corrections,
-                    costs.derivation_problems()
-                );
-                if let Some(sweep) = &costs.user_sweep {
-                    println!("user pair sweep: {}", sweep.reason);
-                }
-            }
-            println!(
-                "clean samples: the microguest runs with interrupts off, so every valid sample is clean"
-            );
-            let problems = xvmm::microguest::verify::problems(&report);
-            if problems.is_empty() {
-                println!("\nreport check (verify::problems) on real KVM: passed");
-            } else {
-                println!("\nreport check on real KVM: {} problem(s)", problems.len());
-                for p in problems {
-                    println!("- {p}");
-                }
-            }
-        }
+        Ok(report) => print_report_and_its_check(&report),
         Err(e) => println!("\nno parsable report from L1: {e}\n{}", run.tail(20)),
     }
 }

@@ -20,9 +20,7 @@ use xvmm_results::{
     StampCosts, StampPoint,
 };
 
-pub const PF_FIRST_TOUCH: &str = "pf-first-touch";
-pub const PF_REFAULT: &str = "pf-refault";
-pub const GETPPID: &str = "getppid";
+pub use xvmm_results::names::{GETPPID, PF_FIRST_TOUCH, PF_REFAULT};
 
 /// getppid calls per batch for the batched figure.
 pub const BATCH: u64 = 100;
@@ -1292,14 +1290,17 @@ mod tests {
         assert_eq!(rt.rounds, vec![430, 630]);
     }
 
-    #[test]
-    fn split_sampling_arms_reads_and_judges_each_sample() {
+    /// Five samples taken in split mode, the test playing the kernel that
+    /// writes the stamp page: 0 and 1 delivered normally (1 through IRET,
+    /// an interrupt before its entry), 2 with an async page fault, 3 not
+    /// delivered, 4 delivered twice. Returns them and the IRET count.
+    fn split_samples_with_the_test_as_kernel() -> (Vec<Taken>, u64) {
         let page = StampPage::unregistered().unwrap();
         let base = page.base_ptr();
         // The test plays the kernel: it writes the page as the hooks would.
         // SAFETY: every `off` is an `abi::offset` u64 slot (8-aligned, inside
         // the page-aligned 4 KiB mapping), which `page` and then `mode` keep
-        // mapped to the end of the test; this thread alone touches it.
+        // mapped to the end of this function; this thread alone touches it.
         let write = |off: usize, v: u64| unsafe { base.add(off).cast::<u64>().write_volatile(v) };
         // SAFETY: as for `write`.
         let read = |off: usize| unsafe { base.add(off).cast::<u64>().read_volatile() };
@@ -1345,6 +1346,10 @@ mod tests {
                 aux_close: 0,
             }
         });
+        (taken, iret)
+    }
+
+    fn assert_each_sample_judged_and_read(taken: &[Taken], iret: u64) {
         let verdicts: Vec<Verdict> = taken.iter().map(|t| t.verdict).collect();
         assert_eq!(
             verdicts,
@@ -1372,8 +1377,13 @@ mod tests {
         );
         assert_eq!(taken[3].sample.u2k_k, UNFILLED);
         assert_eq!(iret, 1);
+    }
+
+    /// The crossing built from the samples counts each verdict where it
+    /// belongs.
+    fn assert_the_crossing_counts_each_verdict(taken: &[Taken]) {
         let mut kept = Kept::default();
-        kept.add_round(&taken);
+        kept.add_round(taken);
         let c = split_crossing(
             GETPPID,
             5,
@@ -1391,6 +1401,13 @@ mod tests {
         );
         assert_eq!(c.u2k.unwrap().raw.median, 10);
         assert_eq!(c.samples_interrupted, 2);
+    }
+
+    #[test]
+    fn split_sampling_arms_reads_and_judges_each_sample() {
+        let (taken, iret) = split_samples_with_the_test_as_kernel();
+        assert_each_sample_judged_and_read(&taken, iret);
+        assert_the_crossing_counts_each_verdict(&taken);
         let _ = UNTAKEN;
     }
 

@@ -5,7 +5,7 @@
 //! machines, a PVM-based KVM guest: "kvm").
 
 use std::process::Command;
-use xvmm_results::Report;
+use xvmm_results::{Characterization, Report};
 
 fn detect_virt_says() -> Option<String> {
     let out = Command::new("systemd-detect-virt")
@@ -17,8 +17,9 @@ fn detect_virt_says() -> Option<String> {
     (!said.is_empty()).then_some(said)
 }
 
-#[test]
-fn characterize_fills_every_metric_and_names_the_hypervisor() {
+/// Runs `xperf characterize` with its defaults; returns its report and
+/// what it printed.
+fn run_characterize_with_a_report() -> (Report, String) {
     let path = std::env::temp_dir().join(format!("xperf-characterize-{}.json", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_xperf"))
         .arg("characterize")
@@ -26,7 +27,7 @@ fn characterize_fills_every_metric_and_names_the_hypervisor() {
         .arg(&path)
         .output()
         .expect("xperf runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}{}",
@@ -39,11 +40,17 @@ fn characterize_fills_every_metric_and_names_the_hypervisor() {
     );
     let text = std::fs::read_to_string(&path).expect("report file");
     let _ = std::fs::remove_file(&path);
-    let report = Report::from_json(&text).expect("report parses");
-    let c = report.characterize.as_ref().expect("characterize block");
-    assert!(c.unfilled().is_empty(), "unfilled: {:?}", c.unfilled());
-    assert!(c.seconds < 90.0, "took {:.1} s", c.seconds);
-    println!("xperf characterize took {:.1} s\n{stdout}", c.seconds);
+    (Report::from_json(&text).expect("report parses"), stdout)
+}
+
+fn median(c: &Characterization, name: &str) -> u64 {
+    c.metric(name)
+        .and_then(|m| m.measured())
+        .map(|s| s.median)
+        .unwrap()
+}
+
+fn assert_each_timing_has_its_sample_count(c: &Characterization) {
     // Crossings are measured in xperf's rounds, each of the sample count.
     let rounds = u64::from(xperf::args::DEFAULT_ROUNDS);
     for (name, n) in [
@@ -57,12 +64,18 @@ fn characterize_fills_every_metric_and_names_the_hypervisor() {
         let m = c.metric(name).unwrap_or_else(|| panic!("no {name}"));
         assert_eq!(m.measured().map(|s| s.count), Some(n), "{name}");
     }
+}
+
+fn assert_the_table_has_every_group(stdout: &str) {
     for row in ["hypervisor:", "time:", "exits:", "crossings:", "machine:"] {
         assert!(
             stdout.lines().any(|l| l == row),
             "{row} missing in the table"
         );
     }
+}
+
+fn assert_the_hypervisor_agrees_with_systemd(c: &Characterization) {
     let virt = c.metric("virt").and_then(|m| m.value.as_deref()).unwrap();
     match detect_virt_says() {
         Some(said) => assert!(
@@ -73,20 +86,17 @@ fn characterize_fills_every_metric_and_names_the_hypervisor() {
             eprintln!("systemd-detect-virt is not installed: verdict {virt:?} not cross-checked")
         }
     }
-    let median = |n: &str| {
-        c.metric(n)
-            .and_then(|m| m.measured())
-            .map(|s| s.median)
-            .unwrap()
-    };
+}
+
+/// Whether the vDSO serves CLOCK_MONOTONIC follows from facts, not from
+/// the timing the verdict is made of: the kernel mapped a vDSO and the
+/// clocksource is the TSC, which the x86 vDSO reads itself. Then the
+/// verdict must say so and the libc path must be cheaper than the call.
+fn assert_the_vdso_verdict_follows_from_the_facts(c: &Characterization) {
     let vdso = c
         .metric("clock_gettime-vdso")
         .and_then(|m| m.value.as_deref())
         .unwrap();
-    // Whether the vDSO serves CLOCK_MONOTONIC follows from facts, not from
-    // the timing the verdict is made of: the kernel mapped a vDSO and the
-    // clocksource is the TSC, which the x86 vDSO reads itself. Then the
-    // verdict must say so and the libc path must be cheaper than the call.
     let clocksource =
         std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
             .unwrap_or_default();
@@ -95,7 +105,7 @@ fn characterize_fills_every_metric_and_names_the_hypervisor() {
     if mapped && clocksource.trim() == "tsc" {
         assert!(vdso.contains("served by the vDSO"), "{vdso}");
         assert!(
-            median("clock_gettime-vdso") * 2 < median("clock_gettime-syscall"),
+            median(c, "clock_gettime-vdso") * 2 < median(c, "clock_gettime-syscall"),
             "{vdso}"
         );
     } else {
@@ -104,8 +114,21 @@ fn characterize_fills_every_metric_and_names_the_hypervisor() {
             clocksource.trim()
         );
     }
+}
+
+#[test]
+fn characterize_fills_every_metric_and_names_the_hypervisor() {
+    let (report, stdout) = run_characterize_with_a_report();
+    let c = report.characterize.as_ref().expect("characterize block");
+    assert!(c.unfilled().is_empty(), "unfilled: {:?}", c.unfilled());
+    assert!(c.seconds < 90.0, "took {:.1} s", c.seconds);
+    println!("xperf characterize took {:.1} s\n{stdout}", c.seconds);
+    assert_each_timing_has_its_sample_count(c);
+    assert_the_table_has_every_group(&stdout);
+    assert_the_hypervisor_agrees_with_systemd(c);
+    assert_the_vdso_verdict_follows_from_the_facts(c);
     assert!(
-        median("getppid") > median("rdtsc"),
+        median(c, "getppid") > median(c, "rdtsc"),
         "a system call costs more than a TSC read"
     );
 }

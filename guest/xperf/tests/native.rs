@@ -17,8 +17,9 @@ fn hooks_present() -> bool {
     unsafe { libc::prctl(0x5850_4652, 0 as libc::c_ulong, 0 as libc::c_ulong, 0, 0) >= 0 }
 }
 
-#[test]
-fn native_run_writes_a_consistent_report() {
+/// Runs xperf with small counts in two rounds; returns its report and
+/// what it printed.
+fn run_xperf_with_a_report() -> (Report, String) {
     let path = out_path("run");
     let out = Command::new(env!("CARGO_BIN_EXE_xperf"))
         .args(["--samples", &SAMPLES.to_string(), "--warmup", "50"])
@@ -26,7 +27,7 @@ fn native_run_writes_a_consistent_report() {
         .arg(&path)
         .output()
         .expect("xperf runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "xperf failed: {stdout}{}",
@@ -34,15 +35,12 @@ fn native_run_writes_a_consistent_report() {
     );
     let text = std::fs::read_to_string(&path).expect("report file");
     let _ = std::fs::remove_file(&path);
-    let report = Report::from_json(&text).expect("report parses");
+    (Report::from_json(&text).expect("report parses"), stdout)
+}
 
-    assert_eq!(report.crossings.len(), 3);
-    assert_eq!(report.method.samples_requested, SAMPLES);
-    assert_eq!(report.method.rounds, 2);
-    let machine = report.machine.as_ref().expect("machine");
-    let quantum = machine
-        .tsc_quantum_ticks
-        .expect("the TSC quantum is measured");
+/// The null pair and the user pair's cost agree with each other and with
+/// the TSC quantum; returns the user pair's cost.
+fn assert_the_user_pair_cost_is_consistent(report: &Report, quantum: f64) -> u64 {
     let null = report.null_overhead.median;
     assert!(null > 0 && report.null_overhead.count == 4000);
     let costs = report.stamp_costs.as_ref().expect("stamp costs");
@@ -64,6 +62,14 @@ fn native_run_writes_a_consistent_report() {
         (steps - steps.round()).abs() * quantum <= 1.0 + 1e-9,
         "{null} vs {quantum}"
     );
+    user_cost
+}
+
+/// Every crossing has its samples, split where the kernel has the hooks
+/// and round trips less the user pair otherwise, and costs more than the
+/// null pair.
+fn assert_each_crossing_is_measured_above_null(report: &Report, user_cost: u64) {
+    let null = report.null_overhead.median;
     for c in &report.crossings {
         assert_eq!(c.samples_requested, 2 * SAMPLES, "{}", c.name);
         let rt = c.round_trip.as_ref().expect("round trip");
@@ -98,6 +104,11 @@ fn native_run_writes_a_consistent_report() {
             rt.raw.median
         );
     }
+}
+
+/// getppid costs what a system call costs, a fault more, and the table
+/// says what it measured.
+fn assert_plausible_costs_and_table(report: &Report, stdout: &str) {
     let getppid = report
         .crossing("getppid")
         .expect("getppid")
@@ -131,9 +142,13 @@ fn native_run_writes_a_consistent_report() {
     if !hooks_present() {
         assert!(stdout.contains("round trips only"), "{stdout}");
     }
-    // getppid is a few hundred ticks here: under 20 quanta, so it carries the
-    // batched figure, which cannot exceed the single crossing by much (it
-    // spreads the stamps over 100 calls) nor be a tenth of it.
+}
+
+/// getppid is a few hundred ticks here: under 20 quanta, so it carries the
+/// batched figure, which cannot exceed the single crossing by much (it
+/// spreads the stamps over 100 calls) nor be a tenth of it. Its median's
+/// confidence interval holds the median.
+fn assert_getppid_batched_if_coarse_and_its_ci(report: &Report, quantum: f64, stdout: &str) {
     let g = report.crossing("getppid").unwrap();
     let rt = g.round_trip.as_ref().unwrap().corrected.median;
     if xvmm_results::quantum::is_coarse(rt, Some(quantum)) {
@@ -154,6 +169,22 @@ fn native_run_writes_a_consistent_report() {
     }
     let ci = g.round_trip.as_ref().unwrap().median_ci.expect("a CI");
     assert!(ci.low <= rt && rt <= ci.high, "{ci:?} {rt}");
+}
+
+#[test]
+fn native_run_writes_a_consistent_report() {
+    let (report, stdout) = run_xperf_with_a_report();
+    assert_eq!(report.crossings.len(), 3);
+    assert_eq!(report.method.samples_requested, SAMPLES);
+    assert_eq!(report.method.rounds, 2);
+    let machine = report.machine.as_ref().expect("machine");
+    let quantum = machine
+        .tsc_quantum_ticks
+        .expect("the TSC quantum is measured");
+    let user_cost = assert_the_user_pair_cost_is_consistent(&report, quantum);
+    assert_each_crossing_is_measured_above_null(&report, user_cost);
+    assert_plausible_costs_and_table(&report, &stdout);
+    assert_getppid_batched_if_coarse_and_its_ci(&report, quantum, &stdout);
 }
 
 #[test]

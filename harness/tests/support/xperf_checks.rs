@@ -201,6 +201,18 @@ fn run() -> &'static XperfRun {
 /// sequences add: the report's warning, in its JSON and its text, is what
 /// that comparison gives.
 fn assert_split(report: &Report, side: &str) {
+    let quantum = check_samples_rounds_and_quantum(report, side);
+    let costs = report.stamp_costs.as_ref().expect("stamp costs");
+    check_kernel_stamp_pairs_and_getppid_hooks(report, costs, side, quantum);
+    check_hook_sequences_and_stamp_points(report, costs, side);
+    for name in CROSSINGS {
+        check_crossing_split(report, side, name);
+    }
+}
+
+/// The samples and rounds asked for, and a TSC quantum of at least a tick;
+/// the quantum.
+fn check_samples_rounds_and_quantum(report: &Report, side: &str) -> Option<f64> {
     assert_eq!(report.method.samples_requested, SAMPLES, "{side}");
     assert_eq!(u64::from(report.method.rounds), ROUNDS, "{side}");
     let quantum = report.machine.as_ref().and_then(|m| m.tsc_quantum_ticks);
@@ -208,7 +220,17 @@ fn assert_split(report: &Report, side: &str) {
         quantum.is_some_and(|q| q >= 1.0),
         "{side}: quantum {quantum:?}"
     );
-    let costs = report.stamp_costs.as_ref().expect("stamp costs");
+    quantum
+}
+
+/// The kernel's stamp pairs and the corrections they give, then getppid's
+/// hooks on minus off against the hooks' own sequences.
+fn check_kernel_stamp_pairs_and_getppid_hooks(
+    report: &Report,
+    costs: &xvmm_results::StampCosts,
+    side: &str,
+    quantum: Option<f64>,
+) {
     let kernel = costs.kernel_pair.as_ref().expect("the kernel stamp pair");
     let inner = costs
         .kernel_pair_inner
@@ -236,17 +258,26 @@ fn assert_split(report: &Report, side: &str) {
             .as_ref()
             .map(|h| (h.bare_pair.median(), h.bare_inner.median()))
     );
-    // The hooks' sequences were timed on every side, so the report holds
-    // on - off against them and warns where they differ by more than the
-    // noise (three standard errors from the samples and the blocks' spread,
-    // at least a quantum per difference): that warning is the comparison's
-    // verdict, on real data, in the report and in its text. Agreement is
-    // not required here, not even on bare metal: in both runs with the
-    // noise measured (2026-11-28) L1 had on - off 208 (+-9.6) ticks against
-    // 130 (+-0.0) predicted, 78 apart against a noise of 28.7 and 29.9; L2
-    // 182 and 260 against 156, with PTI 2079 and 1976: under TCG the
-    // kernel's hook code and its CPL3 reproduction do not cost the same,
-    // for a reason not established, and no noise figure covers that.
+    check_getppid_hooks_warning(report, hooks, side, quantum);
+}
+
+/// The hooks' sequences were timed on every side, so the report holds
+/// on - off against them and warns where they differ by more than the
+/// noise (three standard errors from the samples and the blocks' spread,
+/// at least a quantum per difference): that warning is the comparison's
+/// verdict, on real data, in the report and in its text. Agreement is
+/// not required here, not even on bare metal: in both runs with the
+/// noise measured (2026-11-28) L1 had on - off 208 (+-9.6) ticks against
+/// 130 (+-0.0) predicted, 78 apart against a noise of 28.7 and 29.9; L2
+/// 182 and 260 against 156, with PTI 2079 and 1976: under TCG the
+/// kernel's hook code and its CPL3 reproduction do not cost the same,
+/// for a reason not established, and no noise figure covers that.
+fn check_getppid_hooks_warning(
+    report: &Report,
+    hooks: &xvmm_results::correction::HooksCost,
+    side: &str,
+    quantum: Option<f64>,
+) {
     assert!(
         hooks.predicted.is_some(),
         "{side}: the hooks' sequences not timed"
@@ -262,6 +293,15 @@ fn assert_split(report: &Report, side: &str) {
         let text = xvmm_results::render::report(report);
         assert!(text.contains(&format!("warning: {w}")), "{side}: {text}");
     }
+}
+
+/// The kernel pairs timed with the hooks' own sequences in every round, the
+/// kernel's stamp instructions named, and the three stamp points.
+fn check_hook_sequences_and_stamp_points(
+    report: &Report,
+    costs: &xvmm_results::StampCosts,
+    side: &str,
+) {
     let seq = costs
         .hook_sequences
         .as_ref()
@@ -278,65 +318,69 @@ fn assert_split(report: &Report, side: &str) {
         "{side}"
     );
     assert_eq!(report.method.stamp_points.len(), 3, "{side}");
-    for name in CROSSINGS {
-        let c = report
-            .crossing(name)
-            .unwrap_or_else(|| panic!("{side}: no crossing {name}"));
-        assert_eq!(
-            c.status,
-            Status::Measured,
-            "{side} {name}: no u2k/k2u split; notes: {:?}",
-            report.notes
-        );
-        let raw = |i: &Option<xvmm_results::Interval>, what: &str| {
-            i.as_ref()
-                .unwrap_or_else(|| panic!("{side} {name}: no {what}"))
-                .raw
-                .median
-        };
-        let (u2k, k2u) = (raw(&c.u2k, "u2k"), raw(&c.k2u, "k2u"));
-        assert!(u2k > 0 && k2u > 0, "{side} {name}: u2k {u2k} k2u {k2u}");
-        assert_eq!(c.samples_requested, SAMPLES * ROUNDS, "{side} {name}");
-        assert_eq!(
-            c.samples_valid
-                + c.samples_unfilled
-                + c.samples_out_of_order
-                + c.samples_other_rejected
-                + c.samples_migrated,
-            SAMPLES * ROUNDS,
-            "{side} {name}: valid {} unfilled {} out of order {} other {} migrated {}",
-            c.samples_valid,
-            c.samples_unfilled,
-            c.samples_out_of_order,
-            c.samples_other_rejected,
-            c.samples_migrated
-        );
-        assert!(c.samples_valid > 0, "{side} {name}: no valid sample");
-        let rt = c.round_trip.as_ref().unwrap();
-        assert_eq!(rt.rounds.len() as u64, ROUNDS, "{side} {name}");
-        let ci = rt.median_ci.expect("a CI of the median");
-        assert!(ci.low <= rt.corrected.median && rt.corrected.median <= ci.high);
-        assert!(
-            c.interrupts_counted,
-            "{side} {name}: interrupts not counted"
-        );
-        let clean = c.clean.as_ref().expect("clean-sample statistics");
-        assert_eq!(
-            clean.samples + c.samples_interrupted,
-            c.samples_valid,
-            "{side} {name}"
-        );
-        assert!(clean.samples > 0, "{side} {name}: no clean sample");
-        println!(
-            "{side} {name}: {} valid, {} clean, {} interrupted, {} migrated; rtrip median {} (clean {})",
-            c.samples_valid,
-            clean.samples,
-            c.samples_interrupted,
-            c.samples_migrated,
-            rt.corrected.median,
-            clean.round_trip.as_ref().map_or(0, |i| i.corrected.median)
-        );
-    }
+}
+
+/// One crossing: measured with positive u2k/k2u halves, every requested
+/// sample accounted for, per-round round trips with a CI of the median, and
+/// clean-sample statistics that add up.
+fn check_crossing_split(report: &Report, side: &str, name: &str) {
+    let c = report
+        .crossing(name)
+        .unwrap_or_else(|| panic!("{side}: no crossing {name}"));
+    assert_eq!(
+        c.status,
+        Status::Measured,
+        "{side} {name}: no u2k/k2u split; notes: {:?}",
+        report.notes
+    );
+    let raw = |i: &Option<xvmm_results::Interval>, what: &str| {
+        i.as_ref()
+            .unwrap_or_else(|| panic!("{side} {name}: no {what}"))
+            .raw
+            .median
+    };
+    let (u2k, k2u) = (raw(&c.u2k, "u2k"), raw(&c.k2u, "k2u"));
+    assert!(u2k > 0 && k2u > 0, "{side} {name}: u2k {u2k} k2u {k2u}");
+    assert_eq!(c.samples_requested, SAMPLES * ROUNDS, "{side} {name}");
+    assert_eq!(
+        c.samples_valid
+            + c.samples_unfilled
+            + c.samples_out_of_order
+            + c.samples_other_rejected
+            + c.samples_migrated,
+        SAMPLES * ROUNDS,
+        "{side} {name}: valid {} unfilled {} out of order {} other {} migrated {}",
+        c.samples_valid,
+        c.samples_unfilled,
+        c.samples_out_of_order,
+        c.samples_other_rejected,
+        c.samples_migrated
+    );
+    assert!(c.samples_valid > 0, "{side} {name}: no valid sample");
+    let rt = c.round_trip.as_ref().unwrap();
+    assert_eq!(rt.rounds.len() as u64, ROUNDS, "{side} {name}");
+    let ci = rt.median_ci.expect("a CI of the median");
+    assert!(ci.low <= rt.corrected.median && rt.corrected.median <= ci.high);
+    assert!(
+        c.interrupts_counted,
+        "{side} {name}: interrupts not counted"
+    );
+    let clean = c.clean.as_ref().expect("clean-sample statistics");
+    assert_eq!(
+        clean.samples + c.samples_interrupted,
+        c.samples_valid,
+        "{side} {name}"
+    );
+    assert!(clean.samples > 0, "{side} {name}: no clean sample");
+    println!(
+        "{side} {name}: {} valid, {} clean, {} interrupted, {} migrated; rtrip median {} (clean {})",
+        c.samples_valid,
+        clean.samples,
+        c.samples_interrupted,
+        c.samples_migrated,
+        rt.corrected.median,
+        clean.round_trip.as_ref().map_or(0, |i| i.corrected.median)
+    );
 }
 
 #[test]

@@ -210,22 +210,19 @@ mod tests {
     use xvmm_results::timeline::Timeline;
     use xvmm_results::{Environment, Method, Stats};
 
-    #[test]
-    fn a_traced_report_gets_its_verdict_a_chart_and_a_row_per_segment() {
-        let mut r = Report::new(
+    /// A Linux VM run of xperf, not (yet) traced.
+    fn untraced_vm_report() -> Report {
+        Report::new(
             "xperf".into(),
             Environment::LinuxVm,
             Default::default(),
             Method::standard(0, 2),
-        );
-        let mut blocks = Vec::new();
-        timeline_blocks(&r, &mut blocks);
-        assert_eq!(
-            blocks,
-            [Block::Paragraph(NOT_TRACED.into())],
-            "untraced: why"
-        );
-        blocks.clear();
+        )
+    }
+
+    /// getppid's two round trips, the host having seen one npf exit (150
+    /// host ticks) in one of them.
+    fn getppid_with_one_npf_exit() -> Crossing {
         let mut c = Crossing::from_round_trips("getppid", 2, &[100, 300], 0, "x".into());
         let mut host = SegmentHost {
             samples: 2,
@@ -241,8 +238,12 @@ mod tests {
             },
         );
         c.round_trip.as_mut().unwrap().host = Some(host);
-        r.crossings.push(c);
-        r.timeline = Some(Timeline {
+        c
+    }
+
+    /// A timeline whose checks found 1 violation in 4: not verified.
+    fn unverified_timeline() -> Timeline {
+        Timeline {
             offset: 0,
             offset_source: "KVM_VCPU_TSC_OFFSET".into(),
             ratio: 1.0,
@@ -265,8 +266,10 @@ mod tests {
             lost_events: 0,
             lost_windows: 0,
             lost_unplaced: 0,
-        });
-        timeline_blocks(&r, &mut blocks);
+        }
+    }
+
+    fn assert_verdict_and_chart_say_unverified(blocks: &[Block]) {
         let Block::Paragraph(p) = &blocks[1] else {
             panic!("{blocks:?}")
         };
@@ -275,11 +278,14 @@ mod tests {
             panic!("{blocks:?}")
         };
         assert!(chart.caption.starts_with("UNVERIFIED"));
-        // An inferred offset's chart says so, and is not called verified.
+    }
+
+    /// An inferred offset's chart says so, and is not called verified.
+    fn assert_an_inferred_offset_is_said_and_marked(r: &mut Report) {
         let t = r.timeline.as_mut().unwrap();
         (t.violations, t.reason, t.offset_inferred) = (0, None, true);
         let mut inferred = Vec::new();
-        timeline_blocks(&r, &mut inferred);
+        timeline_blocks(r, &mut inferred);
         let Block::Chart(Chart::Bars(chart)) = &inferred[2] else {
             panic!("{inferred:?}")
         };
@@ -293,10 +299,32 @@ mod tests {
         };
         assert!(p.contains("consistent (offset inferred)"), "{p}");
         assert_eq!(chart.bars[0].mark, Some(100.0));
+    }
+
+    fn assert_one_row_per_attributed_segment(blocks: &[Block]) {
         let Block::Table(t) = &blocks[3] else {
             panic!("{blocks:?}")
         };
         assert_eq!(t.cell_rows().len(), 1);
         assert_eq!(t.cell_rows()[0][7].text, "npf 1/150");
+    }
+
+    #[test]
+    fn a_traced_report_gets_its_verdict_a_chart_and_a_row_per_segment() {
+        let mut r = untraced_vm_report();
+        let mut blocks = Vec::new();
+        timeline_blocks(&r, &mut blocks);
+        assert_eq!(
+            blocks,
+            [Block::Paragraph(NOT_TRACED.into())],
+            "untraced: why"
+        );
+        blocks.clear();
+        r.crossings.push(getppid_with_one_npf_exit());
+        r.timeline = Some(unverified_timeline());
+        timeline_blocks(&r, &mut blocks);
+        assert_verdict_and_chart_say_unverified(&blocks);
+        assert_an_inferred_offset_is_said_and_marked(&mut r);
+        assert_one_row_per_attributed_segment(&blocks);
     }
 }

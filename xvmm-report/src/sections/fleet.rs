@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use xvmm_results::document::{
     capped, Block, BoxChart, BoxGroup, Chart, Quartiles, Section, Table, MAX_TABLE_ROWS,
 };
+use xvmm_results::names;
 
 /// Characterised files from which the fleet view is shown.
 pub const FLEET_MIN: usize = 4;
@@ -20,12 +21,12 @@ pub const FLEET_MIN: usize = 4;
 /// The metrics a fleet is compared on, in this order, where files hold them
 /// in ticks: a VM exit, a system call, a page fault, the clock.
 pub const FLEET_METRICS: [&str; 6] = [
-    "cpuid",
-    "getppid",
-    "pf-first-touch",
-    "pf-refault",
-    "clock_gettime-vdso",
-    "clock_gettime-syscall",
+    names::CPUID,
+    names::GETPPID,
+    names::PF_FIRST_TOUCH,
+    names::PF_REFAULT,
+    names::CLOCK_GETTIME_VDSO,
+    names::CLOCK_GETTIME_SYSCALL,
 ];
 
 /// What a file is grouped by.

@@ -79,19 +79,16 @@ pub(super) fn matrix_cell(m: Option<&Metric>, ratio: Result<Option<f64>, String>
     }
 }
 
-pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
-    let mut cols = characterized(inputs);
-    if cols.len() < 2 {
-        return None;
-    }
-    let total = cols.len();
-    cols.truncate(super::FLEET_FILES);
-    let chars: Vec<&Characterization> = cols.iter().map(|(_, _, c)| *c).collect();
-    let basis = Basis::of(&cols.iter().map(|(_, i, _)| &i.report).collect::<Vec<_>>());
-    let indexes: Vec<HashMap<&str, &Metric>> = chars.iter().map(|c| index(c)).collect();
+/// One table row per metric (its cell in every column) and one bar per
+/// timed metric's ratio against the first column.
+fn metric_rows_and_ratio_bars(
+    cols: &[(usize, &Input, &Characterization)],
+    basis: &Basis,
+    names: &[(&str, &str)],
+) -> (Vec<Vec<Cell>>, Vec<Bar>) {
+    let indexes: Vec<HashMap<&str, &Metric>> = cols.iter().map(|(_, _, c)| index(c)).collect();
     let mut rows = Vec::new();
     let mut bars = Vec::new();
-    let names = metric_names(&chars);
     for &(group, name) in names.iter().take(MAX_TABLE_ROWS) {
         let first = indexes[0].get(name).copied();
         let mut row = vec![Cell::from(format!("{group}: {name}"))];
@@ -118,20 +115,16 @@ pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
         }
         rows.push(row);
     }
-    let mut header = vec!["metric".to_string()];
-    header.extend(cols.iter().map(|(i, input, _)| column(*i, input)));
-    let mut blocks = vec![Block::Paragraph(format!(
-        "Each characterization file is a column; ratios are against the first ({}). {} Hover a cell for its statistics, its meaning or why it is missing.",
-        column(cols[0].0, cols[0].1),
-        basis.describe()
-    ))];
-    if total > cols.len() {
-        blocks.push(Block::Paragraph(format!(
-            "(the first {} of {total} characterization files; the fleet view shows them all)",
-            cols.len()
-        )));
-    }
-    blocks.push(Block::Chart(Chart::Bars(BarChart {
+    (rows, bars)
+}
+
+/// The chart of every later column's ratios against the first's.
+fn ratio_chart(
+    cols: &[(usize, &Input, &Characterization)],
+    basis: &Basis,
+    bars: Vec<Bar>,
+) -> BarChart {
+    BarChart {
         caption: format!(
             "Median against {} (1.0 = the same)",
             short(&cols[0].1.label)
@@ -148,7 +141,34 @@ pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
         bars,
         reference: Some(1.0),
         omitted: 0,
-    })));
+    }
+}
+
+pub(super) fn matrix_section(inputs: &[Input]) -> Option<Section> {
+    let mut cols = characterized(inputs);
+    if cols.len() < 2 {
+        return None;
+    }
+    let total = cols.len();
+    cols.truncate(super::FLEET_FILES);
+    let chars: Vec<&Characterization> = cols.iter().map(|(_, _, c)| *c).collect();
+    let basis = Basis::of(&cols.iter().map(|(_, i, _)| &i.report).collect::<Vec<_>>());
+    let names = metric_names(&chars);
+    let (rows, bars) = metric_rows_and_ratio_bars(&cols, &basis, &names);
+    let mut header = vec!["metric".to_string()];
+    header.extend(cols.iter().map(|(i, input, _)| column(*i, input)));
+    let mut blocks = vec![Block::Paragraph(format!(
+        "Each characterization file is a column; ratios are against the first ({}). {} Hover a cell for its statistics, its meaning or why it is missing.",
+        column(cols[0].0, cols[0].1),
+        basis.describe()
+    ))];
+    if total > cols.len() {
+        blocks.push(Block::Paragraph(format!(
+            "(the first {} of {total} characterization files; the fleet view shows them all)",
+            cols.len()
+        )));
+    }
+    blocks.push(Block::Chart(Chart::Bars(ratio_chart(&cols, &basis, bars))));
     capped(
         Table {
             header,

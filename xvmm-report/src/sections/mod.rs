@@ -527,31 +527,37 @@ mod tests {
         assert!(html.len() < 8 << 20, "{} bytes", html.len());
     }
 
-    /// A traced VM run of `getppid` (every 10th sample with an npf exit in
-    /// u2k, every 25th an intr exit in the kernel) joined to its trace, and
-    /// the bare-metal run of the same crossing without exits.
-    pub(crate) fn traced_pair() -> (Report, Report) {
-        use xvmm_results::attribution::{attribute, HostExitEvent, HostTrace, Index};
-        use xvmm_results::timeline::{Mapping, Timeline};
-        let sample = |k: u64, extra: u64| Sample {
+    /// getppid's sample `k`, its kernel stamps `extra` ticks late and
+    /// jittered deterministically.
+    fn getppid_sample(k: u64, extra: u64) -> Sample {
+        Sample {
             u2k_u: 10_000 * k,
             u2k_k: 10_000 * k + 300 + extra + k % 7,
             k2u_k: 10_000 * k + 700 + extra + k % 7,
             k2u_u: 10_000 * k + 1000 + extra + k % 5,
             cpu: Some(0),
             interrupts: None,
-        };
-        let corr = xvmm_results::Corrections::derive(50, Some((50, 10)));
-        let vm_samples: Vec<Sample> = (1..=200)
+        }
+    }
+
+    /// The VM's 200 samples: every 10th slowed in u2k by an exit, every
+    /// 25th in k2u.
+    fn traced_vm_samples() -> Vec<Sample> {
+        (1..=200)
             .map(|k| {
-                let mut s = sample(k, if k % 10 == 0 { 2000 } else { 60 });
+                let mut s = getppid_sample(k, if k % 10 == 0 { 2000 } else { 60 });
                 if k % 25 == 0 {
                     s.k2u_u += 100;
                 }
                 s
             })
-            .collect();
-        let bm_samples: Vec<Sample> = (1..=200).map(|k| sample(k, 0)).collect();
+            .collect()
+    }
+
+    /// The host's exits during the VM's samples: an npf in every 10th
+    /// sample's u2k, an intr in every 25th's kernel time.
+    fn host_trace_of_the_vm() -> xvmm_results::attribution::HostTrace {
+        use xvmm_results::attribution::{HostExitEvent, HostTrace};
         let mut exits = Vec::new();
         for k in 1..=200u64 {
             if k % 10 == 0 {
@@ -571,17 +577,16 @@ mod tests {
                 });
             }
         }
-        let trace = HostTrace {
+        HostTrace {
             reasons: vec!["npf".into(), "intr".into()],
             exits: exits.into(),
             lost: Vec::new(),
-        };
-        let mut vm = report(Environment::LinuxVm, &[], 1);
-        let mut c = Crossing::from_samples("getppid", 200, &vm_samples, &corr, true);
-        c.samples = Some(vm_samples);
-        vm.crossings.push(c);
-        attribute(&mut vm, &Index::new(&trace, &Mapping::unscaled(0)), Some(0));
-        vm.timeline = Some(Timeline {
+        }
+    }
+
+    /// A timeline whose every check passed, with the guest's TSC the host's.
+    fn verified_timeline() -> xvmm_results::timeline::Timeline {
+        xvmm_results::timeline::Timeline {
             offset: 0,
             offset_source: "KVM_VCPU_TSC_OFFSET".into(),
             ratio: 1.0,
@@ -604,7 +609,25 @@ mod tests {
             lost_events: 0,
             lost_windows: 0,
             lost_unplaced: 0,
-        });
+        }
+    }
+
+    /// A traced VM run of `getppid` (every 10th sample with an npf exit in
+    /// u2k, every 25th an intr exit in the kernel) joined to its trace, and
+    /// the bare-metal run of the same crossing without exits.
+    pub(crate) fn traced_pair() -> (Report, Report) {
+        use xvmm_results::attribution::{attribute, Index};
+        use xvmm_results::timeline::Mapping;
+        let corr = xvmm_results::Corrections::derive(50, Some((50, 10)));
+        let vm_samples = traced_vm_samples();
+        let bm_samples: Vec<Sample> = (1..=200).map(|k| getppid_sample(k, 0)).collect();
+        let trace = host_trace_of_the_vm();
+        let mut vm = report(Environment::LinuxVm, &[], 1);
+        let mut c = Crossing::from_samples("getppid", 200, &vm_samples, &corr, true);
+        c.samples = Some(vm_samples);
+        vm.crossings.push(c);
+        attribute(&mut vm, &Index::new(&trace, &Mapping::unscaled(0)), Some(0));
+        vm.timeline = Some(verified_timeline());
         let mut bm = report(Environment::BareMetal, &[], 1);
         bm.crossings.push(Crossing::from_samples(
             "getppid",

@@ -10,6 +10,7 @@ pub mod intervals;
 pub mod json;
 pub mod limits;
 pub mod machine;
+pub mod names;
 pub mod probes;
 pub(crate) mod sample_format;
 pub mod xperf_args;

@@ -850,6 +850,30 @@ mod tests {
         assert!(e > 5.0, "{e}");
     }
 
+    /// A block where the hooks-on or the hooks-off half took no sample has
+    /// no difference of its own: it would count as a median of 0 against
+    /// the other half's.
+    #[test]
+    fn a_block_with_an_empty_half_adds_no_difference() {
+        let on: Vec<Vec<u64>> = [1100, 1300, 1200, 1100, 1300]
+            .iter()
+            .map(|&m| vec![m; 7])
+            .collect();
+        let off = vec![vec![1000u64; 7]; 5];
+        let whole = difference(&on, &off);
+        let mut on_gap = on.clone();
+        on_gap.push(Vec::new());
+        let mut off_gap = off.clone();
+        off_gap.push(vec![1000; 7]);
+        assert_eq!(difference(&on_gap, &off_gap), whole);
+        let (mut on_gap, mut off_gap) = (on, off);
+        on_gap.push(vec![1200; 7]);
+        off_gap.push(Vec::new());
+        let (delta, error) = difference(&on_gap, &off_gap);
+        assert_eq!(delta, 200);
+        assert!((error - whole.1).abs() < 1e-9, "{error} vs {}", whole.1);
+    }
+
     #[test]
     fn pf_crossings_take_the_pf_hooks_pairs() {
         let p = |m: u64| PairCost::from_rounds("a", "b", &[vec![m]]);

@@ -8,7 +8,7 @@ use super::timing;
 use crate::stamp;
 use std::path::Path;
 use std::time::Duration;
-use xvmm_results::{Crossing, Machine, Metric, Status};
+use xvmm_results::{names, Crossing, Machine, Metric, Status};
 
 const HYPERVISOR: &str = "hypervisor";
 const TIME: &str = "time";
@@ -137,8 +137,8 @@ pub fn clocks(machine: &Machine, n: usize, null: u64) -> Vec<Metric> {
     let warmup = warmup(n);
     let libc_samples = timing::sample(n, warmup, null, timing::clock_gettime_libc);
     let sys_samples = timing::sample(n, warmup, null, timing::clock_gettime_syscall);
-    let mut vdso = Metric::from_samples(TIME, "clock_gettime-vdso", TICKS, &libc_samples);
-    let syscall = Metric::from_samples(TIME, "clock_gettime-syscall", TICKS, &sys_samples);
+    let mut vdso = Metric::from_samples(TIME, names::CLOCK_GETTIME_VDSO, TICKS, &libc_samples);
+    let syscall = Metric::from_samples(TIME, names::CLOCK_GETTIME_SYSCALL, TICKS, &sys_samples);
     if let (Some(v), Some(s)) = (vdso.measured(), syscall.measured()) {
         let verdict = timing::vdso_verdict(
             v.median,
@@ -154,7 +154,7 @@ pub fn clocks(machine: &Machine, n: usize, null: u64) -> Vec<Metric> {
 /// The cpuid round trip (an exit under any hypervisor).
 pub fn cpuid(machine: &Machine, n: usize, null: u64) -> Metric {
     let samples = timing::sample(n, warmup(n), null, || stamp::cpuid_pair(0));
-    let m = Metric::from_samples(EXITS, "cpuid", TICKS, &samples);
+    let m = Metric::from_samples(EXITS, names::CPUID, TICKS, &samples);
     match m.measured().map(|s| s.median) {
         Some(median) => {
             let hypervisor = hypervisor_name(hypervisor_bit(), &machine.hypervisor_signature);
