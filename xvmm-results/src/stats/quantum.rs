@@ -155,6 +155,14 @@ pub fn is_coarse(ticks: u64, quantum: Option<f64>) -> bool {
 mod tests {
     use super::*;
 
+    /// Differences from a measured histogram: (value, count).
+    fn from_counts(measured: &[(u64, usize)]) -> Vec<u64> {
+        measured
+            .iter()
+            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
+            .collect()
+    }
+
     /// Back-to-back reads of a counter stepping by `step` ticks, read every
     /// `latency` ticks, starting at offsets spread over a step.
     fn stepped(step: f64, latency: f64, n: usize) -> Vec<u64> {
@@ -205,10 +213,7 @@ mod tests {
             (3405, 1),
             (36_603, 1),
         ];
-        let diffs: Vec<u64> = measured
-            .iter()
-            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
-            .collect();
+        let diffs = from_counts(&measured);
         let q = estimate(&diffs).unwrap();
         assert!((q - 24.45).abs() < 0.1, "{q}");
         // Another day's 200k reads, with rarer long gaps of 5 and 6 steps:
@@ -224,10 +229,7 @@ mod tests {
             (123, 121),
             (147, 75),
         ];
-        let diffs: Vec<u64> = measured
-            .iter()
-            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
-            .collect();
+        let diffs = from_counts(&measured);
         let q = estimate(&diffs).unwrap();
         assert!((q - 24.5).abs() < 0.02, "{q}");
         assert!(is_coarse(98, Some(q)), "four steps are flagged");
@@ -253,10 +255,7 @@ mod tests {
             (468, 1),
             (494, 2),
         ];
-        let diffs: Vec<u64> = measured
-            .iter()
-            .flat_map(|&(v, n)| std::iter::repeat_n(v, n))
-            .collect();
+        let diffs = from_counts(&measured);
         let q = estimate(&diffs).unwrap();
         // 2596 MHz / 100 MHz is 25.96; the bumps make the step read a
         // little short (25.89).
