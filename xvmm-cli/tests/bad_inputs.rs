@@ -215,6 +215,7 @@ const CASES: &[Case] = &[
     case("hooks: no file", &["kernel", "hooks"], 2, Clap("<VMLINUX>")),
     case("kernel: unknown command", &["kernel", "frobnicate"], 2, Clap("unrecognized subcommand 'frobnicate'")),
     case("kernel build: --jobs not a number", &["kernel", "build", "--jobs", "many"], 2, Clap("invalid value 'many' for '--jobs <JOBS>'")),
+    case("kernel build: --jobs 0", &["kernel", "build", "--jobs", "0"], 2, Clap("invalid value '0' for '--jobs <JOBS>'")),
     case("kernel build: unknown flavour", &["kernel", "build", "--flavour", "l3"], 2, Clap("invalid value 'l3' for '--flavour <FLAVOUR>'")),
     case("kernel build: missing source", &["kernel", "build", "--source", "{F}/missing", "--cache", "{F}/nodir"], 1, Line("{F}/missing")),
     // --- initramfs ---

@@ -223,6 +223,34 @@ mod tests {
         assert!(log.chunks.len() >= 2, "the records span chunks");
         assert!(log.chunks.iter().all(|c| c.capacity() == CHUNK));
         assert!(log.iter().eq(exits.iter().copied()));
+        // What the log holds is its chunks, each filled before the next
+        // starts: at most one chunk more than the records take.
+        assert_eq!(log.bytes(), log.chunks.len() * CHUNK);
+        assert!(log.bytes() < used + CHUNK, "{} for {used}", log.bytes());
+        assert!(!log.is_empty());
+    }
+
+    /// A chunk with exactly the longest record's room left still takes the
+    /// next record; only less room starts a new chunk.
+    #[test]
+    fn a_chunk_is_used_up_to_the_last_record_that_fits() {
+        let mut log = ExitLog::default();
+        // 4 bytes (entry - exit = 64 is two bytes), then 3-byte records
+        // (same pair, same exit, no duration) up to 30 bytes of room.
+        log.push(exit(0, 0, 64, 0));
+        for _ in 0..(CHUNK - 4 - MAX_RECORD) / 3 {
+            log.push(exit(0, 0, 0, 0));
+        }
+        let room = |log: &ExitLog| log.chunks[0].capacity() - log.chunks[0].len();
+        assert_eq!((log.chunks.len(), room(&log)), (1, MAX_RECORD));
+        log.push(exit(0, 0, 0, 0));
+        assert_eq!((log.chunks.len(), room(&log)), (1, MAX_RECORD - 3));
+        // Under a record's room left: the next one starts a chunk.
+        for _ in 0..2 {
+            log.push(exit(0, 0, 0, 0));
+        }
+        assert_eq!(log.chunks.len(), 2);
+        assert_eq!(log.len(), 3 + (CHUNK - 4 - MAX_RECORD) / 3 + 1);
     }
 
     #[test]
