@@ -183,6 +183,7 @@ mod tests {
             let mut counts = ValueCounts::default();
             values.iter().for_each(|&v| counts.push(v));
             let (got, want) = (counts.stats(), Stats::from_samples(&values));
+            assert_eq!(counts.count(), 10_001);
             assert_eq!(
                 (got.count, got.min, got.max),
                 (want.count, want.min, want.max)
