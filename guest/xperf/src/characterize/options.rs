@@ -223,7 +223,9 @@ mod tests {
             (500, Some(1), Some(std::path::Path::new("-")))
         );
         assert_eq!((o.openmetrics.as_ref(), o.every), (None, None));
+        // Both bounds are periods: 1 s and 7 d.
         for (text, secs) in [
+            ("1", 1),
             ("900", 900),
             ("90s", 90),
             ("15m", 900),
@@ -287,6 +289,12 @@ mod tests {
         }
         let err = parse(strings(&["--node-name", "$(NODE_NAME)"])).unwrap_err();
         assert!(err.to_string().contains("downward API"), "{err}");
+        // A DNS subdomain's 253 characters are a node name; 254 are not.
+        let longest = "a".repeat(MAX_NODE_NAME);
+        let o = parse(strings(&["--node-name", &longest])).unwrap();
+        assert_eq!(o.node_name.as_deref(), Some(longest.as_str()));
+        let too_long = "a".repeat(MAX_NODE_NAME + 1);
+        assert!(parse(strings(&["--node-name", &too_long])).is_err());
         // Only a `--` option carries an inline value: another argument with
         // `=` is named whole.
         for bad in ["extra=1", "-h=1"] {
