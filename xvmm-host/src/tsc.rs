@@ -87,7 +87,7 @@ pub fn rdtsc() -> u64 {
 }
 
 /// Differences of `n` pairs of back-to-back plain `rdtsc` reads: the raw
-/// material of the TSC quantum (see [`crate::quantum`]).
+/// material of the TSC quantum (see `xvmm_results::quantum`).
 #[cfg(target_arch = "x86_64")]
 pub fn back_to_back(n: usize) -> Vec<u64> {
     let mut diffs = vec![0u64; n];
