@@ -481,12 +481,11 @@ fn drawn_crates(design: &str, known: &[String]) -> Vec<DrawnCrate> {
             continue;
         };
         let mut words = body.split_whitespace();
-        let starts_entry =
-            !body.starts_with(' ') && words.nth(1).is_some_and(|w| w.starts_with('('));
-        if starts_entry {
-            let name = body.split_whitespace().next().unwrap_or("").to_string();
+        let name = words.next().unwrap_or("");
+        let then_folder = words.next().is_some_and(|w| w.starts_with('('));
+        if !body.starts_with(' ') && then_folder {
             let entry = DrawnCrate {
-                name,
+                name: name.to_string(),
                 row,
                 uses: Vec::new(),
             };
@@ -588,21 +587,11 @@ fn crate_graph_violations(
 }
 
 fn rust_lines(dir: &Path) -> usize {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| {
-            let p = e.path();
-            if p.is_dir() {
-                rust_lines(&p)
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                std::fs::read_to_string(&p).map_or(0, |t| t.lines().count())
-            } else {
-                0
-            }
-        })
+    let mut files = Vec::new();
+    source_tree::tree::rust_files(dir, &mut files);
+    files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).map_or(0, |t| t.lines().count()))
         .sum()
 }
 

@@ -112,9 +112,8 @@ pub fn estimate(diffs: &[u64]) -> Option<f64> {
         .into_iter()
         .filter(|c| c.count as f64 >= MIN_SHARE * positive)
         .collect();
-    let mut zeros = diffs.len() as f64 - positive;
     let (bumps, significant) = split_monotonic_bumps(significant);
-    zeros += bumps as f64;
+    let zeros = diffs.len() as f64 - positive + bumps as f64;
     let first = significant.first()?;
     // A step shows only as values the counter skips: zeros (it stood still
     // through a read), or a second cluster a whole step further. One cluster
