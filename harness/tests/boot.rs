@@ -45,7 +45,15 @@ fn plan() -> Vec<Step> {
             format!("{} reboot=t", c("reboot")),
             BOOT_TIMEOUT,
         ),
-        xvmm_step("poweroff", l1::L2_VMLINUX, c("poweroff"), BOOT_TIMEOUT),
+        // xvmm.dmesg: /init first prints the kernel's log, several KiB that
+        // the serial driver still holds in its buffer when the power-off
+        // halts the CPU unless /init waits for them to be sent.
+        xvmm_step(
+            "poweroff",
+            l1::L2_VMLINUX,
+            format!("{} xvmm.dmesg", c("poweroff")),
+            BOOT_TIMEOUT,
+        ),
         xvmm_step("hang", l1::L2_VMLINUX, c("hang"), HANG_TIMEOUT),
         Step {
             name: "microguest-tsc-khz".into(),
@@ -287,7 +295,27 @@ fn poweroff_without_acpi_is_a_clean_exit() {
     assert_reached_init("poweroff");
     let (run, s) = step("poweroff");
     let out = run.output("poweroff");
-    assert!(out.iter().any(|l| l.contains("action Poweroff")));
+    // Everything /init wrote before powering off arrives: the kernel's log,
+    // down to the line near its end the kernel printed when it ran /init,
+    // then the action.
+    let dmesg: Vec<&str> = out
+        .iter()
+        .copied()
+        .filter(|l| l.starts_with("XVMM-DMESG: "))
+        .collect();
+    assert!(
+        dmesg
+            .iter()
+            .any(|l| l.contains("Run /init as init process")),
+        "the kernel's log did not arrive whole ({} lines); output:\n{}",
+        dmesg.len(),
+        out.join("\n")
+    );
+    assert!(
+        out.iter().any(|l| l.contains("action Poweroff")),
+        "the action line was lost; output:\n{}",
+        out.join("\n")
+    );
     assert_exit("poweroff", Outcome::Exited(0));
     assert!(
         out.iter()

@@ -59,14 +59,24 @@ pub fn console_line(line: &str) {
 
 /// Waits until what this process wrote to its terminals (the serial console
 /// in a guest) has been transmitted: the kernel's serial driver sends from a
-/// buffer, and a VM ended right after a write would lose the tail.
+/// buffer, and a VM ended right after a write would lose the tail. Also
+/// drains `/dev/console` itself, which [`console_line`] writes to and which
+/// need not be this process's stdout (an init the kernel started without it).
 pub fn drain_console() {
+    use std::os::unix::io::AsRawFd;
     for fd in [libc::STDOUT_FILENO, libc::STDERR_FILENO] {
-        // SAFETY: isatty and tcdrain only inspect or wait on the descriptor.
-        unsafe {
-            if libc::isatty(fd) == 1 {
-                libc::tcdrain(fd);
-            }
+        drain_tty(fd);
+    }
+    if let Ok(c) = std::fs::OpenOptions::new().write(true).open("/dev/console") {
+        drain_tty(c.as_raw_fd());
+    }
+}
+
+fn drain_tty(fd: libc::c_int) {
+    // SAFETY: isatty and tcdrain only inspect or wait on the descriptor.
+    unsafe {
+        if libc::isatty(fd) == 1 {
+            libc::tcdrain(fd);
         }
     }
 }
@@ -101,6 +111,10 @@ pub fn outl(port: u16, value: u32) {
 
 /// `reboot(2)` with one of the `RB_*` commands; returns only on failure.
 pub fn reboot(cmd: libc::c_int) -> Error {
+    // The kernel halts or resets without sending what the serial driver
+    // still holds: a line printed just before would be lost (one fresh-clone
+    // run of the suite in ten lost one).
+    drain_console();
     // SAFETY: reboot with a valid command; if it succeeds it does not return.
     unsafe {
         libc::sync();
