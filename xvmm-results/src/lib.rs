@@ -592,7 +592,8 @@ impl Crossing {
 /// host-side stamps taken around `KVM_RUN`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct ExitTiming {
-    /// "cpuid", "pio-out", "pio-in", "mmio-write", "vmcall", "rdmsr", "wrmsr", "hlt", "xsetbv"...
+    /// The exit's row name, e.g. "cpuid" or "pio-out" (the microguest's
+    /// rows are xvmm's `microguest::kinds::exit_rows`).
     #[serde(deserialize_with = "limits::exit_name")]
     pub name: String,
     pub status: Status,

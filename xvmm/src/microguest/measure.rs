@@ -423,14 +423,27 @@ fn split_timing(
     timing.split = Some(split);
 }
 
+/// Which exits stay in KVM and which reach xvmm, from [`KINDS`]' rows.
+///
+/// [`KINDS`]: super::kinds::KINDS
+fn exits_note(exits: &[ExitRounds]) -> String {
+    let in_kvm: Vec<&str> = exits
+        .iter()
+        .filter(|e| e.kind.reaches_vmm().is_none())
+        .map(|e| e.name)
+        .collect();
+    format!(
+        "VM exits are timed at CPL0 between the kernel stamps; {} stay in KVM (the hypercall's \
+         number 0 is unknown to KVM), the others reach xvmm and also hold its two stamps around \
+         KVM_RUN",
+        in_kvm.join(", ")
+    )
+}
+
 /// The notes of a run: kernel stamps, exits, splits and an early stop.
 fn run_notes(c: &Collected, unsplit: &[String]) -> Vec<String> {
     let mut notes = c.notes.clone();
-    notes.push(
-        "VM exits are timed at CPL0 between the kernel stamps; cpuid and the hypercall (number 0, \
-         unknown to KVM) stay in KVM, the others reach xvmm and also hold its two stamps around KVM_RUN"
-            .into(),
-    );
+    notes.push(exits_note(&c.exits));
     notes.push(
         "the microguest runs with interrupts off and has no interrupt controller: no interrupt can \
          hit a sample in the guest (the host's are not visible to it), so every valid sample counts"
@@ -580,6 +593,27 @@ pub fn host_facts(facts: &GuestFacts, host: &Machine) -> HostFacts {
 mod tests {
     use super::super::session::exit_kinds;
     use super::*;
+
+    /// The note names the exits KVM keeps, in row order, and none that
+    /// reaches xvmm.
+    #[test]
+    fn the_exits_note_names_the_exits_kvm_keeps() {
+        let row = |name, kind| ExitRounds {
+            name,
+            kind,
+            unsupported: None,
+            rounds: Vec::new(),
+            traced: Vec::new(),
+        };
+        let rows = [
+            row("cpuid", Kind::Cpuid),
+            row("pio-out", Kind::PioOut),
+            row("hlt", Kind::Hlt),
+            row("xsetbv", Kind::Xsetbv),
+        ];
+        let note = exits_note(&rows);
+        assert!(note.contains("; cpuid, xsetbv stay in KVM"), "{note}");
+    }
 
     #[test]
     fn exits_split_with_offset_and_skip_warmup() {

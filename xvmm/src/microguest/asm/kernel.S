@@ -61,6 +61,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
     .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
     .long xvmm_mg_k_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_cr8_write - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -237,6 +238,16 @@ xvmm_mg_k_hlt:
 1:
     KSTAMP_OPEN 0
     hlt
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// TPR 0, as it is: no interrupt class is masked and KVM need not ask xvmm.
+.p2align 4
+xvmm_mg_k_cr8_write:
+1:
+    KSTAMP_OPEN 0
+    xor eax, eax
+    mov cr8, rax
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
