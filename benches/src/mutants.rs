@@ -90,6 +90,35 @@ impl Mutant {
     pub fn key(&self) -> String {
         format!("{}: {}", self.file, self.description)
     }
+
+    /// `file:line:col: description`, as `cargo mutants --list` prints it.
+    pub fn name(&self) -> String {
+        format!("{}:{}: {}", self.file, self.position, self.description)
+    }
+}
+
+/// The runs' outcomes of mutants `cargo mutants --list` still generates
+/// (`listed`), and how many were left out: a file changed since its run
+/// moves or drops mutants, and an outcome of code that is gone must not
+/// count for today's.
+pub fn generated_today(
+    runs: Vec<Vec<Mutant>>,
+    listed: &std::collections::BTreeSet<String>,
+) -> (Vec<Vec<Mutant>>, usize) {
+    let mut stale = 0;
+    let runs = runs
+        .into_iter()
+        .map(|run| {
+            run.into_iter()
+                .filter(|m| {
+                    let today = listed.contains(&m.name());
+                    stale += usize::from(!today);
+                    today
+                })
+                .collect()
+        })
+        .collect();
+    (runs, stale)
 }
 
 /// Reads cargo-mutants' `mutants.out/outcomes.json`. The baseline and any
@@ -425,6 +454,28 @@ pub fn parse_table(doc: &str) -> Result<Vec<Row>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outcomes_of_mutants_no_longer_generated_are_left_out() {
+        let m = |position: &str, outcome| Mutant {
+            file: "a.rs".into(),
+            description: "replace + with -".into(),
+            position: position.into(),
+            outcome,
+        };
+        let runs = vec![
+            vec![m("10:5", Outcome::Missed), m("12:5", Outcome::Caught)],
+            vec![m("10:5", Outcome::Caught), m("11:5", Outcome::Missed)],
+        ];
+        let listed = ["a.rs:10:5: replace + with -", "a.rs:13:5: replace + with -"]
+            .map(String::from)
+            .into_iter()
+            .collect();
+        let (today, stale) = generated_today(runs, &listed);
+        assert_eq!(stale, 2);
+        assert_eq!(today[0], vec![m("10:5", Outcome::Missed)]);
+        assert_eq!(today[1], vec![m("10:5", Outcome::Caught)]);
+    }
 
     fn mutant(file: &str, d: &str, outcome: Outcome) -> Mutant {
         Mutant {

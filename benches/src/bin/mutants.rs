@@ -17,11 +17,12 @@
 //! of the mutants missed before, after new tests). Exits 1 when a file misses its
 //! target or a miss is unexplained.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xvmm_benches::mutants::{
-    below_target, caught_on_rerun, core_files, merge, parse_equivalents, parse_outcomes, tally,
-    unexplained, Mutant, Row, DOC, TABLE_HEADER, TARGET,
+    below_target, caught_on_rerun, core_files, generated_today, merge, parse_equivalents,
+    parse_outcomes, tally, unexplained, Mutant, Row, DOC, TABLE_HEADER, TARGET,
 };
 
 struct Args {
@@ -102,8 +103,8 @@ fn selected(repo: &Path, args: &Args) -> Vec<(String, &'static str)> {
         .collect()
 }
 
-/// How many mutants cargo-mutants generates for `file` today.
-fn listed(repo: &Path, file: &str) -> usize {
+/// The mutants cargo-mutants generates for `file` today, by name.
+fn listed(repo: &Path, file: &str) -> Vec<String> {
     let out = Command::new("cargo")
         .current_dir(repo)
         .args(["mutants", "--list", "--file", file])
@@ -112,7 +113,8 @@ fn listed(repo: &Path, file: &str) -> usize {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
             .lines()
             .filter(|l| !l.trim().is_empty())
-            .count(),
+            .map(str::to_string)
+            .collect(),
         _ => {
             eprintln!("mutants: cargo mutants --list --file {file} failed");
             std::process::exit(1);
@@ -122,24 +124,30 @@ fn listed(repo: &Path, file: &str) -> usize {
 
 /// The rows of `docs/mutants.md`'s table: every core file, and any other
 /// file with outcomes.
-fn print_markdown(repo: &Path, runs: &[Vec<Mutant>], mutants: &[Mutant], doc: &str) {
-    let tallies = tally(mutants, &parse_equivalents(doc));
-    let reruns = caught_on_rerun(runs);
-    println!("{TABLE_HEADER}");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+/// Only outcomes of mutants generated today count: those of a file
+/// changed since its run that moved or went away are left out (and said).
+fn print_markdown(repo: &Path, runs: Vec<Vec<Mutant>>, doc: &str) {
     // Every core file, those not run yet with no outcomes.
     let core = core_files(repo).unwrap_or_default();
-    let mut files: Vec<&str> = core.iter().map(|(f, _)| f.as_str()).collect();
-    files.extend(tallies.keys().map(String::as_str));
+    let mut files: Vec<String> = core.into_iter().map(|(f, _)| f).collect();
+    files.extend(runs.iter().flatten().map(|m| m.file.clone()));
     files.sort_unstable();
     files.dedup();
-    for file in files {
+    let listed: BTreeMap<String, Vec<String>> =
+        files.iter().map(|f| (f.clone(), listed(repo, f))).collect();
+    let names = listed.values().flatten().cloned().collect();
+    let (runs, stale) = generated_today(runs, &names);
+    if stale > 0 {
+        eprintln!("mutants: {stale} outcome(s) of mutants no longer generated left out");
+    }
+    let tallies = tally(&merge(runs.clone()), &parse_equivalents(doc));
+    let reruns = caught_on_rerun(&runs);
+    println!("{TABLE_HEADER}");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (file, today) in &listed {
         let t = tallies.get(file).copied().unwrap_or_default();
         let again = reruns.get(file).copied().unwrap_or(0);
-        println!(
-            "{}",
-            Row::new(file, listed(repo, file), &t, again).markdown()
-        );
+        println!("{}", Row::new(file, today.len(), &t, again).markdown());
     }
 }
 
@@ -219,11 +227,10 @@ fn main() {
             std::process::exit(1);
         }));
     }
-    let mutants = merge(runs.clone());
     let doc = std::fs::read_to_string(repo.join(DOC)).unwrap_or_default();
     if args.markdown {
-        print_markdown(&repo, &runs, &mutants, &doc);
-    } else if !print_tallies(&mutants, &doc) {
+        print_markdown(&repo, runs, &doc);
+    } else if !print_tallies(&merge(runs), &doc) {
         std::process::exit(1);
     }
 }

@@ -1055,11 +1055,14 @@ mod tests {
             r.crossings[0].samples_requested = requested;
             r
         };
-        // 13 samples, the guest claiming 1000 asked, the host asked 12.
-        let mut r = claimed(13, 1000);
+        // 13 samples, the guest claiming the 12 the host asked for.
+        let mut r = claimed(13, 12);
         attribute_asked(&mut r, &Index::new(&t, &m), None, Some(12));
         let why = host(&r, "round_trip").reason.clone().unwrap_or_default();
-        assert!(why.contains("the host asked for 12"), "{why}");
+        assert!(
+            why.contains("13 samples where the host asked for 12"),
+            "{why}"
+        );
         // 12 samples, but a claim of 1000: the guest's count is not the
         // host's, and nothing it sent is trusted.
         let mut r = claimed(12, 1000);
@@ -1138,5 +1141,67 @@ mod tests {
             let h = host(&r, segment);
             assert_eq!((h.samples, h.unattributable, h.exit_free.count), (4, 2, 2));
         }
+    }
+
+    /// A sample's window `[u2k_u, k2u_u)` per vCPU: one inside another, one
+    /// reaching past another's end and one touching it are merged, so a time
+    /// in any sample's window is held, its end and a gap between are not.
+    #[test]
+    fn sample_windows_hold_what_any_sample_spans_merged_or_not() {
+        let span = |a: u64, b: u64, cpu: u32| Sample {
+            u2k_u: a,
+            u2k_k: a,
+            k2u_k: b,
+            k2u_u: b,
+            cpu: Some(cpu),
+            interrupts: None,
+        };
+        let r = report(vec![
+            span(10, 20, 0),
+            span(0, 100, 0),
+            span(500, 510, 0),
+            span(505, 600, 0),
+            span(600, 650, 0),
+            span(900, 950, 0),
+            span(2000, 2100, 1),
+        ]);
+        let w = SampleWindows::of(&r, None);
+        for (vcpu, t, held) in [
+            (0, 0, true),
+            (0, 50, true),
+            (0, 99, true),
+            (0, 100, false),
+            (0, 300, false),
+            (0, 550, true),
+            (0, 620, true),
+            (0, 650, false),
+            (0, 900, true),
+            (0, 950, false),
+            (0, -1, false),
+            (1, 2050, true),
+            (1, 50, false),
+            (2, 50, false),
+        ] {
+            assert_eq!(w.holds(vcpu, t), held, "vCPU {vcpu} at {t}");
+        }
+        assert_eq!(w.0[&0], vec![(0, 100), (500, 650), (900, 950)]);
+    }
+
+    /// Samples the producer rejected are left out of attribution as they
+    /// are of the statistics: an exit inside one counts nowhere.
+    #[test]
+    fn rejected_samples_are_not_attributed() {
+        let mut r = report((1..=4).map(|k| sample(k * 1000, Some(0))).collect());
+        r.crossings[0].samples_rejected = vec![1];
+        // One exit, inside the rejected sample (guest 2000..2400).
+        let t = trace(vec![exit(2_200, 10, 0)]);
+        attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
+        let rt = host(&r, "round_trip");
+        assert_eq!(
+            (rt.samples, rt.samples_with_exits, rt.exit_free.count),
+            (3, 0, 3),
+            "{rt:?}"
+        );
+        assert_eq!(r.crossings[0].samples.as_ref().map(Vec::len), Some(4));
     }
 }
