@@ -122,11 +122,30 @@ xvmm_setup_run() {
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
     if ! command -v cargo >/dev/null 2>&1; then
-        echo "setup: installing the Rust toolchain with rustup" >&2
-        curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs \
-            | sh -s -- -y --profile minimal
+        xvmm_install_rustup
         export PATH="$HOME/.cargo/bin:$PATH"
     fi
+}
+
+# rustup-init from static.rust-lang.org, checked against its published
+# SHA-256, then run (what https://sh.rustup.rs's script does, in one host
+# fewer: a network that serves the toolchain's host serves the installer).
+xvmm_install_rustup() {
+    local url=https://static.rust-lang.org/rustup/dist/$(uname -m)-unknown-linux-gnu/rustup-init
+    local dir want got
+    dir=$(mktemp -d)
+    echo "setup: installing the Rust toolchain with rustup ($url)" >&2
+    curl --proto '=https' --tlsv1.2 -sSf -o "$dir/rustup-init" "$url"
+    want=$(curl --proto '=https' --tlsv1.2 -sSf "$url.sha256" | cut -c1-64)
+    got=$(sha256sum "$dir/rustup-init" | cut -c1-64)
+    if [ "$want" != "$got" ]; then
+        echo "setup: rustup-init's SHA-256 is $got, $url.sha256 says $want" >&2
+        rm -rf "$dir"
+        return 1
+    fi
+    chmod +x "$dir/rustup-init"
+    "$dir/rustup-init" -y --profile minimal
+    rm -rf "$dir"
 }
 
 # The test suite's set-up (../test.sh): the main job's, then the test lab.
