@@ -43,6 +43,13 @@ echo "fresh-machine: debootstrap bookworm (minbase) into $root" >&2
 debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian >/dev/null
 git clone -q "$PWD" "$root/xvmm"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The host's own certificate authorities (a TLS-intercepting proxy's, on a
+# network that has one): the root's ca-certificates adds them when
+# ./run.sh installs it, as it does the host's.
+if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 for fs in proc sys dev dev/pts; do
     case $fs in
         proc) mount -t proc proc "$root/proc" ;;
