@@ -1204,4 +1204,49 @@ mod tests {
         );
         assert_eq!(r.crossings[0].samples.as_ref().map(Vec::len), Some(4));
     }
+
+    /// The slowest samples are the [`SLOWEST_SAMPLES`] largest round trips
+    /// whatever order the samples came in (here: rising, falling and
+    /// scrambled), slowest first.
+    #[test]
+    fn the_slowest_samples_are_the_largest_in_any_order() {
+        for order in 0..3u64 {
+            let samples: Vec<Sample> = (0..40u64)
+                .map(|i| {
+                    let k = match order {
+                        0 => i,
+                        1 => 39 - i,
+                        _ => (i * 17 + 5) % 40,
+                    };
+                    let mut s = sample(1_000 + i * 1_000, Some(0));
+                    s.k2u_u += k * 3;
+                    s
+                })
+                .collect();
+            let mut r = report(samples);
+            attribute(
+                &mut r,
+                &Index::new(&trace(vec![]), &Mapping::unscaled(0)),
+                None,
+            );
+            let ticks: Vec<u64> = host(&r, "round_trip")
+                .slowest
+                .iter()
+                .map(|s| s.ticks)
+                .collect();
+            let want: Vec<u64> = (32..40u64).rev().map(|k| 400 + k * 3).collect();
+            assert_eq!(ticks, want, "order {order}");
+        }
+    }
+
+    /// Only reasons that occurred are named, however many the trace knows.
+    #[test]
+    fn only_reasons_that_occurred_are_named() {
+        let mut r = report(vec![sample(1_000, Some(0))]);
+        // Reason 1 ("intr") inside the sample; reason 0 ("npf") nowhere.
+        let t = trace(vec![exit(1_200, 10, 1)]);
+        attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
+        let names: Vec<&String> = host(&r, "round_trip").exits.keys().collect();
+        assert_eq!(names, ["intr"]);
+    }
 }

@@ -972,6 +972,56 @@ mod tests {
             "w/o in ns",
         );
         assert_adds_up(u2k);
+        let table = comparison_table(&c);
+        assert!(
+            table.contains("what the VM adds, decomposed (in ns)"),
+            "{table}"
+        );
+    }
+
+    /// Each side's ticks over its own rate: 6000 ticks at 3 GHz are 2000 ns,
+    /// 1000 at 2 GHz 500 ns; at one rate a tick stays a tick.
+    #[test]
+    fn each_sides_ticks_become_the_comparisons_unit() {
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        (vm.host.tsc_khz, bare.host.tsc_khz) = (3_000_000, 2_000_000);
+        let s = &mut vm.crossings[0].round_trip.as_mut().unwrap().corrected;
+        (s.median, s.p99) = (6000, 9000);
+        let s = &mut bare.crossings[0].round_trip.as_mut().unwrap().corrected;
+        (s.median, s.p99) = (1000, 1200);
+        let c = compare(&vm, &bare);
+        near(c.vm_in_unit(6000.0), 2000.0, 1e-9, "VM ns");
+        near(c.bare_in_unit(1000.0), 500.0, 1e-9, "bare-metal ns");
+        let rt = row_of(&c, "pf", "round_trip");
+        assert_eq!((rt.diff_median, rt.diff_p99), (Some(1500), Some(2400)));
+        assert_eq!((c.diff_unit, c.diff_unit.name()), (DiffUnit::Ns, "ns"));
+        bare.host.tsc_khz = 3_000_000;
+        let c = compare(&vm, &bare);
+        assert_eq!(
+            (c.vm_in_unit(6000.0), c.bare_in_unit(1000.0)),
+            (6000.0, 1000.0)
+        );
+        assert_eq!(row_of(&c, "pf", "round_trip").diff_median, Some(5000));
+        assert_eq!(
+            (c.diff_unit, c.diff_unit.name()),
+            (DiffUnit::Ticks, "ticks")
+        );
+    }
+
+    /// The interval of a difference of means, each side scaled to the unit:
+    /// the means' variances (sample variance over n) add.
+    #[test]
+    fn the_difference_interval_scales_each_side_by_its_own_unit() {
+        // a: 10, 20, 30 (mean 20, population variance 200/3) at 0.5 a
+        // tick; b: 100, 300 (mean 200, population variance 10000) at 2.
+        let a = Stats::from_samples(&[10, 20, 30]);
+        let b = Stats::from_samples(&[100, 300]);
+        let (low, high) = mean_difference_interval(&a, 0.5, &b, 2.0).unwrap();
+        let se = (200.0 / 3.0 * 0.25 / 2.0 + 10000.0 * 4.0 / 1.0_f64).sqrt();
+        let d = 20.0 * 0.5 - 200.0 * 2.0;
+        near(low, d - 1.96 * se, 1e-6, "low");
+        near(high, d + 1.96 * se, 1e-6, "high");
     }
 
     /// Issue item 4: on a real harness pair (the nested run's traced VM
