@@ -1009,6 +1009,16 @@ mod tests {
         );
     }
 
+    /// A report read from a file may name reasons with no count and no
+    /// time: they get no share, not a division by zero.
+    #[test]
+    fn reasons_with_nothing_get_no_share() {
+        let mut host = SegmentHost::default();
+        host.exits.insert("npf".into(), Default::default());
+        let shares = by_reason(&host, 100.0);
+        assert_eq!(shares.get("npf"), Some(&0.0), "{shares:?}");
+    }
+
     /// The interval of a difference of means, each side scaled to the unit:
     /// the means' variances (sample variance over n) add.
     #[test]

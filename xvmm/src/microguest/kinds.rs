@@ -60,6 +60,15 @@ kinds! {
     /// KVM_EXIT_SET_TPR. (A CR8 read exits on VMX only: SVM lets the guest
     /// read its virtual TPR.)
     Cr8Write => (Kernel, "xvmm_mg_k_cr8_write", exit("mov-to-cr8", None));
+    /// CR4.PGE flipped (a flush of the whole TLB, global pages too): a CR4
+    /// write, intercepted and handled by KVM (kvm-unit-tests' toggle_cr4_pge
+    /// writes it twice per iteration; here each sample writes it once).
+    Cr4Pge => (Kernel, "xvmm_mg_k_cr4_pge", exit("toggle-cr4-pge", None));
+    /// WBINVD: intercepted; KVM skips it where no device does non-coherent
+    /// DMA (none in the microguest).
+    Wbinvd => (Kernel, "xvmm_mg_k_wbinvd", exit("wbinvd", None));
+    /// INVD: intercepted; KVM runs it as a no-op.
+    Invd => (Kernel, "xvmm_mg_k_invd", exit("invd", None));
     /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
     /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
     Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave));
@@ -429,11 +438,11 @@ mod tests {
         let with = |hypercall| {
             let mut rows = vec!["cpuid", "pio-out", "pio-in", "mmio-write"];
             rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
-            rows.extend(["mov-to-cr8", "xsetbv"]);
+            rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 10);
+        assert_eq!(EXIT_ROWS, 13);
     }
 }

@@ -179,7 +179,8 @@ pub fn hypercall(vendor: Vendor) -> &'static str {
 pub fn expected_exit(name: &str, p: Platform) -> Fact {
     match (name, p.vendor, p.hypervisor) {
         (
-            "cpuid" | "pio-out" | "pio-in" | "mmio-write" | "hlt" | "mov-to-cr8",
+            "cpuid" | "pio-out" | "pio-in" | "mmio-write" | "hlt" | "mov-to-cr8" | "toggle-cr4-pge"
+            | "wbinvd" | "invd",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
@@ -369,6 +370,9 @@ mod tests {
                 ("wrmsr", gp),
                 ("hlt", Outcome::Runs),
                 ("mov-to-cr8", Outcome::Runs),
+                ("toggle-cr4-pge", Outcome::Runs),
+                ("wbinvd", Outcome::Runs),
+                ("invd", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),
             ]
         );

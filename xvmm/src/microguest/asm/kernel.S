@@ -62,6 +62,9 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
     .long xvmm_mg_k_hlt - xvmm_mg_ktable
     .long xvmm_mg_k_cr8_write - xvmm_mg_ktable
+    .long xvmm_mg_k_cr4_pge - xvmm_mg_ktable
+    .long xvmm_mg_k_wbinvd - xvmm_mg_ktable
+    .long xvmm_mg_k_invd - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -248,6 +251,34 @@ xvmm_mg_k_cr8_write:
     KSTAMP_OPEN 0
     xor eax, eax
     mov cr8, rax
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// r13 = CR4, read once before the loop (SVM intercepts the read too);
+// each sample flips PGE and writes it.
+.p2align 4
+xvmm_mg_k_cr4_pge:
+    mov r13, cr4
+1:
+    xor r13, 0x80
+    KSTAMP_OPEN 0
+    mov cr4, r13
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_wbinvd:
+1:
+    KSTAMP_OPEN 0
+    wbinvd
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_invd:
+1:
+    KSTAMP_OPEN 0
+    invd
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
