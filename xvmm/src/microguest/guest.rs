@@ -127,6 +127,7 @@ core::arch::global_asm!(
     done_magic = const layout::DONE_MAGIC,
     port_done = const layout::PORT_DONE,
     port_measure = const layout::PORT_MEASURE,
+    port_eventfd = const layout::PORT_EVENTFD,
     port_fault = const layout::PORT_FAULT,
     first_kernel = const Kind::FIRST_KERNEL,
     kind_count = const Kind::COUNT,

@@ -48,6 +48,9 @@ kinds! {
     Cpuid => (Kernel, "xvmm_mg_k_cpuid", exit("cpuid", None));
     PioOut => (Kernel, "xvmm_mg_k_pio_out", exit("pio-out", Some(VmmExit::IoOut)));
     PioIn => (Kernel, "xvmm_mg_k_pio_in", exit("pio-in", Some(VmmExit::IoIn)));
+    /// The same OUT on a port an ioeventfd serves: KVM signals the eventfd
+    /// and resumes the guest without xvmm (the in-kernel twin of pio-out).
+    PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::PortEventfd));
     MmioWrite => (Kernel, "xvmm_mg_k_mmio", exit("mmio-write", Some(VmmExit::MmioWrite)));
     Vmcall => (Kernel, "xvmm_mg_k_vmcall", hypercall("vmcall", Cpus::NotAmd));
     Vmmcall => (Kernel, "xvmm_mg_k_vmmcall", hypercall("vmmcall", Cpus::Amd));
@@ -118,18 +121,21 @@ pub enum Role {
         name: &'static str,
         reaches: Option<VmmExit>,
         cpus: Cpus,
-        /// What the guest's CPU must offer for the instruction to run.
+        /// What the guest's CPU or VM must offer for the row to run.
         needs: Needs,
     },
 }
 
-/// A CPU feature an exit's instruction needs in the guest; where the guest
+/// What an exit needs of the guest's CPU or of its VM; where the guest
 /// lacks it the row says so instead of running it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Needs {
     Nothing,
     /// CPUID leaf 1 ECX bit 26, and so CR4.OSXSAVE (XSETBV).
     Xsave,
+    /// Not a CPU feature: KVM accepted the ioeventfd on
+    /// [`PORT_EVENTFD`](super::layout::PORT_EVENTFD).
+    PortEventfd,
 }
 
 const fn crossing(name: &'static str, handler: Handler) -> Role {
@@ -436,13 +442,19 @@ mod tests {
         assert_eq!(names, ["pf", "int3", "syscall", "sysenter", "int-n"]);
         let exits = |amd| exit_rows(amd).map(|(name, _)| name).collect::<Vec<_>>();
         let with = |hypercall| {
-            let mut rows = vec!["cpuid", "pio-out", "pio-in", "mmio-write"];
+            let mut rows = vec![
+                "cpuid",
+                "pio-out",
+                "pio-in",
+                "pio-out-eventfd",
+                "mmio-write",
+            ];
             rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
             rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 13);
+        assert_eq!(EXIT_ROWS, 14);
     }
 }

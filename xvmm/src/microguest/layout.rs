@@ -85,6 +85,9 @@ pub const PORT_DONE: u16 = 0x510;
 /// The port the pio-out/pio-in exits are measured on.
 pub const PORT_MEASURE: u16 = 0x511;
 pub const PORT_FAULT: u16 = 0x512;
+/// The port the pio-out-eventfd exit writes: an ioeventfd (KVM_IOEVENTFD)
+/// serves it in the kernel, so the write never reaches xvmm.
+pub const PORT_EVENTFD: u16 = 0x513;
 
 /// An MSR index KVM does not know: with KVM_CAP_X86_USER_SPACE_MSR its
 /// accesses exit to the VMM.

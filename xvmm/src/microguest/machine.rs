@@ -67,6 +67,8 @@ pub struct GuestFacts {
     pub user_space_msr: bool,
     /// XSAVE in the guest's CPUID (so CR4.OSXSAVE is set and XSETBV runs).
     pub xsave: bool,
+    /// KVM took the ioeventfd on [`layout::PORT_EVENTFD`].
+    pub port_eventfd: bool,
 }
 
 impl GuestFacts {
@@ -237,6 +239,7 @@ struct Loaded {
 impl Loaded {
     fn new(cfg: &MachineConfig) -> Result<Loaded> {
         let machine = new_machine(cfg)?;
+        let port_eventfd = register_port_eventfd(&machine.vm.fd);
         let vcpu = &machine.vcpu;
         let facts = GuestFacts {
             vendor: cpuid_string(vcpu, 0, [1, 3, 2]),
@@ -244,6 +247,7 @@ impl Loaded {
             tsc_khz: vcpu.tsc_khz,
             user_space_msr: machine.user_space_msr,
             xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
+            port_eventfd,
         };
         let sregs = vcpu
             .fd
@@ -442,6 +446,19 @@ fn read_stamps(memory: &GuestMemoryMmap, phase: &Phase, buffer_bytes: u64) -> Re
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])))
         .collect())
+}
+
+/// An ioeventfd on [`layout::PORT_EVENTFD`], any value written: KVM keeps
+/// its own reference to the eventfd, so ours can go (nothing reads it; its
+/// counter, 2^64 - 2 at most, does not fill in any run). Whether KVM took
+/// it.
+fn register_port_eventfd(vm: &kvm_ioctls::VmFd) -> bool {
+    use kvm_ioctls::{IoEventAddress, NoDatamatch};
+    let Ok(evt) = vmm_sys_util::eventfd::EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK) else {
+        return false;
+    };
+    let port = IoEventAddress::Pio(u64::from(layout::PORT_EVENTFD));
+    vm.register_ioevent(&evt, &port, NoDatamatch).is_ok()
 }
 
 /// A phase's VM and vCPU.

@@ -179,8 +179,8 @@ pub fn hypercall(vendor: Vendor) -> &'static str {
 pub fn expected_exit(name: &str, p: Platform) -> Fact {
     match (name, p.vendor, p.hypervisor) {
         (
-            "cpuid" | "pio-out" | "pio-in" | "mmio-write" | "hlt" | "mov-to-cr8" | "toggle-cr4-pge"
-            | "wbinvd" | "invd",
+            "cpuid" | "pio-out" | "pio-in" | "pio-out-eventfd" | "mmio-write" | "hlt"
+            | "mov-to-cr8" | "toggle-cr4-pge" | "wbinvd" | "invd",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
@@ -364,6 +364,7 @@ mod tests {
                 ("cpuid", Outcome::Runs),
                 ("pio-out", Outcome::Runs),
                 ("pio-in", Outcome::Runs),
+                ("pio-out-eventfd", Outcome::Runs),
                 ("mmio-write", Outcome::Runs),
                 ("vmmcall", Outcome::NeverReturns),
                 ("rdmsr", gp),

@@ -645,6 +645,11 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
             "the guest's CPUID has no XSAVE (KVM_GET_SUPPORTED_CPUID leaf 1 ECX bit 26), so \
              CR4.OSXSAVE stays clear and XSETBV would raise #UD",
         ),
+        Needs::PortEventfd if facts.port_eventfd => None,
+        Needs::PortEventfd => Some(
+            "KVM refused the ioeventfd on the port (KVM_IOEVENTFD), so no write to it stays in \
+             the kernel",
+        ),
     }
 }
 
@@ -663,6 +668,15 @@ mod tests {
         assert_eq!(missing_feature(Needs::Xsave, &with), None);
         let why = missing_feature(Needs::Xsave, &without).unwrap();
         assert!(why.contains("no XSAVE") && why.contains("#UD"), "{why}");
+        let eventfd = GuestFacts {
+            port_eventfd: true,
+            ..GuestFacts::default()
+        };
+        assert_eq!(missing_feature(Needs::PortEventfd, &eventfd), None);
+        assert_eq!(missing_feature(Needs::PortEventfd, &with), Some(
+            "KVM refused the ioeventfd on the port (KVM_IOEVENTFD), so no write to it stays in \
+             the kernel",
+        ));
         assert_eq!(kinds::Kind::Xsetbv.needs(), Needs::Xsave);
         assert_eq!(kinds::Kind::Cpuid.needs(), Needs::Nothing);
     }

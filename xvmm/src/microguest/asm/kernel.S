@@ -55,6 +55,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_cpuid - xvmm_mg_ktable
     .long xvmm_mg_k_pio_out - xvmm_mg_ktable
     .long xvmm_mg_k_pio_in - xvmm_mg_ktable
+    .long xvmm_mg_k_pio_out_eventfd - xvmm_mg_ktable
     .long xvmm_mg_k_mmio - xvmm_mg_ktable
     .long xvmm_mg_k_vmcall - xvmm_mg_ktable
     .long xvmm_mg_k_vmmcall - xvmm_mg_ktable
@@ -182,6 +183,15 @@ xvmm_mg_k_pio_in:
     KSTAMP_OPEN 0
     mov edx, {port_measure}
     in al, dx
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_pio_out_eventfd:
+1:
+    KSTAMP_OPEN 0
+    mov edx, {port_eventfd}
+    out dx, al
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
