@@ -141,6 +141,7 @@ core::arch::global_asm!(
     page = const layout::PAGE,
     probe_msr = const layout::PROBE_MSR,
     mmio = const layout::MMIO_GPA,
+    mmio_eventfd = const layout::MMIO_EVENTFD_GPA,
     other_vector = const OTHER_VECTOR,
     f_vector = const FAULT_VECTOR,
     f_error = const FAULT_ERROR,

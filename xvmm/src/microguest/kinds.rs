@@ -50,8 +50,10 @@ kinds! {
     PioIn => (Kernel, "xvmm_mg_k_pio_in", exit("pio-in", Some(VmmExit::IoIn)));
     /// The same OUT on a port an ioeventfd serves: KVM signals the eventfd
     /// and resumes the guest without xvmm (the in-kernel twin of pio-out).
-    PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::PortEventfd));
+    PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::Ioeventfd));
     MmioWrite => (Kernel, "xvmm_mg_k_mmio", exit("mmio-write", Some(VmmExit::MmioWrite)));
+    /// The same write to an address an ioeventfd serves (in-kernel twin).
+    MmioWriteEventfd => (Kernel, "xvmm_mg_k_mmio_eventfd", exit_needing("mmio-write-eventfd", None, Needs::Ioeventfd));
     Vmcall => (Kernel, "xvmm_mg_k_vmcall", hypercall("vmcall", Cpus::NotAmd));
     Vmmcall => (Kernel, "xvmm_mg_k_vmmcall", hypercall("vmmcall", Cpus::Amd));
     Rdmsr => (Kernel, "xvmm_mg_k_rdmsr", exit("rdmsr", Some(VmmExit::Rdmsr)));
@@ -133,9 +135,10 @@ pub enum Needs {
     Nothing,
     /// CPUID leaf 1 ECX bit 26, and so CR4.OSXSAVE (XSETBV).
     Xsave,
-    /// Not a CPU feature: KVM accepted the ioeventfd on
-    /// [`PORT_EVENTFD`](super::layout::PORT_EVENTFD).
-    PortEventfd,
+    /// Not a CPU feature: KVM accepted the ioeventfds on
+    /// [`PORT_EVENTFD`](super::layout::PORT_EVENTFD) and
+    /// [`MMIO_EVENTFD_GPA`](super::layout::MMIO_EVENTFD_GPA).
+    Ioeventfd,
 }
 
 const fn crossing(name: &'static str, handler: Handler) -> Role {
@@ -448,6 +451,7 @@ mod tests {
                 "pio-in",
                 "pio-out-eventfd",
                 "mmio-write",
+                "mmio-write-eventfd",
             ];
             rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
             rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd", "xsetbv"]);
@@ -455,6 +459,6 @@ mod tests {
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 14);
+        assert_eq!(EXIT_ROWS, 15);
     }
 }

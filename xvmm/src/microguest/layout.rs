@@ -55,6 +55,9 @@ pub const SAMPLES_GPA: u64 = RESULTS_GPA;
 pub const SAMPLES_SIZE: u64 = RESULTS_SIZE;
 /// A guest address with no memory slot: writes to it exit to the VMM as MMIO.
 pub const MMIO_GPA: u64 = 0xe000_0000;
+/// The address the mmio-write-eventfd exit writes, in the 2 MiB page the
+/// tables map for [`MMIO_GPA`]: an ioeventfd serves it in the kernel.
+pub const MMIO_EVENTFD_GPA: u64 = MMIO_GPA + PAGE;
 
 /// Control block fields (byte offsets from [`CONTROL_GPA`]), written by the VMM
 /// before a phase and, for the status/fault fields, by the guest.
@@ -120,6 +123,7 @@ const _: () = {
     assert!(PF_PAGE_A.is_multiple_of(2 * PAGE));
     assert!(SAMPLES_GPA.is_multiple_of(LARGE_PAGE) && SAMPLES_SIZE.is_multiple_of(LARGE_PAGE));
     assert!(MMIO_GPA >= SAMPLES_GPA + SAMPLES_SIZE);
+    assert!(MMIO_EVENTFD_GPA + 4 <= MMIO_GPA + LARGE_PAGE);
     assert!(control::FAULT + 8 * control::FAULT_WORDS <= control::SCRATCH);
 };
 

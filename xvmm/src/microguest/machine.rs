@@ -67,8 +67,9 @@ pub struct GuestFacts {
     pub user_space_msr: bool,
     /// XSAVE in the guest's CPUID (so CR4.OSXSAVE is set and XSETBV runs).
     pub xsave: bool,
-    /// KVM took the ioeventfd on [`layout::PORT_EVENTFD`].
-    pub port_eventfd: bool,
+    /// KVM took the ioeventfds on [`layout::PORT_EVENTFD`] and
+    /// [`layout::MMIO_EVENTFD_GPA`].
+    pub ioeventfds: bool,
 }
 
 impl GuestFacts {
@@ -239,7 +240,7 @@ struct Loaded {
 impl Loaded {
     fn new(cfg: &MachineConfig) -> Result<Loaded> {
         let machine = new_machine(cfg)?;
-        let port_eventfd = register_port_eventfd(&machine.vm.fd);
+        let ioeventfds = register_ioeventfds(&machine.vm.fd);
         let vcpu = &machine.vcpu;
         let facts = GuestFacts {
             vendor: cpuid_string(vcpu, 0, [1, 3, 2]),
@@ -247,7 +248,7 @@ impl Loaded {
             tsc_khz: vcpu.tsc_khz,
             user_space_msr: machine.user_space_msr,
             xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
-            port_eventfd,
+            ioeventfds,
         };
         let sregs = vcpu
             .fd
@@ -448,17 +449,20 @@ fn read_stamps(memory: &GuestMemoryMmap, phase: &Phase, buffer_bytes: u64) -> Re
         .collect())
 }
 
-/// An ioeventfd on [`layout::PORT_EVENTFD`], any value written: KVM keeps
-/// its own reference to the eventfd, so ours can go (nothing reads it; its
+/// One ioeventfd on [`layout::PORT_EVENTFD`] and one on
+/// [`layout::MMIO_EVENTFD_GPA`], any value written: KVM keeps its own
+/// reference to each eventfd, so ours can go (nothing reads them; a
 /// counter, 2^64 - 2 at most, does not fill in any run). Whether KVM took
-/// it.
-fn register_port_eventfd(vm: &kvm_ioctls::VmFd) -> bool {
+/// both.
+fn register_ioeventfds(vm: &kvm_ioctls::VmFd) -> bool {
     use kvm_ioctls::{IoEventAddress, NoDatamatch};
-    let Ok(evt) = vmm_sys_util::eventfd::EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK) else {
-        return false;
+    use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+    let register = |at: IoEventAddress| {
+        EventFd::new(EFD_NONBLOCK)
+            .is_ok_and(|evt| vm.register_ioevent(&evt, &at, NoDatamatch).is_ok())
     };
-    let port = IoEventAddress::Pio(u64::from(layout::PORT_EVENTFD));
-    vm.register_ioevent(&evt, &port, NoDatamatch).is_ok()
+    register(IoEventAddress::Pio(u64::from(layout::PORT_EVENTFD)))
+        && register(IoEventAddress::Mmio(layout::MMIO_EVENTFD_GPA))
 }
 
 /// A phase's VM and vCPU.

@@ -179,8 +179,8 @@ pub fn hypercall(vendor: Vendor) -> &'static str {
 pub fn expected_exit(name: &str, p: Platform) -> Fact {
     match (name, p.vendor, p.hypervisor) {
         (
-            "cpuid" | "pio-out" | "pio-in" | "pio-out-eventfd" | "mmio-write" | "hlt"
-            | "mov-to-cr8" | "toggle-cr4-pge" | "wbinvd" | "invd",
+            "cpuid" | "pio-out" | "pio-in" | "pio-out-eventfd" | "mmio-write"
+            | "mmio-write-eventfd" | "hlt" | "mov-to-cr8" | "toggle-cr4-pge" | "wbinvd" | "invd",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
@@ -366,6 +366,7 @@ mod tests {
                 ("pio-in", Outcome::Runs),
                 ("pio-out-eventfd", Outcome::Runs),
                 ("mmio-write", Outcome::Runs),
+                ("mmio-write-eventfd", Outcome::Runs),
                 ("vmmcall", Outcome::NeverReturns),
                 ("rdmsr", gp),
                 ("wrmsr", gp),

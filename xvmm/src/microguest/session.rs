@@ -645,10 +645,10 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
             "the guest's CPUID has no XSAVE (KVM_GET_SUPPORTED_CPUID leaf 1 ECX bit 26), so \
              CR4.OSXSAVE stays clear and XSETBV would raise #UD",
         ),
-        Needs::PortEventfd if facts.port_eventfd => None,
-        Needs::PortEventfd => Some(
-            "KVM refused the ioeventfd on the port (KVM_IOEVENTFD), so no write to it stays in \
-             the kernel",
+        Needs::Ioeventfd if facts.ioeventfds => None,
+        Needs::Ioeventfd => Some(
+            "KVM refused an ioeventfd (KVM_IOEVENTFD) on the port or the MMIO address, so no \
+             write to them stays in the kernel",
         ),
     }
 }
@@ -669,14 +669,13 @@ mod tests {
         let why = missing_feature(Needs::Xsave, &without).unwrap();
         assert!(why.contains("no XSAVE") && why.contains("#UD"), "{why}");
         let eventfd = GuestFacts {
-            port_eventfd: true,
+            ioeventfds: true,
             ..GuestFacts::default()
         };
-        assert_eq!(missing_feature(Needs::PortEventfd, &eventfd), None);
-        assert_eq!(missing_feature(Needs::PortEventfd, &with), Some(
-            "KVM refused the ioeventfd on the port (KVM_IOEVENTFD), so no write to it stays in \
-             the kernel",
-        ));
+        assert_eq!(missing_feature(Needs::Ioeventfd, &eventfd), None);
+        let why = missing_feature(Needs::Ioeventfd, &with).unwrap();
+        assert!(why.contains("KVM_IOEVENTFD"), "{why}");
+        assert_eq!(kinds::Kind::PioOutEventfd.needs(), Needs::Ioeventfd);
         assert_eq!(kinds::Kind::Xsetbv.needs(), Needs::Xsave);
         assert_eq!(kinds::Kind::Cpuid.needs(), Needs::Nothing);
     }

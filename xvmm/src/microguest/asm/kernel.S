@@ -57,6 +57,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_pio_in - xvmm_mg_ktable
     .long xvmm_mg_k_pio_out_eventfd - xvmm_mg_ktable
     .long xvmm_mg_k_mmio - xvmm_mg_ktable
+    .long xvmm_mg_k_mmio_eventfd - xvmm_mg_ktable
     .long xvmm_mg_k_vmcall - xvmm_mg_ktable
     .long xvmm_mg_k_vmmcall - xvmm_mg_ktable
     .long xvmm_mg_k_rdmsr - xvmm_mg_ktable
@@ -199,6 +200,16 @@ xvmm_mg_k_pio_out_eventfd:
 .p2align 4
 xvmm_mg_k_mmio:
     mov r13, {mmio}
+1:
+    KSTAMP_OPEN 0
+    mov dword ptr [r13], eax
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// r13 = the address an ioeventfd serves.
+.p2align 4
+xvmm_mg_k_mmio_eventfd:
+    mov r13, {mmio_eventfd}
 1:
     KSTAMP_OPEN 0
     mov dword ptr [r13], eax
