@@ -746,8 +746,6 @@ mod tests {
 
     #[test]
     fn the_unattributable_samples_are_a_part_of_their_own() {
-        use crate::attribution::{attribute, HostExitEvent, HostTrace, Index};
-        use crate::timeline::Mapping;
         // u2k of 100 ticks four times, 1100 once (an exit of 900 inside), and
         // 10100 once where the trace lost events: unattributable. Of the
         // mean difference, exits explain 1/6 x 1000, the unattributable
@@ -765,7 +763,19 @@ mod tests {
             .zip(1..)
             .map(|(&u2k, k)| sample(k, u2k))
             .collect();
+        // At one TSC rate (ticks), and with the VM at 4 GHz against bare
+        // metal's 2 GHz (ns: a VM tick is 0.25 ns, a bare-metal one 0.5).
+        for (vm_khz, vm_unit, bare_unit) in [(2_000_000, 1.0, 1.0), (4_000_000, 0.25, 0.5)] {
+            parts_in_unit(&samples, vm_khz, vm_unit, bare_unit);
+        }
+    }
+
+    fn parts_in_unit(samples: &[Sample], vm_khz: u64, vm_unit: f64, bare_unit: f64) {
+        use crate::attribution::{attribute, HostExitEvent, HostTrace, Index};
+        use crate::timeline::Mapping;
+        let samples = samples.to_vec();
         let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        vm.host.tsc_khz = vm_khz;
         let mut c = Crossing::from_samples("pf", 6, &samples, &Corrections::default(), true);
         c.samples = Some(samples);
         vm.crossings[0] = c;
@@ -784,18 +794,21 @@ mod tests {
         attribute(&mut vm, &Index::new(&trace, &m), None);
         let host = vm.crossings[0].u2k.as_ref().unwrap().host.clone().unwrap();
         assert_eq!((host.samples, host.unattributable), (6, 1), "fixture");
-        let bare = fixtures::report(Environment::BareMetal, 1);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        bare.host.tsc_khz = 2_000_000;
         let c = compare(&vm, &bare);
         let row = row_of(&c, "pf", "u2k");
         let exits = row.exits.as_ref().unwrap();
-        near(exits.mean, 1000.0 / 6.0, 1e-9, "exits");
-        near(exits.per_hit, 1000.0, 1e-9, "per hit");
+        near(exits.mean, 1000.0 / 6.0 * vm_unit, 1e-9, "exits");
+        near(exits.per_hit, 1000.0 * vm_unit, 1e-9, "per hit");
+        near(exits.hit_fraction, 1.0 / 6.0, 1e-12, "hit fraction");
         near(exits.by_reason["npf"], exits.mean, 1e-9, "npf");
         let u = row.unattributable.as_ref().unwrap();
-        near(u.mean, 10_000.0 / 6.0, 1e-9, "unattributable");
+        near(u.mean, 10_000.0 / 6.0 * vm_unit, 1e-9, "unattributable");
+        near(u.fraction, 1.0 / 6.0, 1e-12, "unattributable fraction");
         near(
             row.without_exits.as_ref().unwrap().mean,
-            100.0 - 51.0,
+            100.0 * vm_unit - 51.0 * bare_unit,
             1e-9,
             "w/o",
         );
@@ -1006,6 +1019,45 @@ mod tests {
         assert_eq!(
             (c.diff_unit, c.diff_unit.name()),
             (DiffUnit::Ticks, "ticks")
+        );
+    }
+
+    /// The note names the side whose TSC rate is unknown.
+    #[test]
+    fn the_rate_note_names_the_side_without_a_rate() {
+        let vm = rate_note(0, 2_000_000).unwrap();
+        assert!(vm.starts_with("the VM's TSC rate is unknown"), "{vm}");
+        let bare = rate_note(2_000_000, 0).unwrap();
+        assert!(
+            bare.starts_with("bare metal's TSC rate is unknown"),
+            "{bare}"
+        );
+    }
+
+    /// A probe's added ticks are each side's own: at 3 GHz against 2 GHz,
+    /// 300 VM ticks (100 ns) over 100 bare-metal ones (50 ns) are a ratio
+    /// of 2, not 3.
+    #[test]
+    fn probe_ratios_across_tsc_rates_are_of_nanoseconds() {
+        let probe = |added: i64| crate::Probe {
+            status: crate::Status::Measured,
+            added_ticks: Some(crate::probes::SignedStats::from_samples(&[added])),
+            ..crate::Probe::unsupported("kprobe", "getppid", String::new())
+        };
+        let mut vm = fixtures::report(Environment::LinuxVm, 1);
+        let mut bare = fixtures::report(Environment::BareMetal, 1);
+        (vm.host.tsc_khz, bare.host.tsc_khz) = (3_000_000, 2_000_000);
+        vm.probes = vec![probe(300)];
+        bare.probes = vec![probe(100)];
+        let c = compare(&vm, &bare);
+        assert_eq!(c.probes.len(), 1);
+        near(c.probes[0].ratio.unwrap(), 2.0, 1e-12, "ratio of ns");
+        bare.host.tsc_khz = 3_000_000;
+        near(
+            compare(&vm, &bare).probes[0].ratio.unwrap(),
+            3.0,
+            1e-12,
+            "one rate",
         );
     }
 
