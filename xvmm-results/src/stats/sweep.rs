@@ -410,6 +410,35 @@ pub fn slope_error(phases: &[SweepPhase], quantum: Option<f64>) -> f64 {
 mod tests {
     use super::*;
 
+    /// Points at one x have no slope: a flat line through their mean, not
+    /// a division of zero by zero.
+    #[test]
+    fn points_at_one_x_give_a_flat_line_through_their_mean() {
+        assert_eq!(line(&[(3.0, 5.0), (3.0, 7.0)]), (6.0, 0.0));
+    }
+
+    /// The residual is relative to the point less the correction: medians
+    /// 100, 200, 330 at 8, 16, 24 imuls fit y = -20 + 14.375 x, 5 ticks
+    /// from the first point, which less a correction of 50 is 50: 10 %.
+    #[test]
+    fn the_worst_residual_is_relative_to_the_point_less_the_correction() {
+        let phase = SweepPhase::from_medians(&[8, 16, 24], &[100, 200, 330], 10).unwrap();
+        assert!((phase.intercept + 20.0).abs() < 1e-9, "{phase:?}");
+        assert!((phase.worst_residual(0, 50.0) - 0.1).abs() < 1e-12);
+        // From 16 imuls on: 10 ticks from 200 less 50.
+        assert!((phase.worst_residual(16, 50.0) - 10.0 / 150.0).abs() < 1e-12);
+    }
+
+    /// An even count's median is the mean of the middle two (so is the
+    /// MAD's, of the deviations 0.5, 0.5, 1.5, 7.5 from 2.5).
+    #[test]
+    fn an_even_count_has_the_middle_twos_mean_for_median() {
+        assert_eq!(median_of(&[1.0, 2.0, 3.0, 10.0]), 2.5);
+        assert_eq!(median_of(&[1.0, 2.0, 3.0]), 2.0);
+        assert!(median_of(&[]).is_nan());
+        assert_eq!(mad(&[10.0, 3.0, 1.0, 2.0]), 1.0);
+    }
+
     /// Medians of the microguest's sweep on the Intel CI machine (family 6
     /// model 0xa7, 2.6 GHz TSC, quantum 2 ticks, PVM; ENVIRONMENT.md), as it
     /// took them: five phases of n and 2n interleaved.
