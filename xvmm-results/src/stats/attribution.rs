@@ -179,7 +179,7 @@ fn first_at_or_after(sorted: &[i128], hint: usize, x: i128) -> usize {
         if probe == sorted.len() || sorted[probe] >= x {
             return lo + sorted[lo..probe].partition_point(|&g| g < x);
         }
-        lo = probe + 1;
+        lo = probe; // sorted[probe] < x too: the next range may start there
         step = step.saturating_mul(2);
     }
 }
@@ -553,9 +553,9 @@ fn slowest(samples: &[Sample], placed: &mut [Placed], index: &Index) -> Vec<Trac
     if n == 0 {
         return Vec::new();
     }
-    if n < placed.len() {
-        placed.select_nth_unstable_by_key(n - 1, |p| std::cmp::Reverse(p.value));
-    }
+    // With n == placed.len() this orders nothing the sort below does not;
+    // n - 1 < placed.len() always.
+    placed.select_nth_unstable_by_key(n - 1, |p| std::cmp::Reverse(p.value));
     let top = &mut placed[..n];
     top.sort_by_key(|p| (std::cmp::Reverse(p.value), p.at));
     top.iter()
@@ -1237,6 +1237,32 @@ mod tests {
             let want: Vec<u64> = (32..40u64).rev().map(|k| 400 + k * 3).collect();
             assert_eq!(ticks, want, "order {order}");
         }
+    }
+
+    /// Fewer samples than [`SLOWEST_SAMPLES`]: all of them, slowest first.
+    #[test]
+    fn fewer_samples_than_the_slowest_kept_are_all_kept() {
+        let samples: Vec<Sample> = [5u64, 1, 3]
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| {
+                let mut s = sample(1_000 + i as u64 * 1_000, Some(0));
+                s.k2u_u += k;
+                s
+            })
+            .collect();
+        let mut r = report(samples);
+        attribute(
+            &mut r,
+            &Index::new(&trace(vec![]), &Mapping::unscaled(0)),
+            None,
+        );
+        let ticks: Vec<u64> = host(&r, "round_trip")
+            .slowest
+            .iter()
+            .map(|s| s.ticks)
+            .collect();
+        assert_eq!(ticks, [405, 403, 401]);
     }
 
     /// Only reasons that occurred are named, however many the trace knows.
