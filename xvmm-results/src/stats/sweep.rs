@@ -429,6 +429,113 @@ mod tests {
         assert!((phase.worst_residual(16, 50.0) - 10.0 / 150.0).abs() < 1e-12);
     }
 
+    fn collinear(lengths: &[u64], intercept: u64, slope: u64) -> SweepPhase {
+        let medians: Vec<u64> = lengths.iter().map(|n| intercept + slope * n).collect();
+        SweepPhase::from_medians(lengths, &medians, 10).unwrap()
+    }
+
+    fn fit(intercept: f64, standard_error: f64) -> SweepFit {
+        SweepFit {
+            phases: Vec::new(),
+            intercept,
+            slope: 2.0,
+            scatter: 0.0,
+            standard_error,
+        }
+    }
+
+    /// A quantum that is not a positive finite number counts as one tick,
+    /// for the intercept's and the slope's step errors alike.
+    #[test]
+    fn a_quantum_that_is_no_step_counts_as_one_tick() {
+        let phases = [collinear(&[8, 16, 24], 40, 3)];
+        for error in [step_error, slope_error] {
+            let one = error(&phases, None);
+            assert!(one > 0.0);
+            for q in [0.0, -2.0, f64::NAN, f64::INFINITY] {
+                assert_eq!(error(&phases, Some(q)), one, "quantum {q}");
+            }
+            assert_eq!(error(&phases, Some(26.0)), 26.0 * one);
+        }
+    }
+
+    /// The slope's error from the phases' scatter (1.4826 MAD / sqrt(3)
+    /// of slopes 2, 2.5 and 3.5 at long chains), and from the steps where
+    /// the phases agree (two distinct length sets of one slope).
+    #[test]
+    fn the_slope_error_comes_from_the_scatter_or_the_steps() {
+        let lengths = [100, 200, 300];
+        let agreeing: Vec<SweepPhase> = [(100, 2), (100, 2), (100, 2)]
+            .iter()
+            .map(|&(a, s)| collinear(&lengths, a, s))
+            .collect();
+        let scattered = [
+            SweepPhase::from_medians(&lengths, &[300, 500, 700], 10).unwrap(),
+            SweepPhase::from_medians(&lengths, &[350, 600, 850], 10).unwrap(),
+            SweepPhase::from_medians(&lengths, &[450, 800, 1150], 10).unwrap(),
+        ];
+        let want = 1.4826 * 0.5 / 3f64.sqrt();
+        assert!((slope_error(&scattered, Some(1.0)) - want).abs() < 1e-12);
+        assert!(slope_error(&agreeing, Some(1.0)) < 0.01);
+        let two = [
+            collinear(&[8, 16, 24], 40, 3),
+            collinear(&[16, 32, 48], 40, 3),
+        ];
+        let factor = (1.0 / 128f64.sqrt() + 1.0 / 512f64.sqrt()) / 2.0;
+        let want = 26.0 / 12f64.sqrt() * factor / 2f64.sqrt();
+        assert!((slope_error(&two, Some(26.0)) - want).abs() < 1e-12);
+    }
+
+    /// The intercept is used only when the null pair is off it by more
+    /// than the threshold: exactly the threshold keeps the null pair.
+    #[test]
+    fn a_bias_of_exactly_the_threshold_keeps_the_null_pair() {
+        // Standard error 5: threshold 10; null pair 110 against 100.
+        let kept = decide(110, fit(100.0, 5.0), None);
+        assert_eq!((kept.intercept_used, kept.correction), (false, 110));
+        let used = decide(111, fit(100.0, 5.0), None);
+        assert_eq!((used.intercept_used, used.correction), (true, 100));
+    }
+
+    /// Two sweeps agree within three standard errors of the difference:
+    /// errors 3 and 4 give 15.
+    #[test]
+    fn agreement_is_three_standard_errors_of_the_difference() {
+        assert_eq!(agreement(&fit(0.0, 3.0), &fit(0.0, 4.0)), 15.0);
+        assert_eq!(agreement(&fit(0.0, 0.1), &fit(0.0, 0.1)), 1.0);
+    }
+
+    /// A recorded fit whose intercept or scatter is not what its phases
+    /// give is inconsistent, each on its own, from a difference of 1e-6.
+    #[test]
+    fn a_recorded_fit_off_its_phases_is_inconsistent() {
+        // One phase through 0: intercept 0.0 and scatter 0.0 exactly.
+        let fit = SweepFit::new(vec![collinear(&[8, 16, 24], 0, 10)], None).unwrap();
+        assert_eq!((fit.intercept, fit.scatter), (0.0, 0.0));
+        let sweep = decide(0, fit, None);
+        assert_eq!(sweep.inconsistency(), None);
+        for (intercept, scatter) in [(-1e-6, 0.0), (0.0, -1e-6)] {
+            let mut off = sweep.clone();
+            (off.fit.intercept, off.fit.scatter) = (intercept, scatter);
+            assert!(off.inconsistency().is_some(), "{intercept} {scatter}");
+        }
+    }
+
+    /// The user pair's correction check, on the null pair the run kept:
+    /// 50 against a reference intercept of 45 is 5 off, within the run's
+    /// threshold 4 plus the reference's tolerance 2 (not within 4 - 2); a
+    /// run that used the intercept may not fall back on the null pair.
+    #[test]
+    fn the_kept_null_pair_passes_within_threshold_plus_tolerance() {
+        let mut decided = decide(50, fit(45.0, 2.0), None);
+        (decided.intercept_used, decided.threshold) = (false, 4.0);
+        let reference = fit(45.0, 1.0);
+        assert_eq!(check_correction(50, &decided, &reference, 2.0), Ok(()));
+        decided.intercept_used = true;
+        assert!(check_correction(50, &decided, &reference, 2.0).is_err());
+        assert_eq!(check_correction(46, &decided, &reference, 2.0), Ok(()));
+    }
+
     /// An even count's median is the mean of the middle two (so is the
     /// MAD's, of the deviations 0.5, 0.5, 1.5, 7.5 from 2.5).
     #[test]
@@ -596,7 +703,7 @@ mod tests {
         assert!((e - 1.0 / (12.0 * sxx).sqrt()).abs() < 1e-12, "{e}");
         // Phases whose slopes scatter: the scatter.
         let spread = vec![p(512, 2.0), p(512, 2.2), p(512, 2.4)];
-        assert!(slope_error(&spread, Some(1.0)) > 0.1);
+        assert!(slope_error(&agreeing, Some(1.0)) > 0.1);
         assert!(slope_error(&[], None).is_nan());
     }
 
