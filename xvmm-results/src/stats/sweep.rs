@@ -703,7 +703,7 @@ mod tests {
         assert!((e - 1.0 / (12.0 * sxx).sqrt()).abs() < 1e-12, "{e}");
         // Phases whose slopes scatter: the scatter.
         let spread = vec![p(512, 2.0), p(512, 2.2), p(512, 2.4)];
-        assert!(slope_error(&agreeing, Some(1.0)) > 0.1);
+        assert!(slope_error(&spread, Some(1.0)) > 0.1);
         assert!(slope_error(&[], None).is_nan());
     }
 
