@@ -1223,19 +1223,8 @@ mod tests {
                     s
                 })
                 .collect();
-            let mut r = report(samples);
-            attribute(
-                &mut r,
-                &Index::new(&trace(vec![]), &Mapping::unscaled(0)),
-                None,
-            );
-            let ticks: Vec<u64> = host(&r, "round_trip")
-                .slowest
-                .iter()
-                .map(|s| s.ticks)
-                .collect();
             let want: Vec<u64> = (32..40u64).rev().map(|k| 400 + k * 3).collect();
-            assert_eq!(ticks, want, "order {order}");
+            assert_eq!(slowest_ticks(samples), want, "order {order}");
         }
     }
 
@@ -1251,18 +1240,16 @@ mod tests {
                 s
             })
             .collect();
+        assert_eq!(slowest_ticks(samples), [405, 403, 401]);
+    }
+
+    /// The round trips of the slowest samples an exit-free trace keeps.
+    fn slowest_ticks(samples: Vec<Sample>) -> Vec<u64> {
         let mut r = report(samples);
-        attribute(
-            &mut r,
-            &Index::new(&trace(vec![]), &Mapping::unscaled(0)),
-            None,
-        );
-        let ticks: Vec<u64> = host(&r, "round_trip")
-            .slowest
-            .iter()
-            .map(|s| s.ticks)
-            .collect();
-        assert_eq!(ticks, [405, 403, 401]);
+        let t = trace(vec![]);
+        attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
+        let slowest = &host(&r, "round_trip").slowest;
+        slowest.iter().map(|s| s.ticks).collect()
     }
 
     /// Only reasons that occurred are named, however many the trace knows.
