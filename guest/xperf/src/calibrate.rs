@@ -48,6 +48,12 @@ impl Calibrator {
         }
     }
 
+    /// Checkpoints passed, and how many it was told of.
+    #[cfg(test)]
+    pub(crate) fn checkpoints(&self) -> (u32, u32) {
+        (self.passed, self.checkpoints)
+    }
+
     pub fn finish(self) -> Vec<GuestCalibration> {
         self.taken
     }

@@ -805,9 +805,15 @@ fn batch_getppid_if_coarse(
     Ok(())
 }
 
+/// The checkpoints [`measure_rounds`] passes: one before each round and one
+/// after the last, so the calibration exits spread over the whole run.
+fn calibration_checkpoints(rounds: u32) -> u32 {
+    rounds.max(1) + 1
+}
+
 pub fn run(config: &Config) -> Result<Report> {
     let mut setup = set_up(config)?;
-    let mut cal = Calibrator::new(config.calibrate, config.rounds.max(1) + 1)?;
+    let mut cal = Calibrator::new(config.calibrate, calibration_checkpoints(config.rounds))?;
     let r = measure_rounds(config, &mut setup.mode, &mut cal)?;
     if r.thp_refused && !setup.machine.thp.is_empty() {
         setup
@@ -1542,5 +1548,100 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("needs the VMM's channel"), "{e}");
+    }
+
+    /// A config for the tests that run the rounds natively.
+    fn small_config(rounds: u32) -> Config {
+        Config {
+            samples: 16,
+            warmup: 2,
+            null_samples: 64,
+            cpu: None,
+            raw: false,
+            vmm_channel: false,
+            calibrate: 0,
+            run_id: None,
+            host_miss: 0,
+            channel: None,
+            rounds,
+        }
+    }
+
+    /// Told fewer checkpoints than the rounds pass, the calibrator takes
+    /// every exit before the last round; told more, some never.
+    #[test]
+    fn the_calibrator_is_told_every_checkpoint_the_rounds_pass() {
+        for rounds in [0, 1, 3] {
+            let mut cal = Calibrator::new(0, calibration_checkpoints(rounds)).unwrap();
+            let mut mode = Mode::RoundTrip("no hooks".into());
+            measure_rounds(&small_config(rounds), &mut mode, &mut cal).unwrap();
+            let (passed, told) = cal.checkpoints();
+            assert_eq!(passed, told, "{rounds} rounds");
+        }
+    }
+
+    /// With the kernel's stamps, getppid's crossing takes the SYSCALL
+    /// hooks' pairs and the two #PF crossings the #PF hooks' pairs.
+    #[test]
+    fn split_crossings_take_their_own_hooks_pairs() {
+        let one = || {
+            let mut k = Kept::default();
+            k.add_round(&[taken(s(100, 400, 900, 1200), Verdict::Keep)]);
+            k
+        };
+        let r = Rounds {
+            user_pair: Vec::new(),
+            user_sweep: Vec::new(),
+            kernel_pair: Vec::new(),
+            kernel_pair_inner: Vec::new(),
+            getppid: one(),
+            getppid_iret: 0,
+            getppid_on: Vec::new(),
+            getppid_off: Vec::new(),
+            hook_seq: Ok(Vec::new()),
+            first_touch: one(),
+            refault: Ok(one()),
+            thp_refused: false,
+        };
+        let config = small_config(1);
+        let syscall = Corrections::derive(50, Some((50, 10)));
+        let pf = Corrections::derive(50, Some((90, 40)));
+        let mode = Mode::Split(StampPage::unregistered().unwrap());
+        let json = |c: &Crossing| serde_json::to_value(c).unwrap();
+        let built = crossings(&config, &r, &mode, &syscall, &pf);
+        let kept = [&r.first_touch, r.refault.as_ref().unwrap(), &r.getppid];
+        for (c, kept) in built.iter().zip(kept) {
+            let (own, other) = if c.name == GETPPID {
+                (&syscall, &pf)
+            } else {
+                (&pf, &syscall)
+            };
+            let expected = split_crossing(&c.name, config.samples, kept, own, false);
+            let wrong = split_crossing(&c.name, config.samples, kept, other, false);
+            assert_eq!(json(c), json(&expected), "{}", c.name);
+            assert_ne!(json(c), json(&wrong), "{}: the pairs must tell", c.name);
+        }
+        assert_eq!(built.len(), 3);
+    }
+
+    /// The switch is the kernel's registration: on a kernel without the
+    /// hooks (prctl's QUERY says EINVAL) neither direction can succeed.
+    #[test]
+    fn the_stamp_pages_switch_asks_the_kernel() {
+        match abi::query() {
+            Hooks::Absent => {
+                let mut page = StampPage::unregistered().unwrap();
+                let off = HookSwitch::off(&mut page).unwrap_err().to_string();
+                assert!(off.contains("UNREGISTER"), "{off}");
+                let on = HookSwitch::on(&mut page).unwrap_err().to_string();
+                assert!(on.contains("PR_XPERF_REGISTER failed"), "{on}");
+            }
+            Hooks::Present(_) => {
+                let mut page = StampPage::register().unwrap();
+                HookSwitch::off(&mut page).unwrap();
+                HookSwitch::on(&mut page).unwrap();
+            }
+            Hooks::Failed(errno) => panic!("PR_XPERF_QUERY failed with errno {errno}"),
+        }
     }
 }
