@@ -90,6 +90,13 @@ pub fn ioperm(port: u16, count: u64) -> Result<()> {
     Ok(())
 }
 
+/// Gives back `count` ports from `port` that [`ioperm`] granted (nothing
+/// to report: a port not granted stays not granted).
+pub fn ioperm_release(port: u16, count: u64) {
+    // SAFETY: ioperm only changes this task's I/O permission bitmap.
+    unsafe { libc::ioperm(libc::c_ulong::from(port), count, 0) };
+}
+
 /// `out dx, al`: the caller must have been granted `port` with [`ioperm`].
 pub fn outb(port: u16, value: u8) {
     // SAFETY: an I/O port write; without ioperm it faults (SIGSEGV), it cannot
@@ -107,6 +114,17 @@ pub fn outl(port: u16, value: u32) {
         std::arch::asm!("out dx, eax", in("dx") port, in("eax") value,
                         options(nomem, nostack, preserves_flags));
     }
+}
+
+/// `in eax, dx`: the caller must have been granted `port..port+4`.
+pub fn inl(port: u16) -> u32 {
+    let value: u32;
+    // SAFETY: as for `outb`: an I/O port read, which faults without ioperm.
+    unsafe {
+        std::arch::asm!("in eax, dx", in("dx") port, out("eax") value,
+                        options(nomem, nostack, preserves_flags));
+    }
+    value
 }
 
 /// `reboot(2)` with one of the `RB_*` commands; returns only on failure.

@@ -6,6 +6,7 @@
 //! `clock_gettime` reads the TSC itself, and a rate measured against it is
 //! the kernel's calibration read back.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 use xvmm_host::tsc::rdtsc;
 
@@ -39,7 +40,13 @@ impl Hpet {
     /// Maps the HPET's registers; `Err` says why not (no `/dev/hpet`, no
     /// permission, a kernel without `CONFIG_HPET_MMAP`).
     pub fn open() -> Result<Hpet, String> {
-        let file = std::fs::File::open("/dev/hpet").map_err(|e| format!("/dev/hpet: {e}"))?;
+        Hpet::map(Path::new("/dev/hpet"))
+    }
+
+    /// Maps the first page of `path` as the HPET's registers.
+    fn map(path: &Path) -> Result<Hpet, String> {
+        let shown = path.display();
+        let file = std::fs::File::open(path).map_err(|e| format!("{shown}: {e}"))?;
         use std::os::fd::AsRawFd;
         // SAFETY: a new read-only shared mapping of one page of an open
         // file; the result is checked before use.
@@ -55,7 +62,7 @@ impl Hpet {
         };
         if base == libc::MAP_FAILED {
             let e = std::io::Error::last_os_error();
-            return Err(format!("/dev/hpet cannot be mapped: {e}"));
+            return Err(format!("{shown} cannot be mapped: {e}"));
         }
         let mut hpet = Hpet { base, hz: 0.0 };
         hpet.hz = hpet_hz(hpet.register(HPET_PERIOD))?;
@@ -113,10 +120,26 @@ pub fn pm_timer_port(ioports: &str) -> Option<u16> {
     })
 }
 
-/// The ACPI PM timer, its port opened to this process.
+/// The ACPI PM timer, its port opened to this thread.
 pub struct PmTimer {
     port: u16,
+    /// The port's hardware: [`HARDWARE`] (tests play it).
+    io: PortIo,
 }
+
+/// How the timer reaches its port: a 32-bit read, and the release of the
+/// ports `ioperm` granted (the first and how many).
+#[derive(Clone, Copy)]
+struct PortIo {
+    read: fn(u16) -> u32,
+    release: fn(u16, u64),
+}
+
+/// The CPU's I/O instructions and the kernel's `ioperm`.
+const HARDWARE: PortIo = PortIo {
+    read: xvmm_guest::sys::inl,
+    release: xvmm_guest::sys::ioperm_release,
+};
 
 impl PmTimer {
     /// Opens the timer's port (`ioperm`: root with CAP_SYS_RAWIO).
@@ -125,30 +148,26 @@ impl PmTimer {
             std::fs::read_to_string("/proc/ioports").map_err(|e| format!("/proc/ioports: {e}"))?;
         let port = pm_timer_port(&ioports)
             .ok_or("/proc/ioports names no ACPI PM_TMR port (or hides it from non-root)")?;
+        PmTimer::on_port(port)
+    }
+
+    /// The timer at `port`, granted to this thread until the timer drops.
+    fn on_port(port: u16) -> Result<PmTimer, String> {
         // SAFETY: asks the kernel for access to four I/O ports; no memory
         // is touched.
         if unsafe { libc::ioperm(libc::c_ulong::from(port), 4, 1) } != 0 {
             let e = std::io::Error::last_os_error();
             return Err(format!("ioperm on the PM timer's port {port:#x}: {e}"));
         }
-        Ok(PmTimer { port })
+        Ok(PmTimer { port, io: HARDWARE })
     }
 }
 
 impl Counter for PmTimer {
     fn read(&self) -> u64 {
-        let value: u32;
-        // SAFETY: `open` obtained access to this port with ioperm; a read
-        // of the PM timer has no side effect.
-        unsafe {
-            std::arch::asm!(
-                "in eax, dx",
-                in("dx") self.port,
-                out("eax") value,
-                options(nomem, nostack, preserves_flags)
-            );
-        }
-        u64::from(value)
+        // `on_port` obtained the port; a read of the PM timer has no side
+        // effect.
+        u64::from((self.io.read)(self.port))
     }
     fn hz(&self) -> f64 {
         PM_TIMER_HZ
@@ -161,8 +180,7 @@ impl Counter for PmTimer {
 
 impl Drop for PmTimer {
     fn drop(&mut self) {
-        // SAFETY: gives the four ports back; no memory is touched.
-        unsafe { libc::ioperm(libc::c_ulong::from(self.port), 4, 0) };
+        (self.io.release)(self.port, 4);
     }
 }
 
@@ -220,41 +238,50 @@ mod tests {
         }
     }
 
-    /// An HPET whose registers are an anonymous page: the counter is read
-    /// from its register, and dropping it unmaps the page.
+    /// An HPET whose registers are a memfd's page: the counter is read
+    /// from its register, and dropping it unmaps the page (which
+    /// `/proc/self/maps` then no longer lists; a freed address could be
+    /// another test's mapping at once).
     #[test]
     fn the_hpet_reads_its_counter_register_and_unmaps_on_drop() {
-        // SAFETY: a new anonymous read-write page, checked below.
-        let page = unsafe {
+        use std::io::Write;
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let name = c"xperf-hpet-unmap-test";
+        // SAFETY: a new memfd with a NUL-terminated name; checked below.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), 0) };
+        assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
+        // SAFETY: a descriptor just opened and owned by nobody else.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        let mut page = vec![0u8; 4096];
+        page[HPET_COUNTER..HPET_COUNTER + 4].copy_from_slice(&0xdead_beefu32.to_le_bytes());
+        file.write_all(&page).unwrap();
+        // SAFETY: a new shared read-only mapping of the memfd's one page.
+        let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
                 0,
             )
         };
-        assert_ne!(page, libc::MAP_FAILED);
-        // SAFETY: the counter register lies inside the page just mapped.
-        unsafe {
-            page.cast::<u8>()
-                .add(HPET_COUNTER)
-                .cast::<u32>()
-                .write(0xdead_beef)
+        assert_ne!(base, libc::MAP_FAILED);
+        let mapped = || {
+            std::fs::read_to_string("/proc/self/maps")
+                .unwrap()
+                .contains("memfd:xperf-hpet-unmap-test")
         };
         let hpet = Hpet {
-            base: page,
+            base,
             hz: 14_318_180.0,
         };
+        assert!(mapped());
         assert_eq!(hpet.read(), 0xdead_beef);
         assert_eq!(hpet.hz(), 14_318_180.0);
         assert_eq!(hpet.mask(), 0xffff_ffff);
         drop(hpet);
-        let mut resident = 0u8;
-        // SAFETY: mincore only writes one byte for the one page asked.
-        let r = unsafe { libc::mincore(page, 4096, &mut resident) };
-        assert_eq!(r, -1, "the page is still mapped");
+        assert!(!mapped(), "the page is still mapped");
     }
 
     /// A counter that is read in the middle of a long access: its reading
@@ -311,10 +338,102 @@ mod tests {
         assert!((3996..=4004).contains(&khz), "{khz} kHz");
     }
 
+    /// A port that reads back its own number, doubled.
+    fn doubled(port: u16) -> u32 {
+        u32::from(port) * 2
+    }
+
+    thread_local! {
+        static RELEASED: std::cell::Cell<Option<(u16, u64)>> = const { std::cell::Cell::new(None) };
+    }
+
+    fn note_release(port: u16, count: u64) {
+        RELEASED.set(Some((port, count)));
+    }
+
+    /// The timer reads its own port, 32 bits, and gives it back when
+    /// dropped.
     #[test]
-    fn the_pm_timer_counts_24_bits_at_the_acpi_rate() {
-        let t = PmTimer { port: 0x608 };
+    fn the_pm_timer_reads_its_port_and_counts_24_bits_at_the_acpi_rate() {
+        let t = PmTimer {
+            port: 0x608,
+            io: PortIo {
+                read: doubled,
+                release: note_release,
+            },
+        };
+        assert_eq!(t.read(), 0xc10);
         assert_eq!((t.hz(), t.mask()), (3_579_545.0, 0xff_ffff));
+        assert_eq!(RELEASED.get(), None);
+        drop(t);
+        assert_eq!(RELEASED.get(), Some((0x608, 4)));
+    }
+
+    /// The POST code port: only a broken release (below) reads it.
+    const SPARE_PORT: u16 = 0x80;
+
+    /// The timer takes its port with ioperm where this process may, and
+    /// gives it back when dropped: a read of the port afterwards faults.
+    /// In a child process, which the fault ends. Where ioperm is refused
+    /// (the build machine's kernel refuses it even to root), the refusal is
+    /// what is checked.
+    #[test]
+    fn the_pm_timer_takes_its_port_and_gives_it_back() {
+        // SAFETY: ioperm changes this thread's I/O bitmap only; undone.
+        let allowed = unsafe { libc::ioperm(libc::c_ulong::from(SPARE_PORT), 4, 1) } == 0;
+        if !allowed {
+            let e = PmTimer::on_port(SPARE_PORT).err().expect("ioperm refused");
+            assert!(e.contains("ioperm on the PM timer's port 0x80"), "{e}");
+            return;
+        }
+        // SAFETY: as above.
+        unsafe { libc::ioperm(libc::c_ulong::from(SPARE_PORT), 4, 0) };
+        // SAFETY: the child only makes system calls and exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let code = match PmTimer::on_port(SPARE_PORT) {
+                Ok(timer) => {
+                    drop(timer);
+                    xvmm_guest::sys::inl(SPARE_PORT);
+                    1
+                }
+                Err(_) => 2,
+            };
+            // SAFETY: ends the child without the parent's atexit work.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let ended = if libc::WIFSIGNALED(status) {
+            format!("signal {}", libc::WTERMSIG(status))
+        } else {
+            format!("exit {}", libc::WEXITSTATUS(status))
+        };
+        // exit 1: the port was still ours; exit 2: ioperm was refused.
+        assert_eq!(ended, format!("signal {}", libc::SIGSEGV));
+    }
+
+    /// The HPET's registers, mapped from a file that holds them.
+    #[test]
+    fn the_hpet_maps_its_registers_from_the_file() {
+        let dir = std::env::temp_dir().join(format!("xperf-hpet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("registers");
+        let mut page = vec![0u8; 4096];
+        page[HPET_PERIOD..HPET_PERIOD + 4].copy_from_slice(&69_841_279u32.to_le_bytes());
+        page[HPET_COUNTER..HPET_COUNTER + 4].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+        std::fs::write(&file, &page).unwrap();
+        let hpet = Hpet::map(&file).unwrap();
+        assert_eq!(hpet.read(), 0x1234_5678);
+        assert!((hpet.hz() - 14_318_180.0).abs() < 1.0, "{}", hpet.hz());
+        // A directory opens but cannot be mapped.
+        let e = Hpet::map(&dir).err().expect("a directory mapped");
+        assert!(e.contains("cannot be mapped"), "{e}");
+        let e = Hpet::map(&dir.join("absent")).err().expect("no file");
+        assert!(e.contains("absent"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
     use std::cell::Cell;
 
