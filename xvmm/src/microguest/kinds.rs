@@ -74,6 +74,13 @@ kinds! {
     Wbinvd => (Kernel, "xvmm_mg_k_wbinvd", exit("wbinvd", None));
     /// INVD: intercepted; KVM runs it as a no-op.
     Invd => (Kernel, "xvmm_mg_k_invd", exit("invd", None));
+    /// RDMSR of IA32_TSC_ADJUST (0x3b), which KVM emulates for every
+    /// guest whose CPUID has it: an MSR read that stays in the kernel, the
+    /// in-kernel twin of `rdmsr`.
+    RdTscAdjust => (Kernel, "xvmm_mg_k_rd_tsc_adjust", exit_needing("rd-tsc-adjust", None, Needs::TscAdjust));
+    /// WRMSR of IA32_TSC_ADJUST with the value it holds: KVM moves the
+    /// guest's TSC offset by the difference (none) and updates its clock.
+    WrTscAdjust => (Kernel, "xvmm_mg_k_wr_tsc_adjust", exit_needing("wr-tsc-adjust", None, Needs::TscAdjust));
     /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
     /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
     Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave));
@@ -139,6 +146,8 @@ pub enum Needs {
     /// [`PORT_EVENTFD`](super::layout::PORT_EVENTFD) and
     /// [`MMIO_EVENTFD_GPA`](super::layout::MMIO_EVENTFD_GPA).
     Ioeventfd,
+    /// CPUID leaf 7 EBX bit 1: IA32_TSC_ADJUST, else an access is #GP.
+    TscAdjust,
 }
 
 const fn crossing(name: &'static str, handler: Handler) -> Role {
@@ -454,11 +463,12 @@ mod tests {
                 "mmio-write-eventfd",
             ];
             rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
-            rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd", "xsetbv"]);
+            rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd"]);
+            rows.extend(["rd-tsc-adjust", "wr-tsc-adjust", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 15);
+        assert_eq!(EXIT_ROWS, 17);
     }
 }

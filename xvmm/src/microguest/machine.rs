@@ -70,6 +70,8 @@ pub struct GuestFacts {
     /// KVM took the ioeventfds on [`layout::PORT_EVENTFD`] and
     /// [`layout::MMIO_EVENTFD_GPA`].
     pub ioeventfds: bool,
+    /// IA32_TSC_ADJUST in the guest's CPUID.
+    pub tsc_adjust: bool,
 }
 
 impl GuestFacts {
@@ -249,6 +251,7 @@ impl Loaded {
             user_space_msr: machine.user_space_msr,
             xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
             ioeventfds,
+            tsc_adjust: crate::arch::x86_64::cpuid::has_tsc_adjust(vcpu.cpuid.as_slice()),
         };
         let sregs = vcpu
             .fd

@@ -180,7 +180,8 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
     match (name, p.vendor, p.hypervisor) {
         (
             "cpuid" | "pio-out" | "pio-in" | "pio-out-eventfd" | "mmio-write"
-            | "mmio-write-eventfd" | "hlt" | "mov-to-cr8" | "toggle-cr4-pge" | "wbinvd" | "invd",
+            | "mmio-write-eventfd" | "hlt" | "mov-to-cr8" | "toggle-cr4-pge" | "wbinvd" | "invd"
+            | "rd-tsc-adjust" | "wr-tsc-adjust",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
@@ -375,6 +376,8 @@ mod tests {
                 ("toggle-cr4-pge", Outcome::Runs),
                 ("wbinvd", Outcome::Runs),
                 ("invd", Outcome::Runs),
+                ("rd-tsc-adjust", Outcome::Runs),
+                ("wr-tsc-adjust", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),
             ]
         );

@@ -650,6 +650,11 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
             "KVM refused an ioeventfd (KVM_IOEVENTFD) on the port or the MMIO address, so no \
              write to them stays in the kernel",
         ),
+        Needs::TscAdjust if facts.tsc_adjust => None,
+        Needs::TscAdjust => Some(
+            "the guest's CPUID has no IA32_TSC_ADJUST (KVM_GET_SUPPORTED_CPUID leaf 7 EBX bit 1), \
+             so KVM would answer the access with #GP",
+        ),
     }
 }
 
@@ -678,6 +683,17 @@ mod tests {
         assert_eq!(kinds::Kind::PioOutEventfd.needs(), Needs::Ioeventfd);
         assert_eq!(kinds::Kind::Xsetbv.needs(), Needs::Xsave);
         assert_eq!(kinds::Kind::Cpuid.needs(), Needs::Nothing);
+        let adjust = GuestFacts {
+            tsc_adjust: true,
+            ..GuestFacts::default()
+        };
+        assert_eq!(missing_feature(Needs::TscAdjust, &adjust), None);
+        let why = missing_feature(Needs::TscAdjust, &eventfd).unwrap();
+        assert!(
+            why.contains("IA32_TSC_ADJUST") && why.contains("#GP"),
+            "{why}"
+        );
+        assert_eq!(kinds::Kind::WrTscAdjust.needs(), Needs::TscAdjust);
     }
 
     #[test]

@@ -123,6 +123,14 @@ pub fn has_xsave(entries: &[kvm_cpuid_entry2]) -> bool {
         .any(|e| e.function == 1 && e.index == 0 && e.ecx & (1 << 26) != 0)
 }
 
+/// Whether these entries give the guest IA32_TSC_ADJUST (leaf 7 subleaf 0,
+/// EBX bit 1); without it KVM answers an access with #GP.
+pub fn has_tsc_adjust(entries: &[kvm_cpuid_entry2]) -> bool {
+    entries
+        .iter()
+        .any(|e| e.function == 7 && e.index == 0 && e.ebx & (1 << 1) != 0)
+}
+
 /// Finds the entry for `function`/`index` (index ignored unless significant).
 pub fn find_mut(
     entries: &mut [kvm_cpuid_entry2],
@@ -296,6 +304,25 @@ mod tests {
         };
         assert!(!has_xsave(&[other]));
         assert!(!has_xsave(&[]));
+    }
+
+    #[test]
+    fn tsc_adjust_is_leaf_7_subleaf_0_ebx_bit_1() {
+        let leaf7 = |ebx: u32, index: u32| kvm_cpuid_entry2 {
+            function: 7,
+            index,
+            ebx,
+            ..Default::default()
+        };
+        assert!(has_tsc_adjust(&[leaf7(0b10, 0)]));
+        assert!(!has_tsc_adjust(&[leaf7(0b01, 0)]));
+        assert!(!has_tsc_adjust(&[leaf7(0b10, 1)]));
+        let leaf1 = kvm_cpuid_entry2 {
+            function: 1,
+            ebx: 0b10,
+            ..Default::default()
+        };
+        assert!(!has_tsc_adjust(&[leaf1]));
     }
 
     fn sample() -> Vec<kvm_cpuid_entry2> {

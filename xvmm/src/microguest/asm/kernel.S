@@ -67,6 +67,8 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_cr4_pge - xvmm_mg_ktable
     .long xvmm_mg_k_wbinvd - xvmm_mg_ktable
     .long xvmm_mg_k_invd - xvmm_mg_ktable
+    .long xvmm_mg_k_rd_tsc_adjust - xvmm_mg_ktable
+    .long xvmm_mg_k_wr_tsc_adjust - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -300,6 +302,32 @@ xvmm_mg_k_invd:
 1:
     KSTAMP_OPEN 0
     invd
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// IA32_TSC_ADJUST (0x3b, architectural): read; then written with the value
+// read once before the loop (r13d:r14d), so the guest's TSC does not move.
+.p2align 4
+xvmm_mg_k_rd_tsc_adjust:
+1:
+    KSTAMP_OPEN 0
+    mov ecx, 0x3b
+    rdmsr
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_wr_tsc_adjust:
+    mov ecx, 0x3b
+    rdmsr
+    mov r13d, eax
+    mov r14d, edx
+1:
+    KSTAMP_OPEN 0
+    mov ecx, 0x3b
+    mov eax, r13d
+    mov edx, r14d
+    wrmsr
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
