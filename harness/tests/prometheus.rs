@@ -306,6 +306,8 @@ enum Scale {
     Ticks { per: f64 },
     /// kHz: hertz.
     Khz,
+    /// Nanoseconds: seconds.
+    Nanoseconds,
     /// Already in the family's unit.
     Same,
 }
@@ -365,6 +367,7 @@ fn expected(m: &Metric) -> Option<Expected> {
             vec![("cpus", skew["tsc-skew ".len()..].to_string())],
             ticks,
         ),
+        ("interrupts", _) => interrupt_path(m),
         ("exits", "pause") => e(
             "xperf_pause_duration_seconds",
             Some("xperf_pause_samples"),
@@ -397,6 +400,31 @@ fn expected(m: &Metric) -> Option<Expected> {
             None
         }
     }
+}
+
+/// The interrupt path's two figures (docs/metrics.md).
+fn interrupt_path(m: &Metric) -> Option<Expected> {
+    let (family, samples, scale) = match m.name.as_str() {
+        "wakeup-cross-cpu" => (
+            "xperf_cross_cpu_wakeup_duration_seconds",
+            "xperf_cross_cpu_wakeup_samples",
+            Scale::Ticks {
+                per: per_sample(&m.unit),
+            },
+        ),
+        "timer-wakeup" => (
+            "xperf_timer_wakeup_lateness_seconds",
+            "xperf_timer_wakeup_lateness_samples",
+            Scale::Nanoseconds,
+        ),
+        other => panic!("interrupts/{other} has no place in docs/metrics.md"),
+    };
+    Some(Expected {
+        family,
+        samples: Some(samples),
+        labels: vec![],
+        scale,
+    })
 }
 
 /// A crossing's labels: `getppid-u2k` is getppid's u2k interval, a name
@@ -504,6 +532,7 @@ fn compare_metric(m: &Metric, held: &mut Held, hz: f64) -> usize {
     let scale = match e.scale {
         Scale::Ticks { per } => 1.0 / (hz * per),
         Scale::Khz => 1000.0,
+        Scale::Nanoseconds => 1e-9,
         Scale::Same => 1.0,
     };
     if let Some(s) = m.measured() {

@@ -18,16 +18,38 @@ use xvmm_results::names;
 /// Characterised files from which the fleet view is shown.
 pub const FLEET_MIN: usize = 4;
 
-/// The metrics a fleet is compared on, in this order, where files hold them
-/// in ticks: a VM exit, a system call, a page fault, the clock.
-pub const FLEET_METRICS: [&str; 6] = [
+/// The metrics a fleet is compared on, in this order: a VM exit, a system
+/// call, a page fault, the clock, the interrupt path (a cross-CPU wake-up,
+/// a timer's lateness).
+pub const FLEET_METRICS: [&str; 8] = [
     names::CPUID,
     names::GETPPID,
     names::PF_FIRST_TOUCH,
     names::PF_REFAULT,
     names::CLOCK_GETTIME_VDSO,
     names::CLOCK_GETTIME_SYSCALL,
+    names::WAKEUP_CROSS_CPU,
+    names::TIMER_WAKEUP,
 ];
+
+/// A median in nanoseconds: ticks over the file's own TSC rate (`khz`),
+/// divided by N for a unit of "ticks/N things" (one thing's share), or
+/// nanoseconds as they are; `None` for any other unit.
+fn median_ns(unit: &str, median: u64, khz: u64) -> Option<f64> {
+    let per = match unit {
+        "ns" => return Some(median as f64),
+        "ticks" => 1.0,
+        u => u
+            .strip_prefix("ticks/")?
+            .split_whitespace()
+            .next()?
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .map(f64::from)?,
+    };
+    Some(median as f64 * 1e6 / khz as f64 / per)
+}
 
 /// What a file is grouped by.
 #[derive(Clone, Copy)]
@@ -81,9 +103,8 @@ fn figures(inputs: &[Input]) -> (Vec<FileFigures>, usize) {
         }
         let idx = index(c);
         let values = FLEET_METRICS.map(|name| {
-            let m = idx.get(name).filter(|m| m.unit == "ticks")?;
-            let s = m.measured()?;
-            Some(s.median as f64 * 1e6 / khz as f64)
+            let m = idx.get(name)?;
+            median_ns(&m.unit, m.measured()?.median, khz)
         });
         out.push(FileFigures {
             keys: [
@@ -198,7 +219,7 @@ pub(super) fn fleet_section(inputs: &[Input]) -> Option<Section> {
     }
     if rows == 0 {
         blocks.push(Block::Paragraph(
-            "None of these files holds a key metric in ticks.".into(),
+            "None of these files holds a key metric in ticks or nanoseconds.".into(),
         ));
     } else {
         capped(table, rows, &mut blocks);
@@ -208,4 +229,21 @@ pub(super) fn fleet_section(inputs: &[Input]) -> Option<Section> {
         title: format!("Fleet: {total} characterizations as distributions"),
         blocks,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_become_nanoseconds_by_their_unit() {
+        // 2.5 GHz: 2500 ticks a microsecond.
+        assert_eq!(median_ns("ticks", 2500, 2_500_000), Some(1000.0));
+        // A round trip of two wake-ups: one wake-up's share.
+        assert_eq!(median_ns("ticks/2 wake-ups", 2500, 2_500_000), Some(500.0));
+        assert_eq!(median_ns("ns", 21_000, 2_500_000), Some(21_000.0));
+        for other in ["kHz", "ticks/0 x", "ticks/", "ticks/two", "bytes"] {
+            assert_eq!(median_ns(other, 2500, 2_500_000), None, "{other}");
+        }
+    }
 }

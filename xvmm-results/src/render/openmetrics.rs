@@ -393,6 +393,18 @@ fn metric_target(m: &Metric) -> (Target, Labels) {
             };
             (skew, label("cpus", pair))
         }
+        ("interrupts", "wakeup-cross-cpu") => (
+            duration("cross_cpu_wakeup", instructions_per_sample(&m.unit)),
+            Vec::new(),
+        ),
+        ("interrupts", "timer-wakeup") => (
+            Target::Plain {
+                name: "timer_wakeup_lateness".into(),
+                unit: Some("seconds".into()),
+                scale: 1e-9,
+            },
+            Vec::new(),
+        ),
         ("exits", "pause") => (
             duration("pause", instructions_per_sample(&m.unit)),
             Vec::new(),
@@ -494,7 +506,7 @@ fn unavailable_metric(f: &mut Families, m: &Metric) {
 }
 
 /// What each characterisation family holds, for its HELP line.
-const FAMILY_HELP: [(&str, &str); 9] = [
+const FAMILY_HELP: [(&str, &str); 11] = [
     ("clock_read", "one clock read as user space makes it, by clock: clock_gettime(CLOCK_MONOTONIC) through the vDSO or as a system call, rdtsc, rdtscp; the stamps' cost subtracted"),
     ("tsc_measured_frequency", "the TSC rate measured over 100 ms windows against CLOCK_MONOTONIC"),
     ("tsc_reported_frequency", "the TSC rate the machine states: CPUID leaf 0x15 or 0x40000010 (source=cpuid) or the kernel log (source=kernel)"),
@@ -504,6 +516,8 @@ const FAMILY_HELP: [(&str, &str); 9] = [
     ("crossing", "a user/kernel crossing (getppid, #PF first touch and refault) by interval: round_trip, and u2k and k2u on a kernel with xperf's hooks; the stamps' cost subtracted"),
     ("machine_steal", "share of CPU time the hypervisor stole during the run (/proc/stat steal)"),
     ("machine_memory", "the machine's memory (MemTotal)"),
+    ("cross_cpu_wakeup", "one wake-up of a thread asleep on another CPU (an IPI and a schedule), half a futex ping-pong round trip between two pinned threads"),
+    ("timer_wakeup_lateness", "how late clock_nanosleep to an absolute CLOCK_MONOTONIC deadline returns (timer slack 1 ns, no real-time priority), in seconds of CLOCK_MONOTONIC"),
 ];
 
 /// A metric's HELP: what it is, from its name and unit.
@@ -766,6 +780,13 @@ mod tests {
             Metric::from_samples("time", "tsc-skew cpu0-cpu3", "ticks", &[5, 7]),
             Metric::from_samples("time", "rdtscp", "ticks", &[40, 60]),
             Metric::from_samples("exits", "pause", "ticks/128 pauses", &[1280]),
+            Metric::from_samples(
+                "interrupts",
+                "wakeup-cross-cpu",
+                "ticks/2 wake-ups",
+                &[60_000],
+            ),
+            Metric::from_samples("interrupts", "timer-wakeup", "ns", &[21_000]),
             Metric::from_samples("crossings", "getppid", "ticks", &[400, 600]),
             Metric::from_samples("crossings", "getppid-u2k", "ticks", &[100]),
             Metric::fact("machine", "steal", "1.00 %").with_number(0.01, "ratio"),
@@ -784,7 +805,7 @@ mod tests {
 
     /// Every family the characterisation above must give, written out here
     /// (docs/metrics.md's names), not derived from the exporter's rules.
-    const CHARACTERIZE_FAMILIES: [&str; 20] = [
+    const CHARACTERIZE_FAMILIES: [&str; 24] = [
         "xperf_build_info",
         "xperf_machine_info",
         "xperf_tsc_frequency_hertz",
@@ -801,6 +822,10 @@ mod tests {
         "xperf_clock_read_samples",
         "xperf_pause_duration_seconds",
         "xperf_pause_samples",
+        "xperf_cross_cpu_wakeup_duration_seconds",
+        "xperf_cross_cpu_wakeup_samples",
+        "xperf_timer_wakeup_lateness_seconds",
+        "xperf_timer_wakeup_lateness_samples",
         "xperf_crossing_duration_seconds",
         "xperf_crossing_samples",
         "xperf_machine_steal_ratio",
@@ -882,6 +907,12 @@ mod tests {
             &[("statistic", "median")],
         );
         assert!(close(pause, 5e-9), "{pause}");
+        // 60000 ticks for two wake-ups: 30000 ticks, 15 us, a wake-up.
+        let median = [("statistic", "median")];
+        let wakeup = value(&all, "xperf_cross_cpu_wakeup_duration_seconds", &median);
+        assert!(close(wakeup, 15e-6), "{wakeup}");
+        let late = value(&all, "xperf_timer_wakeup_lateness_seconds", &median);
+        assert!(close(late, 21e-6), "{late}");
         let rt = [
             ("crossing", "getppid"),
             ("interval", "round_trip"),

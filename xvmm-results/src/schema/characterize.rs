@@ -10,7 +10,14 @@ use crate::Stats;
 use serde::{Deserialize, Serialize};
 
 /// Metric groups, in the order tables and reports show them.
-pub const GROUPS: [&str; 5] = ["hypervisor", "time", "exits", "crossings", "machine"];
+pub const GROUPS: [&str; 6] = [
+    "hypervisor",
+    "time",
+    "exits",
+    "crossings",
+    "interrupts",
+    "machine",
+];
 
 /// What `xperf characterize` measured and read on one machine.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]

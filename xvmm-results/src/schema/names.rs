@@ -18,3 +18,8 @@ pub const CPUID: &str = "cpuid";
 pub const CLOCK_GETTIME_VDSO: &str = "clock_gettime-vdso";
 /// CLOCK_MONOTONIC by the raw system call.
 pub const CLOCK_GETTIME_SYSCALL: &str = "clock_gettime-syscall";
+/// A futex ping-pong between threads asleep on two CPUs (two wake-ups a
+/// sample, each an IPI and a schedule).
+pub const WAKEUP_CROSS_CPU: &str = "wakeup-cross-cpu";
+/// How late an absolute CLOCK_MONOTONIC sleep wakes, in ns.
+pub const TIMER_WAKEUP: &str = "timer-wakeup";

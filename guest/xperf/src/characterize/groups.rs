@@ -5,6 +5,7 @@ use super::facts::{self, Dmi, RateClock, Reference};
 use super::refclock;
 use super::skew::{self, Skew};
 use super::timing;
+use super::wakeup;
 use crate::stamp;
 use std::path::Path;
 use std::time::Duration;
@@ -15,6 +16,7 @@ const TIME: &str = "time";
 const EXITS: &str = "exits";
 const CROSSINGS: &str = "crossings";
 const MACHINE: &str = "machine";
+const INTERRUPTS: &str = "interrupts";
 
 /// Unit of timed metrics: TSC ticks with the null overhead subtracted.
 const TICKS: &str = "ticks";
@@ -26,6 +28,14 @@ const MAX_SKEW_PAIRS: usize = 32;
 const SKEW_ROUNDS: u64 = 2000;
 const SKEW_LIMIT: Duration = Duration::from_secs(20);
 /// Bursts of pauses (each [`timing::CHUNKS_PER_BURST`] chunks).
+/// Cross-CPU wake-up round trips at most, and how long they may take.
+const MAX_WAKEUPS: u64 = 10_000;
+const WAKEUP_LIMIT: Duration = Duration::from_secs(30);
+/// Timer wake-ups at most, each a sleep of this long (cyclictest's default
+/// interval is 1 ms; shorter keeps the stage under a second).
+const MAX_TIMER_WAKEUPS: u64 = 1000;
+const TIMER_PERIOD: Duration = Duration::from_micros(200);
+
 const PAUSE_BURSTS: u64 = 100;
 /// Pauses per run that calibrates the control loop: far below Intel's PLE
 /// window (4096 cycles) and AMD's pause filter count.
@@ -375,6 +385,45 @@ fn words(list: &[&str]) -> String {
     } else {
         list.join(" ")
     }
+}
+
+/// The interrupt path ([`wakeup`]): a thread on `cpu` waking one on
+/// another of the `online` CPUs and woken back, and how late a timer wakes
+/// `cpu`'s.
+pub fn interrupts(samples: u64, cpu: u32, online: &[u32]) -> Vec<Metric> {
+    let others: Vec<u32> = online.iter().copied().filter(|&c| c != cpu).collect();
+    let name = names::WAKEUP_CROSS_CPU;
+    let rounds = xvmm_results::num::usize_from(samples.clamp(1, MAX_WAKEUPS));
+    let cross = if others.is_empty() {
+        Metric::missing(
+            INTERRUPTS,
+            name,
+            format!("only cpu{cpu} is online: no other CPU to wake"),
+        )
+    } else {
+        match wakeup::cross_cpu(cpu, &others, rounds, WAKEUP_LIMIT) {
+            Ok((other, trips)) => {
+                Metric::from_samples(INTERRUPTS, name, "ticks/2 wake-ups", &trips).with_value(
+                    format!(
+                    "futex ping-pong between cpu{cpu} and cpu{other}: a sample is two wake-ups of \
+                     a thread asleep on the other CPU (an IPI and a schedule each), timed on \
+                     cpu{cpu}'s TSC"
+                ),
+                )
+            }
+            Err(why) => Metric::missing(INTERRUPTS, name, why),
+        }
+    };
+    let sleeps = xvmm_results::num::usize_from(samples.clamp(1, MAX_TIMER_WAKEUPS));
+    let late = wakeup::timer_lateness(sleeps, TIMER_PERIOD);
+    let timer =
+        Metric::from_samples(INTERRUPTS, names::TIMER_WAKEUP, "ns", &late).with_value(format!(
+            "how late clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME) returns on cpu{cpu}, {} us \
+         ahead each time, timer slack 1 ns (cyclictest's latency without its real-time \
+         priority)",
+            TIMER_PERIOD.as_micros()
+        ));
+    vec![cross, timer]
 }
 
 /// TSC skew between pairs of online CPUs chosen from the topology
@@ -761,5 +810,43 @@ mod tests {
         let kernel = find(&m, "kernel").value.unwrap();
         assert!(kernel.starts_with("6.12.0 "), "{kernel}");
         assert_eq!(find(&m, "steal").reason.as_deref(), Some("no stat"));
+    }
+
+    /// Both figures are taken, the wake-up between two different CPUs;
+    /// with one CPU online the wake-up says why it is missing.
+    #[test]
+    fn the_interrupt_path_wakes_another_cpu_and_times_a_timer() {
+        let online = facts::parse_cpu_list(&facts::read_trimmed("/sys/devices/system/cpu/online"));
+        let cpu = online[0];
+        let alone = interrupts(30, cpu, &[cpu]);
+        assert_eq!(alone[0].name, "wakeup-cross-cpu");
+        let why = alone[0].reason.as_deref().unwrap();
+        assert_eq!(
+            why,
+            format!("only cpu{cpu} is online: no other CPU to wake")
+        );
+        assert_eq!(alone[1].measured().map(|s| s.count), Some(30));
+        // The timer's sleeps are capped, so the stage stays short.
+        let capped = interrupts(MAX_TIMER_WAKEUPS + 1, cpu, &[cpu]);
+        assert_eq!(
+            capped[1].measured().map(|s| s.count),
+            Some(MAX_TIMER_WAKEUPS)
+        );
+        if online.len() < 2 {
+            return;
+        }
+        let both = interrupts(30, cpu, &online);
+        let cross = &both[0];
+        assert_eq!(cross.measured().map(|s| s.count), Some(30));
+        assert_eq!(cross.unit, "ticks/2 wake-ups");
+        let value = cross.value.as_deref().unwrap();
+        let pair = format!("between cpu{cpu} and cpu{}", online[1]);
+        assert!(value.contains(&pair), "{value}");
+        let timer = &both[1];
+        assert_eq!(
+            (timer.name.as_str(), timer.unit.as_str()),
+            ("timer-wakeup", "ns")
+        );
+        assert!(timer.value.as_deref().unwrap().contains("200 us ahead"));
     }
 }

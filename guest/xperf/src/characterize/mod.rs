@@ -15,6 +15,7 @@ pub mod options;
 mod refclock;
 pub mod skew;
 pub mod timing;
+mod wakeup;
 
 use crate::error::Result;
 use crate::measure;
@@ -53,7 +54,7 @@ pub struct Config {
 }
 
 /// The stages of a run, in order, as [`Steps`] names them.
-pub const STAGES: [&str; 8] = [
+pub const STAGES: [&str; 9] = [
     "crossings (getppid, #PF first touch and refault)",
     "hypervisor (CPUID, DMI, kernel log)",
     "clock_gettime through the vDSO and as a system call",
@@ -61,6 +62,7 @@ pub const STAGES: [&str; 8] = [
     "pause loops",
     "TSC rate",
     "TSC skew between CPUs",
+    "interrupt path (cross-CPU and timer wake-ups)",
     "machine and steal time",
 ];
 
@@ -100,6 +102,14 @@ pub fn run(config: &Config, steps: &dyn Steps) -> Result<Report> {
     step(6);
     metrics.extend(groups::tsc_skew(config.samples));
     step(7);
+    // The crossings' CPU (`measure::run` pins this thread to it).
+    let cpu = match report.method.pinned_cpu {
+        Some(cpu) => cpu,
+        None => crate::affinity::pin(None)?,
+    };
+    let online = facts::parse_cpu_list(&facts::read_trimmed("/sys/devices/system/cpu/online"));
+    metrics.extend(groups::interrupts(config.samples, cpu, &online));
+    step(8);
     metrics.push(cpuid);
     metrics.push(pause);
     metrics.extend(groups::crossings(&report.crossings));
