@@ -413,6 +413,12 @@ fn microguest_exits_split_at_the_host_tracepoints() {
             .traced
             .as_ref()
             .unwrap_or_else(|| panic!("{}: not traced: {:?}", e.name, report.notes));
+        if stays_in_the_guest(&e.name) {
+            // An interrupt of L1's can still land in a sample (and KVM
+            // then watches DR7 again until the next write): a few.
+            assert!(t.split * 20 <= t.samples, "{}: {t:?}", e.name);
+            continue;
+        }
         assert!(t.split > 0, "{}: {t:?}", e.name);
         // Per split sample: guest->host + in host + host->guest (host
         // tracepoints mapped onto the guest clock) against the sample's own
@@ -451,6 +457,17 @@ fn microguest_exits_split_at_the_host_tracepoints() {
         let (u, k) = (in_host[user], in_host[kernel]);
         assert!(k < u, "{kernel} {k} vs {user} {u} ticks in the host");
     }
+}
+
+/// Rows that `platform.rs` documents as running without an exit on AMD
+/// under kvm_amd, L1's CPU and hypervisor here.
+fn stays_in_the_guest(row: &str) -> bool {
+    use xvmm::microguest::platform::{expected_exit, Hypervisor, Outcome, Platform, Vendor};
+    let l1 = Platform {
+        vendor: Vendor::Amd,
+        hypervisor: Hypervisor::KvmAmd,
+    };
+    expected_exit(row, l1).outcome == Outcome::RunsWithoutExit
 }
 
 /// Issue 21 item 13: the kernel pair's linearity check, which this host's

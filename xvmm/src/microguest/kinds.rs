@@ -81,6 +81,19 @@ kinds! {
     /// WRMSR of IA32_TSC_ADJUST with the value it holds: KVM moves the
     /// guest's TSC offset by the difference (none) and updates its clock.
     WrTscAdjust => (Kernel, "xvmm_mg_k_wr_tsc_adjust", exit_needing("wr-tsc-adjust", None, Needs::TscAdjust));
+    /// CR0.WP flipped, one CR0 write per sample (kvm-unit-tests'
+    /// toggle_cr0_wp). Whether it exits is the hypervisor's choice: a
+    /// hypervisor that lets the guest own CR0.WP (KVM with TDP) does not
+    /// see it.
+    Cr0Wp => (Kernel, "xvmm_mg_k_cr0_wp", exit("toggle-cr0-wp", None));
+    /// DR7 written with its reset value (kvm-unit-tests' mov_dr). KVM
+    /// intercepts debug-register accesses until the guest uses them, then
+    /// may stop until the next exit of any kind.
+    MovDr7 => (Kernel, "xvmm_mg_k_mov_dr7", exit("mov-to-dr7", None));
+    /// WRMSR of IA32_KERNEL_GS_BASE with the value it holds (kvm-unit-tests'
+    /// wr_kernel_gs_base): an MSR hypervisors usually let the guest write
+    /// without an exit, timed beside the ones they intercept.
+    WrKernelGsBase => (Kernel, "xvmm_mg_k_wr_kernel_gs_base", exit("wr-kernel-gs-base", None));
     /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
     /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
     Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave));
@@ -464,11 +477,12 @@ mod tests {
             ];
             rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
             rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd"]);
-            rows.extend(["rd-tsc-adjust", "wr-tsc-adjust", "xsetbv"]);
+            rows.extend(["rd-tsc-adjust", "wr-tsc-adjust"]);
+            rows.extend(["toggle-cr0-wp", "mov-to-dr7", "wr-kernel-gs-base", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 17);
+        assert_eq!(EXIT_ROWS, 20);
     }
 }

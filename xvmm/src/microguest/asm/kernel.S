@@ -69,6 +69,9 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_invd - xvmm_mg_ktable
     .long xvmm_mg_k_rd_tsc_adjust - xvmm_mg_ktable
     .long xvmm_mg_k_wr_tsc_adjust - xvmm_mg_ktable
+    .long xvmm_mg_k_cr0_wp - xvmm_mg_ktable
+    .long xvmm_mg_k_mov_dr7 - xvmm_mg_ktable
+    .long xvmm_mg_k_wr_kernel_gs_base - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -325,6 +328,45 @@ xvmm_mg_k_wr_tsc_adjust:
 1:
     KSTAMP_OPEN 0
     mov ecx, 0x3b
+    mov eax, r13d
+    mov edx, r14d
+    wrmsr
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// r13 = CR0, read once before the loop; each sample flips WP and writes
+// it. (Each phase starts from the CR0 setup_cpu gives it.)
+.p2align 4
+xvmm_mg_k_cr0_wp:
+    mov r13, cr0
+1:
+    xor r13, 0x10000
+    KSTAMP_OPEN 0
+    mov cr0, r13
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// DR7's reset value: no breakpoint enabled.
+.p2align 4
+xvmm_mg_k_mov_dr7:
+1:
+    KSTAMP_OPEN 0
+    mov eax, 0x400
+    mov dr7, rax
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// IA32_KERNEL_GS_BASE (0xc0000102), written back with the value read once
+// before the loop (r13d:r14d); nothing in the microguest runs SWAPGS.
+.p2align 4
+xvmm_mg_k_wr_kernel_gs_base:
+    mov ecx, 0xc0000102
+    rdmsr
+    mov r13d, eax
+    mov r14d, edx
+1:
+    KSTAMP_OPEN 0
+    mov ecx, 0xc0000102
     mov eax, r13d
     mov edx, r14d
     wrmsr
