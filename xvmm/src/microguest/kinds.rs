@@ -65,6 +65,9 @@ kinds! {
     /// KVM_EXIT_SET_TPR. (A CR8 read exits on VMX only: SVM lets the guest
     /// read its virtual TPR.)
     Cr8Write => (Kernel, "xvmm_mg_k_cr8_write", exit("mov-to-cr8", None));
+    /// Reads CR8 (kvm-unit-tests' mov_from_cr8): VMX intercepts it without
+    /// a TPR shadow; SVM lets the guest read its virtual TPR.
+    Cr8Read => (Kernel, "xvmm_mg_k_cr8_read", exit("mov-from-cr8", None));
     /// CR4.PGE flipped (a flush of the whole TLB, global pages too): a CR4
     /// write, intercepted and handled by KVM (kvm-unit-tests' toggle_cr4_pge
     /// writes it twice per iteration; here each sample writes it once).
@@ -476,13 +479,19 @@ mod tests {
                 "mmio-write-eventfd",
             ];
             rows.extend([hypercall, "rdmsr", "wrmsr", "hlt"]);
-            rows.extend(["mov-to-cr8", "toggle-cr4-pge", "wbinvd", "invd"]);
+            rows.extend([
+                "mov-to-cr8",
+                "mov-from-cr8",
+                "toggle-cr4-pge",
+                "wbinvd",
+                "invd",
+            ]);
             rows.extend(["rd-tsc-adjust", "wr-tsc-adjust"]);
             rows.extend(["toggle-cr0-wp", "mov-to-dr7", "wr-kernel-gs-base", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 20);
+        assert_eq!(EXIT_ROWS, 21);
     }
 }

@@ -433,9 +433,9 @@ fn exits_note(exits: &[ExitRounds]) -> String {
         .map(|e| e.name)
         .collect();
     format!(
-        "VM exits are timed at CPL0 between the kernel stamps; {} stay in KVM (the hypercall's \
-         number 0 is unknown to KVM), the others reach xvmm and also hold its two stamps around \
-         KVM_RUN",
+        "VM exits are timed at CPL0 between the kernel stamps; {} stay in KVM, or in the guest \
+         where the hypervisor does not intercept them (the hypercall's number 0 is unknown to \
+         KVM), the others reach xvmm and also hold its two stamps around KVM_RUN",
         in_kvm.join(", ")
     )
 }

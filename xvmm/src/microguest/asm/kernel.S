@@ -64,6 +64,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_wrmsr - xvmm_mg_ktable
     .long xvmm_mg_k_hlt - xvmm_mg_ktable
     .long xvmm_mg_k_cr8_write - xvmm_mg_ktable
+    .long xvmm_mg_k_cr8_read - xvmm_mg_ktable
     .long xvmm_mg_k_cr4_pge - xvmm_mg_ktable
     .long xvmm_mg_k_wbinvd - xvmm_mg_ktable
     .long xvmm_mg_k_invd - xvmm_mg_ktable
@@ -277,6 +278,14 @@ xvmm_mg_k_cr8_write:
     KSTAMP_OPEN 0
     xor eax, eax
     mov cr8, rax
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_cr8_read:
+1:
+    KSTAMP_OPEN 0
+    mov rax, cr8
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
