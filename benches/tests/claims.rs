@@ -205,19 +205,7 @@ struct GetppidRound {
 }
 
 fn getppid_config() -> xperf::measure::Config {
-    xperf::measure::Config {
-        samples: 5_000,
-        warmup: 500,
-        null_samples: 20_000,
-        cpu: None,
-        raw: false,
-        vmm_channel: false,
-        calibrate: 0,
-        run_id: None,
-        rounds: 1,
-        host_miss: 0,
-        channel: None,
-    }
+    xperf::measure::Config::native(5_000, 500, 20_000, 1)
 }
 
 /// xperf's corrected getppid round-trip median and the TSC rate.

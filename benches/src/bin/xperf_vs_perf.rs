@@ -35,19 +35,7 @@ fn main() {
             )
         }
     );
-    let config = Config {
-        samples: XPERF_SAMPLES,
-        warmup: 1_000,
-        null_samples: 100_000,
-        cpu: None,
-        raw: false,
-        vmm_channel: false,
-        calibrate: 0,
-        run_id: None,
-        host_miss: 0,
-        channel: None,
-        rounds: 1,
-    };
+    let config = Config::native(XPERF_SAMPLES, 1_000, 100_000, 1);
     // measure::run pins this thread; perf inherits the affinity below.
     let report = match measure::run(&config) {
         Ok(r) => r,

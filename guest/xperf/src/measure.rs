@@ -864,6 +864,26 @@ pub fn run(config: &Config) -> Result<Report> {
     Ok(report)
 }
 
+impl Config {
+    /// A run on its own: no VMM channel, calibration exits, pf-host-miss
+    /// or kept samples; pinned to the CPU it starts on.
+    pub fn native(samples: u64, warmup: u64, null_samples: u64, rounds: u32) -> Config {
+        Config {
+            samples,
+            warmup,
+            null_samples,
+            cpu: None,
+            raw: false,
+            vmm_channel: false,
+            rounds,
+            calibrate: 0,
+            run_id: None,
+            host_miss: 0,
+            channel: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1506,17 +1526,8 @@ mod tests {
     #[test]
     fn small_native_run_has_every_crossing_and_count() {
         let config = Config {
-            samples: 64,
-            warmup: 8,
-            null_samples: 256,
-            cpu: None,
             raw: true,
-            vmm_channel: false,
-            calibrate: 0,
-            run_id: None,
-            host_miss: 0,
-            channel: None,
-            rounds: 2,
+            ..Config::native(64, 8, 256, 2)
         };
         let report = run(&config).unwrap();
         assert_eq!(report.environment, Environment::BareMetal);
@@ -1552,19 +1563,7 @@ mod tests {
 
     /// A config for the tests that run the rounds natively.
     fn small_config(rounds: u32) -> Config {
-        Config {
-            samples: 16,
-            warmup: 2,
-            null_samples: 64,
-            cpu: None,
-            raw: false,
-            vmm_channel: false,
-            calibrate: 0,
-            run_id: None,
-            host_miss: 0,
-            channel: None,
-            rounds,
-        }
+        Config::native(16, 2, 64, rounds)
     }
 
     /// Told fewer checkpoints than the rounds pass, the calibrator takes
