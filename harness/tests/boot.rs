@@ -413,12 +413,18 @@ fn microguest_exits_split_at_the_host_tracepoints() {
             .traced
             .as_ref()
             .unwrap_or_else(|| panic!("{}: not traced: {:?}", e.name, report.notes));
+        // Samples that held any kvm_exit (one, more, or one whose parts
+        // came out negative): all but `no_exit`.
+        let exited = t.samples - t.no_exit;
         if stays_in_the_guest(&e.name) {
             // An interrupt of L1's can still land in a sample (and KVM
             // then watches DR7 again until the next write): a few.
-            assert!(t.split * 20 <= t.samples, "{}: {t:?}", e.name);
+            assert!(exited * 20 <= t.samples, "{}: {t:?}", e.name);
             continue;
         }
+        // The other way round for every other row: an exit in all but a
+        // few samples (394 to 399 of 400 held exactly one in past runs).
+        assert!(t.no_exit * 20 <= t.samples, "{}: {t:?}", e.name);
         assert!(t.split > 0, "{}: {t:?}", e.name);
         // Per split sample: guest->host + in host + host->guest (host
         // tracepoints mapped onto the guest clock) against the sample's own

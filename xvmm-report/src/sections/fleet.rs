@@ -167,7 +167,8 @@ pub(super) fn fleet_section(inputs: &[Input]) -> Option<Section> {
     let (files, no_rate) = figures(inputs);
     let mut blocks = vec![Block::Paragraph(format!(
         "{total} characterization files as distributions: for each key metric, every file's \
-         median in nanoseconds (its ticks over its own TSC rate), one box per group: the box \
+         median in nanoseconds (its ticks over its own TSC rate; timer-wakeup is in ns already), \
+         one box per group: the box \
          spans the quartiles, the bar is the median, the whisker runs from the minimum to the \
          maximum.{}",
         if no_rate > 0 {
