@@ -36,18 +36,10 @@ pub const FLEET_METRICS: [&str; 8] = [
 /// divided by N for a unit of "ticks/N things" (one thing's share), or
 /// nanoseconds as they are; `None` for any other unit.
 fn median_ns(unit: &str, median: u64, khz: u64) -> Option<f64> {
-    let per = match unit {
-        "ns" => return Some(median as f64),
-        "ticks" => 1.0,
-        u => u
-            .strip_prefix("ticks/")?
-            .split_whitespace()
-            .next()?
-            .parse::<u32>()
-            .ok()
-            .filter(|&n| n > 0)
-            .map(f64::from)?,
-    };
+    if unit == "ns" {
+        return Some(median as f64);
+    }
+    let per = xvmm_results::render::ticks_per(unit)?;
     Some(median as f64 * 1e6 / khz as f64 / per)
 }
 

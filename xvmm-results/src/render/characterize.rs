@@ -7,6 +7,21 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use xvmm_host::escape::visible;
 
+/// N of a metric's unit "ticks/N things" (a sample spans N pauses or
+/// wake-ups), 1 for plain "ticks"; `None` for any other unit.
+pub fn ticks_per(unit: &str) -> Option<f64> {
+    if unit == "ticks" {
+        return Some(1.0);
+    }
+    unit.strip_prefix("ticks/")?
+        .split_whitespace()
+        .next()?
+        .parse::<u32>()
+        .ok()
+        .filter(|&n| n > 0)
+        .map(f64::from)
+}
+
 /// Metrics by group: the groups of [`GROUPS`] first, in that order, then any
 /// other group in the order it appears. Linear in the number of metrics (a
 /// report is untrusted input: its size is not ours to pick).

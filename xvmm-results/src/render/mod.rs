@@ -22,7 +22,7 @@ mod probes;
 mod timeline;
 
 pub use async_pf::{async_pf_lines, on_off_table};
-pub use characterize::{by_group, characterize_of, characterize_table};
+pub use characterize::{by_group, characterize_of, characterize_table, ticks_per};
 pub use linearity::linearity_table;
 pub use method::quantum_of;
 pub use probes::{probe_comparison_table, probes_table};

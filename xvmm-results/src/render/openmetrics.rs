@@ -455,11 +455,7 @@ fn other_target(group: &str, name: &str, unit: &str) -> Target {
 
 /// N in a unit "ticks/N pauses" (one sample times N instructions); 1 else.
 fn instructions_per_sample(unit: &str) -> f64 {
-    unit.strip_prefix("ticks/")
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse::<u32>().ok())
-        .filter(|&n| n > 0)
-        .map_or(1.0, f64::from)
+    super::ticks_per(unit).unwrap_or(1.0)
 }
 
 fn characterize_metric(f: &mut Families, m: &Metric, clock: Clock) {
