@@ -28,7 +28,9 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use xvmm::microguest::guest::Kind;
-use xvmm::microguest::linearity::{check_linearity, Linearity, LinearityOptions, Pair};
+use xvmm::microguest::linearity::{
+    check_linearity, Linearity, LinearityOptions, Pair, PairLinearity,
+};
 use xvmm::microguest::measure::{user_intervals, user_or_kernel_intervals};
 use xvmm::microguest::platform::{self, Platform};
 use xvmm_benches::linearity::{
@@ -103,6 +105,36 @@ fn assert_judged(what: &str, c: &LinearityCheck) {
     );
 }
 
+/// Whether a check is taken again: a chain-cost control passed, and the
+/// core changed speed between the chain timings before and after the sweep
+/// (by more than three of their combined standard errors). The pooled chain
+/// cost is then widened by that distance, and a control 5 % off can pass
+/// without the check being wrong: on a fresh clone the chains came out
+/// 1.4 % apart, the slope 2.1 % under their mean, and the control 5 % under
+/// passed by 0.001 tick of 0.055. A steady core is the claim's condition;
+/// a check that fails on one, or whose core never settles, still fails.
+fn take_again(what: &str, c: &LinearityCheck, (before, after): (ChainCost, ChainCost)) -> bool {
+    // A chain-cost control is one whose chain cost is not the verdict's.
+    let right = c.verdict.as_ref().map(|v| v.chain.ticks_per_imul).ok();
+    let chain_passed = c
+        .passed_controls()
+        .any(|k| Some(k.chain.ticks_per_imul) != right);
+    let apart = (before.ticks_per_imul - after.ticks_per_imul).abs();
+    let noise = 3.0 * before.standard_error.hypot(after.standard_error);
+    let again = chain_passed && apart > noise;
+    if again {
+        println!(
+            "{what}: a chain-cost control passed while the core changed speed \
+             ({:.4} then {:.4} ticks per imul, {apart:.4} apart, noise {noise:.4}): taken again",
+            before.ticks_per_imul, after.ticks_per_imul
+        );
+    }
+    again
+}
+
+/// How many times a check whose core changed speed is taken again.
+const RETAKES: usize = 2;
+
 #[test]
 fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
     let _turn = one_at_a_time();
@@ -110,9 +142,20 @@ fn native_stamps_are_linear_and_a_wrong_correction_is_caught() {
     let decided = linearity::native_decision(3, 100_000, Some(q));
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
-    let before = chain_cost();
-    let phases = linearity::native_phases(&all, 24_000);
-    let c = check_with_controls(&phases, &decided, q, (before, chain_cost())).unwrap();
+    let check = || {
+        let before = chain_cost();
+        let phases = linearity::native_phases(&all, 24_000);
+        let after = chain_cost();
+        let c = check_with_controls(&phases, &decided, q, (before, after)).unwrap();
+        (c, (before, after))
+    };
+    let (mut c, mut chains) = check();
+    for _ in 0..RETAKES {
+        if !take_again("native", &c, chains) {
+            break;
+        }
+        (c, chains) = check();
+    }
     println!("native: run's decision: {}", decided.reason);
     assert_judged("native", &c);
 }
@@ -140,12 +183,22 @@ fn microguest_stamps_are_linear_and_a_wrong_correction_is_caught() {
     let Some(l) = microguest_linearity() else {
         return;
     };
-    let user = l
-        .pairs
-        .iter()
-        .find(|p| p.pair == Pair::User)
-        .expect("the user pair");
-    assert_judged("microguest user pair", &user.check);
+    let user = |l: &Linearity| -> PairLinearity {
+        l.pairs
+            .iter()
+            .find(|p| p.pair == Pair::User)
+            .expect("the user pair")
+            .clone()
+    };
+    let mut pair = user(l);
+    for _ in 0..RETAKES {
+        let chains = (pair.chain_before, pair.chain_after);
+        if !take_again("microguest user pair", &pair.check, chains) {
+            break;
+        }
+        pair = user(&check_linearity(&LinearityOptions::default()).expect("xvmm linearity"));
+    }
+    assert_judged("microguest user pair", &pair.check);
 }
 
 /// The same for the kernel stamp pair at CPL0, where CPL0 runs natively
