@@ -25,7 +25,7 @@ h3{margin:20px 0 6px}.sub{color:#555;margin:0 0 12px}\
 nav ul{columns:2;padding-left:18px}\
 table{border-collapse:collapse;margin:8px 0 12px;font-size:13px}\
 th,td{border:1px solid #d6d6d6;padding:3px 8px;text-align:left;vertical-align:top}\
-th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
+th{background:#f3f3f3}tr.group th{background:#e6ecf5;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}\
 td:first-child{white-space:nowrap}.wide{overflow-x:auto;max-width:100%}\
 td[title]{text-decoration:underline dotted #999}\
 figure.chart{margin:8px 0;display:block}figure.chart svg{max-width:100%;height:auto;display:block}\
@@ -132,6 +132,14 @@ fn table(out: &mut String, t: &Table) {
                 out.push_str("<tr>");
                 cell(out, "td", &Cell::from(label.as_str()), false);
                 spanning(out, text);
+            }
+            Row::Group(heading) => {
+                let _ = write!(
+                    out,
+                    "<tr class=\"group\"><th colspan=\"{}\" scope=\"rowgroup\">{}</th>",
+                    t.header.len().max(1),
+                    escape(heading)
+                );
             }
         }
         out.push_str("</tr>\n");
@@ -273,6 +281,7 @@ mod tests {
                             Row::Cells(vec![Cell::with_title("<td>", "\"><script>")]),
                             Row::Note("<b>note</b>".into()),
                             Row::Labelled("<i>".into(), "</table>".into()),
+                            Row::Group("<b>MSRs</b>".into()),
                         ],
                         numeric: false,
                     }),
@@ -290,10 +299,15 @@ mod tests {
         assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
         assert!(html.contains("title=\"&quot;&gt;&lt;script&gt;\""));
         assert!(html.contains("id=\"x&quot;y\""));
+        // A group's heading spans the table's columns, escaped.
+        assert!(
+            html.contains("<th colspan=\"1\" scope=\"rowgroup\">&lt;b&gt;MSRs&lt;/b&gt;</th>"),
+            "{html}"
+        );
         assert!(html.contains("<footer>&lt;u&gt;</footer>"), "{html}");
         // Every row, a note's and a labelled one's too, is one whole <tr>.
-        assert_eq!(html.matches("<tr").count(), 4, "{html}");
-        assert_eq!(html.matches("</tr>").count(), 4, "{html}");
+        assert_eq!(html.matches("<tr").count(), 5, "{html}");
+        assert_eq!(html.matches("</tr>").count(), 5, "{html}");
         assert!(html.contains(
             "<tr class=\"note\"><td></td><td colspan=\"1\">&lt;b&gt;note&lt;/b&gt;</td></tr>"
         ));

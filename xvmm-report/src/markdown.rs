@@ -78,6 +78,13 @@ fn table(out: &mut String, t: &Table) {
                     _ => String::new(),
                 })
                 .collect(),
+            // Nor a heading row: the heading in bold in the first column.
+            Row::Group(heading) => (0..columns)
+                .map(|i| match i {
+                    0 => format!("**{}**", escape(heading)),
+                    _ => String::new(),
+                })
+                .collect(),
         };
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
@@ -154,6 +161,7 @@ mod tests {
                         Row::Cells(vec![Cell::from("a|b"), Cell::with_title("-", "why|not")]),
                         Row::Cells(vec![]),
                         Row::Note("n|ote".into()),
+                        Row::Group("port I/O|*".into()),
                     ],
                     numeric: true,
                 })],
@@ -167,5 +175,7 @@ mod tests {
         // A short row is padded to the table's width.
         assert!(md.contains("|  |  |"), "{md}");
         assert!(md.ends_with("---\n\n\\*f\\*\n"), "{md}");
+        // A group heading: bold in the first column, escaped inside.
+        assert!(md.contains("| **port I/O\\|\\*** |  |"), "{md}");
     }
 }

@@ -596,6 +596,10 @@ pub struct ExitTiming {
     /// rows are xvmm's `microguest::kinds::exit_rows`).
     #[serde(deserialize_with = "limits::exit_name")]
     pub name: String,
+    /// What the row's instruction touches, for grouping tables (the
+    /// microguest's rows have one; reports written before do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub family: Option<ExitFamily>,
     pub status: Status,
     pub samples_requested: u64,
     pub samples_valid: u64,
@@ -621,6 +625,85 @@ pub struct ExitTiming {
     pub traced: Option<exit_trace::TracedExit>,
 }
 
+/// What an exit row's instruction touches (kvm-unit-tests' vmexit kinds
+/// fall into these): tables group their rows by it, in this order.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExitFamily {
+    /// Instructions that exit on their own: CPUID, hypercalls, HLT,
+    /// cache flushes, XSETBV.
+    Instruction,
+    /// Control and debug registers (CR0, CR4, CR8, DR7).
+    Register,
+    /// RDMSR and WRMSR, whoever serves them.
+    Msr,
+    /// Port I/O, served by the VMM or by KVM (an ioeventfd, an in-kernel
+    /// device).
+    PortIo,
+    /// MMIO, likewise.
+    Mmio,
+    /// The local APIC and interrupts (IPIs, EOI).
+    Interrupt,
+    /// Timers (the LAPIC timer, TSC deadline).
+    Timer,
+}
+
+impl ExitFamily {
+    /// Every family, in table order.
+    pub const ALL: [ExitFamily; 7] = [
+        ExitFamily::Instruction,
+        ExitFamily::Register,
+        ExitFamily::Msr,
+        ExitFamily::PortIo,
+        ExitFamily::Mmio,
+        ExitFamily::Interrupt,
+        ExitFamily::Timer,
+    ];
+
+    /// The family's heading in tables.
+    pub fn heading(self) -> &'static str {
+        match self {
+            ExitFamily::Instruction => "instructions",
+            ExitFamily::Register => "control and debug registers",
+            ExitFamily::Msr => "MSRs",
+            ExitFamily::PortIo => "port I/O",
+            ExitFamily::Mmio => "MMIO",
+            ExitFamily::Interrupt => "APIC and interrupts",
+            ExitFamily::Timer => "timers",
+        }
+    }
+
+    /// Its value in JSON and as an OpenMetrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ExitFamily::Instruction => "instruction",
+            ExitFamily::Register => "register",
+            ExitFamily::Msr => "msr",
+            ExitFamily::PortIo => "port-io",
+            ExitFamily::Mmio => "mmio",
+            ExitFamily::Interrupt => "interrupt",
+            ExitFamily::Timer => "timer",
+        }
+    }
+}
+
+/// Exit rows grouped by family for a table: each family present, in
+/// [`ExitFamily::ALL`] order, with its rows in report order; rows without a
+/// family (older reports) last, under `None`. A report none of whose rows
+/// has a family gives one group, `None`, in report order.
+pub fn exits_by_family(exits: &[ExitTiming]) -> Vec<(Option<ExitFamily>, Vec<&ExitTiming>)> {
+    let families = ExitFamily::ALL.iter().copied().map(Some).chain([None]);
+    families
+        .map(|f| {
+            (
+                f,
+                exits.iter().filter(|e| e.family == f).collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, rows)| !rows.is_empty())
+        .collect()
+}
+
 /// Host-side cost of one kind of VM exit: host TSC ticks from `kvm_exit` to
 /// the next `kvm_entry` of the same vCPU thread.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -635,6 +718,25 @@ pub struct HostExit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A family is written as its label, read back, and left out where a
+    /// row has none; a report written before families reads as `None`; an
+    /// unknown family is refused, not taken as another.
+    #[test]
+    fn exit_families_round_trip_as_their_labels() {
+        for f in ExitFamily::ALL {
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(json, format!("\"{}\"", f.label()));
+            assert_eq!(serde_json::from_str::<ExitFamily>(&json).unwrap(), f);
+        }
+        let mut labels: Vec<&str> = ExitFamily::ALL.iter().map(|f| f.label()).collect();
+        labels.dedup();
+        assert_eq!(labels.len(), ExitFamily::ALL.len());
+        assert!(serde_json::from_str::<ExitFamily>("\"apic\"").is_err());
+        let mut sorted = ExitFamily::ALL;
+        sorted.sort();
+        assert_eq!(sorted, ExitFamily::ALL, "ALL is the table order");
+    }
 
     fn sample(a: u64, b: u64, c: u64, d: u64) -> Sample {
         Sample {

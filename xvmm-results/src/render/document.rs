@@ -164,6 +164,8 @@ pub enum Row {
     Note(String),
     /// A label in the first column, then free text across the rest.
     Labelled(String, String),
+    /// The heading of the rows after it, up to the next heading.
+    Group(String),
 }
 
 impl Table {
@@ -202,6 +204,11 @@ impl Table {
 
     pub fn labelled(&mut self, label: String, text: String) {
         self.rows.push(Row::Labelled(label, text));
+    }
+
+    /// A heading for the rows that follow.
+    pub fn group(&mut self, heading: String) {
+        self.rows.push(Row::Group(heading));
     }
 
     /// The rows of cells (notes and labelled rows left out).
@@ -270,6 +277,10 @@ impl Table {
                     pad(&mut out, indent.saturating_sub(label.chars().count()) + 2);
                     out.push_str(text);
                 }
+                Row::Group(heading) => {
+                    out.push_str("-- ");
+                    out.push_str(&shown(heading));
+                }
             }
             out.push('\n');
         }
@@ -297,7 +308,7 @@ impl Table {
                     }
                 }
                 Row::Labelled(label, _) => widen(0, label),
-                Row::Note(_) => {}
+                Row::Note(_) | Row::Group(_) => {}
             }
         }
         widths

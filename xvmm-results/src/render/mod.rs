@@ -222,40 +222,52 @@ pub fn exits_of(exits: &[ExitTiming], tsc_khz: u64) -> Table {
         "in VMM",
         "VMM->guest",
     ]);
-    for e in exits {
-        let name = visible(&e.name).into_owned();
-        if let Some(text) = status_text(&e.status) {
-            t.row(vec![name]);
-            t.note(text);
-            continue;
+    let groups = crate::exits_by_family(exits);
+    let grouped = groups.len() > 1 || groups.iter().any(|(f, _)| f.is_some());
+    for (family, rows) in groups {
+        if grouped {
+            t.group(family.map_or("other", |f| f.heading()).into());
         }
-        let rt = corrected(&e.round_trip);
-        // Corrected parts when the report has them, else (older reports)
-        // the raw ones.
-        let parts = match &e.split {
-            Some(s) => [
-                Some(&s.guest_to_vmm.corrected),
-                Some(&s.in_vmm.corrected),
-                Some(&s.vmm_to_guest.corrected),
-            ],
-            None => [
-                e.guest_to_vmm.as_ref(),
-                e.in_vmm.as_ref(),
-                e.vmm_to_guest.as_ref(),
-            ],
-        };
-        t.row(vec![
-            name,
-            format!("{}/{}", e.samples_valid, e.samples_requested),
-            cell(median(rt)),
-            cell(p99(rt)),
-            nanoseconds(median(rt), tsc_khz),
-            cell(median(parts[0])),
-            cell(median(parts[1])),
-            cell(median(parts[2])),
-        ]);
+        for e in rows {
+            exit_row(&mut t, e, tsc_khz);
+        }
     }
     t
+}
+
+/// One exit's row of [`exits_of`], or its name and why it was not measured.
+fn exit_row(t: &mut Table, e: &ExitTiming, tsc_khz: u64) {
+    let name = visible(&e.name).into_owned();
+    if let Some(text) = status_text(&e.status) {
+        t.row(vec![name]);
+        t.note(text);
+        return;
+    }
+    let rt = corrected(&e.round_trip);
+    // Corrected parts when the report has them, else (older reports)
+    // the raw ones.
+    let parts = match &e.split {
+        Some(s) => [
+            Some(&s.guest_to_vmm.corrected),
+            Some(&s.in_vmm.corrected),
+            Some(&s.vmm_to_guest.corrected),
+        ],
+        None => [
+            e.guest_to_vmm.as_ref(),
+            e.in_vmm.as_ref(),
+            e.vmm_to_guest.as_ref(),
+        ],
+    };
+    t.row(vec![
+        name,
+        format!("{}/{}", e.samples_valid, e.samples_requested),
+        cell(median(rt)),
+        cell(p99(rt)),
+        nanoseconds(median(rt), tsc_khz),
+        cell(median(parts[0])),
+        cell(median(parts[1])),
+        cell(median(parts[2])),
+    ]);
 }
 
 /// Host-side exit-to-entry times per exit reason (TSC ticks).
@@ -581,7 +593,8 @@ fn decomposition_table(c: &Comparison) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{fixtures, Environment};
+    use crate::document::Row;
+    use crate::{fixtures, Environment, ExitFamily};
 
     fn row_of<'a>(text: &'a str, first: &str) -> Vec<&'a str> {
         text.lines()
@@ -662,6 +675,7 @@ mod tests {
     fn exit_table_shows_split_or_dashes() {
         let e = ExitTiming {
             name: "pio-out".into(),
+            family: None,
             status: Status::Measured,
             samples_requested: 2,
             samples_valid: 2,
@@ -677,6 +691,67 @@ mod tests {
             row_of(&text, "pio-out"),
             ["pio-out", "2/2", "900", "1100", "-", "400", "100", "-"]
         );
+    }
+
+    /// Rows are grouped by family in the family order, each under its
+    /// heading, whatever order the report holds them in; rows without a
+    /// family come last under "other"; a report with no families (written
+    /// before they existed) keeps its order and gets no headings.
+    #[test]
+    fn exit_rows_are_grouped_by_family_under_headings() {
+        let row = |name: &str, family: Option<ExitFamily>| ExitTiming {
+            name: name.into(),
+            family,
+            status: Status::Measured,
+            samples_requested: 1,
+            samples_valid: 1,
+            round_trip: Some(Interval::from_raw(&[500], 100)),
+            guest_to_vmm: None,
+            in_vmm: None,
+            vmm_to_guest: None,
+            split: None,
+            traced: None,
+        };
+        let exits = [
+            row("pio-out", Some(ExitFamily::PortIo)),
+            row("rdmsr", Some(ExitFamily::Msr)),
+            row("old-row", None),
+            row("cpuid", Some(ExitFamily::Instruction)),
+            row("wrmsr", Some(ExitFamily::Msr)),
+        ];
+        let text = exit_table(&exits, 0);
+        let firsts: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .map(|l| l.split("  ").next().unwrap().trim_end())
+            .collect();
+        assert_eq!(
+            firsts,
+            [
+                "-- instructions",
+                "cpuid",
+                "-- MSRs",
+                "rdmsr",
+                "wrmsr",
+                "-- port I/O",
+                "pio-out",
+                "-- other",
+                "old-row"
+            ],
+            "{text}"
+        );
+        let table = exits_of(&exits, 0);
+        let groups: Vec<&Row> = table
+            .rows
+            .iter()
+            .filter(|r| matches!(r, Row::Group(_)))
+            .collect();
+        assert_eq!(groups.len(), 4);
+        // An old report: its own order, no headings.
+        let old = [row("pio-out", None), row("cpuid", None)];
+        let text = exit_table(&old, 0);
+        assert!(!text.contains("--"), "{text}");
+        assert!(text.find("pio-out") < text.find("cpuid"), "{text}");
     }
 
     #[test]

@@ -566,7 +566,12 @@ fn exit(f: &mut Families, e: &ExitTiming, clock: Clock) {
         .filter(|s| s.count > 0)
     {
         Some(s) => {
-            let labels = vec![("exit".to_string(), label_value(&e.name))];
+            let mut labels = vec![("exit".to_string(), label_value(&e.name))];
+            // The family where the report has one, so a dashboard can sum
+            // or filter by it.
+            if let Some(family) = e.family {
+                labels.push(("family".to_string(), family.label().to_string()));
+            }
             f.durations("exit", clock, help, &labels, s);
         }
         None => {
@@ -1016,6 +1021,7 @@ mod tests {
         r.crossings[0].round_trip = Some(empty.clone());
         r.exits.push(ExitTiming {
             name: "hlt".into(),
+            family: None,
             status: Status::Measured,
             samples_requested: 3,
             samples_valid: 0,
@@ -1136,12 +1142,49 @@ mod tests {
         assert_eq!(keys(&before), keys(&after));
     }
 
+    /// An exit row's family is a label of each of its series; a row
+    /// without one (reports written before) has no such label.
+    #[test]
+    fn an_exits_family_is_one_of_its_labels() {
+        let mut r = fixtures::report(Environment::LinuxVm, 2);
+        r.host.tsc_khz = 1_000_000;
+        let rt = Interval::from_rounds(&[&[1000, 1100, 1200]], 50);
+        for (name, family) in [
+            ("cpuid", Some(crate::ExitFamily::Instruction)),
+            ("hlt", None),
+        ] {
+            r.exits.push(ExitTiming {
+                name: name.into(),
+                family,
+                status: Status::Measured,
+                samples_requested: 3,
+                samples_valid: 3,
+                round_trip: Some(rt.clone()),
+                guest_to_vmm: None,
+                in_vmm: None,
+                vmm_to_guest: None,
+                split: None,
+                traced: None,
+            });
+        }
+        let all = series(&openmetrics(&r, "xvmm"));
+        let name = "xvmm_exit_duration_seconds";
+        let cpuid = find(&all, name, &[("exit", "cpuid")]);
+        let labelled = find(&all, name, &[("exit", "cpuid"), ("family", "instruction")]);
+        assert!(!cpuid.is_empty());
+        assert_eq!(labelled.len(), cpuid.len());
+        let hlt = find(&all, name, &[("exit", "hlt")]);
+        assert!(!hlt.is_empty());
+        assert!(find(&all, name, &[("exit", "hlt"), ("family", "instruction")]).is_empty());
+    }
+
     #[test]
     fn a_vm_run_gives_its_crossings_exits_and_host_exits() {
         let mut r = fixtures::report(Environment::LinuxVm, 2);
         r.host.tsc_khz = 1_000_000;
         let exit = |name: &str, status: Status, round_trip: Option<Interval>| ExitTiming {
             name: name.into(),
+            family: None,
             status,
             samples_requested: 3,
             samples_valid: 3,
@@ -1180,6 +1223,7 @@ mod tests {
             value(&all, "xvmm_exit_duration_seconds", &cpuid),
             1050e-9
         ));
+
         let io = [("reason", "io"), ("statistic", "min")];
         assert!(close(
             value(&all, "xvmm_host_exit_duration_seconds", &io),

@@ -177,13 +177,21 @@ pub fn attribution_of(crossings: &[Crossing]) -> Option<Table> {
 
 /// VM exits cut at the host's tracepoints, with the probe effect.
 pub fn traced_exit_table(exits: &[ExitTiming]) -> String {
-    let traced: Vec<_> = exits
-        .iter()
-        .filter_map(|e| Some((e, e.traced.as_ref()?)))
+    let groups: Vec<_> = crate::exits_by_family(exits)
+        .into_iter()
+        .map(|(family, rows)| {
+            let traced: Vec<_> = rows
+                .into_iter()
+                .filter_map(|e| Some((e, e.traced.as_ref()?)))
+                .collect();
+            (family, traced)
+        })
+        .filter(|(_, traced)| !traced.is_empty())
         .collect();
-    if traced.is_empty() {
+    if groups.is_empty() {
         return String::new();
     }
+    let grouped = groups.len() > 1 || groups.iter().any(|(f, _)| f.is_some());
     let mut t = Table::new(&[
         "VM exit",
         "split",
@@ -194,22 +202,12 @@ pub fn traced_exit_table(exits: &[ExitTiming]) -> String {
         "host->guest",
         "probe effect",
     ]);
-    for (e, x) in traced {
-        t.row(vec![
-            visible(&e.name).into_owned(),
-            format!("{}/{}", x.split, x.samples),
-            x.negative.to_string(),
-            cell((x.split > 0).then_some(x.guest_to_host.median)),
-            cell((x.split > 0).then_some(x.in_host.median)),
-            cell(x.in_vmm.as_ref().map(|s| s.median)),
-            cell((x.split > 0).then_some(x.host_to_guest.median)),
-            format!("{:+}", x.probe_effect_ticks),
-        ]);
-        if x.no_exit + x.more_exits > 0 {
-            t.note(format!(
-                "({} samples without a traced exit, {} with more than one)",
-                x.no_exit, x.more_exits
-            ));
+    for (family, traced) in groups {
+        if grouped {
+            t.group(family.map_or("other", |f| f.heading()).into());
+        }
+        for (e, x) in traced {
+            traced_row(&mut t, e, x);
         }
     }
     let mut out = String::from(
@@ -220,6 +218,27 @@ pub fn traced_exit_table(exits: &[ExitTiming]) -> String {
     );
     out += &t.render();
     out
+}
+
+/// One row of [`traced_exit_table`], with a note where samples held no
+/// traced exit or more than one.
+fn traced_row(t: &mut Table, e: &ExitTiming, x: &crate::exit_trace::TracedExit) {
+    t.row(vec![
+        visible(&e.name).into_owned(),
+        format!("{}/{}", x.split, x.samples),
+        x.negative.to_string(),
+        cell((x.split > 0).then_some(x.guest_to_host.median)),
+        cell((x.split > 0).then_some(x.in_host.median)),
+        cell(x.in_vmm.as_ref().map(|s| s.median)),
+        cell((x.split > 0).then_some(x.host_to_guest.median)),
+        format!("{:+}", x.probe_effect_ticks),
+    ]);
+    if x.no_exit + x.more_exits > 0 {
+        t.note(format!(
+            "({} samples without a traced exit, {} with more than one)",
+            x.no_exit, x.more_exits
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -375,6 +394,7 @@ mod tests {
         let mut e = crate::fixtures::report(crate::Environment::Microguest, 1);
         let mut exit = crate::ExitTiming {
             name: "cpuid".into(),
+            family: None,
             status: crate::Status::Measured,
             samples_requested: 3,
             samples_valid: 3,

@@ -26,6 +26,9 @@ macro_rules! kinds {
     };
 }
 
+use xvmm_results::ExitFamily;
+use ExitFamily::{Instruction, Mmio, Msr, PortIo, Register};
+
 // A new kind: a row here, and its routine at the same place in its blob's
 // dispatch table (a test checks). An exit that reaches xvmm in a new way
 // also needs a `VmmExit` and its case in `machine::measured_exit`.
@@ -45,61 +48,72 @@ kinds! {
     SyscallBatch => (User, "xvmm_mg_u_syscall_batch", Role::Batch { of: Kind::Syscall });
     /// The kernel stamps as exit loops take them: opening, then closing.
     KernelNull => (Kernel, "xvmm_mg_k_null", Role::Stamps { chain: false });
-    Cpuid => (Kernel, "xvmm_mg_k_cpuid", exit("cpuid", None));
-    PioOut => (Kernel, "xvmm_mg_k_pio_out", exit("pio-out", Some(VmmExit::IoOut)));
-    PioIn => (Kernel, "xvmm_mg_k_pio_in", exit("pio-in", Some(VmmExit::IoIn)));
+    Cpuid => (Kernel, "xvmm_mg_k_cpuid", exit("cpuid", None, Instruction));
+    PioOut => (Kernel, "xvmm_mg_k_pio_out", exit("pio-out", Some(VmmExit::IoOut), PortIo));
+    PioIn => (Kernel, "xvmm_mg_k_pio_in", exit("pio-in", Some(VmmExit::IoIn), PortIo));
     /// The same OUT on a port an ioeventfd serves: KVM signals the eventfd
     /// and resumes the guest without xvmm (the in-kernel twin of pio-out).
-    PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::Ioeventfd));
-    MmioWrite => (Kernel, "xvmm_mg_k_mmio", exit("mmio-write", Some(VmmExit::MmioWrite)));
+    PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::Ioeventfd, PortIo));
+    MmioWrite => (Kernel, "xvmm_mg_k_mmio", exit("mmio-write", Some(VmmExit::MmioWrite), Mmio));
     /// The same write to an address an ioeventfd serves (in-kernel twin).
-    MmioWriteEventfd => (Kernel, "xvmm_mg_k_mmio_eventfd", exit_needing("mmio-write-eventfd", None, Needs::Ioeventfd));
+    MmioWriteEventfd => (Kernel, "xvmm_mg_k_mmio_eventfd", exit_needing("mmio-write-eventfd", None, Needs::Ioeventfd, Mmio));
     Vmcall => (Kernel, "xvmm_mg_k_vmcall", hypercall("vmcall", Cpus::NotAmd));
     Vmmcall => (Kernel, "xvmm_mg_k_vmmcall", hypercall("vmmcall", Cpus::Amd));
-    Rdmsr => (Kernel, "xvmm_mg_k_rdmsr", exit("rdmsr", Some(VmmExit::Rdmsr)));
-    Wrmsr => (Kernel, "xvmm_mg_k_wrmsr", exit("wrmsr", Some(VmmExit::Wrmsr)));
-    Hlt => (Kernel, "xvmm_mg_k_hlt", exit("hlt", Some(VmmExit::Hlt)));
+    Rdmsr => (Kernel, "xvmm_mg_k_rdmsr", exit("rdmsr", Some(VmmExit::Rdmsr), Msr));
+    Wrmsr => (Kernel, "xvmm_mg_k_wrmsr", exit("wrmsr", Some(VmmExit::Wrmsr), Msr));
+    Hlt => (Kernel, "xvmm_mg_k_hlt", exit("hlt", Some(VmmExit::Hlt), Instruction));
     /// Writes 0 to CR8, the TPR it already holds. With no in-kernel APIC
     /// (the microguest has none) SVM and VMX both intercept the write and
     /// KVM handles it in the kernel; a raised TPR would go to xvmm as
     /// KVM_EXIT_SET_TPR. (A CR8 read exits on VMX only: SVM lets the guest
     /// read its virtual TPR.)
-    Cr8Write => (Kernel, "xvmm_mg_k_cr8_write", exit("mov-to-cr8", None));
+    Cr8Write => (Kernel, "xvmm_mg_k_cr8_write", exit("mov-to-cr8", None, Register));
     /// Reads CR8 (kvm-unit-tests' mov_from_cr8): VMX intercepts it without
     /// a TPR shadow; SVM lets the guest read its virtual TPR.
-    Cr8Read => (Kernel, "xvmm_mg_k_cr8_read", exit("mov-from-cr8", None));
+    Cr8Read => (Kernel, "xvmm_mg_k_cr8_read", exit("mov-from-cr8", None, Register));
     /// CR4.PGE flipped (a flush of the whole TLB, global pages too): a CR4
     /// write, intercepted and handled by KVM (kvm-unit-tests' toggle_cr4_pge
     /// writes it twice per iteration; here each sample writes it once).
-    Cr4Pge => (Kernel, "xvmm_mg_k_cr4_pge", exit("toggle-cr4-pge", None));
+    Cr4Pge => (Kernel, "xvmm_mg_k_cr4_pge", exit("toggle-cr4-pge", None, Register));
     /// WBINVD: intercepted; KVM skips it where no device does non-coherent
     /// DMA (none in the microguest).
-    Wbinvd => (Kernel, "xvmm_mg_k_wbinvd", exit("wbinvd", None));
+    Wbinvd => (Kernel, "xvmm_mg_k_wbinvd", exit("wbinvd", None, Instruction));
     /// INVD: intercepted; KVM runs it as a no-op.
-    Invd => (Kernel, "xvmm_mg_k_invd", exit("invd", None));
+    Invd => (Kernel, "xvmm_mg_k_invd", exit("invd", None, Instruction));
     /// RDMSR of IA32_TSC_ADJUST (0x3b), which KVM emulates for every
     /// guest whose CPUID has it: an MSR read that stays in the kernel, the
     /// in-kernel twin of `rdmsr`.
-    RdTscAdjust => (Kernel, "xvmm_mg_k_rd_tsc_adjust", exit_needing("rd-tsc-adjust", None, Needs::TscAdjust));
+    RdTscAdjust => (Kernel, "xvmm_mg_k_rd_tsc_adjust", exit_needing("rd-tsc-adjust", None, Needs::TscAdjust, Msr));
     /// WRMSR of IA32_TSC_ADJUST with the value it holds: KVM moves the
     /// guest's TSC offset by the difference (none) and updates its clock.
-    WrTscAdjust => (Kernel, "xvmm_mg_k_wr_tsc_adjust", exit_needing("wr-tsc-adjust", None, Needs::TscAdjust));
+    WrTscAdjust => (Kernel, "xvmm_mg_k_wr_tsc_adjust", exit_needing("wr-tsc-adjust", None, Needs::TscAdjust, Msr));
     /// CR0.WP flipped, one CR0 write per sample (kvm-unit-tests'
     /// toggle_cr0_wp). Whether it exits is the hypervisor's choice: a
     /// hypervisor that lets the guest own CR0.WP (KVM with TDP) does not
     /// see it.
-    Cr0Wp => (Kernel, "xvmm_mg_k_cr0_wp", exit("toggle-cr0-wp", None));
+    Cr0Wp => (Kernel, "xvmm_mg_k_cr0_wp", exit("toggle-cr0-wp", None, Register));
     /// DR7 written with its reset value (kvm-unit-tests' mov_dr). KVM
     /// intercepts debug-register accesses until the guest uses them, then
     /// may stop until the next exit of any kind.
-    MovDr7 => (Kernel, "xvmm_mg_k_mov_dr7", exit("mov-to-dr7", None));
+    MovDr7 => (Kernel, "xvmm_mg_k_mov_dr7", exit("mov-to-dr7", None, Register));
     /// WRMSR of IA32_KERNEL_GS_BASE with the value it holds (kvm-unit-tests'
     /// wr_kernel_gs_base): an MSR hypervisors usually let the guest write
     /// without an exit, timed beside the ones they intercept.
-    WrKernelGsBase => (Kernel, "xvmm_mg_k_wr_kernel_gs_base", exit("wr-kernel-gs-base", None));
+    WrKernelGsBase => (Kernel, "xvmm_mg_k_wr_kernel_gs_base", exit("wr-kernel-gs-base", None, Msr));
+    /// WRMSR of IA32_PRED_CMD with IBPB (kvm-unit-tests' wr_ibpb_msr): a
+    /// barrier the CPU runs whether or not it exits; KVM stops intercepting
+    /// the MSR for a guest whose CPUID has IBPB.
+    WrIbpb => (Kernel, "xvmm_mg_k_wr_ibpb", exit_needing("wr-ibpb", None, Needs::Ibpb, Msr));
+    /// WRMSR of IA32_SPEC_CTRL with IBRS flipped each sample
+    /// (kvm-unit-tests' wr_ibrs_msr writes 1 then 0): KVM intercepts it
+    /// until the guest first sets a bit, then lets the guest own it.
+    WrIbrs => (Kernel, "xvmm_mg_k_wr_ibrs", exit_needing("wr-ibrs", None, Needs::Ibrs, Msr));
+    /// WRMSR of IA32_TSX_CTRL with the value it holds (kvm-unit-tests'
+    /// wr_tsx_ctrl_msr): an MSR KVM offers on Intel CPUs with TSX control.
+    WrTsxCtrl => (Kernel, "xvmm_mg_k_wr_tsx_ctrl", exit_needing("wr-tsx-ctrl", None, Needs::TsxCtrl, Msr));
     /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
     /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
-    Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave));
+    Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave, Instruction));
     /// The kernel stamps as a handler takes them: closing, then opening.
     KernelNullInner => (Kernel, "xvmm_mg_k_null_inner", Role::Stamps { chain: false });
     /// Dependent imul chains at CPL0 (the kernel stamps' linearity).
@@ -148,6 +162,8 @@ pub enum Role {
         cpus: Cpus,
         /// What the guest's CPU or VM must offer for the row to run.
         needs: Needs,
+        /// What the instruction touches: the table's group.
+        family: ExitFamily,
     },
 }
 
@@ -164,6 +180,12 @@ pub enum Needs {
     Ioeventfd,
     /// CPUID leaf 7 EBX bit 1: IA32_TSC_ADJUST, else an access is #GP.
     TscAdjust,
+    /// IBPB in CPUID (Intel leaf 7 EDX bit 26, AMD 0x80000008 EBX bit 12).
+    Ibpb,
+    /// IBRS in CPUID (Intel leaf 7 EDX bit 26, AMD 0x80000008 EBX bit 14).
+    Ibrs,
+    /// IA32_ARCH_CAPABILITIES in CPUID with its TSX_CTRL bit set.
+    TsxCtrl,
 }
 
 const fn crossing(name: &'static str, handler: Handler) -> Role {
@@ -171,22 +193,23 @@ const fn crossing(name: &'static str, handler: Handler) -> Role {
 }
 
 /// An exit on every CPU.
-const fn exit(name: &'static str, reaches: Option<VmmExit>) -> Role {
-    Role::Exit {
-        name,
-        reaches,
-        cpus: Cpus::Any,
-        needs: Needs::Nothing,
-    }
+const fn exit(name: &'static str, reaches: Option<VmmExit>, family: ExitFamily) -> Role {
+    exit_needing(name, reaches, Needs::Nothing, family)
 }
 
 /// An exit on every CPU that has `needs`.
-const fn exit_needing(name: &'static str, reaches: Option<VmmExit>, needs: Needs) -> Role {
+const fn exit_needing(
+    name: &'static str,
+    reaches: Option<VmmExit>,
+    needs: Needs,
+    family: ExitFamily,
+) -> Role {
     Role::Exit {
         name,
         reaches,
         cpus: Cpus::Any,
         needs,
+        family,
     }
 }
 
@@ -198,6 +221,7 @@ const fn hypercall(name: &'static str, cpus: Cpus) -> Role {
         reaches: None,
         cpus,
         needs: Needs::Nothing,
+        family: ExitFamily::Instruction,
     }
 }
 
@@ -306,6 +330,14 @@ impl Kind {
     pub const fn reaches_vmm(self) -> Option<VmmExit> {
         match self.role() {
             Role::Exit { reaches, .. } => reaches,
+            _ => None,
+        }
+    }
+
+    /// What an exit kind's instruction touches (its table group).
+    pub const fn family(self) -> Option<ExitFamily> {
+        match self.role() {
+            Role::Exit { family, .. } => Some(family),
             _ => None,
         }
     }
@@ -487,11 +519,62 @@ mod tests {
                 "invd",
             ]);
             rows.extend(["rd-tsc-adjust", "wr-tsc-adjust"]);
-            rows.extend(["toggle-cr0-wp", "mov-to-dr7", "wr-kernel-gs-base", "xsetbv"]);
+            rows.extend(["toggle-cr0-wp", "mov-to-dr7", "wr-kernel-gs-base"]);
+            rows.extend(["wr-ibpb", "wr-ibrs", "wr-tsx-ctrl", "xsetbv"]);
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 21);
+        assert_eq!(EXIT_ROWS, 24);
+    }
+
+    /// Every exit row has a family, and each family holds the rows it is
+    /// named for (kvm-unit-tests' kinds, grouped as the table shows them).
+    #[test]
+    fn exit_rows_fall_into_their_families() {
+        let of = |family: ExitFamily| -> Vec<&str> {
+            KINDS
+                .iter()
+                .filter(|s| s.kind.family() == Some(family))
+                .filter_map(|s| match s.role {
+                    Role::Exit { name, .. } => Some(name),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            of(Instruction),
+            ["cpuid", "vmcall", "vmmcall", "hlt", "wbinvd", "invd", "xsetbv"]
+        );
+        assert_eq!(
+            of(Register),
+            [
+                "mov-to-cr8",
+                "mov-from-cr8",
+                "toggle-cr4-pge",
+                "toggle-cr0-wp",
+                "mov-to-dr7"
+            ]
+        );
+        assert_eq!(
+            of(Msr),
+            [
+                "rdmsr",
+                "wrmsr",
+                "rd-tsc-adjust",
+                "wr-tsc-adjust",
+                "wr-kernel-gs-base",
+                "wr-ibpb",
+                "wr-ibrs",
+                "wr-tsx-ctrl"
+            ]
+        );
+        assert_eq!(of(PortIo), ["pio-out", "pio-in", "pio-out-eventfd"]);
+        assert_eq!(of(Mmio), ["mmio-write", "mmio-write-eventfd"]);
+        // Only exits have a family.
+        assert_eq!(Kind::Syscall.family(), None);
+        assert_eq!(Kind::KernelNull.family(), None);
+        let families = KINDS.iter().filter(|s| s.kind.family().is_some()).count();
+        assert_eq!(families, EXIT_ROWS + 1, "both hypercalls");
     }
 }

@@ -17,6 +17,7 @@ use super::guest::{self, Kind};
 use super::kinds::{Role, VmmExit};
 use super::layout::{self, control, selector};
 use super::tables;
+use crate::arch::x86_64::cpuid;
 use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
 use crate::arch::x86_64::msr::{self, EFER_LMA, EFER_LME, EFER_SCE};
 use crate::arch::x86_64::regs::{
@@ -72,6 +73,13 @@ pub struct GuestFacts {
     pub ioeventfds: bool,
     /// IA32_TSC_ADJUST in the guest's CPUID.
     pub tsc_adjust: bool,
+    /// IBPB (IA32_PRED_CMD) in the guest's CPUID.
+    pub ibpb: bool,
+    /// IBRS (IA32_SPEC_CTRL bit 0) in the guest's CPUID.
+    pub ibrs: bool,
+    /// IA32_TSX_CTRL: IA32_ARCH_CAPABILITIES in the guest's CPUID, and its
+    /// TSX_CTRL bit in the value KVM gives the vCPU.
+    pub tsx_ctrl: bool,
 }
 
 impl GuestFacts {
@@ -249,9 +257,12 @@ impl Loaded {
             hypervisor_signature: cpuid_string(vcpu, 0x4000_0000, [1, 2, 3]),
             tsc_khz: vcpu.tsc_khz,
             user_space_msr: machine.user_space_msr,
-            xsave: crate::arch::x86_64::cpuid::has_xsave(vcpu.cpuid.as_slice()),
+            xsave: cpuid::has_xsave(vcpu.cpuid.as_slice()),
             ioeventfds,
-            tsc_adjust: crate::arch::x86_64::cpuid::has_tsc_adjust(vcpu.cpuid.as_slice()),
+            tsc_adjust: cpuid::has_tsc_adjust(vcpu.cpuid.as_slice()),
+            ibpb: cpuid::has_ibpb(vcpu.cpuid.as_slice()),
+            ibrs: cpuid::has_ibrs(vcpu.cpuid.as_slice()),
+            tsx_ctrl: has_tsx_ctrl(vcpu),
         };
         let sregs = vcpu
             .fd
@@ -264,6 +275,14 @@ impl Loaded {
             made_for: (cfg.tsc_khz, cfg.tsc_offset),
         })
     }
+}
+
+/// Whether the vCPU has IA32_TSX_CTRL: its CPUID offers
+/// IA32_ARCH_CAPABILITIES and the value KVM gives it has the TSX_CTRL bit.
+fn has_tsx_ctrl(vcpu: &Vcpu) -> bool {
+    cpuid::has_arch_capabilities(vcpu.cpuid.as_slice())
+        && msr::get_msr(&vcpu.fd, msr::MSR_IA32_ARCH_CAPABILITIES)
+            .is_ok_and(|caps| caps & msr::ARCH_CAP_TSX_CTRL_MSR != 0)
 }
 
 /// The VMs of a run's phases ([`VmPolicy`]) and where each phase's time went.

@@ -295,10 +295,10 @@ fn exit_row(
     unsplit: &mut Vec<String>,
 ) -> ExitTiming {
     if let Some(reason) = &row.unsupported {
-        return unsupported_exit(row.name, opts.samples, reason.clone());
+        return unsupported_exit(row, opts.samples, reason.clone());
     }
     if row.rounds.is_empty() {
-        return unsupported_exit(row.name, opts.samples, not_measured(stopped));
+        return unsupported_exit(row, opts.samples, not_measured(stopped));
     }
     let via_vmm = row.rounds.iter().any(|m| !m.host.is_empty());
     let correction = if via_vmm {
@@ -309,6 +309,7 @@ fn exit_row(
     let intervals: Vec<&[u64]> = row.rounds.iter().map(|m| m.intervals.as_slice()).collect();
     let mut timing = ExitTiming {
         name: row.name.into(),
+        family: row.kind.family(),
         status: Status::Measured,
         samples_requested: opts.samples * row.rounds.len() as u64,
         samples_valid: intervals.iter().map(|r| r.len() as u64).sum(),
@@ -529,9 +530,10 @@ pub fn user_or_kernel_intervals(
     }
 }
 
-fn unsupported_exit(name: &str, samples: u64, reason: String) -> ExitTiming {
+fn unsupported_exit(row: &ExitRounds, samples: u64, reason: String) -> ExitTiming {
     ExitTiming {
-        name: name.into(),
+        name: row.name.into(),
+        family: row.kind.family(),
         status: Status::Unsupported { reason },
         samples_requested: samples,
         samples_valid: 0,

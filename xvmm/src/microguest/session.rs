@@ -655,6 +655,21 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
             "the guest's CPUID has no IA32_TSC_ADJUST (KVM_GET_SUPPORTED_CPUID leaf 7 EBX bit 1), \
              so KVM would answer the access with #GP",
         ),
+        Needs::Ibpb if facts.ibpb => None,
+        Needs::Ibpb => Some(
+            "the guest's CPUID has no IBPB (KVM_GET_SUPPORTED_CPUID leaf 7 EDX bit 26 or \
+             0x80000008 EBX bit 12), so KVM would answer the IA32_PRED_CMD write with #GP",
+        ),
+        Needs::Ibrs if facts.ibrs => None,
+        Needs::Ibrs => Some(
+            "the guest's CPUID has no IBRS (KVM_GET_SUPPORTED_CPUID leaf 7 EDX bit 26 or \
+             0x80000008 EBX bit 14), so KVM would answer the IA32_SPEC_CTRL write with #GP",
+        ),
+        Needs::TsxCtrl if facts.tsx_ctrl => None,
+        Needs::TsxCtrl => Some(
+            "the vCPU has no IA32_TSX_CTRL (IA32_ARCH_CAPABILITIES bit 7 clear or the MSR absent: \
+             KVM offers it on Intel CPUs with TSX control), so an access would be #GP",
+        ),
     }
 }
 
@@ -694,6 +709,39 @@ mod tests {
             "{why}"
         );
         assert_eq!(kinds::Kind::WrTscAdjust.needs(), Needs::TscAdjust);
+    }
+
+    /// Each speculation-control row asks for its own fact, and its reason
+    /// names the MSR KVM would refuse.
+    #[test]
+    fn speculation_msr_rows_need_their_own_cpuid_bits() {
+        let cases = [
+            (Kind::WrIbpb, Needs::Ibpb, "IA32_PRED_CMD"),
+            (Kind::WrIbrs, Needs::Ibrs, "IA32_SPEC_CTRL"),
+            (Kind::WrTsxCtrl, Needs::TsxCtrl, "IA32_TSX_CTRL"),
+        ];
+        let all = GuestFacts {
+            ibpb: true,
+            ibrs: true,
+            tsx_ctrl: true,
+            ..GuestFacts::default()
+        };
+        for (kind, needs, msr) in cases {
+            assert_eq!(kind.needs(), needs, "{kind:?}");
+            assert_eq!(missing_feature(needs, &all), None, "{kind:?}");
+            let mut one_short = all.clone();
+            match needs {
+                Needs::Ibpb => one_short.ibpb = false,
+                Needs::Ibrs => one_short.ibrs = false,
+                _ => one_short.tsx_ctrl = false,
+            }
+            let why = missing_feature(needs, &one_short).unwrap();
+            assert!(why.contains(msr) && why.contains("#GP"), "{why}");
+            // The other two facts do not stand in for it.
+            for (_, other, _) in cases.iter().filter(|c| c.1 != needs) {
+                assert_eq!(missing_feature(*other, &one_short), None, "{other:?}");
+            }
+        }
     }
 
     #[test]

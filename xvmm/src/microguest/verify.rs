@@ -303,6 +303,7 @@ mod tests {
         });
         ExitTiming {
             name: name.into(),
+            family: None,
             status: Status::Measured,
             samples_requested: 4,
             samples_valid: 4,

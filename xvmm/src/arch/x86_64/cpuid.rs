@@ -131,6 +131,37 @@ pub fn has_tsc_adjust(entries: &[kvm_cpuid_entry2]) -> bool {
         .any(|e| e.function == 7 && e.index == 0 && e.ebx & (1 << 1) != 0)
 }
 
+/// Whether these entries give the guest IA32_PRED_CMD's IBPB command:
+/// Intel's leaf 7 EDX bit 26 (IBRS and IBPB) or AMD's leaf 0x80000008 EBX
+/// bit 12. Without it KVM answers a write with #GP.
+pub fn has_ibpb(entries: &[kvm_cpuid_entry2]) -> bool {
+    has_bit(entries, 7, |e| e.edx, 26) || has_bit(entries, 0x8000_0008, |e| e.ebx, 12)
+}
+
+/// Whether these entries let the guest set IA32_SPEC_CTRL.IBRS: Intel's
+/// leaf 7 EDX bit 26 or AMD's leaf 0x80000008 EBX bit 14.
+pub fn has_ibrs(entries: &[kvm_cpuid_entry2]) -> bool {
+    has_bit(entries, 7, |e| e.edx, 26) || has_bit(entries, 0x8000_0008, |e| e.ebx, 14)
+}
+
+/// Whether these entries give the guest IA32_ARCH_CAPABILITIES (leaf 7
+/// EDX bit 29), whose bit 7 says whether IA32_TSX_CTRL exists.
+pub fn has_arch_capabilities(entries: &[kvm_cpuid_entry2]) -> bool {
+    has_bit(entries, 7, |e| e.edx, 29)
+}
+
+/// Bit `bit` of one register of leaf `function`, subleaf 0.
+fn has_bit(
+    entries: &[kvm_cpuid_entry2],
+    function: u32,
+    register: fn(&kvm_cpuid_entry2) -> u32,
+    bit: u32,
+) -> bool {
+    entries
+        .iter()
+        .any(|e| e.function == function && e.index == 0 && register(e) & (1 << bit) != 0)
+}
+
 /// Finds the entry for `function`/`index` (index ignored unless significant).
 pub fn find_mut(
     entries: &mut [kvm_cpuid_entry2],
@@ -323,6 +354,40 @@ mod tests {
             ..Default::default()
         };
         assert!(!has_tsc_adjust(&[leaf1]));
+    }
+
+    /// Each speculation-control bit from its own leaf and register, Intel's
+    /// and AMD's, and no other bit or subleaf.
+    #[test]
+    fn ibpb_ibrs_and_arch_capabilities_come_from_their_vendors_bits() {
+        let leaf = |function: u32, index: u32, ebx: u32, edx: u32| kvm_cpuid_entry2 {
+            function,
+            index,
+            ebx,
+            edx,
+            ..Default::default()
+        };
+        let intel = [leaf(7, 0, 0, 1 << 26)];
+        assert!(has_ibpb(&intel) && has_ibrs(&intel));
+        assert!(!has_arch_capabilities(&intel));
+        let amd_ibpb = [leaf(0x8000_0008, 0, 1 << 12, 0)];
+        assert!(has_ibpb(&amd_ibpb) && !has_ibrs(&amd_ibpb));
+        let amd_ibrs = [leaf(0x8000_0008, 0, 1 << 14, 0)];
+        assert!(!has_ibpb(&amd_ibrs) && has_ibrs(&amd_ibrs));
+        assert!(has_arch_capabilities(&[leaf(7, 0, 0, 1 << 29)]));
+        // The right bits in the wrong register, subleaf or leaf.
+        for wrong in [
+            leaf(7, 0, 1 << 26, 1 << 12 | 1 << 14),
+            leaf(7, 1, 0, 1 << 26 | 1 << 29),
+            leaf(0x8000_0008, 0, 1 << 26 | 1 << 29, 1 << 12 | 1 << 14),
+            leaf(0x8000_0007, 0, 1 << 12 | 1 << 14, 0),
+        ] {
+            let w = [wrong];
+            assert!(
+                !has_ibpb(&w) && !has_ibrs(&w) && !has_arch_capabilities(&w),
+                "{wrong:?}"
+            );
+        }
     }
 
     fn sample() -> Vec<kvm_cpuid_entry2> {

@@ -7,6 +7,9 @@ use kvm_ioctls::VcpuFd;
 
 pub const MSR_IA32_TSC: u32 = 0x10;
 pub const MSR_IA32_APICBASE: u32 = 0x1b;
+pub const MSR_IA32_ARCH_CAPABILITIES: u32 = 0x10a;
+/// IA32_ARCH_CAPABILITIES bit 7: IA32_TSX_CTRL (0x122) exists.
+pub const ARCH_CAP_TSX_CTRL_MSR: u64 = 1 << 7;
 pub const MSR_IA32_SYSENTER_CS: u32 = 0x174;
 pub const MSR_IA32_SYSENTER_ESP: u32 = 0x175;
 pub const MSR_IA32_SYSENTER_EIP: u32 = 0x176;

@@ -73,6 +73,9 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_cr0_wp - xvmm_mg_ktable
     .long xvmm_mg_k_mov_dr7 - xvmm_mg_ktable
     .long xvmm_mg_k_wr_kernel_gs_base - xvmm_mg_ktable
+    .long xvmm_mg_k_wr_ibpb - xvmm_mg_ktable
+    .long xvmm_mg_k_wr_ibrs - xvmm_mg_ktable
+    .long xvmm_mg_k_wr_tsx_ctrl - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -376,6 +379,63 @@ xvmm_mg_k_wr_kernel_gs_base:
 1:
     KSTAMP_OPEN 0
     mov ecx, 0xc0000102
+    mov eax, r13d
+    mov edx, r14d
+    wrmsr
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// IA32_PRED_CMD (0x49) = 1: an indirect branch prediction barrier, a
+// command with no state to put back.
+.p2align 4
+xvmm_mg_k_wr_ibpb:
+1:
+    KSTAMP_OPEN 0
+    mov ecx, 0x49
+    mov eax, 1
+    xor edx, edx
+    wrmsr
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// IA32_SPEC_CTRL (0x48) with IBRS (bit 0) flipped each sample: r13d:r14d
+// the value found, r10d the one written. The value found is written back
+// after the last sample, so no later phase runs with IBRS changed.
+.p2align 4
+xvmm_mg_k_wr_ibrs:
+    mov ecx, 0x48
+    rdmsr
+    mov r13d, eax
+    mov r14d, edx
+    mov r10d, eax
+1:
+    xor r10d, 1
+    KSTAMP_OPEN 0
+    mov ecx, 0x48
+    mov eax, r10d
+    mov edx, r14d
+    wrmsr
+    KSTAMP_CLOSE 8
+    add r15, r12
+    dec r9
+    jnz 1b
+    mov ecx, 0x48
+    mov eax, r13d
+    mov edx, r14d
+    wrmsr
+    ret
+
+// IA32_TSX_CTRL (0x122), written back with the value read once before the
+// loop (r13d:r14d), so TSX stays as the VM has it.
+.p2align 4
+xvmm_mg_k_wr_tsx_ctrl:
+    mov ecx, 0x122
+    rdmsr
+    mov r13d, eax
+    mov r14d, edx
+1:
+    KSTAMP_OPEN 0
+    mov ecx, 0x122
     mov eax, r13d
     mov edx, r14d
     wrmsr
