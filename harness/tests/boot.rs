@@ -8,6 +8,7 @@
 
 use std::sync::OnceLock;
 use std::time::Duration;
+use xvmm::microguest::platform::Outcome as Documented;
 use xvmm_harness::{self as harness, l1, Outcome, Step, StepResult, MARKER};
 
 /// xvmm --timeout for steps that should finish on their own.
@@ -389,7 +390,9 @@ fn guest_tsc_rate_on_real_kvm_is_applied_or_refused_in_one_line() {
 /// mapping), adding up to each split sample's round trip within 2 TSC
 /// quanta, and an exit served in the VMM process (pio-out) spends longer
 /// in the host than the cheapest one KVM serves itself (cpuid, xsetbv)
-/// and than the same port or MMIO write served by an ioeventfd.
+/// and than the same port or MMIO write served by an ioeventfd or a port
+/// access served by the in-kernel PIC; the interrupt rows hold more than
+/// one exit in their samples.
 /// TCG-emulated times: relations only.
 #[test]
 fn microguest_exits_split_at_the_host_tracepoints() {
@@ -416,11 +419,19 @@ fn microguest_exits_split_at_the_host_tracepoints() {
         // Samples that held any kvm_exit (one, more, or one whose parts
         // came out negative): all but `no_exit`.
         let exited = t.samples - t.no_exit;
-        if stays_in_the_guest(&e.name) {
+        match nested_outcome(&e.name) {
             // An interrupt of L1's can still land in a sample (and KVM
             // then watches DR7 again until the next write): a few.
-            assert!(exited * 20 <= t.samples, "{}: {t:?}", e.name);
-            continue;
+            Documented::RunsWithoutExit => {
+                assert!(exited * 20 <= t.samples, "{}: {t:?}", e.name);
+                continue;
+            }
+            // An interrupt's path: more than one exit in all but a few.
+            Documented::RunsWithSeveralExits => {
+                assert!(t.more_exits * 20 >= t.samples * 19, "{}: {t:?}", e.name);
+                continue;
+            }
+            _ => {}
         }
         // The other way round for every other row: an exit in all but a
         // few samples (394 to 399 of 400 held exactly one in past runs).
@@ -456,24 +467,28 @@ fn microguest_exits_split_at_the_host_tracepoints() {
     // The same write served by an ioeventfd stays in KVM: less host time
     // than the trip to xvmm and back (one run: pio-out-eventfd 22412
     // against pio-out's 60034).
+    // So does a port the in-kernel PIC serves (one run: pio-in-kernel 22022
+    // against pio-in's 60632).
     for (user, kernel) in [
         ("pio-out", "pio-out-eventfd"),
         ("mmio-write", "mmio-write-eventfd"),
+        ("pio-in", "pio-in-kernel"),
+        ("pio-out", "pio-out-kernel"),
     ] {
         let (u, k) = (in_host[user], in_host[kernel]);
         assert!(k < u, "{kernel} {k} vs {user} {u} ticks in the host");
     }
 }
 
-/// Rows that `platform.rs` documents as running without an exit on AMD
-/// under kvm_amd, L1's CPU and hypervisor here.
-fn stays_in_the_guest(row: &str) -> bool {
-    use xvmm::microguest::platform::{expected_exit, Hypervisor, Outcome, Platform, Vendor};
+/// What `platform.rs` documents for a row on AMD under kvm_amd, L1's CPU
+/// and hypervisor here.
+fn nested_outcome(row: &str) -> Documented {
+    use xvmm::microguest::platform::{expected_exit, Hypervisor, Platform, Vendor};
     let l1 = Platform {
         vendor: Vendor::Amd,
         hypervisor: Hypervisor::KvmAmd,
     };
-    expected_exit(row, l1).outcome == Outcome::RunsWithoutExit
+    expected_exit(row, l1).outcome
 }
 
 /// Issue 21 item 13: the kernel pair's linearity check, which this host's

@@ -166,6 +166,7 @@ extern "C" {
     static xvmm_mg_user_done: u8;
     static xvmm_mg_stubs: u8;
     static xvmm_mg_stub_other: u8;
+    static xvmm_mg_irq_entry: u8;
     static xvmm_mg_kstamp_counts: [u32; 2];
     static xvmm_mg_user_start: u8;
     static xvmm_mg_user_end: u8;
@@ -208,6 +209,8 @@ pub struct KernelEntries {
     pub syscall: u64,
     pub sysenter: u64,
     pub invalid_opcode: u64,
+    /// The APIC rows' interrupts (self-IPI, LAPIC timer).
+    pub interrupt: u64,
     /// Vector v's stub is at `stubs + 16 * v` (v < 32).
     pub stubs: u64,
     pub other: u64,
@@ -237,6 +240,7 @@ pub fn kernel_entries() -> KernelEntries {
         syscall: at(&raw const xvmm_mg_syscall_entry),
         sysenter: at(&raw const xvmm_mg_sysenter_entry),
         invalid_opcode: at(&raw const xvmm_mg_ud_entry),
+        interrupt: at(&raw const xvmm_mg_irq_entry),
         stubs: at(&raw const xvmm_mg_stubs),
         other: at(&raw const xvmm_mg_stub_other),
     }

@@ -27,7 +27,7 @@ macro_rules! kinds {
 }
 
 use xvmm_results::ExitFamily;
-use ExitFamily::{Instruction, Mmio, Msr, PortIo, Register};
+use ExitFamily::{Instruction, Interrupt, Mmio, Msr, PortIo, Register, Timer};
 
 // A new kind: a row here, and its routine at the same place in its blob's
 // dispatch table (a test checks). An exit that reaches xvmm in a new way
@@ -54,6 +54,12 @@ kinds! {
     /// The same OUT on a port an ioeventfd serves: KVM signals the eventfd
     /// and resumes the guest without xvmm (the in-kernel twin of pio-out).
     PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::Ioeventfd, PortIo));
+    /// IN from the ELCR (port 0x4d0), which KVM's in-kernel PIC serves
+    /// (kvm-unit-tests' inl_from_kernel, a byte read there too).
+    PioInKernel => (Kernel, "xvmm_mg_k_pio_in_kernel", exit_needing("pio-in-kernel", None, Needs::Irqchip, PortIo));
+    /// OUT of the value the ELCR holds back to it (kvm-unit-tests'
+    /// outl_to_kernel writes 0).
+    PioOutKernel => (Kernel, "xvmm_mg_k_pio_out_kernel", exit_needing("pio-out-kernel", None, Needs::Irqchip, PortIo));
     MmioWrite => (Kernel, "xvmm_mg_k_mmio", exit("mmio-write", Some(VmmExit::MmioWrite), Mmio));
     /// The same write to an address an ioeventfd serves (in-kernel twin).
     MmioWriteEventfd => (Kernel, "xvmm_mg_k_mmio_eventfd", exit_needing("mmio-write-eventfd", None, Needs::Ioeventfd, Mmio));
@@ -111,6 +117,15 @@ kinds! {
     /// WRMSR of IA32_TSX_CTRL with the value it holds (kvm-unit-tests'
     /// wr_tsx_ctrl_msr): an MSR KVM offers on Intel CPUs with TSX control.
     WrTsxCtrl => (Kernel, "xvmm_mg_k_wr_tsx_ctrl", exit_needing("wr-tsx-ctrl", None, Needs::TsxCtrl, Msr));
+    /// A self-IPI through the x2APIC's ICR, taken with interrupts on for
+    /// one instruction (kvm-unit-tests' x2apic_self_ipi_sti_nop): the ICR
+    /// write, the injection, the handler and its EOI.
+    X2apicSelfIpi => (Kernel, "xvmm_mg_k_x2apic_self_ipi", exit_needing("x2apic-self-ipi", None, Needs::X2apic, Interrupt));
+    /// The same IPI taken by a halted vCPU (x2apic_self_ipi_sti_hlt).
+    X2apicSelfIpiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_hlt", exit_needing("x2apic-self-ipi-hlt", None, Needs::X2apic, Interrupt));
+    /// The LAPIC timer armed in TSC-deadline mode with a deadline already
+    /// past, and its interrupt (kvm-unit-tests' tscdeadline_immed).
+    TscDeadlineImmed => (Kernel, "xvmm_mg_k_tscdeadline_immed", exit_needing("tscdeadline-immed", None, Needs::TscDeadline, Timer));
     /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
     /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
     Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave, Instruction));
@@ -186,6 +201,15 @@ pub enum Needs {
     Ibrs,
     /// IA32_ARCH_CAPABILITIES in CPUID with its TSX_CTRL bit set.
     TsxCtrl,
+    /// KVM's in-kernel irqchip (KVM_CAP_IRQCHIP): the row's VM is created
+    /// with it, and only such rows' VMs are.
+    Irqchip,
+    /// The irqchip, and x2APIC in CPUID (leaf 1 ECX bit 21).
+    X2apic,
+    /// The irqchip, x2APIC, and the LAPIC timer's TSC-deadline mode
+    /// (KVM_CAP_TSC_DEADLINE_TIMER, which puts leaf 1 ECX bit 24 in an
+    /// irqchip VM's CPUID).
+    TscDeadline,
 }
 
 const fn crossing(name: &'static str, handler: Handler) -> Role {
@@ -340,6 +364,20 @@ impl Kind {
             Role::Exit { family, .. } => Some(family),
             _ => None,
         }
+    }
+
+    /// Whether a sample turns interrupts on to take one it asked for (the
+    /// APIC and timer rows).
+    pub const fn takes_interrupt(self) -> bool {
+        matches!(self.needs(), Needs::X2apic | Needs::TscDeadline)
+    }
+
+    /// Whether the kind's VM has KVM's in-kernel irqchip.
+    pub const fn needs_irqchip(self) -> bool {
+        matches!(
+            self.needs(),
+            Needs::Irqchip | Needs::X2apic | Needs::TscDeadline
+        )
     }
 
     /// The CPU feature the kind's instruction needs in the guest.
@@ -507,6 +545,8 @@ mod tests {
                 "pio-out",
                 "pio-in",
                 "pio-out-eventfd",
+                "pio-in-kernel",
+                "pio-out-kernel",
                 "mmio-write",
                 "mmio-write-eventfd",
             ];
@@ -520,12 +560,18 @@ mod tests {
             ]);
             rows.extend(["rd-tsc-adjust", "wr-tsc-adjust"]);
             rows.extend(["toggle-cr0-wp", "mov-to-dr7", "wr-kernel-gs-base"]);
-            rows.extend(["wr-ibpb", "wr-ibrs", "wr-tsx-ctrl", "xsetbv"]);
+            rows.extend(["wr-ibpb", "wr-ibrs", "wr-tsx-ctrl"]);
+            rows.extend([
+                "x2apic-self-ipi",
+                "x2apic-self-ipi-hlt",
+                "tscdeadline-immed",
+            ]);
+            rows.push("xsetbv");
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 24);
+        assert_eq!(EXIT_ROWS, 29);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -569,8 +615,19 @@ mod tests {
                 "wr-tsx-ctrl"
             ]
         );
-        assert_eq!(of(PortIo), ["pio-out", "pio-in", "pio-out-eventfd"]);
+        assert_eq!(
+            of(PortIo),
+            [
+                "pio-out",
+                "pio-in",
+                "pio-out-eventfd",
+                "pio-in-kernel",
+                "pio-out-kernel"
+            ]
+        );
         assert_eq!(of(Mmio), ["mmio-write", "mmio-write-eventfd"]);
+        assert_eq!(of(Interrupt), ["x2apic-self-ipi", "x2apic-self-ipi-hlt"]);
+        assert_eq!(of(Timer), ["tscdeadline-immed"]);
         // Only exits have a family.
         assert_eq!(Kind::Syscall.family(), None);
         assert_eq!(Kind::KernelNull.family(), None);

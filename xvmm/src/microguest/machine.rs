@@ -80,6 +80,12 @@ pub struct GuestFacts {
     /// IA32_TSX_CTRL: IA32_ARCH_CAPABILITIES in the guest's CPUID, and its
     /// TSX_CTRL bit in the value KVM gives the vCPU.
     pub tsx_ctrl: bool,
+    /// KVM_CAP_IRQCHIP: KVM can emulate the PIC, IOAPIC and LAPIC.
+    pub irqchip: bool,
+    /// x2APIC in the guest's CPUID.
+    pub x2apic: bool,
+    /// KVM_CAP_TSC_DEADLINE_TIMER: the LAPIC timer's TSC-deadline mode.
+    pub tsc_deadline: bool,
 }
 
 impl GuestFacts {
@@ -243,13 +249,22 @@ struct Loaded {
     /// The vCPU's special registers as KVM created them: every phase starts
     /// from these, whatever the last phase left.
     sregs: kvm_sregs,
-    /// The TSC settings it was created with (`MachineConfig::tsc_khz`, `tsc_offset`).
-    made_for: (Option<u32>, Option<i64>),
+    /// What it was created for: the TSC settings (`MachineConfig::tsc_khz`,
+    /// `tsc_offset`) and whether it has the in-kernel irqchip.
+    made_for: MadeFor,
+}
+
+/// The settings a VM is created with; a VM is reused only for a phase that
+/// wants the same.
+type MadeFor = (Option<u32>, Option<i64>, bool);
+
+fn made_for(cfg: &MachineConfig, kind: Kind) -> MadeFor {
+    (cfg.tsc_khz, cfg.tsc_offset, kind.needs_irqchip())
 }
 
 impl Loaded {
-    fn new(cfg: &MachineConfig) -> Result<Loaded> {
-        let machine = new_machine(cfg)?;
+    fn new(cfg: &MachineConfig, made_for: MadeFor) -> Result<Loaded> {
+        let machine = new_machine(cfg, made_for.2)?;
         let ioeventfds = register_ioeventfds(&machine.vm.fd);
         let vcpu = &machine.vcpu;
         let facts = GuestFacts {
@@ -263,6 +278,12 @@ impl Loaded {
             ibpb: cpuid::has_ibpb(vcpu.cpuid.as_slice()),
             ibrs: cpuid::has_ibrs(vcpu.cpuid.as_slice()),
             tsx_ctrl: has_tsx_ctrl(vcpu),
+            irqchip: machine.vm.kvm.check_extension(kvm_ioctls::Cap::Irqchip),
+            x2apic: cpuid::has_x2apic(vcpu.cpuid.as_slice()),
+            tsc_deadline: machine
+                .vm
+                .kvm
+                .check_extension(kvm_ioctls::Cap::TscDeadlineTimer),
         };
         let sregs = vcpu
             .fd
@@ -272,7 +293,7 @@ impl Loaded {
             machine,
             facts,
             sregs,
-            made_for: (cfg.tsc_khz, cfg.tsc_offset),
+            made_for,
         })
     }
 }
@@ -322,7 +343,7 @@ impl Vms {
     ) -> Result<(PhaseEnd, GuestFacts)> {
         let buffer_bytes = check_phase(phase)?;
         let start = Instant::now();
-        let made_for = (cfg.tsc_khz, cfg.tsc_offset);
+        let made_for = made_for(cfg, phase.kind);
         let kept = self
             .idle
             .borrow_mut()
@@ -331,7 +352,7 @@ impl Vms {
         let reused = kept.is_some();
         let mut loaded = match kept {
             Some(loaded) => loaded,
-            None => Loaded::new(cfg)?,
+            None => Loaded::new(cfg, made_for)?,
         };
         let mut times = PhaseTimes {
             create: start.elapsed(),
@@ -487,12 +508,13 @@ fn register_ioeventfds(vm: &kvm_ioctls::VmFd) -> bool {
         && register(IoEventAddress::Mmio(layout::MMIO_EVENTFD_GPA))
 }
 
-/// A phase's VM and vCPU.
-fn new_machine(cfg: &MachineConfig) -> Result<Machine> {
+/// A phase's VM and vCPU, with KVM's in-kernel irqchip (PIC, IOAPIC,
+/// LAPIC and PIT, none of them programmed to interrupt) where `irqchip`.
+fn new_machine(cfg: &MachineConfig, irqchip: bool) -> Result<Machine> {
     Machine::new(&MachineSpec {
         vm: VmConfig {
             mem_bytes: layout::MEM_BYTES,
-            irqchip: false,
+            irqchip,
         },
         vcpu: VcpuConfig {
             tsc_khz: cfg.tsc_khz,

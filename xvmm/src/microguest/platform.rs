@@ -104,6 +104,10 @@ pub enum Outcome {
     /// finds no `kvm_exit` in its samples (the hypervisor does not
     /// intercept it).
     RunsWithoutExit,
+    /// It completes, and a traced run finds more than one `kvm_exit` in
+    /// every sample: an interrupt's path (the request, the interrupt
+    /// window, the EOI), which no one exit's split describes.
+    RunsWithSeveralExits,
     /// The guest takes this exception on the measured instruction itself
     /// (at CPL3 for a crossing, CPL0 for an exit).
     Faults { vector: u64 },
@@ -183,13 +187,36 @@ pub fn hypercall(vendor: Vendor) -> &'static str {
 pub fn expected_exit(name: &str, p: Platform) -> Fact {
     match (name, p.vendor, p.hypervisor) {
         (
-            "cpuid" | "pio-out" | "pio-in" | "pio-out-eventfd" | "mmio-write"
-            | "mmio-write-eventfd" | "hlt" | "mov-to-cr8" | "mov-from-cr8" | "toggle-cr4-pge"
-            | "wbinvd" | "invd" | "rd-tsc-adjust" | "wr-tsc-adjust" | "toggle-cr0-wp"
-            | "mov-to-dr7" | "wr-kernel-gs-base",
+            "cpuid"
+            | "pio-out"
+            | "pio-in"
+            | "pio-out-eventfd"
+            | "mmio-write"
+            | "mmio-write-eventfd"
+            | "hlt"
+            | "mov-to-cr8"
+            | "mov-from-cr8"
+            | "toggle-cr4-pge"
+            | "wbinvd"
+            | "invd"
+            | "rd-tsc-adjust"
+            | "wr-tsc-adjust"
+            | "toggle-cr0-wp"
+            | "mov-to-dr7"
+            | "wr-kernel-gs-base"
+            | "pio-in-kernel"
+            | "pio-out-kernel"
+            | "x2apic-self-ipi-hlt",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
+        // PVM does not deliver an interrupt made pending with interrupts
+        // off in the STI window that follows (0 of 6000 self-IPIs, 13 of
+        // 6000 timer interrupts, those met another exit): the rows say so.
+        // HLT does take the pending IPI.
+        ("x2apic-self-ipi" | "tscdeadline-immed", Vendor::Amd, Hypervisor::Pvm) => {
+            fact(Outcome::Unavailable, AMD_PVM)
+        }
         ("vmmcall", Vendor::Amd, Hypervisor::Pvm) => fact(Outcome::NeverReturns, AMD_PVM),
         ("rdmsr" | "wrmsr", Vendor::Amd, Hypervisor::Pvm) => {
             fact(Outcome::Faults { vector: 13 }, AMD_PVM)
@@ -211,6 +238,14 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
         ("mov-to-dr7" | "wr-kernel-gs-base" | "mov-from-cr8", Vendor::Amd, Hypervisor::KvmAmd) => {
             fact(Outcome::RunsWithoutExit, NESTED)
         }
+        // Without AVIC (QEMU's TCG has none) the ICR or TSC-deadline write,
+        // the interrupt window and the EOI each exit: 400 of 400 traced
+        // samples held more than one.
+        (
+            "x2apic-self-ipi" | "x2apic-self-ipi-hlt" | "tscdeadline-immed",
+            Vendor::Amd,
+            Hypervisor::KvmAmd,
+        ) => fact(Outcome::RunsWithSeveralExits, NESTED),
         // The nested harness's microguest bench records the crossings and
         // that the report passes `verify`, not each exit's status.
         _ => fact(Outcome::Undocumented, NOBODY),
@@ -287,7 +322,7 @@ pub fn row_matches(fact: &Fact, status: &Status) -> Result<(), String> {
         Status::Unsupported { reason } | Status::RoundTripOnly { reason } => Some(reason.as_str()),
     };
     let expected: Option<&[&str]> = match fact.outcome {
-        Outcome::Runs | Outcome::RunsWithoutExit => None,
+        Outcome::Runs | Outcome::RunsWithoutExit | Outcome::RunsWithSeveralExits => None,
         Outcome::Faults { vector: 6 } => Some(&["(vector 6)", "raise #UD"]),
         Outcome::Faults { vector: 13 } => Some(&["(vector 13)"]),
         Outcome::Faults { .. } => Some(&["(vector"]),
@@ -393,6 +428,8 @@ mod tests {
                 ("pio-out", Outcome::Runs),
                 ("pio-in", Outcome::Runs),
                 ("pio-out-eventfd", Outcome::Runs),
+                ("pio-in-kernel", Outcome::Runs),
+                ("pio-out-kernel", Outcome::Runs),
                 ("mmio-write", Outcome::Runs),
                 ("mmio-write-eventfd", Outcome::Runs),
                 ("vmmcall", Outcome::NeverReturns),
@@ -412,6 +449,9 @@ mod tests {
                 ("wr-ibpb", Outcome::Unavailable),
                 ("wr-ibrs", Outcome::Unavailable),
                 ("wr-tsx-ctrl", Outcome::Unavailable),
+                ("x2apic-self-ipi", Outcome::Unavailable),
+                ("x2apic-self-ipi-hlt", Outcome::Runs),
+                ("tscdeadline-immed", Outcome::Unavailable),
                 ("xsetbv", Outcome::Unavailable),
             ]
         );
@@ -451,6 +491,10 @@ mod tests {
             ("wr-kernel-gs-base", Outcome::RunsWithoutExit),
             ("mov-from-cr8", Outcome::RunsWithoutExit),
             ("toggle-cr0-wp", Outcome::Undocumented),
+            ("x2apic-self-ipi", Outcome::RunsWithSeveralExits),
+            ("x2apic-self-ipi-hlt", Outcome::RunsWithSeveralExits),
+            ("tscdeadline-immed", Outcome::RunsWithSeveralExits),
+            ("pio-in-kernel", Outcome::Undocumented),
         ] {
             assert_eq!(expected_exit(row, nested).outcome, outcome, "{row}");
         }

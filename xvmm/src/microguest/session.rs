@@ -665,6 +665,21 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
             "the guest's CPUID has no IBRS (KVM_GET_SUPPORTED_CPUID leaf 7 EDX bit 26 or \
              0x80000008 EBX bit 14), so KVM would answer the IA32_SPEC_CTRL write with #GP",
         ),
+        Needs::Irqchip if facts.irqchip => None,
+        Needs::Irqchip => {
+            Some("KVM lacks KVM_CAP_IRQCHIP, so no in-kernel PIC or LAPIC serves the access")
+        }
+        Needs::X2apic | Needs::TscDeadline if !facts.irqchip => {
+            missing_feature(Needs::Irqchip, facts)
+        }
+        Needs::X2apic | Needs::TscDeadline if !facts.x2apic => Some(
+            "the guest's CPUID has no x2APIC (KVM_GET_SUPPORTED_CPUID leaf 1 ECX bit 21), and the \
+             microguest reaches its LAPIC only through the x2APIC MSRs",
+        ),
+        Needs::TscDeadline if !facts.tsc_deadline => Some(
+            "KVM lacks KVM_CAP_TSC_DEADLINE_TIMER, so the LAPIC timer has no TSC-deadline mode",
+        ),
+        Needs::X2apic | Needs::TscDeadline => None,
         Needs::TsxCtrl if facts.tsx_ctrl => None,
         Needs::TsxCtrl => Some(
             "the vCPU has no IA32_TSX_CTRL (IA32_ARCH_CAPABILITIES bit 7 clear or the MSR absent: \
@@ -709,6 +724,50 @@ mod tests {
             "{why}"
         );
         assert_eq!(kinds::Kind::WrTscAdjust.needs(), Needs::TscAdjust);
+    }
+
+    /// The irqchip rows need KVM's irqchip; the APIC rows x2APIC too, the
+    /// timer row the TSC-deadline mode too; each reason names what is
+    /// missing first.
+    #[test]
+    fn apic_rows_need_the_irqchip_then_x2apic_then_the_deadline_timer() {
+        let all = GuestFacts {
+            irqchip: true,
+            x2apic: true,
+            tsc_deadline: true,
+            ..GuestFacts::default()
+        };
+        for needs in [Needs::Irqchip, Needs::X2apic, Needs::TscDeadline] {
+            assert_eq!(missing_feature(needs, &all), None, "{needs:?}");
+        }
+        let without = |f: fn(&mut GuestFacts)| {
+            let mut facts = all.clone();
+            f(&mut facts);
+            facts
+        };
+        let no_chip = without(|f| f.irqchip = false);
+        for needs in [Needs::Irqchip, Needs::X2apic, Needs::TscDeadline] {
+            let why = missing_feature(needs, &no_chip).unwrap();
+            assert!(why.contains("KVM_CAP_IRQCHIP"), "{why}");
+        }
+        let no_x2apic = without(|f| f.x2apic = false);
+        assert_eq!(missing_feature(Needs::Irqchip, &no_x2apic), None);
+        for needs in [Needs::X2apic, Needs::TscDeadline] {
+            let why = missing_feature(needs, &no_x2apic).unwrap();
+            assert!(why.contains("no x2APIC"), "{why}");
+        }
+        let no_deadline = without(|f| f.tsc_deadline = false);
+        assert_eq!(missing_feature(Needs::X2apic, &no_deadline), None);
+        let why = missing_feature(Needs::TscDeadline, &no_deadline).unwrap();
+        assert!(why.contains("KVM_CAP_TSC_DEADLINE_TIMER"), "{why}");
+        assert_eq!(Kind::PioInKernel.needs(), Needs::Irqchip);
+        assert_eq!(Kind::X2apicSelfIpiHlt.needs(), Needs::X2apic);
+        assert_eq!(Kind::TscDeadlineImmed.needs(), Needs::TscDeadline);
+        // Only these rows' VMs have the irqchip, and only the APIC and
+        // timer rows take interrupts.
+        assert!(Kind::PioOutKernel.needs_irqchip() && !Kind::PioOutKernel.takes_interrupt());
+        assert!(Kind::X2apicSelfIpi.needs_irqchip() && Kind::X2apicSelfIpi.takes_interrupt());
+        assert!(!Kind::Cpuid.needs_irqchip() && !Kind::Hlt.takes_interrupt());
     }
 
     /// Each speculation-control row asks for its own fact, and its reason

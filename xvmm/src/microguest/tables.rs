@@ -72,10 +72,15 @@ pub const VECTOR_UD: usize = 6;
 pub const VECTOR_BP: usize = 3;
 pub const VECTOR_PF: usize = 14;
 pub const VECTOR_INT_N: usize = 0x80;
+/// The self-IPI the APIC rows send (`asm/kernel.S` spells it too).
+pub const VECTOR_IPI: usize = 0xf0;
+/// The LAPIC timer's vector in the timer rows.
+pub const VECTOR_TIMER: usize = 0xf1;
 
 /// The IDT: the measured vectors go to their handlers (#BP and int 0x80 with
-/// DPL 3 so user code may raise them), #DF runs on IST1, every other vector
-/// reports itself as unexpected.
+/// DPL 3 so user code may raise them), the APIC rows' two interrupt vectors
+/// to the handler that counts and acknowledges them, #DF runs on IST1,
+/// every other vector reports itself as unexpected.
 pub fn idt(entries: &KernelEntries) -> Vec<u8> {
     let mut idt = Vec::with_capacity(256 * 16);
     for vector in 0..256usize {
@@ -84,6 +89,7 @@ pub fn idt(entries: &KernelEntries) -> Vec<u8> {
             VECTOR_BP => idt_gate(entries.breakpoint, 3, 0),
             VECTOR_INT_N => idt_gate(entries.int_n, 3, 0),
             VECTOR_UD => idt_gate(entries.invalid_opcode, 0, 0),
+            VECTOR_IPI | VECTOR_TIMER => idt_gate(entries.interrupt, 0, 0),
             VECTOR_DF => idt_gate(entries.stubs + 16 * vector as u64, 0, 1),
             0..32 => idt_gate(entries.stubs + 16 * vector as u64, 0, 0),
             _ => idt_gate(entries.other, 0, 0),
@@ -244,6 +250,7 @@ mod tests {
             syscall: 0x10400,
             sysenter: 0x10500,
             invalid_opcode: 0x10600,
+            interrupt: 0x10700,
             stubs: 0x11000,
             other: 0x11200,
         };
@@ -261,6 +268,10 @@ mod tests {
         assert_eq!(handler(13), 0x11000 + 13 * 16);
         assert_eq!(handler(6), 0x10600);
         assert_eq!(idt[8 * 16 + 4], 1, "#DF on IST1");
+        assert_eq!((handler(0xf0), dpl(0xf0)), (0x10700, 0));
+        assert_eq!((handler(0xf1), dpl(0xf1)), (0x10700, 0));
+        assert_eq!(handler(0xef), 0x11200);
+        assert_eq!(handler(0xf2), 0x11200);
         assert_eq!(handler(0x81), 0x11200);
         assert_eq!(handler(32), 0x11200);
     }

@@ -131,6 +131,11 @@ pub fn has_tsc_adjust(entries: &[kvm_cpuid_entry2]) -> bool {
         .any(|e| e.function == 7 && e.index == 0 && e.ebx & (1 << 1) != 0)
 }
 
+/// Whether these entries give the guest x2APIC (leaf 1 ECX bit 21).
+pub fn has_x2apic(entries: &[kvm_cpuid_entry2]) -> bool {
+    has_bit(entries, 1, |e| e.ecx, 21)
+}
+
 /// Whether these entries give the guest IA32_PRED_CMD's IBPB command:
 /// Intel's leaf 7 EDX bit 26 (IBRS and IBPB) or AMD's leaf 0x80000008 EBX
 /// bit 12. Without it KVM answers a write with #GP.

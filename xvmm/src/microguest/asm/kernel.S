@@ -56,6 +56,8 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_pio_out - xvmm_mg_ktable
     .long xvmm_mg_k_pio_in - xvmm_mg_ktable
     .long xvmm_mg_k_pio_out_eventfd - xvmm_mg_ktable
+    .long xvmm_mg_k_pio_in_kernel - xvmm_mg_ktable
+    .long xvmm_mg_k_pio_out_kernel - xvmm_mg_ktable
     .long xvmm_mg_k_mmio - xvmm_mg_ktable
     .long xvmm_mg_k_mmio_eventfd - xvmm_mg_ktable
     .long xvmm_mg_k_vmcall - xvmm_mg_ktable
@@ -76,6 +78,9 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_wr_ibpb - xvmm_mg_ktable
     .long xvmm_mg_k_wr_ibrs - xvmm_mg_ktable
     .long xvmm_mg_k_wr_tsx_ctrl - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_tscdeadline_immed - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -385,6 +390,31 @@ xvmm_mg_k_wr_kernel_gs_base:
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
+// The ELCR (port 0x4d0, edge/level of IRQs 0-7), which KVM's in-kernel PIC
+// serves: read; then written with the value read once before the loop
+// (r13d), so no IRQ changes its trigger mode.
+.p2align 4
+xvmm_mg_k_pio_in_kernel:
+1:
+    KSTAMP_OPEN 0
+    mov edx, 0x4d0
+    in al, dx
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+.p2align 4
+xvmm_mg_k_pio_out_kernel:
+    mov edx, 0x4d0
+    in al, dx
+    movzx r13d, al
+1:
+    KSTAMP_OPEN 0
+    mov edx, 0x4d0
+    mov eax, r13d
+    out dx, al
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
 // IA32_PRED_CMD (0x49) = 1: an indirect branch prediction barrier, a
 // command with no state to put back.
 .p2align 4
@@ -442,6 +472,78 @@ xvmm_mg_k_wr_tsx_ctrl:
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
+/*
+ * The APIC rows: interrupts on for one window per sample (STI, then the
+ * instruction STI's shadow covers, then CLI), so the only interrupt a
+ * sample can take is the one it asked for. ONE_INTERRUPT keeps the
+ * sample where exactly that one arrived in the window.
+ */
+
+// A self-IPI through the x2APIC ICR (0x830: shorthand self, fixed,
+// vector 0xf0), taken in an STI; NOP window (kvm-unit-tests'
+// x2apic_self_ipi_sti_nop).
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi:
+    X2APIC_ON
+1:
+    mov r10, r11
+    KSTAMP_OPEN 0
+    mov ecx, 0x830
+    mov eax, 0x400f0
+    xor edx, edx
+    wrmsr
+    sti
+    nop
+    cli
+    KSTAMP_CLOSE 8
+    ONE_INTERRUPT
+    NEXT_SAMPLE
+
+// The same IPI taken by a halted vCPU: STI; HLT, the IPI already pending
+// (kvm-unit-tests' x2apic_self_ipi_sti_hlt).
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_hlt:
+    X2APIC_ON
+1:
+    mov r10, r11
+    KSTAMP_OPEN 0
+    mov ecx, 0x830
+    mov eax, 0x400f0
+    xor edx, edx
+    wrmsr
+    sti
+    hlt
+    cli
+    KSTAMP_CLOSE 8
+    ONE_INTERRUPT
+    NEXT_SAMPLE
+
+// The LAPIC timer in TSC-deadline mode (LVT timer 0x832: mode 10b, vector
+// 0xf1), armed with a deadline already past: IA32_TSC_DEADLINE (0x6e0) =
+// the opening stamp's TSC, still in edx:eax, then the STI; NOP window
+// (kvm-unit-tests' tscdeadline_immed, which reads the TSC once more). The
+// MFENCE orders the LVT write before the first deadline write, as the SDM
+// asks.
+.p2align 4
+xvmm_mg_k_tscdeadline_immed:
+    X2APIC_ON
+    mov ecx, 0x832
+    mov eax, 0x400f1
+    xor edx, edx
+    wrmsr
+    mfence
+1:
+    mov r10, r11
+    KSTAMP_OPEN 0
+    mov ecx, 0x6e0
+    wrmsr
+    sti
+    nop
+    cli
+    KSTAMP_CLOSE 8
+    ONE_INTERRUPT
+    NEXT_SAMPLE
+
 // XCR0 = 1 (x87 only, its value at reset): valid wherever XSAVE is, so the
 // loop changes nothing the guest uses.
 .p2align 4
@@ -495,6 +597,24 @@ xvmm_mg_k_imul:
     KSTAMP_CLOSE 8
     CHAIN_NEXT
     NEXT_SAMPLE
+
+// The APIC rows' interrupts (vectors 0xf0 and 0xf1): counted in r11 and
+// acknowledged with an x2APIC EOI (0x80b), nothing else touched.
+.p2align 4
+.globl xvmm_mg_irq_entry
+xvmm_mg_irq_entry:
+    push rax
+    push rcx
+    push rdx
+    inc r11
+    mov ecx, 0x80b
+    xor eax, eax
+    xor edx, edx
+    wrmsr
+    pop rdx
+    pop rcx
+    pop rax
+    iretq
 
 // Every unexpected exception ends here (stack: see REPORT_FAULT).
 .p2align 4

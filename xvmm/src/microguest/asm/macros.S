@@ -16,6 +16,8 @@
  *   rbp  the kind's measurement routine
  *   rax, rcx, rdx  scratch: the stamps write them (RDTSC edx:eax, RDTSCP
  *        also ecx) and a handler clobbers nothing else
+ *   r11  interrupts the interrupt handler took (the APIC rows; the chain
+ *        routines, which run with interrupts off, use it otherwise)
  * Kind-specific registers are described where they are used.
  */
 
@@ -67,6 +69,38 @@
 .macro USTAMP_CLOSE off
     STAMP_CLOSE
     STORE_STAMP \off
+.endm
+
+/*
+ * The APIC rows' set-up: x2APIC mode (IA32_APIC_BASE EN and EXTD; KVM's
+ * in-kernel LAPIC starts in xAPIC mode, and EN to EN+EXTD is a legal
+ * step) and software-enabled (SVR bit 8, spurious vector 0xff). Clobbers
+ * rax, rcx, rdx.
+ */
+.macro X2APIC_ON
+    mov ecx, 0x1b
+    rdmsr
+    or eax, 0xc00
+    wrmsr
+    mov ecx, 0x80f
+    mov eax, 0x1ff
+    xor edx, edx
+    wrmsr
+.endm
+
+/*
+ * An interrupt sample's end, after its closing stamp: the sample stands
+ * only where exactly one interrupt (the one it asked for) reached the
+ * handler since r10 was set from r11; otherwise its closing stamp becomes
+ * the unfilled sentinel and the VMM drops it. Clobbers rax.
+ */
+.macro ONE_INTERRUPT
+    mov rax, r11
+    sub rax, r10
+    cmp rax, 1
+    je 77f
+    mov qword ptr [r15 + 8], -1
+77:
 .endm
 
 /*
