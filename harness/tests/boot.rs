@@ -427,8 +427,17 @@ fn microguest_exits_split_at_the_host_tracepoints() {
                 continue;
             }
             // An interrupt's path: more than one exit in all but a few.
+            // Their host time together is part of the sample, not all of it.
             Documented::RunsWithSeveralExits => {
                 assert!(t.more_exits * 20 >= t.samples * 19, "{}: {t:?}", e.name);
+                let per = t.exits_per_sample.as_ref().expect("exits per sample");
+                let host = t.in_host_several.as_ref().expect("the exits' host time");
+                assert!(per.median >= 2, "{}: {t:?}", e.name);
+                assert!(
+                    host.median > 0 && host.median < t.round_trip_traced_median,
+                    "{}: {t:?}",
+                    e.name
+                );
                 continue;
             }
             _ => {}

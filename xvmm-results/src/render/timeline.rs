@@ -234,10 +234,23 @@ fn traced_row(t: &mut Table, e: &ExitTiming, x: &crate::exit_trace::TracedExit) 
         format!("{:+}", x.probe_effect_ticks),
     ]);
     if x.no_exit + x.more_exits > 0 {
-        t.note(format!(
-            "({} samples without a traced exit, {} with more than one)",
+        let mut note = format!(
+            "({} samples without a traced exit, {} with more than one",
             x.no_exit, x.more_exits
-        ));
+        );
+        // Where most samples are a path of several exits, what that path
+        // costs in the host is the row's figure.
+        if let (Some(per), Some(several)) = (&x.exits_per_sample, &x.in_host_several) {
+            if x.more_exits * 2 > x.samples {
+                let _ = write!(
+                    note,
+                    ": median {} exits a sample, {} ticks in the host together",
+                    per.median, several.median
+                );
+            }
+        }
+        note.push(')');
+        t.note(note);
     }
 }
 
@@ -414,5 +427,50 @@ mod tests {
         // Medians of two values are the lower ones.
         assert_eq!(cols, ["cpuid", "2/3", "0", "40", "300", "-", "60", "+20"]);
         assert!(text.contains("(1 samples without a traced exit, 0 with more than one)"));
+    }
+
+    /// A row whose samples are mostly a path of several exits says how
+    /// many and what they cost in the host together; a row with a few
+    /// such samples does not.
+    #[test]
+    fn a_path_of_several_exits_is_summed_in_the_note() {
+        use crate::exit_trace::{Parts, TracedExit};
+        let mut parts = Parts {
+            more_exits: 3,
+            samples: 4,
+            exits_per_sample: vec![3, 3, 3, 0],
+            in_host_several: vec![900, 1000, 700],
+            no_exit: 1,
+            ..Default::default()
+        };
+        let row = |parts: &Parts| {
+            let mut exit = crate::ExitTiming {
+                name: "x2apic-self-ipi".into(),
+                family: Some(crate::ExitFamily::Interrupt),
+                status: crate::Status::Measured,
+                samples_requested: 4,
+                samples_valid: 4,
+                round_trip: None,
+                guest_to_vmm: None,
+                in_vmm: None,
+                vmm_to_guest: None,
+                split: None,
+                traced: None,
+            };
+            exit.traced = Some(TracedExit::new(parts, &[], &[2000], &[1900]));
+            traced_exit_table(&[exit])
+        };
+        let text = row(&parts);
+        assert!(
+            text.contains(
+                "(1 samples without a traced exit, 3 with more than one: median 3 exits a sample, \
+                 900 ticks in the host together)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("-- APIC and interrupts"), "{text}");
+        parts.more_exits = 2;
+        let text = row(&parts);
+        assert!(text.contains("2 with more than one)"), "{text}");
     }
 }

@@ -31,6 +31,15 @@ pub struct TracedExit {
     /// `KVM_RUN` returning to it being called again), inside `in_host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_vmm: Option<Stats>,
+    /// Traced exits in each sample's window, over every sample (absent in
+    /// reports written before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exits_per_sample: Option<Stats>,
+    /// Samples with more than one exit, each exit's entry inside the
+    /// window too: all their exits' host time together (guest ticks), the
+    /// host's share of a path of several exits (an interrupt's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_host_several: Option<Stats>,
     /// The largest distance, over the split samples, between the three
     /// parts' sum and the sample's own round trip (guest ticks): the parts
     /// come from the host's tracepoints mapped onto the guest's clock, the
@@ -57,6 +66,10 @@ pub struct Parts {
     pub samples: u64,
     /// See [`TracedExit::parts_sum_worst`].
     pub parts_sum_worst: u64,
+    /// See [`TracedExit::exits_per_sample`] and
+    /// [`TracedExit::in_host_several`].
+    pub exits_per_sample: Vec<u64>,
+    pub in_host_several: Vec<u64>,
 }
 
 impl Parts {
@@ -70,6 +83,8 @@ impl Parts {
         self.negative += other.negative;
         self.samples += other.samples;
         self.parts_sum_worst = self.parts_sum_worst.max(other.parts_sum_worst);
+        self.exits_per_sample.append(&mut other.exits_per_sample);
+        self.in_host_several.append(&mut other.in_host_several);
     }
 }
 
@@ -92,6 +107,7 @@ pub fn split(samples: &[Option<(u64, u64)>], exits: &[(u64, u64)], mapping: &Map
         let (a, b) = (i128::from(open), i128::from(close));
         let first = mapped.partition_point(|e| e.0 < a);
         let last = mapped.partition_point(|e| e.0 < b);
+        p.exits_per_sample.push((last - first) as u64);
         match last - first {
             0 => p.no_exit += 1,
             1 => {
@@ -108,7 +124,13 @@ pub fn split(samples: &[Option<(u64, u64)>], exits: &[(u64, u64)], mapping: &Map
                 p.in_host.push(host);
                 p.host_to_guest.push(u64::try_from(h2g).unwrap_or(u64::MAX));
             }
-            _ => p.more_exits += 1,
+            _ => {
+                p.more_exits += 1;
+                let several = &mapped[first..last];
+                if several.iter().all(|e| e.1 < b) {
+                    p.in_host_several.push(several.iter().map(|e| e.2).sum());
+                }
+            }
         }
     }
     p
@@ -133,6 +155,10 @@ impl TracedExit {
             in_host: Stats::from_samples(&parts.in_host),
             host_to_guest: Stats::from_samples(&parts.host_to_guest),
             in_vmm: (!in_vmm.is_empty()).then(|| Stats::from_samples(in_vmm)),
+            exits_per_sample: (!parts.exits_per_sample.is_empty())
+                .then(|| Stats::from_samples(&parts.exits_per_sample)),
+            in_host_several: (!parts.in_host_several.is_empty())
+                .then(|| Stats::from_samples(&parts.in_host_several)),
             round_trip_traced_median: t,
             round_trip_untraced_median: u,
             probe_effect_ticks: i64::try_from(t).unwrap_or(i64::MAX)
@@ -195,5 +221,41 @@ mod tests {
         assert_eq!(t.probe_effect_ticks, 310 - 290);
         assert!((t.positive_share() - 0.5).abs() < 1e-9);
         assert_eq!(t.in_vmm.unwrap().median, 20);
+    }
+
+    /// A path of several exits: each sample's exits counted, and where
+    /// every exit of a sample also re-entered inside it, their host times
+    /// summed; a sample whose last entry comes after its closing stamp is
+    /// counted but not summed.
+    #[test]
+    fn samples_with_several_exits_sum_their_host_time() {
+        let m = Mapping::unscaled(0);
+        let samples = [
+            Some((100, 1000)),  // three exits inside
+            Some((2000, 2300)), // two, the second re-entered after 2300
+            Some((3000, 3100)), // one
+            Some((4000, 4100)), // none
+        ];
+        let exits = [
+            (150, 200),
+            (400, 470),
+            (800, 900),
+            (2050, 2100),
+            (2250, 2400),
+            (3020, 3080),
+        ];
+        let p = split(&samples, &exits, &m);
+        assert_eq!(p.exits_per_sample, [3, 2, 1, 0]);
+        assert_eq!(p.more_exits, 2);
+        assert_eq!(p.in_host_several, [50 + 70 + 100]);
+        let t = TracedExit::new(&p, &[], &[900], &[880]);
+        let per = t.exits_per_sample.unwrap();
+        assert_eq!((per.count, per.max, per.min), (4, 3, 0));
+        assert_eq!(t.in_host_several.unwrap().median, 220);
+        // No sample with several exits: nothing summed, and said so.
+        let one = split(&samples[2..], &exits, &m);
+        assert!(TracedExit::new(&one, &[], &[1], &[1])
+            .in_host_several
+            .is_none());
     }
 }

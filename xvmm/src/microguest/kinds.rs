@@ -126,6 +126,9 @@ kinds! {
     /// The LAPIC timer armed in TSC-deadline mode with a deadline already
     /// past, and its interrupt (kvm-unit-tests' tscdeadline_immed).
     TscDeadlineImmed => (Kernel, "xvmm_mg_k_tscdeadline_immed", exit_needing("tscdeadline-immed", None, Needs::TscDeadline, Timer));
+    /// The same timer armed 3000 ticks ahead, waited for with interrupts
+    /// on (kvm-unit-tests' tscdeadline): the round trip holds the lead.
+    TscDeadline => (Kernel, "xvmm_mg_k_tscdeadline", exit_needing("tscdeadline", None, Needs::TscDeadline, Timer));
     /// XSETBV of XCR0's reset value (x87 only), which KVM handles in the
     /// kernel; it needs CR4.OSXSAVE, set where the guest's CPUID has XSAVE.
     Xsetbv => (Kernel, "xvmm_mg_k_xsetbv", exit_needing("xsetbv", None, Needs::Xsave, Instruction));
@@ -565,13 +568,14 @@ mod tests {
                 "x2apic-self-ipi",
                 "x2apic-self-ipi-hlt",
                 "tscdeadline-immed",
+                "tscdeadline",
             ]);
             rows.push("xsetbv");
             rows
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 29);
+        assert_eq!(EXIT_ROWS, 30);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -627,7 +631,7 @@ mod tests {
         );
         assert_eq!(of(Mmio), ["mmio-write", "mmio-write-eventfd"]);
         assert_eq!(of(Interrupt), ["x2apic-self-ipi", "x2apic-self-ipi-hlt"]);
-        assert_eq!(of(Timer), ["tscdeadline-immed"]);
+        assert_eq!(of(Timer), ["tscdeadline-immed", "tscdeadline"]);
         // Only exits have a family.
         assert_eq!(Kind::Syscall.family(), None);
         assert_eq!(Kind::KernelNull.family(), None);

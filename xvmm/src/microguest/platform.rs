@@ -206,7 +206,8 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             | "wr-kernel-gs-base"
             | "pio-in-kernel"
             | "pio-out-kernel"
-            | "x2apic-self-ipi-hlt",
+            | "x2apic-self-ipi-hlt"
+            | "tscdeadline",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
@@ -242,7 +243,7 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
         // the interrupt window and the EOI each exit: 400 of 400 traced
         // samples held more than one.
         (
-            "x2apic-self-ipi" | "x2apic-self-ipi-hlt" | "tscdeadline-immed",
+            "x2apic-self-ipi" | "x2apic-self-ipi-hlt" | "tscdeadline-immed" | "tscdeadline",
             Vendor::Amd,
             Hypervisor::KvmAmd,
         ) => fact(Outcome::RunsWithSeveralExits, NESTED),
@@ -452,6 +453,7 @@ mod tests {
                 ("x2apic-self-ipi", Outcome::Unavailable),
                 ("x2apic-self-ipi-hlt", Outcome::Runs),
                 ("tscdeadline-immed", Outcome::Unavailable),
+                ("tscdeadline", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),
             ]
         );
@@ -494,6 +496,7 @@ mod tests {
             ("x2apic-self-ipi", Outcome::RunsWithSeveralExits),
             ("x2apic-self-ipi-hlt", Outcome::RunsWithSeveralExits),
             ("tscdeadline-immed", Outcome::RunsWithSeveralExits),
+            ("tscdeadline", Outcome::RunsWithSeveralExits),
             ("pio-in-kernel", Outcome::Undocumented),
         ] {
             assert_eq!(expected_exit(row, nested).outcome, outcome, "{row}");

@@ -81,6 +81,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_x2apic_self_ipi - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi_hlt - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline_immed - xvmm_mg_ktable
+    .long xvmm_mg_k_tscdeadline - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
     .long xvmm_mg_k_null_inner - xvmm_mg_ktable
     .long xvmm_mg_k_imul - xvmm_mg_ktable
@@ -518,20 +519,14 @@ xvmm_mg_k_x2apic_self_ipi_hlt:
     ONE_INTERRUPT
     NEXT_SAMPLE
 
-// The LAPIC timer in TSC-deadline mode (LVT timer 0x832: mode 10b, vector
-// 0xf1), armed with a deadline already past: IA32_TSC_DEADLINE (0x6e0) =
-// the opening stamp's TSC, still in edx:eax, then the STI; NOP window
-// (kvm-unit-tests' tscdeadline_immed, which reads the TSC once more). The
-// MFENCE orders the LVT write before the first deadline write, as the SDM
-// asks.
+// The LAPIC timer in TSC-deadline mode armed with a deadline already
+// past: IA32_TSC_DEADLINE (0x6e0) = the opening stamp's TSC, still in
+// edx:eax, then the STI; NOP window (kvm-unit-tests' tscdeadline_immed,
+// which reads the TSC once more).
 .p2align 4
 xvmm_mg_k_tscdeadline_immed:
     X2APIC_ON
-    mov ecx, 0x832
-    mov eax, 0x400f1
-    xor edx, edx
-    wrmsr
-    mfence
+    TSC_DEADLINE_TIMER_ON
 1:
     mov r10, r11
     KSTAMP_OPEN 0
@@ -539,6 +534,31 @@ xvmm_mg_k_tscdeadline_immed:
     wrmsr
     sti
     nop
+    cli
+    KSTAMP_CLOSE 8
+    ONE_INTERRUPT
+    NEXT_SAMPLE
+
+// The same timer armed 3000 ticks after the opening stamp (kvm-unit-tests'
+// tscdeadline), then a wait with interrupts on until the handler has
+// counted its interrupt: the sample holds the 3000-tick lead, the host
+// timer's firing and the injection. Nothing else can interrupt: the
+// timer's is the only source this VM has.
+.p2align 4
+xvmm_mg_k_tscdeadline:
+    X2APIC_ON
+    TSC_DEADLINE_TIMER_ON
+1:
+    mov r10, r11
+    KSTAMP_OPEN 0
+    add eax, 3000
+    adc edx, 0
+    mov ecx, 0x6e0
+    wrmsr
+    sti
+2:
+    cmp r11, r10
+    je 2b
     cli
     KSTAMP_CLOSE 8
     ONE_INTERRUPT

@@ -89,6 +89,19 @@
 .endm
 
 /*
+ * The LAPIC timer in TSC-deadline mode (LVT timer 0x832: mode 10b, vector
+ * 0xf1), after X2APIC_ON. The MFENCE orders the LVT write before the first
+ * deadline write, as the SDM asks. Clobbers rax, rcx, rdx.
+ */
+.macro TSC_DEADLINE_TIMER_ON
+    mov ecx, 0x832
+    mov eax, 0x400f1
+    xor edx, edx
+    wrmsr
+    mfence
+.endm
+
+/*
  * An interrupt sample's end, after its closing stamp: the sample stands
  * only where exactly one interrupt (the one it asked for) reached the
  * handler since r10 was set from r11; otherwise its closing stamp becomes
