@@ -417,6 +417,21 @@ fn interrupt_path(m: &Metric) -> Option<Expected> {
             "xperf_timer_wakeup_lateness_samples",
             Scale::Nanoseconds,
         ),
+        "mprotect-shootdown" | "mprotect-local" => {
+            let flush = if m.name == "mprotect-shootdown" {
+                "remote"
+            } else {
+                "local"
+            };
+            return Some(Expected {
+                family: "xperf_mprotect_duration_seconds",
+                samples: Some("xperf_mprotect_samples"),
+                labels: vec![("tlb_flush", flush.to_string())],
+                scale: Scale::Ticks {
+                    per: per_sample(&m.unit),
+                },
+            });
+        }
         other => panic!("interrupts/{other} has no place in docs/metrics.md"),
     };
     Some(Expected {

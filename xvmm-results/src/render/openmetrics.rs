@@ -397,6 +397,14 @@ fn metric_target(m: &Metric) -> (Target, Labels) {
             duration("cross_cpu_wakeup", instructions_per_sample(&m.unit)),
             Vec::new(),
         ),
+        ("interrupts", "mprotect-shootdown") => (
+            duration("mprotect", instructions_per_sample(&m.unit)),
+            label("tlb_flush", "remote"),
+        ),
+        ("interrupts", "mprotect-local") => (
+            duration("mprotect", instructions_per_sample(&m.unit)),
+            label("tlb_flush", "local"),
+        ),
         ("interrupts", "timer-wakeup") => (
             Target::Plain {
                 name: "timer_wakeup_lateness".into(),
@@ -502,7 +510,7 @@ fn unavailable_metric(f: &mut Families, m: &Metric) {
 }
 
 /// What each characterisation family holds, for its HELP line.
-const FAMILY_HELP: [(&str, &str); 11] = [
+const FAMILY_HELP: [(&str, &str); 12] = [
     ("clock_read", "one clock read as user space makes it, by clock: clock_gettime(CLOCK_MONOTONIC) through the vDSO or as a system call, rdtsc, rdtscp; the stamps' cost subtracted"),
     ("tsc_measured_frequency", "the TSC rate measured over 100 ms windows against CLOCK_MONOTONIC"),
     ("tsc_reported_frequency", "the TSC rate the machine states: CPUID leaf 0x15 or 0x40000010 (source=cpuid) or the kernel log (source=kernel)"),
@@ -513,6 +521,7 @@ const FAMILY_HELP: [(&str, &str); 11] = [
     ("machine_steal", "share of CPU time the hypervisor stole during the run (/proc/stat steal)"),
     ("machine_memory", "the machine's memory (MemTotal)"),
     ("cross_cpu_wakeup", "one wake-up of a thread asleep on another CPU (an IPI and a schedule), half a futex ping-pong round trip between two pinned threads"),
+    ("mprotect", "one mprotect of a page this process touches, made read-only or read-write again: with another thread of it running on another CPU (tlb_flush=remote: a TLB shootdown there, an IPI and its answer) or with none (tlb_flush=local)"),
     ("timer_wakeup_lateness", "how late clock_nanosleep to an absolute CLOCK_MONOTONIC deadline returns (timer slack 1 ns, no real-time priority), in seconds of CLOCK_MONOTONIC"),
 ];
 

@@ -23,3 +23,8 @@ pub const CLOCK_GETTIME_SYSCALL: &str = "clock_gettime-syscall";
 pub const WAKEUP_CROSS_CPU: &str = "wakeup-cross-cpu";
 /// How late an absolute CLOCK_MONOTONIC sleep wakes, in ns.
 pub const TIMER_WAKEUP: &str = "timer-wakeup";
+/// `mprotect` read-only and back while another thread of the process runs
+/// on another CPU: each takes a TLB shootdown there.
+pub const MPROTECT_SHOOTDOWN: &str = "mprotect-shootdown";
+/// The same pair with no other thread running: no CPU to flush but this.
+pub const MPROTECT_LOCAL: &str = "mprotect-local";

@@ -3,6 +3,7 @@
 
 use super::facts::{self, Dmi, RateClock, Reference};
 use super::refclock;
+use super::shootdown;
 use super::skew::{self, Skew};
 use super::timing;
 use super::wakeup;
@@ -423,7 +424,9 @@ pub fn interrupts(samples: u64, cpu: u32, online: &[u32]) -> Vec<Metric> {
          priority)",
             TIMER_PERIOD.as_micros()
         ));
-    vec![cross, timer]
+    let mut out = vec![cross, timer];
+    out.extend(shootdown::metrics(samples, cpu, &others));
+    out
 }
 
 /// TSC skew between pairs of online CPUs chosen from the topology

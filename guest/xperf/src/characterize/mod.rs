@@ -13,6 +13,7 @@ pub mod facts;
 mod groups;
 pub mod options;
 mod refclock;
+mod shootdown;
 pub mod skew;
 pub mod timing;
 mod wakeup;

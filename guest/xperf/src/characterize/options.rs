@@ -21,7 +21,9 @@ nested virtualisation), clocks (clocksources, clock_gettime through the vDSO
 and as a system call, rdtsc/rdtscp cost and trapping, TSC flags, reported
 and measured TSC rate, TSC skew between CPUs), exits user space can see
 (cpuid, pause loops), crossings (getppid, #PF first touch and refault; u2k
-and k2u on a kernel with the xperf hooks), steal time and the machine.
+and k2u on a kernel with the xperf hooks), the interrupt path (a wake-up of
+a thread on another CPU, a TLB shootdown there, a timer's lateness), steal
+time and the machine.
 As root the kernel log adds the kernel's TSC rate and hypervisor line.
 
   --samples N   samples per metric and per crossing (default 10000)
