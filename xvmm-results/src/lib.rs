@@ -625,6 +625,32 @@ pub struct ExitTiming {
     pub traced: Option<exit_trace::TracedExit>,
 }
 
+impl ExitTiming {
+    /// A row with its round trip and none of the host-side figures, which
+    /// the caller adds where it has them; `samples` is (requested, valid).
+    pub fn new(
+        name: &str,
+        family: Option<ExitFamily>,
+        status: Status,
+        samples: (u64, u64),
+        round_trip: Option<Interval>,
+    ) -> ExitTiming {
+        ExitTiming {
+            name: name.into(),
+            family,
+            status,
+            samples_requested: samples.0,
+            samples_valid: samples.1,
+            round_trip,
+            guest_to_vmm: None,
+            in_vmm: None,
+            vmm_to_guest: None,
+            split: None,
+            traced: None,
+        }
+    }
+}
+
 /// What an exit row's instruction touches (kvm-unit-tests' vmexit kinds
 /// fall into these): tables group their rows by it, in this order.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

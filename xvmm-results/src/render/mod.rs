@@ -699,18 +699,9 @@ mod tests {
     /// before they existed) keeps its order and gets no headings.
     #[test]
     fn exit_rows_are_grouped_by_family_under_headings() {
-        let row = |name: &str, family: Option<ExitFamily>| ExitTiming {
-            name: name.into(),
-            family,
-            status: Status::Measured,
-            samples_requested: 1,
-            samples_valid: 1,
-            round_trip: Some(Interval::from_raw(&[500], 100)),
-            guest_to_vmm: None,
-            in_vmm: None,
-            vmm_to_guest: None,
-            split: None,
-            traced: None,
+        let row = |name: &str, family: Option<ExitFamily>| {
+            let rt = Some(Interval::from_raw(&[500], 100));
+            ExitTiming::new(name, family, Status::Measured, (1, 1), rt)
         };
         let exits = [
             row("pio-out", Some(ExitFamily::PortIo)),

@@ -1162,19 +1162,9 @@ mod tests {
             ("cpuid", Some(crate::ExitFamily::Instruction)),
             ("hlt", None),
         ] {
-            r.exits.push(ExitTiming {
-                name: name.into(),
-                family,
-                status: Status::Measured,
-                samples_requested: 3,
-                samples_valid: 3,
-                round_trip: Some(rt.clone()),
-                guest_to_vmm: None,
-                in_vmm: None,
-                vmm_to_guest: None,
-                split: None,
-                traced: None,
-            });
+            let rt = Some(rt.clone());
+            r.exits
+                .push(ExitTiming::new(name, family, Status::Measured, (3, 3), rt));
         }
         let all = series(&openmetrics(&r, "xvmm"));
         let name = "xvmm_exit_duration_seconds";
@@ -1191,18 +1181,8 @@ mod tests {
     fn a_vm_run_gives_its_crossings_exits_and_host_exits() {
         let mut r = fixtures::report(Environment::LinuxVm, 2);
         r.host.tsc_khz = 1_000_000;
-        let exit = |name: &str, status: Status, round_trip: Option<Interval>| ExitTiming {
-            name: name.into(),
-            family: None,
-            status,
-            samples_requested: 3,
-            samples_valid: 3,
-            round_trip,
-            guest_to_vmm: None,
-            in_vmm: None,
-            vmm_to_guest: None,
-            split: None,
-            traced: None,
+        let exit = |name: &str, status: Status, round_trip: Option<Interval>| {
+            ExitTiming::new(name, None, status, (3, 3), round_trip)
         };
         let rt = Interval::from_rounds(&[&[1000, 1100, 1200]], 50);
         r.exits.push(exit("cpuid", Status::Measured, Some(rt)));

@@ -405,19 +405,7 @@ mod tests {
             ..Default::default()
         };
         let mut e = crate::fixtures::report(crate::Environment::Microguest, 1);
-        let mut exit = crate::ExitTiming {
-            name: "cpuid".into(),
-            family: None,
-            status: crate::Status::Measured,
-            samples_requested: 3,
-            samples_valid: 3,
-            round_trip: None,
-            guest_to_vmm: None,
-            in_vmm: None,
-            vmm_to_guest: None,
-            split: None,
-            traced: None,
-        };
+        let mut exit = crate::ExitTiming::new("cpuid", None, crate::Status::Measured, (3, 3), None);
         assert_eq!(traced_exit_table(std::slice::from_ref(&exit)), "");
         exit.traced = Some(TracedExit::new(&parts, &[], &[500, 520], &[480, 490]));
         e.exits.push(exit);
@@ -444,19 +432,9 @@ mod tests {
             ..Default::default()
         };
         let row = |parts: &Parts| {
-            let mut exit = crate::ExitTiming {
-                name: "x2apic-self-ipi".into(),
-                family: Some(crate::ExitFamily::Interrupt),
-                status: crate::Status::Measured,
-                samples_requested: 4,
-                samples_valid: 4,
-                round_trip: None,
-                guest_to_vmm: None,
-                in_vmm: None,
-                vmm_to_guest: None,
-                split: None,
-                traced: None,
-            };
+            let family = Some(crate::ExitFamily::Interrupt);
+            let status = crate::Status::Measured;
+            let mut exit = crate::ExitTiming::new("x2apic-self-ipi", family, status, (4, 4), None);
             exit.traced = Some(TracedExit::new(parts, &[], &[2000], &[1900]));
             traced_exit_table(&[exit])
         };

@@ -307,19 +307,16 @@ fn exit_row(
         corr.round_trip
     };
     let intervals: Vec<&[u64]> = row.rounds.iter().map(|m| m.intervals.as_slice()).collect();
-    let mut timing = ExitTiming {
-        name: row.name.into(),
-        family: row.kind.family(),
-        status: Status::Measured,
-        samples_requested: opts.samples * row.rounds.len() as u64,
-        samples_valid: intervals.iter().map(|r| r.len() as u64).sum(),
-        round_trip: Some(Interval::from_rounds(&intervals, correction)),
-        guest_to_vmm: None,
-        in_vmm: None,
-        vmm_to_guest: None,
-        split: None,
-        traced: None,
-    };
+    let mut timing = ExitTiming::new(
+        row.name,
+        row.kind.family(),
+        Status::Measured,
+        (
+            opts.samples * row.rounds.len() as u64,
+            intervals.iter().map(|r| r.len() as u64).sum(),
+        ),
+        Some(Interval::from_rounds(&intervals, correction)),
+    );
     // Under half: the interrupt is not delivered in the window, and the
     // few samples that took it met an exit of another cause (PVM: 1 of
     // 6000, 4 ms long), so their figure is not the row's.
@@ -563,19 +560,8 @@ pub fn user_or_kernel_intervals(
 }
 
 fn unsupported_exit(row: &ExitRounds, samples: u64, reason: String) -> ExitTiming {
-    ExitTiming {
-        name: row.name.into(),
-        family: row.kind.family(),
-        status: Status::Unsupported { reason },
-        samples_requested: samples,
-        samples_valid: 0,
-        round_trip: None,
-        guest_to_vmm: None,
-        in_vmm: None,
-        vmm_to_guest: None,
-        split: None,
-        traced: None,
-    }
+    let status = Status::Unsupported { reason };
+    ExitTiming::new(row.name, row.kind.family(), status, (samples, 0), None)
 }
 
 /// The guest -> VMM, in-VMM and VMM -> guest parts of exits, from guest stamps

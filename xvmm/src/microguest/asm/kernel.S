@@ -481,11 +481,9 @@ xvmm_mg_k_wr_tsx_ctrl:
  */
 
 // A self-IPI through the x2APIC ICR (0x830: shorthand self, fixed,
-// vector 0xf0), taken in an STI; NOP window (kvm-unit-tests'
-// x2apic_self_ipi_sti_nop).
-.p2align 4
-xvmm_mg_k_x2apic_self_ipi:
-    X2APIC_ON
+// vector 0xf0), taken with interrupts on for `window`, the one
+// instruction STI shadows.
+.macro SELF_IPI_SAMPLES window
 1:
     mov r10, r11
     KSTAMP_OPEN 0
@@ -494,30 +492,25 @@ xvmm_mg_k_x2apic_self_ipi:
     xor edx, edx
     wrmsr
     sti
-    nop
+    \window
     cli
     KSTAMP_CLOSE 8
     ONE_INTERRUPT
     NEXT_SAMPLE
+.endm
 
-// The same IPI taken by a halted vCPU: STI; HLT, the IPI already pending
+// Taken in an STI; NOP window (kvm-unit-tests' x2apic_self_ipi_sti_nop).
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi:
+    X2APIC_ON
+    SELF_IPI_SAMPLES nop
+
+// Taken by a halted vCPU: STI; HLT, the IPI already pending
 // (kvm-unit-tests' x2apic_self_ipi_sti_hlt).
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_hlt:
     X2APIC_ON
-1:
-    mov r10, r11
-    KSTAMP_OPEN 0
-    mov ecx, 0x830
-    mov eax, 0x400f0
-    xor edx, edx
-    wrmsr
-    sti
-    hlt
-    cli
-    KSTAMP_CLOSE 8
-    ONE_INTERRUPT
-    NEXT_SAMPLE
+    SELF_IPI_SAMPLES hlt
 
 // The LAPIC timer in TSC-deadline mode armed with a deadline already
 // past: IA32_TSC_DEADLINE (0x6e0) = the opening stamp's TSC, still in
