@@ -222,17 +222,29 @@ pub fn exits_of(exits: &[ExitTiming], tsc_khz: u64) -> Table {
         "in VMM",
         "VMM->guest",
     ]);
-    let groups = crate::exits_by_family(exits);
+    grouped_rows(&mut t, crate::exits_by_family(exits), |t, e| {
+        exit_row(t, e, tsc_khz);
+    });
+    t
+}
+
+/// Puts `groups` of exit rows (by [`crate::exits_by_family`]) into `t`,
+/// each under its family's heading ("other" for rows without one), and
+/// none where no row has a family (reports written before them).
+fn grouped_rows<T>(
+    t: &mut Table,
+    groups: Vec<(Option<crate::ExitFamily>, Vec<T>)>,
+    mut row: impl FnMut(&mut Table, T),
+) {
     let grouped = groups.len() > 1 || groups.iter().any(|(f, _)| f.is_some());
     for (family, rows) in groups {
         if grouped {
             t.group(family.map_or("other", |f| f.heading()).into());
         }
-        for e in rows {
-            exit_row(&mut t, e, tsc_khz);
+        for r in rows {
+            row(t, r);
         }
     }
-    t
 }
 
 /// One exit's row of [`exits_of`], or its name and why it was not measured.

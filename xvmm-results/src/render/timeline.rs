@@ -191,7 +191,6 @@ pub fn traced_exit_table(exits: &[ExitTiming]) -> String {
     if groups.is_empty() {
         return String::new();
     }
-    let grouped = groups.len() > 1 || groups.iter().any(|(f, _)| f.is_some());
     let mut t = Table::new(&[
         "VM exit",
         "split",
@@ -202,14 +201,7 @@ pub fn traced_exit_table(exits: &[ExitTiming]) -> String {
         "host->guest",
         "probe effect",
     ]);
-    for (family, traced) in groups {
-        if grouped {
-            t.group(family.map_or("other", |f| f.heading()).into());
-        }
-        for (e, x) in traced {
-            traced_row(&mut t, e, x);
-        }
-    }
+    super::grouped_rows(&mut t, groups, |t, (e, x)| traced_row(t, e, x));
     let mut out = String::from(
         "VM exits at the host's tracepoints (medians, TSC ticks; kvm_exit/kvm_entry fire in \
          KVM's C code, hundreds of instructions from VMRUN/VMRESUME, so guest->host and \
