@@ -147,7 +147,18 @@ fn tlb_count(interrupts: &str, cpu: u32) -> Option<u64> {
 
 /// The same, read now.
 fn tlb_shootdowns_received(cpu: u32) -> Option<u64> {
-    tlb_count(&std::fs::read_to_string("/proc/interrupts").ok()?, cpu)
+    tlb_count(&interrupts_now()?, cpu)
+}
+
+fn interrupts_now() -> Option<String> {
+    std::fs::read_to_string("/proc/interrupts").ok()
+}
+
+/// The TLB shootdowns `cpu` has taken since `before` (`/proc/interrupts`
+/// as it was read then).
+fn received_since(before: Option<&str>, cpu: u32) -> Option<u64> {
+    let then = tlb_count(before?, cpu)?;
+    Some(tlb_shootdowns_received(cpu)?.saturating_sub(then))
 }
 
 /// What [`tlb_shootdown`] measured.
@@ -197,18 +208,14 @@ pub fn tlb_shootdown(
                 std::hint::spin_loop();
             }
             sampling.store(true, Ordering::Release);
-            let before: Vec<Option<u64>> =
-                others.iter().map(|&c| tlb_shootdowns_received(c)).collect();
+            // One read, whichever CPU the reader took.
+            let before = interrupts_now();
             let remote = pairs(&page, rounds, deadline);
             stop.store(true, Ordering::Relaxed);
             let other = reader
                 .join()
                 .unwrap_or_else(|_| Err("the reading thread panicked".into()))?;
-            let at = others.iter().position(|&c| c == other);
-            let received = at.and_then(|i| {
-                let after = tlb_shootdowns_received(other)?;
-                Some(after.saturating_sub(before[i]?))
-            });
+            let received = received_since(before.as_deref(), other);
             Ok::<_, String>(Shootdowns {
                 other,
                 remote: remote?,
