@@ -195,6 +195,37 @@ pub fn parse_delay(text: &str) -> Result<std::time::Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+/// Host CPUs in the order given (`--pin`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+/// Most CPUs a list may name: as many as a `cpu_set_t` holds.
+const MAX_LISTED_CPUS: usize = libc::CPU_SETSIZE as usize;
+
+/// `--pin`: comma-separated CPUs and inclusive ranges ("0,2", "4-7"). A
+/// CPU the host lacks is the library's to refuse, with the CPUs it has.
+pub fn parse_cpu_list(text: &str) -> Result<CpuList, String> {
+    let cpu = |t: &str| {
+        t.parse::<usize>()
+            .map_err(|_| format!("{t:?} is not a CPU number"))
+    };
+    let mut cpus = Vec::new();
+    for part in text.split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (cpu(a)?, cpu(b)?),
+            None => (cpu(part)?, cpu(part)?),
+        };
+        if a > b {
+            return Err(format!("{part:?} runs backwards"));
+        }
+        if b - a >= MAX_LISTED_CPUS || cpus.len() + (b - a) >= MAX_LISTED_CPUS {
+            return Err(format!("names more than {MAX_LISTED_CPUS} CPUs"));
+        }
+        cpus.extend(a..=b);
+    }
+    Ok(CpuList(cpus))
+}
+
 /// Largest `--timeout`: over 11 days, and far from overflowing a deadline.
 pub const MAX_TIMEOUT_SECS: u64 = 1_000_000;
 
@@ -217,9 +248,13 @@ pub struct RunArgs {
     /// Give up after this many seconds of guest run time (1 to 1000000).
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_SECS))]
     pub timeout: u64,
-    /// Pin the vCPU thread to this host CPU.
-    #[arg(long)]
-    pub pin: Option<usize>,
+    /// vCPUs of the Linux guest (1 to 254), each run by a host thread of its own.
+    #[arg(long, requires = "kernel", default_value_t = 1)]
+    pub cpus: u8,
+    /// Pin the vCPU threads to these host CPUs, one per vCPU in order: a
+    /// kernel-style list such as 2, 0,2 or 4-7.
+    #[arg(long, value_parser = parse_cpu_list)]
+    pub pin: Option<CpuList>,
     /// Samples per crossing.
     #[arg(long)]
     pub samples: Option<u64>,
@@ -289,6 +324,7 @@ pub fn flag(setting: Setting) -> &'static str {
         Setting::PinCpu => "--pin",
         Setting::TscKhz => "--tsc-khz",
         Setting::HostFaultDelay => "--host-fault-delay",
+        Setting::Cpus => "--cpus",
     }
 }
 
@@ -312,7 +348,8 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
 
-    const EVERY_SETTING: [Setting; 8] = [
+    const EVERY_SETTING: [Setting; 9] = [
+        Setting::Cpus,
         Setting::Samples,
         Setting::Warmup,
         Setting::Rounds,
@@ -333,6 +370,22 @@ mod tests {
         for s in EVERY_SETTING {
             assert!(longs.iter().any(|l| l == flag(s)), "{s:?}: {}", flag(s));
         }
+    }
+
+    #[test]
+    fn cpu_lists_read_as_the_kernel_writes_them() {
+        assert_eq!(parse_cpu_list("2").unwrap().0, [2]);
+        assert_eq!(parse_cpu_list("0,2").unwrap().0, [0, 2]);
+        assert_eq!(parse_cpu_list("4-7,1").unwrap().0, [4, 5, 6, 7, 1]);
+        assert_eq!(parse_cpu_list("3-3").unwrap().0, [3]);
+        // A CPU past the host's is refused later, naming the host's CPUs.
+        assert_eq!(parse_cpu_list("100000").unwrap().0, [100000]);
+        for bad in [
+            "", "a", "1,", "-1", "2-1", "1-", "0-99999", "0x1", "0-1023,5",
+        ] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_cpu_list("0-1023").unwrap().0.len(), 1024);
     }
 
     #[test]

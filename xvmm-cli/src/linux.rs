@@ -31,7 +31,8 @@ pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<Li
         cmdline: args.cmdline.clone(),
         mem_mib: args.mem.unwrap_or(linux::DEFAULT_MEM_MIB),
         timeout: Duration::from_secs(args.timeout),
-        pin: args.pin,
+        cpus: args.cpus,
+        pin: args.pin.clone().map_or_else(Vec::new, |list| list.0),
         tsc_khz: args.tsc_khz,
         tsc_offset: args.tsc_offset,
         async_pf,
@@ -277,7 +278,10 @@ pub(super) fn boot(
         faults: run.host_faults.clone(),
     };
     let report = joined(
-        run.results,
+        run.results.map(|mut r| {
+            r.notes.push(run.placement.note());
+            r
+        }),
         run.trace.as_ref(),
         run.tsc.clone(),
         (run.run_id.clone(), run.asked_samples),

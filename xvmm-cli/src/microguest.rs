@@ -5,7 +5,7 @@ use super::output::{JsonOutput, MetricsOutput, Stdout};
 use std::time::Duration;
 use xvmm::microguest::{self, Options};
 use xvmm::vcpu::StopSignals;
-use xvmm::Result;
+use xvmm::{Error, Result};
 
 /// Samples per crossing by default: a few seconds on real hardware and under
 /// this machine's emulated CPL0 (~20 us per crossing).
@@ -22,10 +22,22 @@ fn options(args: &RunArgs) -> Result<Options> {
     let mut opts = opts.with_rounds(args.rounds.unwrap_or(microguest::measure::DEFAULT_ROUNDS))?;
     opts.raw = args.raw;
     opts.trace = args.trace;
-    opts.pinned_cpu = args.pin.and_then(|cpu| u32::try_from(cpu).ok());
+    opts.pinned_cpu = single_pin(args)?.and_then(|cpu| u32::try_from(cpu).ok());
     opts.machine.tsc_khz = args.tsc_khz;
     opts.machine.tsc_offset = args.tsc_offset;
     Ok(opts)
+}
+
+/// The one host CPU `--pin` names: the microguest runs one vCPU.
+fn single_pin(args: &RunArgs) -> Result<Option<usize>> {
+    match args.pin.as_ref().map(|list| list.0.as_slice()) {
+        None => Ok(None),
+        Some([cpu]) => Ok(Some(*cpu)),
+        Some(many) => Err(Error::Usage(format!(
+            "--pin names {} CPUs: the built-in microguest runs one vCPU (more need --kernel with --cpus)",
+            many.len()
+        ))),
+    }
 }
 
 /// Pins the vCPU thread: to `--pin`, else to the CPU it runs on now (a
@@ -68,7 +80,7 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
         .transpose()?;
     let _signals = StopSignals::install()?;
     let mut opts = opts;
-    let pin_note = pin(args.pin, &mut opts)?;
+    let pin_note = pin(single_pin(args)?, &mut opts)?;
     // A bar only for long runs, and only for a person watching.
     let quiet = args.quiet || opts.samples < DEFAULT_SAMPLES;
     let progress = super::progress::Terminal::new(quiet);

@@ -42,6 +42,56 @@ fn bzimage_exit_zero_is_success_and_default_cmdline_is_used() {
 }
 
 #[test]
+fn more_vcpus_than_host_cpus_boot_with_a_note_and_a_spinning_smp_guest_times_out() {
+    if !have_kvm() {
+        return;
+    }
+    let dir = scratch("bz-smp");
+    let kernel = file(&dir, "bzImage", &bzimage(&linux64_echo_and_exit(0)));
+    let host_cpus = std::thread::available_parallelism().unwrap().get();
+    let cpus = (host_cpus + 1).min(254).to_string();
+    // The boot vCPU exits; the APs, never started, are stopped with it.
+    let out = xvmm(&["--kernel", kernel.to_str().unwrap(), "--cpus", &cpus]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "c\n");
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "xvmm: {cpus} vCPUs on {host_cpus} host CPUs: the measurements include the host's scheduling of vCPU threads\n"
+        )
+    );
+    // Every vCPU thread is stopped by the timeout: no thread keeps xvmm alive.
+    let spin = file(&dir, "spin", &bzimage(SPIN));
+    let start = std::time::Instant::now();
+    let out = xvmm(&[
+        "--kernel",
+        spin.to_str().unwrap(),
+        "--cpus",
+        "2",
+        "--pin",
+        "0,0",
+        "--timeout",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(124), "stderr: {}", stderr(&out));
+    assert!(
+        stderr(&out).ends_with("xvmm: timeout: guest did not finish within 1 s\n"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("--pin puts 2 vCPUs on 1 host CPUs"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        start.elapsed().as_secs_f64() < 10.0,
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
 fn quiet_suppresses_the_console() {
     if !have_kvm() {
         return;

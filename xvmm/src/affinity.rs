@@ -20,6 +20,26 @@ pub fn unpin_helper_thread() {
     }
 }
 
+/// The host CPUs this process may run on (its affinity mask from before
+/// any `--pin`), in order.
+pub fn usable_cpus() -> Vec<usize> {
+    let saved = *MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
+    let set = saved.or_else(|| {
+        // SAFETY: cpu_set_t is plain data, filled by the kernel.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid, writable cpu_set_t of the size given.
+        let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+        (ok == 0).then_some(set)
+    });
+    match set {
+        // SAFETY: CPU_ISSET reads a valid cpu_set_t within CPU_SETSIZE.
+        Some(set) => (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+            .collect(),
+        None => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    }
+}
+
 /// Pins the calling thread to host CPU `cpu`.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());

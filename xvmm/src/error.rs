@@ -91,6 +91,7 @@ pub enum Setting {
     PinCpu,
     TscKhz,
     HostFaultDelay,
+    Cpus,
 }
 
 impl Setting {
@@ -105,6 +106,7 @@ impl Setting {
             Setting::PinCpu => "CPU to pin to",
             Setting::TscKhz => "guest TSC rate (kHz)",
             Setting::HostFaultDelay => "host fault delay",
+            Setting::Cpus => "vCPUs",
         }
     }
 

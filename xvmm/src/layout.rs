@@ -11,6 +11,7 @@
 //! 0x0000_9000  identity page tables: PML4, PDPT, 4 PDs (PAGE_TABLES_GPA .. +0x6000)
 //! 0x0002_0000  kernel command line          (CMDLINE_GPA, up to CMDLINE_MAX_SIZE)
 //! 0x0009_fc00  EBDA .. 0x0010_0000: reserved (legacy ROM / VGA hole)
+//! 0x000f_0000  MP table, Linux guests (MP_TABLE_GPA, boot::mptable)
 //! 0x0010_0000  high memory: the kernel, then free RAM; the initrd at the top of low RAM
 //! 0xc000_0000  32-bit MMIO hole (LAPIC, IOAPIC, TSS, identity map page) up to 4 GiB
 //! 0xd000_0000  results slot (RESULTS_GPA, RESULTS_SIZE): own memory slot, E820 reserved
@@ -52,6 +53,9 @@ pub const CMDLINE_GPA: u64 = 0x2_0000;
 pub const CMDLINE_MAX_SIZE: u64 = 0x1_0000;
 /// Start of the Extended BIOS Data Area; everything from here to 1 MiB is reserved.
 pub const EBDA_START: u64 = 0x9_fc00;
+/// The MP table's floating pointer: the start of the BIOS area Linux
+/// scans for one (inside the reserved legacy hole).
+pub const MP_TABLE_GPA: u64 = 0xf_0000;
 /// Where "high memory" (and the kernel) starts.
 pub const HIMEM_START: u64 = 0x10_0000;
 

@@ -318,3 +318,100 @@ fn memory_above_3_gib_moves_above_the_hole() {
         .read_obj::<u8>(GuestAddress(layout::RESULTS_GPA))
         .is_ok());
 }
+
+/// Two vCPUs through [`xvmm::vcpu::run_vcpus`]: the boot vCPU runs `code`
+/// at 1 MiB in 64-bit mode, the AP waits for INIT/SIPI and then runs
+/// `ap_code` in real mode at 0x10000. The run's outcome, the vCPU thread
+/// ids `started` was given, and how long it took.
+fn run_two_vcpus(
+    code: &[u8],
+    ap_code: &[u8],
+) -> (xvmm::vcpu::RunOutcome, Vec<libc::pid_t>, Duration) {
+    let machine = xvmm::vcpu::Machine::new(&xvmm::vcpu::MachineSpec {
+        vm: VmConfig {
+            mem_bytes: 16 << 20,
+            irqchip: true,
+        },
+        vcpu: VcpuConfig {
+            nr_vcpus: 2,
+            ..VcpuConfig::boot()
+        },
+        user_space_msr: false,
+    })
+    .expect("a VM with two vCPUs");
+    let xvmm::vcpu::Machine {
+        vm,
+        mut vcpu,
+        mut aps,
+        ..
+    } = machine;
+    assert_eq!(aps.len(), 1);
+    vm.memory.write_slice(code, GuestAddress(CODE_GPA)).unwrap();
+    vm.memory
+        .write_slice(ap_code, GuestAddress(0x1_0000))
+        .unwrap();
+    let entry = BootEntry::Linux64 {
+        entry: CODE_GPA,
+        zero_page: layout::ZERO_PAGE_GPA,
+    };
+    setup_boot_cpu(&vcpu.fd, &vm.memory, &entry).expect("boot state");
+    let mut bus = PortBus::new(None);
+    let rc = RunControl::new(Duration::from_secs(20)).unwrap();
+    let start = Instant::now();
+    let aps = aps
+        .iter_mut()
+        .map(|ap| xvmm::vcpu::ApVcpu {
+            vcpu: ap,
+            bus: bus.sharing_devices(),
+            pin: None,
+        })
+        .collect();
+    let boot = xvmm::vcpu::BootVcpu {
+        vcpu: &mut vcpu,
+        bus: &mut bus,
+        faults: None,
+    };
+    let (tids, outcome) =
+        xvmm::vcpu::run_vcpus(&rc, &vm.memory, boot, aps, |tids| Ok(tids.to_vec())).unwrap();
+    (outcome, tids, start.elapsed())
+}
+
+#[test]
+fn every_vcpu_runs_on_a_thread_of_its_own_and_the_first_end_stops_all() {
+    // The boot vCPU exits at once; the AP, never started, sleeps in KVM_RUN
+    // until the end kicks it out.
+    let exit_7 = [0x66, 0xba, 0x01, 0x05, 0xb0, 7, 0xee, 0xf4];
+    let (outcome, tids, took) = run_two_vcpus(&exit_7, &[0xf4]);
+    assert!(
+        matches!(outcome.end, Ok(GuestEnd::Exit(7))),
+        "{:?}",
+        outcome.end
+    );
+    assert_eq!(tids.len(), 2);
+    assert_ne!(tids[0], tids[1], "each vCPU has a thread of its own");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn an_application_processor_started_by_sipi_can_end_the_run() {
+    // The boot vCPU sends INIT and SIPI (vector 0x10: real mode at 0x10000)
+    // to every other APIC through the xAPIC ICR at 0xfee00300, then spins;
+    // the AP writes 9 to the exit port. Its end is the run's, and the
+    // spinning boot vCPU is stopped.
+    let bsp = [
+        0x48, 0xbb, 0x00, 0x03, 0xe0, 0xfe, 0, 0, 0, 0, // mov rbx, 0xfee00300
+        0xb8, 0x00, 0x45, 0x0c, 0x00, // mov eax, INIT | assert | all-but-self
+        0x89, 0x03, // mov [rbx], eax
+        0xb8, 0x10, 0x46, 0x0c, 0x00, // mov eax, SIPI 0x10 | assert | all-but-self
+        0x89, 0x03, // mov [rbx], eax
+        0xeb, 0xfe, // jmp $
+    ];
+    let ap = [0xba, 0x01, 0x05, 0xb0, 9, 0xee, 0xf4]; // mov dx, 0x501; mov al, 9; out
+    let (outcome, _, took) = run_two_vcpus(&bsp, &ap);
+    assert!(
+        matches!(outcome.end, Ok(GuestEnd::Exit(9))),
+        "{:?}",
+        outcome.end
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}

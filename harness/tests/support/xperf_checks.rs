@@ -4,7 +4,8 @@
 //! - step `bm`: the static xperf directly in L1 (the bare-metal side), and
 //! - step `vm`: `xvmm --kernel /l2/bzImage` with the built-in initramfs, so
 //!   the patched L2 kernel runs the same xperf as its `/init` (the VM side),
-//!   with `--trace` timing L2's exits on L1's real KVM, and
+//!   with `--trace` timing L2's exits on L1's real KVM, on two vCPUs
+//!   (`--cpus 2 --pin 0,1`: the join must place each exit on its vCPU), and
 //! - step `vm-kpti`: the same with `pti=on` on L2's command line.
 //!
 //! Both reports must show the u2k/k2u split for #PF and getppid, positive
@@ -103,11 +104,20 @@ fn plan() -> Vec<Step> {
                 "-",
             ]),
         },
-        // Traced, with a guest TSC offset the timeline must confirm.
+        // Traced, with a guest TSC offset the timeline must confirm, on two
+        // vCPUs pinned to L1's two CPUs.
         vm_step(
             "vm",
             &l2_cmdline(""),
-            &["--trace", "--tsc-offset", VM_TSC_OFFSET],
+            &[
+                "--trace",
+                "--tsc-offset",
+                VM_TSC_OFFSET,
+                "--cpus",
+                "2",
+                "--pin",
+                "0,1",
+            ],
         ),
         // The same with page table isolation forced on in L2 (TCG's EPYC is
         // not Meltdown-affected, so it is off by default).
@@ -420,6 +430,17 @@ fn vm_side_splits_every_crossing_and_traces_exits() {
         r.vm.notes
     );
     assert!(!r.vm.host.kvm_module.is_empty());
+    // `--cpus 2`: the guest kernel brought both vCPUs up (its own count, in
+    // xperf's machine facts), and the single-vCPU step saw one.
+    let cpus = |r: &Report| r.machine.as_ref().map(|m| m.logical_cpus);
+    assert_eq!(cpus(&r.vm), Some(2), "the guest did not bring up 2 CPUs");
+    assert_eq!(cpus(&r.vm_kpti), Some(1));
+    assert!(
+        r.vm.notes.iter().any(|n| n
+            .starts_with("VM: 2 vCPUs, each on a host thread of its own, pinned to host CPUs 0,1")),
+        "{:?}",
+        r.vm.notes
+    );
     assert!(!r.vm.host_exits.is_empty(), "no exits traced on L1's KVM");
     assert!(r.vm.host_exits.iter().all(|e| e.exit_to_entry.count > 0));
     // KVM reports the brand-string leaves as zero; xvmm passes the host's on,

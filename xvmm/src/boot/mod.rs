@@ -5,6 +5,7 @@
 //! - [`e820`]: the memory map.
 //! - [`cmdline`]: default command line and length limits.
 //! - [`params`]: zero page, `hvm_start_info`, initrd placement.
+//! - [`mptable`]: the MP table that names the vCPUs and the I/O APIC.
 //!
 //! bzImage: payload at `code32_start` (1 MiB), 64-bit entry at load + 0x200 with
 //! RSI = zero page. ELF: segments at their physical addresses, PVH entry in 32-bit
@@ -15,6 +16,7 @@ pub mod cmdline;
 pub mod e820;
 pub mod image;
 pub mod map;
+pub mod mptable;
 pub mod params;
 
 use crate::arch::x86_64::regs::BootEntry;

@@ -71,6 +71,12 @@ impl PortBus {
         }
     }
 
+    /// A bus for another vCPU of the same VM: the same devices, counts of
+    /// its own.
+    pub fn sharing_devices(&self) -> PortBus {
+        PortBus::new(self.uart.clone())
+    }
+
     fn uart_offset(port: u16) -> Option<u8> {
         port.checked_sub(layout::UART_PORT)
             .filter(|o| *o < layout::UART_PORT_COUNT)

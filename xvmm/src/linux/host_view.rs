@@ -15,7 +15,7 @@ pub fn add_host_view(report: &mut Report, host: &Machine, trace: Option<&TraceSu
     if let Some(t) = trace {
         report.host_exits = t.exits.clone();
         report.notes.push(format!(
-            "host exits traced with kvm:kvm_exit/kvm_entry on the vCPU thread: {} unpaired events, {} lost to buffer overruns; read from {}",
+            "host exits traced with kvm:kvm_exit/kvm_entry on the vCPU threads: {} unpaired events, {} lost to buffer overruns; read from {}",
             t.unpaired,
             t.lost,
             t.reader.describe()

@@ -4,9 +4,10 @@
 //! them: [`prepare`] checks every input before KVM is touched (kernel format
 //! and size, initrd fit, command line length, memory size; for the built-in
 //! userspace it finds the static xperf and builds the initramfs, see
-//! [`builtin`]); [`run`] builds the VM (in-kernel irqchip + PIT, one vCPU with
-//! LINT0 = ExtINT / LINT1 = NMI, UART on IRQ 4 through an irqfd), loads the
-//! kernel and runs it until it ends the VM:
+//! [`builtin`]); [`run`] builds the VM (in-kernel irqchip + PIT, `cpus` vCPUs
+//! with LINT0 = ExtINT / LINT1 = NMI named in an MP table, UART on IRQ 4
+//! through an irqfd), loads the kernel and runs it, each vCPU on a host
+//! thread of its own ([`vcpu::run_vcpus`]), until it ends the VM:
 //! - PORT_EXIT 0, i8042 reset (`reboot=k`) or power-off: a clean end; after a
 //!   "Kernel panic" line on the console, a reset is reported as the panic;
 //! - PORT_EXIT n: `Error::GuestExit(n)`;
@@ -70,8 +71,11 @@ pub struct LinuxConfig {
     pub cmdline: Option<String>,
     pub mem_mib: u64,
     pub timeout: Duration,
-    /// Host CPU to pin the vCPU thread to.
-    pub pin: Option<usize>,
+    /// vCPUs (1 to [`boot::mptable::MAX_VCPUS`], and no more than KVM runs).
+    pub cpus: u8,
+    /// Host CPUs to pin the vCPU threads to, one per vCPU in order; empty:
+    /// not pinned.
+    pub pin: Vec<usize>,
     pub tsc_khz: Option<u32>,
     pub tsc_offset: Option<i64>,
     /// Offer KVM asynchronous page faults in CPUID.
@@ -138,6 +142,7 @@ impl Prepared {
 
 /// Checks every input and builds the built-in initramfs if there is one.
 pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
+    check_cpus(config.cpus, &config.pin, &crate::affinity::usable_cpus())?;
     let mem_bytes = config.mem_mib.checked_mul(1 << 20).ok_or_else(|| {
         Setting::MemoryMib.invalid(format!(
             "{} MiB is not a representable size",
@@ -208,6 +213,75 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
     })
 }
 
+/// Refuses a vCPU count the MP table cannot describe and a pin list that
+/// does not name one host CPU this process may use (`usable`) per vCPU.
+pub fn check_cpus(cpus: u8, pin: &[usize], usable: &[usize]) -> Result<()> {
+    let most = boot::mptable::MAX_VCPUS;
+    if cpus == 0 {
+        return Err(Setting::Cpus.invalid("0: a guest needs at least one vCPU"));
+    }
+    if cpus > most {
+        return Err(Setting::Cpus.invalid(format!(
+            "{cpus}: at most {most} (the MP table's 8-bit APIC ids)"
+        )));
+    }
+    if !pin.is_empty() && pin.len() != usize::from(cpus) {
+        return Err(Setting::PinCpu.invalid(format!(
+            "names {} host CPU{} for {cpus} vCPU{}: give one per vCPU",
+            pin.len(),
+            if pin.len() == 1 { "" } else { "s" },
+            if cpus == 1 { "" } else { "s" },
+        )));
+    }
+    match pin.iter().find(|cpu| !usable.contains(cpu)) {
+        Some(cpu) => Err(Setting::PinCpu.invalid(format!(
+            "{cpu}: no such CPU, or not one this process may use ({})",
+            cpu_list(usable)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// CPUs as a kernel CPU list: "0-3,6".
+pub fn cpu_list(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+/// What the user should know of how the vCPUs share the host's CPUs: more
+/// vCPUs than host CPUs, or two pinned to one.
+pub fn sharing_note(cpus: u8, pin: &[usize], host_cpus: usize) -> Option<String> {
+    let mut distinct = pin.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if usize::from(cpus) > host_cpus {
+        Some(format!(
+            "{cpus} vCPUs on {host_cpus} host CPUs: the measurements include the host's scheduling of vCPU threads"
+        ))
+    } else if distinct.len() < pin.len() {
+        Some(format!(
+            "--pin puts {} vCPUs on {} host CPUs: the measurements include the host's scheduling of vCPU threads",
+            pin.len(),
+            distinct.len()
+        ))
+    } else {
+        None
+    }
+}
+
 /// What a traced run adds to xperf's options: every sample's stamps, the
 /// calibration exits and the run id.
 fn traced(options: &mut XperfArgs, run_id: Option<String>) {
@@ -260,6 +334,32 @@ pub struct LinuxRun {
     pub async_pf_en: Option<u64>,
     /// Where the time before the guest's first instruction went.
     pub profile: BootProfile,
+    /// The VM's vCPUs and the host CPUs their threads were pinned to.
+    pub placement: Placement,
+}
+
+/// How many vCPUs a run had and where their threads ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub vcpus: u8,
+    /// Host CPU of each vCPU's thread, in vCPU order; empty: not pinned.
+    pub pin: Vec<usize>,
+}
+
+impl Placement {
+    /// One line for the report: "VM: 2 vCPUs (threads pinned to host CPUs 0,3)".
+    pub fn note(&self) -> String {
+        let (n, s) = (self.vcpus, if self.vcpus == 1 { "" } else { "s" });
+        if self.pin.is_empty() {
+            format!("VM: {n} vCPU{s}, each on a host thread of its own, not pinned")
+        } else {
+            let cpus: Vec<String> = self.pin.iter().map(usize::to_string).collect();
+            format!(
+                "VM: {n} vCPU{s}, each on a host thread of its own, pinned to host CPU{s} {} in vCPU order",
+                cpus.join(",")
+            )
+        }
+    }
 }
 
 /// Builds the VM and its vCPU and loads the guest: ready to run.
@@ -273,7 +373,7 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
         },
         vcpu: VcpuConfig {
             id: 0,
-            nr_vcpus: 1,
+            nr_vcpus: cfg.cpus,
             tsc_khz: cfg.tsc_khz,
             // Without --tsc-offset, the guest's TSC is as KVM sets it up.
             tsc_offset: cfg.tsc_offset.map_or(TscOffset::Kvm, TscOffset::Exact),
@@ -311,11 +411,28 @@ fn build_machine(p: &mut Prepared) -> Result<Machine> {
         "copy what was not mapped, write the boot structures",
         &mut since,
     );
+    boot::mptable::write(&vm.memory, cfg.cpus, cpu_signature(vcpu))?;
     regs::setup_boot_cpu(&vcpu.fd, &vm.memory, &entry)?;
-    msr::setup_boot_msrs(&vcpu.fd)?;
-    regs::setup_lint(&vcpu.fd)?;
-    p.profile.stamp("vCPU registers, MSRs, LINT", &mut since);
+    for v in std::iter::once(vcpu).chain(&machine.aps) {
+        msr::setup_boot_msrs(&v.fd)?;
+        regs::setup_lint(&v.fd)?;
+    }
+    p.profile
+        .stamp("MP table, vCPU registers, MSRs, LINT", &mut since);
     Ok(machine)
+}
+
+/// CPUID leaf 1 as the vCPU sees it, for the MP table's processor entries.
+fn cpu_signature(vcpu: &vcpu::Vcpu) -> boot::mptable::CpuSignature {
+    let leaf1 = vcpu
+        .cpuid
+        .as_slice()
+        .iter()
+        .find(|e| e.function == 1 && e.index == 0);
+    boot::mptable::CpuSignature {
+        signature: leaf1.map_or(0, |e| e.eax),
+        features: leaf1.map_or(0, |e| e.edx),
+    }
 }
 
 /// Maps the ELF kernel and the initrd (the user's, or xperf inside the
@@ -376,63 +493,63 @@ pub fn run_with(
     console: Console,
     ready: &dyn Fn(&BootProfile),
 ) -> Result<LinuxRun> {
-    let Machine { vm, mut vcpu, .. } = build_machine(&mut prepared)?;
+    let Machine {
+        vm,
+        mut vcpu,
+        mut aps,
+        ..
+    } = build_machine(&mut prepared)?;
     let mut since = Instant::now();
     let (mut bus, panic_line) = attach_uart(&vm, console)?;
     let cfg = &prepared.config;
-    if let Some(cpu) = cfg.pin {
+    if let Some(&cpu) = cfg.pin.first() {
         crate::affinity::pin_current_thread(cpu)?;
     }
+    let mut notes: Vec<String> =
+        sharing_note(cfg.cpus, &cfg.pin, crate::affinity::usable_cpus().len())
+            .into_iter()
+            .collect();
     // The watchdog first, so that a stop signal while the tracer is set up
     // still ends the run and the tracer's drop restores tracefs.
     let control = RunControl::new(cfg.timeout)?;
-    let tracer = if cfg.trace {
-        // SAFETY: gettid has no arguments and cannot fail.
-        let tid = unsafe { libc::gettid() };
-        Some(ExitTracer::start(&[tid])?)
-    } else {
-        None
-    };
-    let mut faults = match cfg.host_fault_delay {
-        Some(delay) => {
-            let aborter = control.aborter();
-            Some(HostFaults::start(
-                delay,
-                &vm.memory,
-                &vm.ram,
-                Box::new(move |why| aborter.abort(format!("the fault server failed: {why}"))),
-            )?)
-        }
-        None => None,
-    };
+    let mut faults = start_fault_server(cfg, &vm, &control)?;
     control.check()?;
     // A Linux without ACPI powers off by halting with interrupts off, which the
     // in-kernel LAPIC keeps from us: look at a vCPU that sleeps for a second.
     control.set_idle_probe(Some(Duration::from_secs(1)));
     let offset_before = vcpu.tsc_offset().ok();
-    prepared
-        .profile
-        .stamp("UART, watchdog, tracer, fault server", &mut since);
-    ready(&prepared.profile);
-    let mut running = control.attach(&mut vcpu);
-    let outcome = vcpu::run_to_end(&mut running, &mut bus, &vm.memory, faults.as_mut());
-    drop(running);
+    let ap_runs = aps
+        .iter_mut()
+        .enumerate()
+        .map(|(i, ap)| vcpu::ApVcpu {
+            vcpu: ap,
+            bus: bus.sharing_devices(),
+            pin: cfg.pin.get(i + 1).copied(),
+        })
+        .collect();
+    let boot_run = vcpu::BootVcpu {
+        vcpu: &mut vcpu,
+        bus: &mut bus,
+        faults: faults.as_mut(),
+    };
+    let profile = &mut prepared.profile;
+    let (tracer, outcome) = vcpu::run_vcpus(&control, &vm.memory, boot_run, ap_runs, |tids| {
+        let tracer = cfg.trace.then(|| ExitTracer::start(tids)).transpose()?;
+        profile.stamp(
+            "UART, watchdog, fault server, vCPU threads, tracer",
+            &mut since,
+        );
+        ready(profile);
+        Ok(tracer)
+    })?;
     let host_faults = faults.map(HostFaults::finish);
     let async_pf_en = msr::get_msr(&vcpu.fd, msr::MSR_KVM_ASYNC_PF_EN).ok();
     let trace = tracer.map(ExitTracer::finish).transpose()?;
     let tsc = tsc_facts(&vm, &vcpu, cfg, offset_before);
-    let mut notes = Vec::new();
     let end = outcome
         .end
         .and_then(|end| clean_end(end, panic_line.get(), &mut notes))
-        .and_then(
-            |()| match host_faults.as_ref().and_then(|f| f.failure.clone()) {
-                // The guest finished on ordinary faults: its results are kept,
-                // and flagged in `async_pf.host.failure`.
-                Some(why) => Err(Error::HostFault(format!("the fault server failed: {why}"))),
-                None => Ok(()),
-            },
-        );
+        .and_then(|()| fault_server_end(host_faults.as_ref()));
     Ok(LinuxRun {
         end,
         results: outcome.results,
@@ -444,8 +561,43 @@ pub fn run_with(
         asked_samples: prepared.asked_samples,
         host_faults,
         async_pf_en,
+        placement: Placement {
+            vcpus: prepared.config.cpus,
+            pin: prepared.config.pin.clone(),
+        },
         profile: prepared.profile,
     })
+}
+
+/// The userfaultfd fault server, with `--host-fault-delay`: a failure of
+/// it stops the run through `control`.
+fn start_fault_server(
+    cfg: &LinuxConfig,
+    vm: &Vm,
+    control: &RunControl,
+) -> Result<Option<HostFaults>> {
+    let Some(delay) = cfg.host_fault_delay else {
+        return Ok(None);
+    };
+    let aborter = control.aborter();
+    HostFaults::start(
+        delay,
+        &vm.memory,
+        &vm.ram,
+        Box::new(move |why| aborter.abort(format!("the fault server failed: {why}"))),
+    )
+    .map(Some)
+}
+
+/// The run's end as far as the fault server goes: a failure of it fails a
+/// run that otherwise ended cleanly.
+fn fault_server_end(faults: Option<&crate::host_fault::HostFaultSummary>) -> Result<()> {
+    match faults.and_then(|f| f.failure.clone()) {
+        // The guest finished on ordinary faults: its results are kept,
+        // and flagged in `async_pf.host.failure`.
+        Some(why) => Err(Error::HostFault(format!("the fault server failed: {why}"))),
+        None => Ok(()),
+    }
 }
 
 /// The guest's TSC as KVM set it up, at the end of a run.
@@ -512,6 +664,65 @@ fn open_input(path: &Path, wrap: fn(String) -> Error) -> Result<std::fs::File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vcpu_counts_and_pin_lists_that_cannot_boot_are_refused_before_it() {
+        let usable = [0, 1, 2, 3, 6];
+        assert!(check_cpus(1, &[], &usable).is_ok());
+        assert!(check_cpus(2, &[3, 6], &usable).is_ok());
+        assert!(
+            check_cpus(254, &[], &usable).is_ok(),
+            "more vCPUs than CPUs"
+        );
+        let said = |cpus, pin: &[usize]| check_cpus(cpus, pin, &usable).unwrap_err().to_string();
+        assert!(said(0, &[]).contains("at least one vCPU"));
+        assert!(said(255, &[]).contains("at most 254"));
+        let short = said(2, &[1]);
+        assert!(short.contains("1 host CPU for 2 vCPUs"), "{short}");
+        assert!(said(1, &[1, 2]).contains("2 host CPUs for 1 vCPU:"));
+        let missing = said(2, &[1, 5]);
+        assert!(
+            missing.contains("5: no such CPU") && missing.contains("(0-3,6)"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn the_placement_note_names_the_vcpus_and_their_host_cpus() {
+        let one = Placement {
+            vcpus: 1,
+            pin: vec![],
+        };
+        assert_eq!(
+            one.note(),
+            "VM: 1 vCPU, each on a host thread of its own, not pinned"
+        );
+        let two = Placement {
+            vcpus: 2,
+            pin: vec![0, 3],
+        };
+        assert_eq!(
+            two.note(),
+            "VM: 2 vCPUs, each on a host thread of its own, pinned to host CPUs 0,3 in vCPU order"
+        );
+    }
+
+    #[test]
+    fn sharing_host_cpus_is_noted() {
+        assert_eq!(sharing_note(2, &[], 2), None);
+        assert_eq!(sharing_note(2, &[0, 1], 4), None);
+        let over = sharing_note(3, &[], 2).unwrap();
+        assert!(over.starts_with("3 vCPUs on 2 host CPUs"), "{over}");
+        let doubled = sharing_note(2, &[1, 1], 4).unwrap();
+        assert!(doubled.contains("2 vCPUs on 1 host CPUs"), "{doubled}");
+    }
+
+    #[test]
+    fn cpu_lists_are_written_as_the_kernel_writes_them() {
+        assert_eq!(cpu_list(&[]), "");
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6]), "0-3,6");
+        assert_eq!(cpu_list(&[1, 3, 4]), "1,3-4");
+    }
 
     #[test]
     fn profile_stamps_consecutive_phases() {

@@ -48,6 +48,8 @@ pub struct RunOutcome {
     pub end: Result<GuestEnd>,
     /// The last well-formed report the guest sent through the results doorbell.
     pub results: Option<xvmm_results::Report>,
+    /// When it came (to pick the last of several vCPUs' reports).
+    pub results_at: Option<std::time::Instant>,
     /// Why the last report the guest sent was refused, if it was.
     pub bad_results: Option<Error>,
     /// VM exits handled in user space.
@@ -56,6 +58,21 @@ pub struct RunOutcome {
     pub unknown_io: crate::devices::UnknownIo,
     /// Accesses to unbacked guest-physical addresses (MMIO nobody claims).
     pub unknown_mmio: u64,
+}
+
+impl RunOutcome {
+    /// A run that failed before the vCPU ran.
+    pub fn failed(why: Error) -> RunOutcome {
+        RunOutcome {
+            end: Err(why),
+            results: None,
+            results_at: None,
+            bad_results: None,
+            exits: 0,
+            unknown_io: crate::devices::UnknownIo::default(),
+            unknown_mmio: 0,
+        }
+    }
 }
 
 const KVM_SYSTEM_EVENT_SHUTDOWN: u32 = 1;
@@ -110,9 +127,14 @@ struct PortGuest<'a> {
     memory: &'a vm_memory::GuestMemoryMmap,
     faults: Option<&'a mut crate::host_fault::HostFaults>,
     results: Option<xvmm_results::Report>,
+    results_at: Option<std::time::Instant>,
     bad_results: Option<Error>,
     exits: u64,
     unknown_mmio: u64,
+    /// Whether halting for good ends the run: the boot vCPU's halt is
+    /// Linux's power-off; an application processor's is a CPU taken
+    /// offline, which INIT and SIPI bring back.
+    halt_ends: bool,
 }
 
 impl ExitHandler for PortGuest<'_> {
@@ -130,7 +152,10 @@ impl ExitHandler for PortGuest<'_> {
             Step::Io(IoEvent::Reset) => Action::End(GuestEnd::Reset),
             Step::Io(IoEvent::Results(len)) => {
                 match read_results(self.memory, len) {
-                    Ok(report) => self.results = Some(report),
+                    Ok(report) => {
+                        self.results = Some(report);
+                        self.results_at = Some(std::time::Instant::now());
+                    }
                     Err(e) => self.bad_results = Some(e),
                 }
                 Action::Resume
@@ -156,7 +181,7 @@ impl ExitHandler for PortGuest<'_> {
     fn kicked(&mut self, vcpu: &mut super::Vcpu) -> Action<GuestEnd> {
         // A kick is no exit.
         self.exits -= 1;
-        match halted_for_good(vcpu) {
+        match halted_for_good(vcpu).filter(|_| self.halt_ends) {
             Some(rip) => Action::End(GuestEnd::Halted(rip)),
             None => Action::Resume,
         }
@@ -173,20 +198,35 @@ pub fn run_to_end(
     memory: &vm_memory::GuestMemoryMmap,
     faults: Option<&mut crate::host_fault::HostFaults>,
 ) -> RunOutcome {
+    run_port_guest(running, bus, memory, faults, true)
+}
+
+/// [`run_to_end`] for any vCPU: `halt_ends` says whether a halt for good
+/// ends the run (the boot vCPU's) or not (an application processor's).
+pub(super) fn run_port_guest(
+    running: &mut RunningVcpu<'_>,
+    bus: &mut crate::devices::PortBus,
+    memory: &vm_memory::GuestMemoryMmap,
+    faults: Option<&mut crate::host_fault::HostFaults>,
+    halt_ends: bool,
+) -> RunOutcome {
     let mut guest = PortGuest {
         bus,
         memory,
         faults,
         results: None,
+        results_at: None,
         bad_results: None,
         exits: 0,
         unknown_mmio: 0,
+        halt_ends,
     };
     let end = run_loop(running, &mut guest);
     guest.bus.flush();
     RunOutcome {
         end,
         results: guest.results,
+        results_at: guest.results_at,
         bad_results: guest.bad_results,
         exits: guest.exits,
         unknown_io: guest.bus.unknown,

@@ -14,18 +14,21 @@
 //! - [`exit_loop`]: the one KVM_RUN loop ([`run_loop`]) and fatal-exit description;
 //!   each guest handles its own exits through an [`ExitHandler`].
 //! - [`exits`]: the handler of guests that use the standard ports ([`run_to_end`]).
+//! - [`threads`]: every vCPU of a VM on a host thread of its own ([`run_vcpus`]).
 
 pub mod exit_loop;
 pub mod exits;
 mod machine;
 pub mod run_control;
 pub mod signals;
+pub mod threads;
 
 pub use exit_loop::{internal_error_name, run_loop, Action, ExitHandler, Fatal};
 pub use exits::{run_to_end, GuestEnd, RunOutcome};
 pub use machine::{Machine, MachineSpec};
 pub use run_control::{Aborter, RunControl, RunningVcpu, StopReason};
 pub use signals::StopSignals;
+pub use threads::{run_vcpus, ApVcpu, BootVcpu};
 
 use crate::arch::x86_64::cpuid::{self, CpuidOptions};
 use crate::vm::Vm;

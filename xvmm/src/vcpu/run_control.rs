@@ -31,12 +31,15 @@ pub enum StopReason {
     Aborted,
     /// A stop signal (its number) or [`RunControl::interrupt`] (SIGINT).
     Interrupted(libc::c_int),
+    /// One vCPU's run ended ([`RunControl::end_run`]): the others stop.
+    Ended,
 }
 
 const RUNNING: u8 = 0;
 const STOP_TIMEOUT: u8 = 1;
 const STOP_INTERRUPTED: u8 = 2;
 const STOP_ABORTED: u8 = 3;
+const STOP_ENDED: u8 = 4;
 /// How often the watchdog looks at the Ctrl-C flag.
 const WATCHDOG_POLL: Duration = Duration::from_millis(100);
 
@@ -86,11 +89,15 @@ struct VcpuThread {
 }
 
 impl Shared {
-    fn stop(&self, reason: u8) {
-        let _ = self
+    /// Stops the run for `reason` and kicks every vCPU; whether this call
+    /// was the first stop.
+    fn stop(&self, reason: u8) -> bool {
+        let first = self
             .stop
-            .compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst);
+            .compare_exchange(RUNNING, reason, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
         self.kick(|_| true);
+        first
     }
 
     /// Kicks the attached threads that `select` picks out of KVM_RUN.
@@ -171,6 +178,7 @@ impl RunControl {
         match self.shared.stop.load(Ordering::Relaxed) {
             STOP_TIMEOUT => Some(StopReason::Timeout),
             STOP_ABORTED => Some(StopReason::Aborted),
+            STOP_ENDED => Some(StopReason::Ended),
             STOP_INTERRUPTED => Some(StopReason::Interrupted(
                 super::signals::stop_requested().unwrap_or(libc::SIGINT),
             )),
@@ -192,6 +200,7 @@ impl RunControl {
                 "guest did not finish within {} s",
                 self.shared.timeout.as_secs_f64()
             ))),
+            Some(StopReason::Ended) => Err(Error::Guest("the run ended on another vCPU".into())),
             Some(StopReason::Aborted) => Err(Error::HostFault(
                 self.shared
                     .aborted
@@ -215,6 +224,14 @@ impl RunControl {
     /// Stops the run now as if Ctrl-C had been pressed (kicks attached vCPUs).
     pub fn interrupt(&self) {
         self.shared.stop(STOP_INTERRUPTED);
+    }
+
+    /// A vCPU's run is over (the guest ended the VM, or the run failed on
+    /// it): every other vCPU is kicked out and stops. Whether this call
+    /// ended the run, i.e. no stop came before it: that vCPU's end is the
+    /// run's.
+    pub fn end_run(&self) -> bool {
+        self.shared.stop(STOP_ENDED)
     }
 
     /// A handle with which another thread of the run (the fault server) stops
@@ -428,6 +445,20 @@ mod tests {
         // A later stop does not replace the first.
         rc.interrupt();
         assert_eq!(rc.stop_reason(), Some(StopReason::Aborted));
+    }
+
+    #[test]
+    fn the_first_vcpu_to_end_the_run_is_told_so_and_the_others_stop() {
+        let rc = RunControl::new(Duration::from_secs(60)).unwrap();
+        assert!(rc.end_run(), "the first end");
+        assert!(!rc.end_run(), "a second end is not the run's");
+        assert_eq!(rc.stop_reason(), Some(StopReason::Ended));
+        assert!(matches!(rc.check(), Err(Error::Guest(m)) if m.contains("another vCPU")));
+        // A stop before any vCPU ended leaves no vCPU's end the run's.
+        let rc = RunControl::new(Duration::from_secs(60)).unwrap();
+        rc.interrupt();
+        assert!(!rc.end_run());
+        assert!(matches!(rc.check(), Err(Error::Interrupted(_))));
     }
 
     #[test]

@@ -26,7 +26,9 @@ const UNIT: &str = "ticks/2 mprotect";
 /// The page's name in `/proc/self/maps` (a memfd, so a test can find it).
 const PAGE_NAME: &std::ffi::CStr = c"xperf-tlb-shootdown";
 
-/// One shared page of a memfd, mapped read-write; unmapped on drop.
+/// One page the process's threads share, mapped read-write: a memfd's, or
+/// anonymous memory where the kernel has no memfd (a tinyconfig guest);
+/// unmapped on drop.
 struct Page {
     addr: *mut libc::c_void,
     len: usize,
@@ -41,7 +43,11 @@ impl Page {
         // SAFETY: a valid C string; the fd is closed below.
         let fd = unsafe { libc::memfd_create(PAGE_NAME.as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
-            return Err(os("memfd_create"));
+            let err = std::io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::ENOSYS) => Page::anonymous(len),
+                _ => Err(format!("memfd_create: {err}")),
+            };
         }
         let size = libc::off_t::try_from(len).unwrap_or(4096);
         // SAFETY: plain calls on the fd just created.
@@ -64,6 +70,30 @@ impl Page {
         unsafe { libc::close(fd) };
         if addr == libc::MAP_FAILED {
             return Err(mapped);
+        }
+        Ok(Page { addr, len })
+    }
+
+    /// `len` bytes of anonymous memory: the threads of one process share
+    /// it as they share every mapping, so its TLB entries need the same
+    /// shootdown.
+    fn anonymous(len: usize) -> Result<Page, String> {
+        // SAFETY: a new anonymous mapping, owned by the Page from here on.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(format!(
+                "mmap of the page: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         Ok(Page { addr, len })
     }
@@ -295,6 +325,18 @@ mod tests {
     fn online() -> Vec<u32> {
         let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
         crate::characterize::facts::parse_cpu_list(list.trim())
+    }
+
+    #[test]
+    fn an_anonymous_page_takes_the_same_protections() {
+        let page = Page::anonymous(4096).unwrap();
+        page.write(7);
+        page.protect(libc::PROT_READ).unwrap();
+        assert_eq!(page.read(), 7);
+        page.protect(libc::PROT_READ | libc::PROT_WRITE).unwrap();
+        page.write(8);
+        assert_eq!(page.read(), 8);
+        assert!(Page::anonymous(0).is_err(), "mmap refuses an empty mapping");
     }
 
     fn maps_hold_the_page() -> bool {
