@@ -8,6 +8,7 @@ pub mod clock;
 pub mod fuzz;
 pub mod linearity;
 pub mod mutants;
+pub mod peer;
 pub mod perf;
 pub mod recorded;
 pub mod scale;

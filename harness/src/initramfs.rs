@@ -12,14 +12,16 @@ use xvmm::initramfs::Archive;
 use xvmm::{Error, Result};
 
 /// Firmware QEMU needs for a `-nodefaults` PVH boot on `pc` and on
-/// `microvm` (qboot, from qemu-system-data, which qemu-system-x86 pulls in):
-/// (host file, name in L1).
+/// `microvm` (qboot, from qemu-system-data, which qemu-system-x86 pulls in),
+/// and for a multiboot `-kernel` (kvm-unit-tests' `.flat` files, the peer
+/// bench's): (host file, name in L1).
 const QEMU_FIRMWARE: &[(&str, &str)] = &[
     ("/usr/share/qemu/qboot.rom", "qboot.rom"),
     ("/usr/share/seabios/bios-256k.bin", "bios-256k.bin"),
     ("/usr/share/qemu/pvh.bin", "pvh.bin"),
     ("/usr/share/qemu/linuxboot_dma.bin", "linuxboot_dma.bin"),
     ("/usr/share/qemu/kvmvapic.bin", "kvmvapic.bin"),
+    ("/usr/share/qemu/multiboot_dma.bin", "multiboot_dma.bin"),
 ];
 
 fn read(path: &Path) -> Result<Vec<u8>> {

@@ -123,6 +123,15 @@ kinds! {
     X2apicSelfIpi => (Kernel, "xvmm_mg_k_x2apic_self_ipi", exit_needing("x2apic-self-ipi", None, Needs::X2apic, Interrupt));
     /// The same IPI taken by a halted vCPU (x2apic_self_ipi_sti_hlt).
     X2apicSelfIpiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_hlt", exit_needing("x2apic-self-ipi-hlt", None, Needs::X2apic, Interrupt));
+    /// The self-IPI sent with the task priority (CR8) at 15, which holds it
+    /// pending, taken with interrupts on when CR8 goes back to 0
+    /// (x2apic_self_ipi_tpr): the CR8 write that unmasks it exits.
+    X2apicSelfIpiTpr => (Kernel, "xvmm_mg_k_x2apic_self_ipi_tpr", exit_needing("x2apic-self-ipi-tpr", None, Needs::X2apic, Interrupt));
+    /// The same with interrupts off until an STI; NOP window after CR8 is
+    /// back at 0 (x2apic_self_ipi_tpr_sti_nop).
+    X2apicSelfIpiTprStiNop => (Kernel, "xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop", exit_needing("x2apic-self-ipi-tpr-sti-nop", None, Needs::X2apic, Interrupt));
+    /// The same taken by a halted vCPU (x2apic_self_ipi_tpr_sti_hlt).
+    X2apicSelfIpiTprStiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt", exit_needing("x2apic-self-ipi-tpr-sti-hlt", None, Needs::X2apic, Interrupt));
     /// The LAPIC timer armed in TSC-deadline mode with a deadline already
     /// past, and its interrupt (kvm-unit-tests' tscdeadline_immed).
     TscDeadlineImmed => (Kernel, "xvmm_mg_k_tscdeadline_immed", exit_needing("tscdeadline-immed", None, Needs::TscDeadline, Timer));
@@ -567,6 +576,9 @@ mod tests {
             rows.extend([
                 "x2apic-self-ipi",
                 "x2apic-self-ipi-hlt",
+                "x2apic-self-ipi-tpr",
+                "x2apic-self-ipi-tpr-sti-nop",
+                "x2apic-self-ipi-tpr-sti-hlt",
                 "tscdeadline-immed",
                 "tscdeadline",
             ]);
@@ -575,7 +587,7 @@ mod tests {
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 30);
+        assert_eq!(EXIT_ROWS, 33);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -630,7 +642,16 @@ mod tests {
             ]
         );
         assert_eq!(of(Mmio), ["mmio-write", "mmio-write-eventfd"]);
-        assert_eq!(of(Interrupt), ["x2apic-self-ipi", "x2apic-self-ipi-hlt"]);
+        assert_eq!(
+            of(Interrupt),
+            [
+                "x2apic-self-ipi",
+                "x2apic-self-ipi-hlt",
+                "x2apic-self-ipi-tpr",
+                "x2apic-self-ipi-tpr-sti-nop",
+                "x2apic-self-ipi-tpr-sti-hlt"
+            ]
+        );
         assert_eq!(of(Timer), ["tscdeadline-immed", "tscdeadline"]);
         // Only exits have a family.
         assert_eq!(Kind::Syscall.family(), None);

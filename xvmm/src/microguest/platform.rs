@@ -207,17 +207,24 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             | "pio-in-kernel"
             | "pio-out-kernel"
             | "x2apic-self-ipi-hlt"
+            | "x2apic-self-ipi-tpr-sti-hlt"
             | "tscdeadline",
             Vendor::Amd,
             Hypervisor::Pvm,
         ) => fact(Outcome::Runs, AMD_PVM),
         // PVM does not deliver an interrupt made pending with interrupts
         // off in the STI window that follows (0 of 6000 self-IPIs, 13 of
-        // 6000 timer interrupts, those met another exit): the rows say so.
+        // 6000 timer interrupts, those met another exit), nor one a CR8
+        // write unmasks with interrupts on (2 of 2000): the rows say so.
         // HLT does take the pending IPI.
-        ("x2apic-self-ipi" | "tscdeadline-immed", Vendor::Amd, Hypervisor::Pvm) => {
-            fact(Outcome::Unavailable, AMD_PVM)
-        }
+        (
+            "x2apic-self-ipi"
+            | "x2apic-self-ipi-tpr"
+            | "x2apic-self-ipi-tpr-sti-nop"
+            | "tscdeadline-immed",
+            Vendor::Amd,
+            Hypervisor::Pvm,
+        ) => fact(Outcome::Unavailable, AMD_PVM),
         ("vmmcall", Vendor::Amd, Hypervisor::Pvm) => fact(Outcome::NeverReturns, AMD_PVM),
         ("rdmsr" | "wrmsr", Vendor::Amd, Hypervisor::Pvm) => {
             fact(Outcome::Faults { vector: 13 }, AMD_PVM)
@@ -243,7 +250,13 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
         // the interrupt window and the EOI each exit: 400 of 400 traced
         // samples held more than one.
         (
-            "x2apic-self-ipi" | "x2apic-self-ipi-hlt" | "tscdeadline-immed" | "tscdeadline",
+            "x2apic-self-ipi"
+            | "x2apic-self-ipi-hlt"
+            | "x2apic-self-ipi-tpr"
+            | "x2apic-self-ipi-tpr-sti-nop"
+            | "x2apic-self-ipi-tpr-sti-hlt"
+            | "tscdeadline-immed"
+            | "tscdeadline",
             Vendor::Amd,
             Hypervisor::KvmAmd,
         ) => fact(Outcome::RunsWithSeveralExits, NESTED),
@@ -452,6 +465,9 @@ mod tests {
                 ("wr-tsx-ctrl", Outcome::Unavailable),
                 ("x2apic-self-ipi", Outcome::Unavailable),
                 ("x2apic-self-ipi-hlt", Outcome::Runs),
+                ("x2apic-self-ipi-tpr", Outcome::Unavailable),
+                ("x2apic-self-ipi-tpr-sti-nop", Outcome::Unavailable),
+                ("x2apic-self-ipi-tpr-sti-hlt", Outcome::Runs),
                 ("tscdeadline-immed", Outcome::Unavailable),
                 ("tscdeadline", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),
@@ -495,6 +511,9 @@ mod tests {
             ("toggle-cr0-wp", Outcome::Undocumented),
             ("x2apic-self-ipi", Outcome::RunsWithSeveralExits),
             ("x2apic-self-ipi-hlt", Outcome::RunsWithSeveralExits),
+            ("x2apic-self-ipi-tpr", Outcome::RunsWithSeveralExits),
+            ("x2apic-self-ipi-tpr-sti-nop", Outcome::RunsWithSeveralExits),
+            ("x2apic-self-ipi-tpr-sti-hlt", Outcome::RunsWithSeveralExits),
             ("tscdeadline-immed", Outcome::RunsWithSeveralExits),
             ("tscdeadline", Outcome::RunsWithSeveralExits),
             ("pio-in-kernel", Outcome::Undocumented),

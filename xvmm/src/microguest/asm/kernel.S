@@ -80,6 +80,9 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_wr_tsx_ctrl - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_tpr - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline_immed - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
@@ -511,6 +514,66 @@ xvmm_mg_k_x2apic_self_ipi:
 xvmm_mg_k_x2apic_self_ipi_hlt:
     X2APIC_ON
     SELF_IPI_SAMPLES hlt
+
+// The task priority (CR8) at 15 masks every vector, so the self-IPI
+// sent under it stays pending until CR8 goes back to 0; `window` as
+// above. Clobbers rax, rcx, rdx.
+.macro SELF_IPI_UNDER_TPR window
+1:
+    mov r10, r11
+    KSTAMP_OPEN 0
+    mov eax, 15
+    mov cr8, rax
+    mov ecx, 0x830
+    mov eax, 0x400f0
+    xor edx, edx
+    wrmsr
+    xor eax, eax
+    mov cr8, rax
+    sti
+    \window
+    cli
+    KSTAMP_CLOSE 8
+    ONE_INTERRUPT
+    NEXT_SAMPLE
+.endm
+
+// Interrupts on for the whole sample and the IPI held pending by CR8 = 15:
+// lowering CR8 lets it in (kvm-unit-tests' x2apic_self_ipi_tpr, which runs
+// with interrupts on throughout). STI before the ICR write, so the only
+// interrupt is the one CR8 releases.
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_tpr:
+    X2APIC_ON
+1:
+    mov r10, r11
+    KSTAMP_OPEN 0
+    mov eax, 15
+    mov cr8, rax
+    sti
+    mov ecx, 0x830
+    mov eax, 0x400f0
+    xor edx, edx
+    wrmsr
+    xor eax, eax
+    mov cr8, rax
+    nop
+    cli
+    KSTAMP_CLOSE 8
+    ONE_INTERRUPT
+    NEXT_SAMPLE
+
+// x2apic_self_ipi_tpr_sti_nop.
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop:
+    X2APIC_ON
+    SELF_IPI_UNDER_TPR nop
+
+// x2apic_self_ipi_tpr_sti_hlt.
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt:
+    X2APIC_ON
+    SELF_IPI_UNDER_TPR hlt
 
 // The LAPIC timer in TSC-deadline mode armed with a deadline already
 // past: IA32_TSC_DEADLINE (0x6e0) = the opening stamp's TSC, still in
