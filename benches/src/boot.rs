@@ -103,16 +103,7 @@ pub fn profile(run: &HarnessRun) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// Median (mean of the middle two for an even count); `None` if empty.
-pub fn median(mut v: Vec<f64>) -> Option<f64> {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
+pub use crate::median;
 
 /// One VMM's measured runs of one variant that reached the marker, with
 /// the guest uptime each printed there.

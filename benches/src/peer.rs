@@ -13,6 +13,7 @@
 //! microguest prints the median of per-sample round trips with its stamps'
 //! cost subtracted. A ratio near 1 says both time the same path.
 
+use crate::median;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -194,39 +195,34 @@ pub fn build(checkout: &Path, cache: &Path) -> Result<PathBuf, String> {
 /// microguest, QEMU's ISA test device (`inl_from_qemu`), and the
 /// debug-exit port the test's end writes.
 pub fn qemu_argv(test: &str) -> Vec<String> {
-    use xvmm_harness::l1;
-    [
-        l1::LOADER,
-        "--library-path",
-        l1::LIB_DIR,
-        l1::QEMU,
-        "-L",
-        l1::QEMU_DATA,
-        "-enable-kvm",
-        "-cpu",
-        "host",
-        "-smp",
-        "1",
-        "-m",
-        "256",
-        "-nodefaults",
-        "-display",
-        "none",
-        "-serial",
-        "stdio",
-        "-no-reboot",
-        "-device",
-        "pc-testdev",
-        "-device",
-        "isa-debug-exit,iobase=0xf4,iosize=0x4",
-        "-kernel",
-        FLAT_IN_L1,
-        "-append",
-        test,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
+    let mut argv = xvmm_harness::l1_qemu_kvm();
+    argv.extend(
+        [
+            "-cpu",
+            "host",
+            "-smp",
+            "1",
+            "-m",
+            "256",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-serial",
+            "stdio",
+            "-no-reboot",
+            "-device",
+            "pc-testdev",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x4",
+            "-kernel",
+            FLAT_IN_L1,
+            "-append",
+            test,
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    argv
 }
 
 /// What vmexit printed for one test.
@@ -286,19 +282,8 @@ impl Row {
     /// (microguest over kvm-unit-tests).
     pub fn ratio(&self) -> Option<(f64, f64, f64)> {
         let kut: Vec<f64> = self.kut.iter().map(|&t| t as f64).collect();
-        let (k, x) = (median(&kut)?, median(&self.xvmm)?);
+        let (k, x) = (median(kut)?, median(self.xvmm.clone())?);
         (k > 0.0).then_some((k, x, x / k))
-    }
-}
-
-fn median(values: &[f64]) -> Option<f64> {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
     }
 }
 

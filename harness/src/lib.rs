@@ -108,8 +108,10 @@ pub fn qemu_microvm_argv(kernel: &str, cmdline: &str) -> Vec<String> {
     qemu_machine_argv(MICROVM, kernel, cmdline)
 }
 
-fn qemu_machine_argv(machine: &[&str], kernel: &str, cmdline: &str) -> Vec<String> {
-    let mut argv = strings(&[
+/// QEMU/KVM as L1 starts it: through the dynamic loader (L1 has no
+/// ld.so.cache), with its firmware directory; the machine's options follow.
+pub fn l1_qemu_kvm() -> Vec<String> {
+    strings(&[
         l1::LOADER,
         "--library-path",
         l1::LIB_DIR,
@@ -117,7 +119,11 @@ fn qemu_machine_argv(machine: &[&str], kernel: &str, cmdline: &str) -> Vec<Strin
         "-L",
         l1::QEMU_DATA,
         "-enable-kvm",
-    ]);
+    ])
+}
+
+fn qemu_machine_argv(machine: &[&str], kernel: &str, cmdline: &str) -> Vec<String> {
+    let mut argv = l1_qemu_kvm();
     argv.extend(strings(machine));
     argv.extend(strings(&[
         "-cpu",

@@ -100,16 +100,17 @@ fn main() {
             return;
         }
     };
-    println!(
-        "L1 (QEMU TCG, /dev/kvm {}), {:.0} s, console {}",
-        if run.kvm_present {
-            "present"
-        } else {
-            "MISSING"
-        },
-        run.seconds,
-        run.log.display()
-    );
+    for line in xvmm_benches::l1_run_lines(&run) {
+        println!("{line}");
+    }
+    let planned = steps(rounds, samples).len();
+    if run.steps.len() < planned {
+        println!(
+            "{} of {planned} steps ran; L1's console ends:\n{}",
+            run.steps.len(),
+            run.tail(40)
+        );
+    }
     let mut kut_runs: Vec<BTreeMap<String, peer::KutFigure>> = Vec::new();
     let mut reports = Vec::new();
     for round in 0..rounds {
@@ -124,14 +125,6 @@ fn main() {
             Ok(r) => reports.push(r),
             Err(e) => println!("{name}: no report ({e})"),
         }
-    }
-    for s in &run.steps {
-        println!(
-            "step {}: {} after {:.1} s",
-            s.name,
-            s.outcome,
-            s.elapsed_ms / 1000.0
-        );
     }
     println!(
         "\n{rounds} rounds; kvm-unit-tests: mean ticks per iteration of a timed loop; \

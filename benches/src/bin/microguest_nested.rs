@@ -81,23 +81,8 @@ fn run_in_l1(table_argv: &[String], json_argv: &[String], timeout: u64) -> Optio
 
 /// How L1 came up, how each step ended, and the microguest's table.
 fn print_run_and_table(run: &HarnessRun) {
-    println!(
-        "L1 up in QEMU TCG, /dev/kvm {}; {:.1} s in total (console: {})",
-        if run.kvm_present {
-            "present"
-        } else {
-            "MISSING"
-        },
-        run.seconds,
-        run.log.display()
-    );
-    for s in &run.steps {
-        println!(
-            "step {}: {} after {:.1} s",
-            s.name,
-            s.outcome,
-            s.elapsed_ms / 1000.0
-        );
+    for line in xvmm_benches::l1_run_lines(run) {
+        println!("{line}");
     }
     println!();
     for line in run.output("microguest-table") {

@@ -490,10 +490,7 @@ xvmm_mg_k_wr_tsx_ctrl:
 1:
     mov r10, r11
     KSTAMP_OPEN 0
-    mov ecx, 0x830
-    mov eax, 0x400f0
-    xor edx, edx
-    wrmsr
+    SEND_SELF_IPI
     sti
     \window
     cli
@@ -516,21 +513,23 @@ xvmm_mg_k_x2apic_self_ipi_hlt:
     SELF_IPI_SAMPLES hlt
 
 // The task priority (CR8) at 15 masks every vector, so the self-IPI
-// sent under it stays pending until CR8 goes back to 0; `window` as
-// above. Clobbers rax, rcx, rdx.
-.macro SELF_IPI_UNDER_TPR window
+// sent under it stays pending until CR8 goes back to 0. `early` runs
+// before the ICR write, `late` after CR8 is back, then `window`: STI
+// early, nothing late and NOP for x2apic_self_ipi_tpr (interrupts on
+// throughout, so lowering CR8 lets the IPI in; the STI comes before the
+// ICR write, so it is the only interrupt); nothing early, STI late and a
+// NOP or HLT window for the _sti_ twins. Clobbers rax, rcx, rdx.
+.macro SELF_IPI_UNDER_TPR early, late, window
 1:
     mov r10, r11
     KSTAMP_OPEN 0
     mov eax, 15
     mov cr8, rax
-    mov ecx, 0x830
-    mov eax, 0x400f0
-    xor edx, edx
-    wrmsr
+    \early
+    SEND_SELF_IPI
     xor eax, eax
     mov cr8, rax
-    sti
+    \late
     \window
     cli
     KSTAMP_CLOSE 8
@@ -538,42 +537,23 @@ xvmm_mg_k_x2apic_self_ipi_hlt:
     NEXT_SAMPLE
 .endm
 
-// Interrupts on for the whole sample and the IPI held pending by CR8 = 15:
-// lowering CR8 lets it in (kvm-unit-tests' x2apic_self_ipi_tpr, which runs
-// with interrupts on throughout). STI before the ICR write, so the only
-// interrupt is the one CR8 releases.
+// kvm-unit-tests' x2apic_self_ipi_tpr.
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_tpr:
     X2APIC_ON
-1:
-    mov r10, r11
-    KSTAMP_OPEN 0
-    mov eax, 15
-    mov cr8, rax
-    sti
-    mov ecx, 0x830
-    mov eax, 0x400f0
-    xor edx, edx
-    wrmsr
-    xor eax, eax
-    mov cr8, rax
-    nop
-    cli
-    KSTAMP_CLOSE 8
-    ONE_INTERRUPT
-    NEXT_SAMPLE
+    SELF_IPI_UNDER_TPR sti, , nop
 
 // x2apic_self_ipi_tpr_sti_nop.
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop:
     X2APIC_ON
-    SELF_IPI_UNDER_TPR nop
+    SELF_IPI_UNDER_TPR , sti, nop
 
 // x2apic_self_ipi_tpr_sti_hlt.
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt:
     X2APIC_ON
-    SELF_IPI_UNDER_TPR hlt
+    SELF_IPI_UNDER_TPR , sti, hlt
 
 // The LAPIC timer in TSC-deadline mode armed with a deadline already
 // past: IA32_TSC_DEADLINE (0x6e0) = the opening stamp's TSC, still in

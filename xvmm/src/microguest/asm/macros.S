@@ -88,6 +88,15 @@
     wrmsr
 .endm
 
+// A self-IPI through the x2APIC ICR (0x830: shorthand self, fixed,
+// vector 0xf0). Clobbers rax, rcx, rdx.
+.macro SEND_SELF_IPI
+    mov ecx, 0x830
+    mov eax, 0x400f0
+    xor edx, edx
+    wrmsr
+.endm
+
 /*
  * The LAPIC timer in TSC-deadline mode (LVT timer 0x832: mode 10b, vector
  * 0xf1), after X2APIC_ON. The MFENCE orders the LVT write before the first
