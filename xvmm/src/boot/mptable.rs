@@ -217,6 +217,45 @@ mod tests {
         );
     }
 
+    /// Every byte of a two-vCPU table's entries, as the specification lays
+    /// them out: a checksum written anywhere but its field would still sum
+    /// to zero, so the bytes themselves are checked.
+    #[test]
+    fn a_two_vcpu_table_holds_exactly_its_entries() {
+        let all = bytes(2, CPU).unwrap();
+        let table = &all[FLOATING_LEN..];
+        let cpu = |id: u8, flags: u8| {
+            let mut e = vec![ENTRY_PROCESSOR, id, 0x14, flags];
+            e.extend_from_slice(&CPU.signature.to_le_bytes());
+            e.extend_from_slice(&CPU.features.to_le_bytes());
+            e.extend_from_slice(&[0; 8]);
+            e
+        };
+        let mut want = cpu(0, 3);
+        want.extend(cpu(1, 1));
+        want.extend_from_slice(&[ENTRY_BUS, 0, b'I', b'S', b'A', b' ', b' ', b' ']);
+        want.extend_from_slice(&[ENTRY_IOAPIC, 2, 0x11, 1, 0, 0, 0xc0, 0xfe]);
+        want.extend_from_slice(&[ENTRY_IO_INTERRUPT, INT_EXTINT, 0, 0, 0, 0, 2, 0]);
+        for (irq, pin) in [(0, 2)]
+            .into_iter()
+            .chain((1..16).filter(|i| *i != 2).map(|i| (i, i)))
+        {
+            want.extend_from_slice(&[ENTRY_IO_INTERRUPT, 0, 0, 0, 0, irq, 2, pin]);
+        }
+        want.extend_from_slice(&[ENTRY_LOCAL_INTERRUPT, INT_EXTINT, 0, 0, 0, 0, 0xff, 0]);
+        want.extend_from_slice(&[ENTRY_LOCAL_INTERRUPT, INT_NMI, 0, 0, 0, 0, 0xff, 1]);
+        assert_eq!(&table[HEADER_LEN..], want.as_slice());
+        assert_eq!(&table[8..28], b"XVMM    MICROVM     ");
+        assert_eq!(
+            u16::from_le_bytes([table[34], table[35]]),
+            2 + 2 + 1 + 15 + 2
+        );
+        assert_eq!(
+            table[7],
+            checksum(&[&table[..7], &[0], &table[8..]].concat())
+        );
+    }
+
     #[test]
     fn every_vcpu_has_an_enabled_processor_entry_and_only_the_first_boots() {
         for n in [1u8, 2, 7, MAX_VCPUS] {

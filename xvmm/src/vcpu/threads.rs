@@ -210,6 +210,36 @@ mod tests {
     }
 
     #[test]
+    fn unknown_accesses_are_summed_and_the_last_port_is_one_touched() {
+        let with = |reads, writes, port, mmio| {
+            let mut o = outcome(Ok(GuestEnd::Exit(0)), 0);
+            o.unknown_io = crate::devices::UnknownIo {
+                reads,
+                writes,
+                last_port: port,
+            };
+            o.unknown_mmio = mmio;
+            o
+        };
+        let merged = merge(vec![
+            (with(2, 3, 0x80, 1), true),
+            (with(5, 7, 0x81, 4), false),
+            (with(0, 0, 0x99, 0), false),
+        ]);
+        assert_eq!((merged.unknown_io.reads, merged.unknown_io.writes), (7, 10));
+        assert_eq!(
+            merged.unknown_io.last_port, 0x81,
+            "a vCPU that touched none names none"
+        );
+        assert_eq!(merged.unknown_mmio, 5);
+        let merged = merge(vec![
+            (with(0, 1, 0x80, 0), true),
+            (with(0, 0, 0x99, 0), false),
+        ]);
+        assert_eq!(merged.unknown_io.last_port, 0x80);
+    }
+
+    #[test]
     fn the_last_report_of_any_vcpu_is_kept() {
         let now = Instant::now();
         let mut boot = outcome(Ok(GuestEnd::Exit(0)), 1);
