@@ -14,7 +14,8 @@
 #   containers-common's seccomp.json (the container test,
 #   harness/tests/container.rs), systemd-analyze (the units' security
 #   exposure, harness/tests/deploy.rs), man-db (`man -w` on the Debian
-#   package's pages, harness/tests/deb.rs), the nightly toolchain and
+#   package's pages, harness/tests/deb.rs), rt-tests (cyclictest, the
+#   timer wake-up's peer in harness/tests/characterize.rs), the nightly toolchain and
 #   cargo-fuzz (xvmm_setup_fuzz), cargo-mutants (xvmm_setup_mutants) and
 #   mdBook (xvmm_setup_mdbook, the book under docs/).
 #
@@ -32,7 +33,7 @@ XVMM_TEST_PACKAGES=(make flex bison bc cpio patch xz-utils perl libelf-dev libss
                     linux-source-6.12 linux-source-6.1 qemu-system-x86 linux-perf
                     chromium fonts-dejavu-core trace-cmd python3-ply python3-git
                     prometheus prometheus-node-exporter crun golang-github-containers-common systemd
-                    man-db)
+                    man-db rt-tests)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

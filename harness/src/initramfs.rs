@@ -95,10 +95,25 @@ fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
 
 /// Adds QEMU, its libraries and firmware to an L1 archive.
 fn add_qemu(archive: &mut Archive) -> Result<()> {
-    let qemu = Path::new(HOST_QEMU);
-    archive.file(l1::QEMU, read(qemu)?, 0o755)?;
+    add_dynamic(archive, Path::new(HOST_QEMU), l1::QEMU)?;
+    for (host, name) in QEMU_FIRMWARE {
+        archive.file(
+            &format!("{}/{name}", l1::QEMU_DATA),
+            read(Path::new(host))?,
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
+/// A dynamically linked host binary at `in_l1`, with the shared libraries
+/// `ldd` names for it in [`l1::LIB_DIR`] and its loader at [`l1::LOADER`]
+/// (L1 has no ld.so.cache: run it as `LOADER --library-path LIB_DIR
+/// BINARY`).
+fn add_dynamic(archive: &mut Archive, host: &Path, in_l1: &str) -> Result<()> {
+    archive.file(in_l1, read(host)?, 0o755)?;
     let mut seen = BTreeSet::new();
-    for lib in shared_libraries(qemu)? {
+    for lib in shared_libraries(host)? {
         let name = lib
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -113,13 +128,15 @@ fn add_qemu(archive: &mut Archive) -> Result<()> {
             archive.file(&format!("{}/{name}", l1::LIB_DIR), data, 0o755)?;
         }
     }
-    for (host, name) in QEMU_FIRMWARE {
-        archive.file(
-            &format!("{}/{name}", l1::QEMU_DATA),
-            read(Path::new(host))?,
-            0o644,
-        )?;
-    }
+    Ok(())
+}
+
+/// Appends a dynamically linked host binary and its libraries
+/// ([`add_dynamic`]) to an initramfs, as a second archive.
+pub fn append_dynamic(cpio: &mut Vec<u8>, host: &Path, in_l1: &str) -> Result<()> {
+    let mut extra = Archive::new();
+    add_dynamic(&mut extra, host, in_l1)?;
+    cpio.extend(extra.to_bytes());
     Ok(())
 }
 

@@ -12,9 +12,11 @@
 //! - [`distro`]: Debian's stock kernels, downloaded and unpacked once;
 //! - [`initramfs`]: the L1 and L2 initramfs;
 //! - [`run`]: booting L1 and reading what it printed;
-//! - [`lock`]: the machine-wide lock around a QEMU run.
+//! - [`lock`]: the machine-wide lock around a QEMU run;
+//! - [`cyclictest`]: the timer wake-up's peer, run in L1.
 
 pub mod build;
+pub mod cyclictest;
 pub mod distro;
 pub mod initramfs;
 pub mod lock;
@@ -26,7 +28,7 @@ pub use build::{
     build_static, prepare, prepare_patched_with_xperf, with_static_binaries, workspace_root,
     Artifacts,
 };
-pub use initramfs::{append_files, l1_initramfs, l2_initramfs};
+pub use initramfs::{append_dynamic, append_files, l1_initramfs, l2_initramfs};
 pub use run::{l1_cmdline, report_from_stdout, run_l1, run_l1_with_cmdline, HarnessRun};
 pub use xvmm_init::plan::{Outcome, Step, StepResult};
 pub use xvmm_init::MARKER;

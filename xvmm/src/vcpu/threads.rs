@@ -151,6 +151,13 @@ fn merge(ends: Vec<(RunOutcome, bool)>) -> RunOutcome {
     let exits = outcomes.iter().map(|o| o.exits).sum();
     let unknown_mmio = outcomes.iter().map(|o| o.unknown_mmio).sum();
     let end = std::mem::replace(&mut outcomes[ender].end, Ok(super::GuestEnd::Reset));
+    // With several vCPUs, a fatal exit says which one took it.
+    let end = match end {
+        Err(Error::Guest(why)) if outcomes.len() > 1 => {
+            Err(Error::Guest(format!("vCPU {ender}: {why}")))
+        }
+        other => other,
+    };
     RunOutcome {
         end,
         results,
@@ -201,6 +208,16 @@ mod tests {
         ]);
         assert!(matches!(merged.end, Ok(GuestEnd::Exit(3))));
         assert_eq!(merged.exits, 35);
+        // A fatal exit names its vCPU.
+        let merged = merge(vec![
+            (outcome(other(), 1), false),
+            (outcome(Err(Error::Guest("triple fault".into())), 1), true),
+        ]);
+        assert!(
+            matches!(&merged.end, Err(Error::Guest(m)) if m == "vCPU 1: triple fault"),
+            "{:?}",
+            merged.end
+        );
         // Stopped from outside (no vCPU ended it): the boot vCPU's end.
         let merged = merge(vec![
             (outcome(Err(Error::Timeout("t".into())), 1), false),
