@@ -86,6 +86,9 @@ struct Shared {
 struct VcpuThread {
     pthread: libc::pthread_t,
     tid: libc::pid_t,
+    /// Whether the idle probe looks at it (the boot vCPU's thread: only its
+    /// halt for good ends a run).
+    probed: bool,
 }
 
 impl Shared {
@@ -112,7 +115,7 @@ impl Shared {
     /// The idle probe: kicks vCPU threads that sleep with no exit since the last probe.
     fn probe_idle(&self) {
         if !self.active.swap(false, Ordering::Relaxed) {
-            self.kick(|t| thread_is_sleeping(t.tid));
+            self.kick(|t| t.probed && thread_is_sleeping(t.tid));
         }
     }
 }
@@ -244,6 +247,17 @@ impl RunControl {
 
     /// Attaches `vcpu` to the calling thread so that a stop kicks it out of KVM_RUN.
     pub fn attach<'a>(&'a self, vcpu: &'a mut Vcpu) -> RunningVcpu<'a> {
+        self.attach_as(vcpu, true)
+    }
+
+    /// [`RunControl::attach`] for an application processor: stops kick it,
+    /// the idle probe leaves it alone (an AP asleep in KVM is an idle CPU,
+    /// and kicking it would only add exits).
+    pub fn attach_ap<'a>(&'a self, vcpu: &'a mut Vcpu) -> RunningVcpu<'a> {
+        self.attach_as(vcpu, false)
+    }
+
+    fn attach_as<'a>(&'a self, vcpu: &'a mut Vcpu, probed: bool) -> RunningVcpu<'a> {
         let run = vcpu.fd.get_kvm_run();
         let immediate_exit: *mut u8 = &mut run.immediate_exit;
         IMMEDIATE_EXIT.with(|p| p.set(immediate_exit));
@@ -255,7 +269,11 @@ impl RunControl {
             .threads
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(VcpuThread { pthread: me, tid });
+            .push(VcpuThread {
+                pthread: me,
+                tid,
+                probed,
+            });
         RunningVcpu {
             vcpu,
             control: self,

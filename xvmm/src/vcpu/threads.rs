@@ -114,7 +114,7 @@ fn run_ap(
     go.recv().ok()?;
     let outcome = match pinned {
         Ok(()) => {
-            let mut running = control.attach(ap.vcpu);
+            let mut running = control.attach_ap(ap.vcpu);
             let outcome = run_port_guest(&mut running, &mut ap.bus, memory, None, false);
             drop(running);
             outcome
