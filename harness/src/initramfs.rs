@@ -131,8 +131,9 @@ fn add_dynamic(archive: &mut Archive, host: &Path, in_l1: &str) -> Result<()> {
     Ok(())
 }
 
-/// Appends a dynamically linked host binary and its libraries
-/// ([`add_dynamic`]) to an initramfs, as a second archive.
+/// Appends a dynamically linked host binary at `in_l1`, with its shared
+/// libraries in [`l1::LIB_DIR`] and its loader at [`l1::LOADER`], to an
+/// initramfs, as a second archive.
 pub fn append_dynamic(cpio: &mut Vec<u8>, host: &Path, in_l1: &str) -> Result<()> {
     let mut extra = Archive::new();
     add_dynamic(&mut extra, host, in_l1)?;
