@@ -300,12 +300,17 @@ fn sample_report() -> xvmm_results::Report {
     )
 }
 
-/// The guest's report as sent: xvmm adds the host's KVM module and a
-/// "VMM host: ..." note, which must be there and are removed here.
+/// The guest's report as sent: xvmm adds the host's KVM module, a
+/// "VMM host: ..." note and the vCPUs' placement, which must be there and
+/// are removed here.
 fn without_host_view(mut r: xvmm_results::Report) -> xvmm_results::Report {
     let before = r.notes.len();
     r.notes.retain(|n| !n.starts_with("VMM host: "));
     assert_eq!(r.notes.len() + 1, before, "one host note expected");
+    let before = r.notes.len();
+    r.notes
+        .retain(|n| n != "VM: 1 vCPU, each on a host thread of its own, not pinned");
+    assert_eq!(r.notes.len() + 1, before, "one placement note expected");
     r.host.kvm_module.clear();
     r
 }
