@@ -160,15 +160,12 @@ pub fn build(checkout: &Path, cache: &Path) -> Result<PathBuf, String> {
         return Ok(flat);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let configure = checkout.join("configure");
-    let make = ["make", "-j2", "x86/vmexit.flat"];
+    let mut make = Command::new("make");
+    make.args(["-j2", "x86/vmexit.flat"]);
     for (what, mut cmd) in [
-        ("configure", Command::new(&configure)),
-        ("make", Command::new(make[0])),
+        ("configure", Command::new(checkout.join("configure"))),
+        ("make", make),
     ] {
-        if what == "make" {
-            cmd.args(&make[1..]);
-        }
         let out = cmd
             .current_dir(&dir)
             .output()

@@ -20,18 +20,20 @@ pub fn unpin_helper_thread() {
     }
 }
 
+/// The calling thread's CPU mask, where the kernel gives it.
+fn current_mask() -> Option<libc::cpu_set_t> {
+    // SAFETY: cpu_set_t is plain data, filled by the kernel.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size given.
+    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    (ok == 0).then_some(set)
+}
+
 /// The host CPUs this process may run on (its affinity mask from before
 /// any `--pin`), in order.
 pub fn usable_cpus() -> Vec<usize> {
     let saved = *MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
-    let set = saved.or_else(|| {
-        // SAFETY: cpu_set_t is plain data, filled by the kernel.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is a valid, writable cpu_set_t of the size given.
-        let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-        (ok == 0).then_some(set)
-    });
-    match set {
+    match saved.or_else(current_mask) {
         // SAFETY: CPU_ISSET reads a valid cpu_set_t within CPU_SETSIZE.
         Some(set) => (0..libc::CPU_SETSIZE as usize)
             .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
@@ -49,13 +51,7 @@ pub fn pin_current_thread(cpu: usize) -> Result<()> {
     {
         let mut saved = MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
         if saved.is_none() {
-            // SAFETY: cpu_set_t is plain data, filled by the kernel.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            let size = std::mem::size_of::<libc::cpu_set_t>();
-            // SAFETY: `set` is a valid, writable cpu_set_t of `size` bytes.
-            if unsafe { libc::sched_getaffinity(0, size, &mut set) } == 0 {
-                *saved = Some(set);
-            }
+            *saved = current_mask();
         }
     }
     // SAFETY: cpu_set_t is plain data; CPU_SET is bounds-checked above.

@@ -31,13 +31,13 @@ fn kinds() -> Vec<peer::Shared> {
         .collect()
 }
 
-fn steps(rounds: u64, samples: u64) -> Vec<Step> {
+fn steps(kinds: &[peer::Shared], rounds: u64, samples: u64) -> Vec<Step> {
     let warmup = (samples / 10).max(1).to_string();
     let samples = samples.to_string();
     let timeout = XVMM_TIMEOUT.to_string();
     let mut steps = Vec::new();
     for round in 0..rounds {
-        for shared in kinds() {
+        for shared in kinds {
             steps.push(Step {
                 name: format!("kut-{round}-{}", shared.kut),
                 timeout_secs: 60,
@@ -71,7 +71,7 @@ fn steps(rounds: u64, samples: u64) -> Vec<Step> {
 
 /// Builds vmexit.flat and runs every round in one L1 boot; `Err` says why
 /// the bench did not run.
-fn run(rounds: u64, samples: u64) -> Result<HarnessRun, String> {
+fn run(kinds: &[peer::Shared], rounds: u64, samples: u64) -> Result<HarnessRun, String> {
     let checkout = peer::checkout()?;
     let cache = xvmm_kernel::cache::root(None).map_err(|e| e.to_string())?;
     let flat = peer::build(&checkout, &cache)?;
@@ -81,11 +81,11 @@ fn run(rounds: u64, samples: u64) -> Result<HarnessRun, String> {
         checkout.display()
     );
     let artifacts = harness::prepare().map_err(|e| format!("nested harness: {e}"))?;
-    let steps = steps(rounds, samples);
+    let steps = steps(kinds, rounds, samples);
     let mut initrd = harness::l1_initramfs(&artifacts, &steps, true).map_err(|e| e.to_string())?;
     harness::append_files(&mut initrd, &[(peer::FLAT_IN_L1, &flat, 0o644)])
         .map_err(|e| e.to_string())?;
-    let kut_secs = 60 * kinds().len() as u64;
+    let kut_secs = 60 * kinds.len() as u64;
     let limit = Duration::from_secs(rounds * (XVMM_TIMEOUT + 60 + kut_secs) + 300);
     harness::run_l1(&artifacts, &initrd, "kvm-unit-tests", limit).map_err(|e| e.to_string())
 }
@@ -93,7 +93,8 @@ fn run(rounds: u64, samples: u64) -> Result<HarnessRun, String> {
 fn main() {
     let rounds = env_u64("XVMM_KUT_ROUNDS", 2).max(1);
     let samples = env_u64("XVMM_NESTED_SAMPLES", 1000).max(1);
-    let run = match run(rounds, samples) {
+    let kinds = kinds();
+    let run = match run(&kinds, rounds, samples) {
         Ok(run) => run,
         Err(why) => {
             println!("kvm-unit-tests peer bench skipped: {why}");
@@ -103,7 +104,8 @@ fn main() {
     for line in xvmm_benches::l1_run_lines(&run) {
         println!("{line}");
     }
-    let planned = steps(rounds, samples).len();
+    // Each round: one step per kind, then the microguest.
+    let planned = usize::try_from(rounds).unwrap_or(usize::MAX) * (kinds.len() + 1);
     if run.steps.len() < planned {
         println!(
             "{} of {planned} steps ran; L1's console ends:\n{}",
@@ -115,7 +117,7 @@ fn main() {
     let mut reports = Vec::new();
     for round in 0..rounds {
         let mut figures = BTreeMap::new();
-        for shared in kinds() {
+        for shared in &kinds {
             let lines = run.output(&format!("kut-{round}-{}", shared.kut));
             figures.extend(peer::parse(&lines));
         }
@@ -131,8 +133,5 @@ fn main() {
          microguest: median corrected round trip of {samples} samples; ratio = microguest / \
          kvm-unit-tests (TCG-emulated)\n"
     );
-    print!(
-        "{}",
-        peer::table(&peer::rows(&kinds(), &kut_runs, &reports))
-    );
+    print!("{}", peer::table(&peer::rows(&kinds, &kut_runs, &reports)));
 }
