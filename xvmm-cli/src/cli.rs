@@ -205,25 +205,9 @@ const MAX_LISTED_CPUS: usize = libc::CPU_SETSIZE as usize;
 /// `--pin`: comma-separated CPUs and inclusive ranges ("0,2", "4-7"). A
 /// CPU the host lacks is the library's to refuse, with the CPUs it has.
 pub fn parse_cpu_list(text: &str) -> Result<CpuList, String> {
-    let cpu = |t: &str| {
-        t.parse::<usize>()
-            .map_err(|_| format!("{t:?} is not a CPU number"))
-    };
-    let mut cpus = Vec::new();
-    for part in text.split(',') {
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (cpu(a)?, cpu(b)?),
-            None => (cpu(part)?, cpu(part)?),
-        };
-        if a > b {
-            return Err(format!("{part:?} runs backwards"));
-        }
-        if b - a >= MAX_LISTED_CPUS || cpus.len() + (b - a) >= MAX_LISTED_CPUS {
-            return Err(format!("names more than {MAX_LISTED_CPUS} CPUs"));
-        }
-        cpus.extend(a..=b);
-    }
-    Ok(CpuList(cpus))
+    let cpus = xvmm_host::cpu_list::parse(text, MAX_LISTED_CPUS)?;
+    // u32 into usize: lossless on every target xvmm builds for.
+    Ok(CpuList(cpus.into_iter().map(|c| c as usize).collect()))
 }
 
 /// Largest `--timeout`: over 11 days, and far from overflowing a deadline.

@@ -6,6 +6,7 @@
 //! of the result format: every xvmm crate may use it.
 
 pub mod cpu;
+pub mod cpu_list;
 pub mod elf;
 pub mod escape;
 pub mod file;

@@ -456,6 +456,11 @@ pub struct Crossing {
     /// read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cycles: Option<Stats>,
+    /// Whether the crossing's work runs on other CPUs too (a cross-CPU
+    /// wake-up, a TLB shootdown): a traced run also places the exits of the
+    /// other vCPUs inside each sample's window, apart from its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spans_cpus: bool,
 }
 
 impl Crossing {
@@ -481,6 +486,7 @@ impl Crossing {
             clean: None,
             batched: None,
             cycles: None,
+            spans_cpus: false,
         }
     }
 

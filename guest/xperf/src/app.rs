@@ -126,6 +126,7 @@ pub fn run(argv: Vec<String>, vm_init: bool) -> Result<()> {
         calibrate: opts.calibrate,
         run_id: opts.run_id.clone(),
         host_miss: opts.host_miss,
+        interrupt_path: opts.interrupt_path,
         channel: region,
     })?;
     deliver(&report, region, json_to)

@@ -17,7 +17,8 @@ pub const DEFAULT_WARMUP: u64 = 1_000;
 pub const DEFAULT_NULL_SAMPLES: u64 = 100_000;
 
 pub const USAGE: &str = "\
-usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw] [--json FILE]
+usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N] [--raw]
+             [--interrupt-path] [--json FILE]
        xperf characterize [--samples N] [--cpu N] [--json FILE]   (see characterize --help)
        xperf probes [OPTIONS]   (what instrumentation costs; xperf probes --help)
 
@@ -33,6 +34,11 @@ only round trips are measured, and the output says so.
                     medians, their spread and a confidence interval of each median
   --cpu N           CPU to pin to (default: the CPU xperf starts on)
   --raw             keep every sample's stamps in the JSON report
+  --interrupt-path  also measure the interrupt path's crossings on two CPUs:
+                    a futex wake-up of a thread on another CPU and back
+                    (wakeup-cross-cpu), mprotect that must flush another
+                    CPU's TLB (mprotect-shootdown) and the same with no other
+                    CPU to flush (mprotect-local); round trips only
   --calibrate K     (under xvmm --trace) K stamped exits to the VMM's
                     calibration port, spread over the run, for the host's
                     timeline (needs root: ioperm)
@@ -61,6 +67,8 @@ pub struct Options {
     pub run_id: Option<String>,
     /// pf-host-miss pages per round (0: not measured).
     pub host_miss: u64,
+    /// The interrupt path's crossings too (`crate::interrupt_path`).
+    pub interrupt_path: bool,
 }
 
 impl Default for Options {
@@ -76,6 +84,7 @@ impl Default for Options {
             calibrate: 0,
             run_id: None,
             host_miss: 0,
+            interrupt_path: false,
         }
     }
 }
@@ -106,6 +115,7 @@ impl From<XperfArgs> for Options {
             calibrate: a.calibrate.unwrap_or(0),
             run_id: a.run_id,
             host_miss: a.host_miss.unwrap_or(0),
+            interrupt_path: a.interrupt_path,
         }
     }
 }

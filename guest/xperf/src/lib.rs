@@ -37,6 +37,7 @@ pub mod hookseq;
 pub mod host;
 pub mod host_miss;
 pub mod init;
+pub mod interrupt_path;
 pub mod measure;
 pub mod pmu;
 pub mod probes;

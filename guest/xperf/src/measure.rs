@@ -45,6 +45,8 @@ pub struct Config {
     pub run_id: Option<String>,
     /// pf-host-miss pages per round ([`crate::host_miss`]; 0: not measured).
     pub host_miss: u64,
+    /// The interrupt path's crossings too ([`crate::interrupt_path`]).
+    pub interrupt_path: bool,
     /// The VMM's results channel, if there is one.
     pub channel: Option<xvmm_guest::channel::ResultsRegion>,
 }
@@ -654,6 +656,25 @@ fn method(config: &Config, setup: &Setup) -> Method {
     method
 }
 
+/// The interrupt path's crossings between this run's CPU and another
+/// online one, after the others (their second thread must not share a CPU
+/// with them); inside the calibrated run, so a VMM's trace covers them.
+fn interrupt_path(config: &Config, setup: &mut Setup, correction: u64, report: &mut Report) {
+    use crate::characterize::facts;
+    let online = facts::parse_cpu_list(&facts::read_trimmed("/sys/devices/system/cpu/online"));
+    let plan = crate::interrupt_path::Plan {
+        samples: config.samples,
+        rounds: config.rounds,
+        cpu: setup.cpu,
+        others: online.into_iter().filter(|&c| c != setup.cpu).collect(),
+        correction,
+        raw: config.raw,
+    };
+    let (crossings, notes) = crate::interrupt_path::crossings(&plan);
+    report.crossings.extend(crossings);
+    setup.notes.extend(notes);
+}
+
 /// pf-host-miss and the spinner, after the other crossings (its spinner
 /// thread must not share their CPU).
 fn host_miss(config: &Config, setup: &Setup, correction: u64, report: &mut Report) -> Result<()> {
@@ -857,6 +878,9 @@ pub fn run(config: &Config) -> Result<Report> {
     if config.host_miss > 0 {
         host_miss(config, &setup, corr.user_round_trip, &mut report)?;
     }
+    if config.interrupt_path {
+        interrupt_path(config, &mut setup, corr.user_round_trip, &mut report);
+    }
     report.stamp_costs = Some(costs);
     report.calibration = cal.finish();
     report.run_id = config.run_id.clone();
@@ -879,6 +903,7 @@ impl Config {
             calibrate: 0,
             run_id: None,
             host_miss: 0,
+            interrupt_path: false,
             channel: None,
         }
     }
@@ -1176,6 +1201,7 @@ mod tests {
             calibrate: 0,
             run_id: None,
             host_miss: 4,
+            interrupt_path: false,
             channel: None,
         }
     }
@@ -1555,6 +1581,7 @@ mod tests {
         // pf-host-miss asked for without the VMM's channel: refused.
         let e = run(&Config {
             host_miss: 4,
+            interrupt_path: false,
             ..config
         })
         .unwrap_err();

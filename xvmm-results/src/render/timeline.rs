@@ -102,8 +102,11 @@ fn lost_line(t: &Timeline, out: &mut String) {
 
 /// Exits by reason, most host time first: `npf 3/1200, intr 1/90`.
 fn reasons(h: &SegmentHost) -> String {
-    let shown: Vec<String> = h
-        .reasons_by_host_time()
+    reason_list(&h.reasons_by_host_time())
+}
+
+fn reason_list(by_host_time: &[(&str, &crate::attribution::ReasonCost)]) -> String {
+    let shown: Vec<String> = by_host_time
         .iter()
         .map(|(r, c)| format!("{} {}/{}", visible(r), c.count, c.host_ticks))
         .collect();
@@ -169,6 +172,18 @@ pub fn attribution_of(crossings: &[Crossing]) -> Option<Table> {
             ]);
             if let Some(why) = &h.reason {
                 t.note(format!("(not attributed: {})", visible(why)));
+            }
+            if let Some(o) = &h.other_vcpus {
+                t.row(vec![
+                    visible(&c.name).into_owned(),
+                    "other vCPUs".into(),
+                    o.samples.to_string(),
+                    o.samples_with_exits.to_string(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    reason_list(&o.reasons_by_host_time()),
+                ]);
             }
         }
     }

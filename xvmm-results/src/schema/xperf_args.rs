@@ -93,6 +93,9 @@ pub struct XperfArgs {
     pub run_id: Option<String>,
     /// pf-host-miss pages per round (under xvmm `--host-fault-delay`).
     pub host_miss: Option<u64>,
+    /// The interrupt path's crossings too (a cross-CPU wake-up, a TLB
+    /// shootdown), on two CPUs.
+    pub interrupt_path: bool,
 }
 
 /// What a crossing run's command line asks for.
@@ -123,12 +126,13 @@ impl XperfArgs {
         let mut words = Words::new(words);
         while let Some((name, inline)) = words.next_option() {
             match name.as_str() {
-                "--raw" | "-h" | "--help" | "-V" | "--version" => {
+                "--raw" | "--interrupt-path" | "-h" | "--help" | "-V" | "--version" => {
                     if inline.is_some() {
                         return Err(format!("{name} takes no value"));
                     }
                     match name.as_str() {
                         "--raw" => a.raw = true,
+                        "--interrupt-path" => a.interrupt_path = true,
                         "-h" | "--help" => return Ok(Parsed::Help),
                         _ => return Ok(Parsed::Version),
                     }
@@ -231,6 +235,9 @@ impl XperfArgs {
         if self.raw {
             argv.push("--raw".into());
         }
+        if self.interrupt_path {
+            argv.push("--interrupt-path".into());
+        }
         argv
     }
 }
@@ -278,6 +285,7 @@ mod tests {
             "00ff",
             "--host-miss",
             "200",
+            "--interrupt-path",
         ]);
         let want = XperfArgs {
             samples: Some(50),
@@ -290,6 +298,7 @@ mod tests {
             calibrate: Some(256),
             run_id: Some("00ff".into()),
             host_miss: Some(200),
+            interrupt_path: true,
         };
         assert_eq!(a, want);
         assert_eq!(parse(&["--help"]), Ok(Parsed::Help));
@@ -371,6 +380,7 @@ mod tests {
             calibrate: Some(256),
             run_id: Some("abc123".into()),
             host_miss: Some(200),
+            interrupt_path: true,
         };
         for a in [XperfArgs::default(), every.clone()] {
             assert_eq!(

@@ -69,6 +69,24 @@ pub struct SegmentHost {
     /// events are kept for these alone). Absent from older files.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub slowest: Vec<TracedSample>,
+    /// The round trip of a crossing that spans CPUs only
+    /// ([`Crossing::spans_cpus`]): the other vCPUs' exits inside its
+    /// samples' windows. Apart from `exits`, which hold the sample's own
+    /// vCPU's and are what the decomposition shares out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other_vcpus: Option<OtherVcpus>,
+}
+
+/// Exits of the vCPUs other than a sample's own, inside its window.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct OtherVcpus {
+    /// Attributable samples looked at.
+    pub samples: u64,
+    /// Of those, the samples with at least one such exit.
+    pub samples_with_exits: u64,
+    /// Exits by reason.
+    pub exits: BTreeMap<String, ReasonCost>,
+    pub host_ticks_total: u64,
 }
 
 /// Samples per crossing whose exits a traced report keeps.
@@ -105,11 +123,21 @@ pub struct SampleExit {
 impl SegmentHost {
     /// Exits by reason, most host time first (how every renderer lists them).
     pub fn reasons_by_host_time(&self) -> Vec<(&str, &ReasonCost)> {
-        let mut list: Vec<(&str, &ReasonCost)> =
-            self.exits.iter().map(|(r, c)| (r.as_str(), c)).collect();
-        list.sort_by_key(|(_, c)| std::cmp::Reverse(c.host_ticks));
-        list
+        by_host_time(&self.exits)
     }
+}
+
+impl OtherVcpus {
+    /// Exits by reason, most host time first.
+    pub fn reasons_by_host_time(&self) -> Vec<(&str, &ReasonCost)> {
+        by_host_time(&self.exits)
+    }
+}
+
+fn by_host_time(exits: &BTreeMap<String, ReasonCost>) -> Vec<(&str, &ReasonCost)> {
+    let mut list: Vec<(&str, &ReasonCost)> = exits.iter().map(|(r, c)| (r.as_str(), c)).collect();
+    list.sort_by_key(|(_, c)| std::cmp::Reverse(c.host_ticks));
+    list
 }
 
 /// Picks one segment's interval of a crossing.
@@ -185,47 +213,62 @@ fn first_at_or_after(sorted: &[i128], hint: usize, x: i128) -> usize {
 }
 
 /// The guest-time windows of a report's samples, per vCPU, merged where
-/// they overlap: `[u2k_u, k2u_u)`, which holds every segment.
-struct SampleWindows(BTreeMap<u32, Vec<(u64, u64)>>);
+/// they overlap: `[u2k_u, k2u_u)`, which holds every segment. The windows
+/// of crossings that span CPUs hold the exits of every vCPU.
+struct SampleWindows {
+    by_vcpu: BTreeMap<u32, Vec<(u64, u64)>>,
+    every_vcpu: Vec<(u64, u64)>,
+}
 
 impl SampleWindows {
     fn of(report: &Report, single_vcpu: Option<u32>) -> SampleWindows {
         let mut by_vcpu: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
-        let samples = report
-            .crossings
-            .iter()
-            .flat_map(|c| c.samples.iter().flatten());
-        for s in samples.filter(|s| s.u2k_u < s.k2u_u) {
-            if let Some(vcpu) = s.cpu.or(single_vcpu) {
-                by_vcpu.entry(vcpu).or_default().push((s.u2k_u, s.k2u_u));
-            }
-        }
-        for windows in by_vcpu.values_mut() {
-            windows.sort_unstable();
-            // Merged in place: each window joins the last kept one it touches.
-            let mut kept = 0;
-            for i in 0..windows.len() {
-                let (a, b) = windows[i];
-                if kept > 0 && a <= windows[kept - 1].1 {
-                    windows[kept - 1].1 = windows[kept - 1].1.max(b);
-                } else {
-                    windows[kept] = (a, b);
-                    kept += 1;
+        let mut every_vcpu = Vec::new();
+        for c in &report.crossings {
+            let samples = c.samples.iter().flatten();
+            for s in samples.filter(|s| s.u2k_u < s.k2u_u) {
+                if c.spans_cpus {
+                    every_vcpu.push((s.u2k_u, s.k2u_u));
+                } else if let Some(vcpu) = s.cpu.or(single_vcpu) {
+                    by_vcpu.entry(vcpu).or_default().push((s.u2k_u, s.k2u_u));
                 }
             }
-            windows.truncate(kept);
         }
-        SampleWindows(by_vcpu)
+        by_vcpu.values_mut().for_each(merge_windows);
+        merge_windows(&mut every_vcpu);
+        SampleWindows {
+            by_vcpu,
+            every_vcpu,
+        }
     }
 
     fn holds(&self, vcpu: u32, guest: i128) -> bool {
         // A stamp is a u64: a time outside that range is in no window.
-        let (Some(windows), Ok(guest)) = (self.0.get(&vcpu), u64::try_from(guest)) else {
+        let Ok(guest) = u64::try_from(guest) else {
             return false;
         };
-        let after = windows.partition_point(|w| w.0 <= guest);
-        after > 0 && guest < windows[after - 1].1
+        let inside = |windows: &[(u64, u64)]| {
+            let after = windows.partition_point(|w| w.0 <= guest);
+            after > 0 && guest < windows[after - 1].1
+        };
+        self.by_vcpu.get(&vcpu).is_some_and(|w| inside(w)) || inside(&self.every_vcpu)
     }
+}
+
+/// Sorts `windows` and merges, in place, those that touch.
+fn merge_windows(windows: &mut Vec<(u64, u64)>) {
+    windows.sort_unstable();
+    let mut kept = 0;
+    for i in 0..windows.len() {
+        let (a, b) = windows[i];
+        if kept > 0 && a <= windows[kept - 1].1 {
+            windows[kept - 1].1 = windows[kept - 1].1.max(b);
+        } else {
+            windows[kept] = (a, b);
+            kept += 1;
+        }
+    }
+    windows.truncate(kept);
 }
 
 /// The trace prepared for lookups.
@@ -417,6 +460,7 @@ fn attribute_crossing(
     let all = samples;
     let samples = in_statistics(&all, &c.samples_rejected);
     let split = samples.iter().any(|s| s.u2k_k != UNFILLED);
+    let spans_cpus = c.spans_cpus;
     // What each sample is, once for all its segments.
     let judged = judge_all(&samples, split, index, single_vcpu);
     // One buffer for every segment's placed samples.
@@ -436,7 +480,12 @@ fn attribute_crossing(
             None => {
                 let keep = name == "round_trip";
                 let segment = (window, keep);
-                segment_host(&samples, &judged, segment, interval, (index, &mut placed))
+                let mut host =
+                    segment_host(&samples, &judged, segment, interval, (index, &mut placed));
+                if keep && spans_cpus {
+                    host.other_vcpus = Some(other_vcpus(&samples, &judged, index));
+                }
+                host
             }
         });
     }
@@ -607,6 +656,55 @@ fn thinned_median_ci(values: &[u64]) -> Option<MedianCi> {
     bootstrap::median_ci(&thinned)
 }
 
+/// The exits of every vCPU but its own inside each attributable sample's
+/// round trip, `[u2k_u, k2u_u)` as for its own.
+fn other_vcpus(samples: &[Sample], judged: &[Judged], index: &Index) -> OtherVcpus {
+    let mut out = OtherVcpus::default();
+    let mut by_reason: Vec<ReasonCost> = Vec::new();
+    for (s, j) in samples.iter().zip(judged) {
+        let Judged::On(own, _) = *j else { continue };
+        out.samples += 1;
+        let (a, b) = (i128::from(s.u2k_u), i128::from(s.k2u_u));
+        let mut any = false;
+        for (_, v) in index.vcpus.iter().filter(|(&v, _)| v != own) {
+            let from = v.guest_exit.partition_point(|&g| g < a);
+            let past = v.guest_exit.partition_point(|&g| g < b);
+            for i in from..past {
+                any = true;
+                add_cost(&mut by_reason, v.reason[i], v.host_ticks[i]);
+                out.host_ticks_total = out.host_ticks_total.saturating_add(v.host_ticks[i]);
+            }
+        }
+        out.samples_with_exits += u64::from(any);
+    }
+    name_reasons(&by_reason, index, &mut out.exits);
+    out
+}
+
+/// One exit of reason number `reason` added to `by_reason`.
+fn add_cost(by_reason: &mut Vec<ReasonCost>, reason: u16, host_ticks: u64) {
+    let r = usize::from(reason);
+    if by_reason.len() <= r {
+        by_reason.resize(r + 1, ReasonCost::default());
+    }
+    let cost = &mut by_reason[r];
+    cost.count += 1;
+    cost.host_ticks = cost.host_ticks.saturating_add(host_ticks);
+}
+
+/// Costs by reason number into `named`, by reason name: reasons that share
+/// a name (every unknown one) add up under it.
+fn name_reasons(by_reason: &[ReasonCost], index: &Index, named: &mut BTreeMap<String, ReasonCost>) {
+    for (r, cost) in by_reason.iter().enumerate().filter(|(_, c)| c.count > 0) {
+        let reason = u16::try_from(r).unwrap_or(u16::MAX);
+        let entry = named
+            .entry(reason_name(index, reason).to_string())
+            .or_default();
+        entry.count += cost.count;
+        entry.host_ticks = entry.host_ticks.saturating_add(cost.host_ticks);
+    }
+}
+
 /// Exit-free statistics, exits by reason and the excess of samples with exits.
 fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
     let free: Vec<u64> = placed
@@ -625,13 +723,7 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
         let v = &index.vcpus[&p.vcpu];
         let mut ticks = 0u64;
         for i in p.exits() {
-            let r = usize::from(v.reason[i]);
-            if by_reason.len() <= r {
-                by_reason.resize(r + 1, ReasonCost::default());
-            }
-            let cost = &mut by_reason[r];
-            cost.count += 1;
-            cost.host_ticks = cost.host_ticks.saturating_add(v.host_ticks[i]);
+            add_cost(&mut by_reason, v.reason[i], v.host_ticks[i]);
             ticks = ticks.saturating_add(v.host_ticks[i]);
         }
         host.host_ticks_total = host.host_ticks_total.saturating_add(ticks);
@@ -644,16 +736,7 @@ fn summarise(host: &mut SegmentHost, placed: &[Placed], index: &Index) {
                 .saturating_add(i64::try_from(p.value).unwrap_or(i64::MAX) - free_median);
         }
     }
-    // Reasons that share a name (every unknown one) add up under it.
-    for (r, cost) in by_reason.iter().enumerate().filter(|(_, c)| c.count > 0) {
-        let reason = u16::try_from(r).unwrap_or(u16::MAX);
-        let named = host
-            .exits
-            .entry(reason_name(index, reason).to_string())
-            .or_default();
-        named.count += cost.count;
-        named.host_ticks = named.host_ticks.saturating_add(cost.host_ticks);
-    }
+    name_reasons(&by_reason, index, &mut host.exits);
 }
 
 #[cfg(test)]
@@ -935,6 +1018,59 @@ mod tests {
         assert_eq!(rt.exit_free.count, 1, "{rt:?}");
     }
 
+    /// A crossing that spans CPUs (a wake-up timed on vCPU 0): vCPU 1's
+    /// exits inside a sample's window are its "other vCPUs" exits, those
+    /// outside are not, and vCPU 0's own stay what the decomposition sees;
+    /// the report's index keeps vCPU 1's exits for it. The same samples
+    /// without the mark see none of vCPU 1's.
+    #[test]
+    fn a_crossing_that_spans_cpus_places_the_other_vcpus_exits_apart() {
+        let samples: Vec<Sample> = (1..=3)
+            .map(|k| Sample {
+                u2k_k: UNFILLED,
+                k2u_k: UNFILLED,
+                ..sample(k * 1000, Some(0))
+            })
+            .collect();
+        let on = |vcpu, host, ticks, reason| HostExitEvent {
+            vcpu,
+            ..exit(host, ticks, reason)
+        };
+        // Sample 1000..1400: own npf, vCPU 1 intr twice. 2000..2400: vCPU 1
+        // npf at the closing stamp (outside). 3000..3400: vCPU 1 intr at the
+        // opening stamp (inside); vCPU 1 npf between samples.
+        let t = trace(vec![
+            on(0, 1100, 30, 0),
+            on(1, 1200, 50, 1),
+            on(1, 1300, 70, 1),
+            on(1, 2400, 90, 0),
+            on(1, 2700, 11, 0),
+            on(1, 3000, 13, 1),
+        ]);
+        let m = Mapping::unscaled(0);
+        for spans in [true, false] {
+            let mut r = report(samples.clone());
+            r.crossings[0].spans_cpus = spans;
+            let index = Index::for_report(&t, &m, &r, Some(0));
+            attribute(&mut r, &index, Some(0));
+            let rt = host(&r, "round_trip");
+            assert_eq!((rt.samples_with_exits, rt.exits.len()), (1, 1), "{rt:?}");
+            assert_eq!(rt.exits["npf"].host_ticks, 30);
+            let Some(o) = &rt.other_vcpus else {
+                assert!(!spans, "{rt:?}");
+                continue;
+            };
+            assert!(spans);
+            assert_eq!((o.samples, o.samples_with_exits), (3, 2), "{o:?}");
+            assert_eq!(o.exits.len(), 1, "{o:?}");
+            assert_eq!(
+                (o.exits["intr"].count, o.exits["intr"].host_ticks),
+                (3, 133)
+            );
+            assert_eq!(o.host_ticks_total, 133);
+        }
+    }
+
     /// Up to [`CI_MAX_VALUES`] the interval is the bootstrap's over every
     /// value; beyond, over every `step`-th value only.
     #[test]
@@ -1184,7 +1320,8 @@ mod tests {
         ] {
             assert_eq!(w.holds(vcpu, t), held, "vCPU {vcpu} at {t}");
         }
-        assert_eq!(w.0[&0], vec![(0, 100), (500, 650), (900, 950)]);
+        assert_eq!(w.by_vcpu[&0], vec![(0, 100), (500, 650), (900, 950)]);
+        assert!(w.every_vcpu.is_empty());
     }
 
     /// Samples the producer rejected are left out of attribution as they

@@ -482,12 +482,39 @@ fn depth_notes(vm: &Report, bare: &Report, names: &[&str]) -> Vec<String> {
     notes
 }
 
+/// Caveats for the VM's decomposed crossings whose work spans CPUs: their
+/// exit-free samples are those in which no other CPU was woken or flushed,
+/// other work than the rest, so their "without exits" part is not like
+/// against like (the parts still add up).
+fn spanning_notes(vm: &Report) -> Vec<String> {
+    let traced = |c: &&Crossing| {
+        c.round_trip
+            .as_ref()
+            .is_some_and(|i| i.host.as_ref().is_some_and(|h| h.other_vcpus.is_some()))
+    };
+    let names: Vec<&str> = vm
+        .crossings
+        .iter()
+        .filter(|c| c.spans_cpus)
+        .filter(traced)
+        .map(|c| c.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "{} span CPUs: a sample without exits of its own vCPU is one in which the other CPU was          not woken or flushed (a thread that had not gone to sleep, a reader off its CPU), so          their w/o-exits part compares other work; read their exits part and the other vCPUs'          exits in the attribution table",
+        names.join(", ")
+    )]
+}
+
 /// Compares every crossing of `vm` with the same-named crossing of `bare`.
 pub fn compare(vm: &Report, bare: &Report) -> Comparison {
     let (vm_index, bare_index) = (by_name(vm), by_name(bare));
     let all_names = names(vm, bare);
     let mut notes = environment_notes(vm, bare);
     notes.extend(depth_notes(vm, bare, &all_names));
+    notes.extend(spanning_notes(vm));
     let clocks = Clocks::of(vm.host.tsc_khz, bare.host.tsc_khz);
     let rows = all_names
         .into_iter()
@@ -1122,6 +1149,43 @@ mod tests {
         let exits = getppid.exits.as_ref().unwrap();
         assert_eq!((exits.hits, exits.samples), (1, 6000));
         println!("{}", comparison_table(&c));
+    }
+
+    /// A traced crossing that spans CPUs gets the note on its w/o-exits
+    /// part; one that spans CPUs untraced, or a traced one that does not
+    /// span them, gets none.
+    #[test]
+    fn only_a_traced_crossing_that_spans_cpus_is_noted() {
+        let bare = fixtures::report(Environment::BareMetal, 2);
+        let mut vm = fixtures::report(Environment::LinuxVm, 2);
+        let noted = |vm: &Report| {
+            let c = compare(vm, &bare);
+            c.notes
+                .into_iter()
+                .filter(|n| n.contains("span CPUs"))
+                .collect::<Vec<_>>()
+        };
+        let traced = |c: &mut Crossing, other: bool| {
+            c.round_trip.as_mut().unwrap().host = Some(SegmentHost {
+                other_vcpus: other.then(Default::default),
+                ..Default::default()
+            });
+        };
+        let second = Crossing {
+            name: "second".into(),
+            ..vm.crossings[0].clone()
+        };
+        vm.crossings.push(second);
+        assert!(noted(&vm).is_empty());
+        vm.crossings[0].spans_cpus = true;
+        assert!(noted(&vm).is_empty(), "untraced");
+        traced(&mut vm.crossings[2], false);
+        assert!(noted(&vm).is_empty(), "traced, spanning nothing");
+        traced(&mut vm.crossings[0], true);
+        let notes = noted(&vm);
+        assert_eq!(notes.len(), 1);
+        assert!(notes[0].starts_with(&format!("{} span CPUs", vm.crossings[0].name)));
+        assert!(!notes[0].contains("second"), "{notes:?}");
     }
 
     /// A crossing neither side measured keeps its round-trip row (which

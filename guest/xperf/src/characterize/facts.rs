@@ -28,25 +28,10 @@ pub fn read_trimmed(path: impl AsRef<Path>) -> String {
         .unwrap_or_default()
 }
 
-/// A CPU list as sysfs writes it ("0-3,8,10-11"), at most [`MAX_CPUS`] CPUs.
+/// A CPU list as sysfs writes it ("0-3,8,10-11"), at most [`MAX_CPUS`] CPUs;
+/// empty when the text is not one (an unreadable file reads as "").
 pub fn parse_cpu_list(text: &str) -> Vec<u32> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let (first, last) = match part.split_once('-') {
-            Some((a, b)) => (a.trim().parse::<u32>(), b.trim().parse::<u32>()),
-            None => (part.trim().parse::<u32>(), part.trim().parse::<u32>()),
-        };
-        let (Ok(first), Ok(last)) = (first, last) else {
-            continue;
-        };
-        for cpu in first..=last {
-            if cpus.len() >= MAX_CPUS {
-                return cpus;
-            }
-            cpus.push(cpu);
-        }
-    }
-    cpus
+    xvmm_host::cpu_list::parse(text, MAX_CPUS).unwrap_or_default()
 }
 
 /// A field of the first processor block of /proc/cpuinfo.
@@ -555,8 +540,9 @@ mod tests {
         assert_eq!(parse_cpu_list("0-3,8,10-11\n"), [0, 1, 2, 3, 8, 10, 11]);
         assert_eq!(parse_cpu_list("0"), [0]);
         assert_eq!(parse_cpu_list(""), Vec::<u32>::new());
-        assert_eq!(parse_cpu_list("x,2,3-y"), [2]);
-        assert_eq!(parse_cpu_list("0-4294967295").len(), MAX_CPUS);
+        // Not a list: nothing of it is trusted.
+        assert_eq!(parse_cpu_list("x,2,3-y"), Vec::<u32>::new());
+        assert_eq!(parse_cpu_list("0-4294967295"), Vec::<u32>::new());
     }
 
     const CPUINFO: &str = "processor\t: 0\nmicrocode\t: 0x1000065\n\

@@ -3,10 +3,10 @@
 
 use super::facts::{self, Dmi, RateClock, Reference};
 use super::refclock;
-use super::shootdown;
 use super::skew::{self, Skew};
 use super::timing;
-use super::wakeup;
+use crate::interrupt_path::wakeup;
+use crate::interrupt_path::{shootdown, ticks};
 use crate::stamp;
 use std::path::Path;
 use std::time::Duration;
@@ -404,13 +404,12 @@ pub fn interrupts(samples: u64, cpu: u32, online: &[u32]) -> Vec<Metric> {
     } else {
         match wakeup::cross_cpu(cpu, &others, rounds, WAKEUP_LIMIT) {
             Ok((other, trips)) => {
-                Metric::from_samples(INTERRUPTS, name, "ticks/2 wake-ups", &trips).with_value(
-                    format!(
+                Metric::from_samples(INTERRUPTS, name, "ticks/2 wake-ups", &ticks(&trips))
+                    .with_value(format!(
                     "futex ping-pong between cpu{cpu} and cpu{other}: a sample is two wake-ups of \
                      a thread asleep on the other CPU (an IPI and a schedule each), timed on \
                      cpu{cpu}'s TSC"
-                ),
-                )
+                ))
             }
             Err(why) => Metric::missing(INTERRUPTS, name, why),
         }

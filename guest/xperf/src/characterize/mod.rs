@@ -13,10 +13,8 @@ pub mod facts;
 mod groups;
 pub mod options;
 mod refclock;
-mod shootdown;
 pub mod skew;
 pub mod timing;
-mod wakeup;
 
 use crate::error::Result;
 use crate::measure;
@@ -148,6 +146,7 @@ fn crossing_config(config: &Config) -> measure::Config {
         calibrate: 0,
         run_id: None,
         host_miss: 0,
+        interrupt_path: false,
         channel: None,
     }
 }

@@ -15,6 +15,7 @@
 //!   timer's programming (a TSC-deadline MSR write, an exit in a VM), its
 //!   interrupt and the wake-up. Nanoseconds of one clock, CLOCK_MONOTONIC.
 
+use super::Window;
 use crate::affinity::pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -61,8 +62,8 @@ fn futex_wake(word: &AtomicU32) {
 }
 
 /// The first thread: hands the turn over and sleeps until it comes back,
-/// `rounds` times; each round trip in TSC ticks of this CPU.
-fn first(word: &AtomicU32, stop: &AtomicBool, rounds: usize, deadline: Instant) -> Vec<u64> {
+/// `rounds` times; each round trip's window on this CPU's TSC.
+fn first(word: &AtomicU32, stop: &AtomicBool, rounds: usize, deadline: Instant) -> Vec<Window> {
     let mut out = Vec::with_capacity(rounds);
     'rounds: for _ in 0..rounds {
         let sent = tsc::open();
@@ -74,7 +75,10 @@ fn first(word: &AtomicU32, stop: &AtomicBool, rounds: usize, deadline: Instant) 
             }
             futex_wait(word, SECOND_TURN);
         }
-        out.push(tsc::open().wrapping_sub(sent));
+        out.push(Window {
+            start: sent,
+            end: tsc::open(),
+        });
     }
     word.store(STOP, Ordering::Release);
     futex_wake(word);
@@ -98,14 +102,14 @@ fn second(word: &AtomicU32, stop: &AtomicBool, deadline: Instant) {
 
 /// `rounds` futex round trips between CPU `a` and the first of `others`
 /// this process may run on, within `limit`: the other CPU and the round
-/// trips in ticks of `a`'s TSC. Both threads are new; the caller's CPU
+/// trips' windows on `a`'s TSC. Both threads are new; the caller's CPU
 /// affinity is left as it was.
 pub fn cross_cpu(
     a: u32,
     others: &[u32],
     rounds: usize,
     limit: Duration,
-) -> Result<(u32, Vec<u64>), String> {
+) -> Result<(u32, Vec<Window>), String> {
     let word = AtomicU32::new(FIRST_TURN);
     let stop = AtomicBool::new(false);
     let deadline = Instant::now() + limit;
@@ -231,7 +235,7 @@ mod tests {
 
     fn online() -> Vec<u32> {
         let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-        super::super::facts::parse_cpu_list(text.trim())
+        crate::characterize::facts::parse_cpu_list(text.trim())
     }
 
     /// Every round trip is two wake-ups: each at least a futex call and a
@@ -260,8 +264,13 @@ mod tests {
         );
         assert_eq!(b, cpus[1]);
         assert_eq!(trips.len(), 200);
-        let mut sorted = trips.clone();
+        let mut sorted = super::super::ticks(&trips);
         sorted.sort_unstable();
+        // Each window is on one CPU's TSC, in time order.
+        assert!(
+            trips.windows(2).all(|w| w[0].end <= w[1].start),
+            "{trips:?}"
+        );
         // Two futex system calls at least, each hundreds of ticks.
         assert!(sorted[100] > 500, "median {} ticks", sorted[100]);
     }

@@ -9,6 +9,8 @@
 //! the process runs is the local figure, so the difference is what the
 //! shootdown adds. Both are taken by one thread pinned to one CPU.
 
+use super::ticks;
+use super::Window;
 use crate::affinity::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -134,7 +136,7 @@ unsafe impl Sync for Page {}
 /// `rounds` samples (read-only, then read-write again; each after a write,
 /// so the second thread's CPU and this one hold the page's translation),
 /// in ticks of this CPU's TSC; fewer where `deadline` passes.
-fn pairs(page: &Page, rounds: usize, deadline: Instant) -> Result<Vec<u64>, String> {
+fn pairs(page: &Page, rounds: usize, deadline: Instant) -> Result<Vec<Window>, String> {
     let mut out = Vec::with_capacity(rounds);
     for i in 0..rounds {
         if Instant::now() > deadline {
@@ -144,7 +146,10 @@ fn pairs(page: &Page, rounds: usize, deadline: Instant) -> Result<Vec<u64>, Stri
         let t0 = tsc::open();
         page.protect(libc::PROT_READ)?;
         page.protect(libc::PROT_READ | libc::PROT_WRITE)?;
-        out.push(tsc::open().wrapping_sub(t0));
+        out.push(Window {
+            start: t0,
+            end: tsc::open(),
+        });
     }
     Ok(out)
 }
@@ -197,9 +202,9 @@ pub struct Shootdowns {
     /// The CPU the second thread ran on.
     pub other: u32,
     /// Samples while the second thread ran there.
-    pub remote: Vec<u64>,
+    pub remote: Vec<Window>,
     /// Samples before it started, the process running on one CPU.
-    pub local: Vec<u64>,
+    pub local: Vec<Window>,
     /// TLB shootdown IPIs the other CPU took while the remote samples ran
     /// (`/proc/interrupts`, any process's), where the kernel counts them.
     pub received: Option<u64>,
@@ -288,8 +293,8 @@ pub fn metrics(samples: u64, cpu: u32, others: &[u32]) -> Vec<Metric> {
     let rounds = xvmm_results::num::usize_from(samples.clamp(1, MAX_SAMPLES));
     match tlb_shootdown(cpu, others, rounds, LIMIT) {
         Ok(m) => vec![
-            Metric::from_samples(GROUP, names::MPROTECT_SHOOTDOWN, UNIT, &m.remote).with_value(
-                format!(
+            Metric::from_samples(GROUP, names::MPROTECT_SHOOTDOWN, UNIT, &ticks(&m.remote))
+                .with_value(format!(
                     "mprotect of a page read-only and back on cpu{cpu} while a thread of this \
                      process reads it on cpu{}: each call flushes that CPU's TLB (an IPI and its \
                      answer), timed on cpu{cpu}'s TSC; cpu{} took {} TLB shootdowns meanwhile \
@@ -299,12 +304,13 @@ pub fn metrics(samples: u64, cpu: u32, others: &[u32]) -> Vec<Metric> {
                     m.received
                         .map_or("an uncounted number of".to_string(), |n| n.to_string()),
                     2 * m.remote.len()
+                )),
+            Metric::from_samples(GROUP, names::MPROTECT_LOCAL, UNIT, &ticks(&m.local)).with_value(
+                format!(
+                    "the same pair on cpu{cpu} with no other thread of this process running: no \
+                 other TLB to flush"
                 ),
             ),
-            Metric::from_samples(GROUP, names::MPROTECT_LOCAL, UNIT, &m.local).with_value(format!(
-                "the same pair on cpu{cpu} with no other thread of this process running: no \
-                 other TLB to flush"
-            )),
         ],
         Err(why) => missing(why),
     }
@@ -369,8 +375,8 @@ mod tests {
             if (m.local.len(), m.remote.len()) != (400, 400) || !others.contains(&m.other) {
                 return Err(format!("{m:?}"));
             }
-            let median = |v: &[u64]| {
-                let mut v = v.to_vec();
+            let median = |w: &[Window]| {
+                let mut v = ticks(w);
                 v.sort_unstable();
                 v[v.len() / 2]
             };
