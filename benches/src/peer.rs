@@ -82,17 +82,26 @@ pub const SHARED: &[Shared] = &[
         &["tscdeadline"],
         "kvm-unit-tests arms the deadline at the current TSC, the microguest 3000 ticks ahead",
     ),
-    shared("x2apic_self_ipi_sti_nop", &["x2apic-self-ipi"], ""),
-    shared("x2apic_self_ipi_sti_hlt", &["x2apic-self-ipi-hlt"], ""),
-    shared("x2apic_self_ipi_tpr", &["x2apic-self-ipi-tpr"], ""),
+    // kvm-unit-tests turns the x2APIC on where the vCPU has one: its
+    // self_ipi_* rows then write the ICR (MSR 0x830), as the microguest's
+    // x2apic-self-ipi* rows do; its x2apic_self_ipi_* rows write the SELF
+    // IPI register (MSR 0x83f), as the -msr rows do.
+    shared("self_ipi_sti_nop", &["x2apic-self-ipi"], ""),
+    shared("self_ipi_sti_hlt", &["x2apic-self-ipi-hlt"], ""),
+    shared("self_ipi_tpr", &["x2apic-self-ipi-tpr"], ""),
+    shared("self_ipi_tpr_sti_nop", &["x2apic-self-ipi-tpr-sti-nop"], ""),
+    shared("self_ipi_tpr_sti_hlt", &["x2apic-self-ipi-tpr-sti-hlt"], ""),
+    shared("x2apic_self_ipi_sti_nop", &["x2apic-self-ipi-msr"], ""),
+    shared("x2apic_self_ipi_sti_hlt", &["x2apic-self-ipi-msr-hlt"], ""),
+    shared("x2apic_self_ipi_tpr", &["x2apic-self-ipi-msr-tpr"], ""),
     shared(
         "x2apic_self_ipi_tpr_sti_nop",
-        &["x2apic-self-ipi-tpr-sti-nop"],
+        &["x2apic-self-ipi-msr-tpr-sti-nop"],
         "",
     ),
     shared(
         "x2apic_self_ipi_tpr_sti_hlt",
-        &["x2apic-self-ipi-tpr-sti-hlt"],
+        &["x2apic-self-ipi-msr-tpr-sti-hlt"],
         "",
     ),
     shared(
@@ -348,29 +357,30 @@ pub fn rows(
 
 /// The table the bench prints: one line per shared kind.
 pub fn table(rows: &[Row]) -> String {
-    let mut out = format!(
-        "{:<24} {:<20} {:>14} {:>14} {:>7}  {}\n",
-        "kvm-unit-tests", "microguest", "kut mean", "xvmm median", "ratio", "note"
-    );
+    let mut t = xvmm_results::document::Table::new(&[
+        "kvm-unit-tests",
+        "microguest",
+        "kut mean",
+        "xvmm median",
+        "ratio",
+    ]);
     for r in rows {
         let xvmm = r.xvmm_row.as_deref().unwrap_or(r.shared.xvmm[0]);
-        match r.ratio() {
-            Some((k, x, ratio)) => out.push_str(&format!(
-                "{:<24} {:<20} {:>14.0} {:>14.0} {:>7.2}  {}\n",
-                r.shared.kut, xvmm, k, x, ratio, r.shared.differs
-            )),
-            None => out.push_str(&format!(
-                "{:<24} {:<20} {:>14} {:>14} {:>7}  {}\n",
-                r.shared.kut,
-                xvmm,
-                "-",
-                "-",
-                "-",
-                r.missing.join("; ")
-            )),
+        let (figures, note) = match r.ratio() {
+            Some((k, x, ratio)) => (
+                [format!("{k:.0}"), format!("{x:.0}"), format!("{ratio:.2}")],
+                r.shared.differs.to_string(),
+            ),
+            None => (["-".into(), "-".into(), "-".into()], r.missing.join("; ")),
+        };
+        let mut cells = vec![r.shared.kut.to_string(), xvmm.to_string()];
+        cells.extend(figures);
+        t.row(cells);
+        if !note.is_empty() {
+            t.note(format!("({note})"));
         }
     }
-    out
+    t.render()
 }
 
 #[cfg(test)]
@@ -472,7 +482,7 @@ mod tests {
         let text = table(&rows);
         assert!(
             text.lines()
-                .any(|l| l.starts_with("cpuid") && l.contains(" 2.00")),
+                .any(|l| l.starts_with("cpuid") && l.ends_with(" 2.00")),
             "{text}"
         );
         assert!(text.contains("wr_ibpb_msr"), "{text}");

@@ -27,3 +27,11 @@ pub(crate) fn pin(cpu: Option<u32>) -> Result<u32> {
     }
     Ok(cpu)
 }
+
+/// The online CPUs (`/sys/devices/system/cpu/online`); empty where that
+/// file is missing or not a CPU list.
+pub fn online_cpus() -> Vec<u32> {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    // As many CPUs as a cpu_set_t can pin to.
+    xvmm_host::cpu_list::parse(&list, libc::CPU_SETSIZE as usize).unwrap_or_default()
+}

@@ -660,8 +660,7 @@ fn method(config: &Config, setup: &Setup) -> Method {
 /// online one, after the others (their second thread must not share a CPU
 /// with them); inside the calibrated run, so a VMM's trace covers them.
 fn interrupt_path(config: &Config, setup: &mut Setup, correction: u64, report: &mut Report) {
-    use crate::characterize::facts;
-    let online = facts::parse_cpu_list(&facts::read_trimmed("/sys/devices/system/cpu/online"));
+    let online = crate::affinity::online_cpus();
     let plan = crate::interrupt_path::Plan {
         samples: config.samples,
         rounds: config.rounds,

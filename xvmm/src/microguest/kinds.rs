@@ -118,20 +118,31 @@ kinds! {
     /// wr_tsx_ctrl_msr): an MSR KVM offers on Intel CPUs with TSX control.
     WrTsxCtrl => (Kernel, "xvmm_mg_k_wr_tsx_ctrl", exit_needing("wr-tsx-ctrl", None, Needs::TsxCtrl, Msr));
     /// A self-IPI through the x2APIC's ICR, taken with interrupts on for
-    /// one instruction (kvm-unit-tests' x2apic_self_ipi_sti_nop): the ICR
-    /// write, the injection, the handler and its EOI.
+    /// one instruction (kvm-unit-tests' self_ipi_sti_nop, which writes the
+    /// ICR through the x2APIC where the vCPU has one): the ICR write, the
+    /// injection, the handler and its EOI.
     X2apicSelfIpi => (Kernel, "xvmm_mg_k_x2apic_self_ipi", exit_needing("x2apic-self-ipi", None, Needs::X2apic, Interrupt));
-    /// The same IPI taken by a halted vCPU (x2apic_self_ipi_sti_hlt).
+    /// The same IPI taken by a halted vCPU (self_ipi_sti_hlt).
     X2apicSelfIpiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_hlt", exit_needing("x2apic-self-ipi-hlt", None, Needs::X2apic, Interrupt));
     /// The self-IPI sent with the task priority (CR8) at 15, which holds it
     /// pending, taken with interrupts on when CR8 goes back to 0
-    /// (x2apic_self_ipi_tpr): the CR8 write that unmasks it exits.
+    /// (self_ipi_tpr): the CR8 write that unmasks it exits.
     X2apicSelfIpiTpr => (Kernel, "xvmm_mg_k_x2apic_self_ipi_tpr", exit_needing("x2apic-self-ipi-tpr", None, Needs::X2apic, Interrupt));
     /// The same with interrupts off until an STI; NOP window after CR8 is
-    /// back at 0 (x2apic_self_ipi_tpr_sti_nop).
+    /// back at 0 (self_ipi_tpr_sti_nop).
     X2apicSelfIpiTprStiNop => (Kernel, "xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop", exit_needing("x2apic-self-ipi-tpr-sti-nop", None, Needs::X2apic, Interrupt));
-    /// The same taken by a halted vCPU (x2apic_self_ipi_tpr_sti_hlt).
+    /// The same taken by a halted vCPU (self_ipi_tpr_sti_hlt).
     X2apicSelfIpiTprStiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt", exit_needing("x2apic-self-ipi-tpr-sti-hlt", None, Needs::X2apic, Interrupt));
+    /// The five again with the IPI sent through the x2APIC's SELF IPI
+    /// register (MSR 0x83f, the vector alone): kvm-unit-tests'
+    /// x2apic_self_ipi_sti_nop, and so on. KVM handles both registers in
+    /// its x2APIC emulation; an APIC that is virtualised may accelerate
+    /// one and not the other.
+    X2apicSelfIpiMsr => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr", exit_needing("x2apic-self-ipi-msr", None, Needs::X2apic, Interrupt));
+    X2apicSelfIpiMsrHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_hlt", exit_needing("x2apic-self-ipi-msr-hlt", None, Needs::X2apic, Interrupt));
+    X2apicSelfIpiMsrTpr => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_tpr", exit_needing("x2apic-self-ipi-msr-tpr", None, Needs::X2apic, Interrupt));
+    X2apicSelfIpiMsrTprStiNop => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_nop", exit_needing("x2apic-self-ipi-msr-tpr-sti-nop", None, Needs::X2apic, Interrupt));
+    X2apicSelfIpiMsrTprStiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt", exit_needing("x2apic-self-ipi-msr-tpr-sti-hlt", None, Needs::X2apic, Interrupt));
     /// The LAPIC timer armed in TSC-deadline mode with a deadline already
     /// past, and its interrupt (kvm-unit-tests' tscdeadline_immed).
     TscDeadlineImmed => (Kernel, "xvmm_mg_k_tscdeadline_immed", exit_needing("tscdeadline-immed", None, Needs::TscDeadline, Timer));
@@ -579,6 +590,11 @@ mod tests {
                 "x2apic-self-ipi-tpr",
                 "x2apic-self-ipi-tpr-sti-nop",
                 "x2apic-self-ipi-tpr-sti-hlt",
+                "x2apic-self-ipi-msr",
+                "x2apic-self-ipi-msr-hlt",
+                "x2apic-self-ipi-msr-tpr",
+                "x2apic-self-ipi-msr-tpr-sti-nop",
+                "x2apic-self-ipi-msr-tpr-sti-hlt",
                 "tscdeadline-immed",
                 "tscdeadline",
             ]);
@@ -587,7 +603,7 @@ mod tests {
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 33);
+        assert_eq!(EXIT_ROWS, 38);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -649,7 +665,12 @@ mod tests {
                 "x2apic-self-ipi-hlt",
                 "x2apic-self-ipi-tpr",
                 "x2apic-self-ipi-tpr-sti-nop",
-                "x2apic-self-ipi-tpr-sti-hlt"
+                "x2apic-self-ipi-tpr-sti-hlt",
+                "x2apic-self-ipi-msr",
+                "x2apic-self-ipi-msr-hlt",
+                "x2apic-self-ipi-msr-tpr",
+                "x2apic-self-ipi-msr-tpr-sti-nop",
+                "x2apic-self-ipi-msr-tpr-sti-hlt"
             ]
         );
         assert_eq!(of(Timer), ["tscdeadline-immed", "tscdeadline"]);

@@ -208,6 +208,8 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             | "pio-out-kernel"
             | "x2apic-self-ipi-hlt"
             | "x2apic-self-ipi-tpr-sti-hlt"
+            | "x2apic-self-ipi-msr-hlt"
+            | "x2apic-self-ipi-msr-tpr-sti-hlt"
             | "tscdeadline",
             Vendor::Amd,
             Hypervisor::Pvm,
@@ -221,6 +223,9 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             "x2apic-self-ipi"
             | "x2apic-self-ipi-tpr"
             | "x2apic-self-ipi-tpr-sti-nop"
+            | "x2apic-self-ipi-msr"
+            | "x2apic-self-ipi-msr-tpr"
+            | "x2apic-self-ipi-msr-tpr-sti-nop"
             | "tscdeadline-immed",
             Vendor::Amd,
             Hypervisor::Pvm,
@@ -255,6 +260,11 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             | "x2apic-self-ipi-tpr"
             | "x2apic-self-ipi-tpr-sti-nop"
             | "x2apic-self-ipi-tpr-sti-hlt"
+            | "x2apic-self-ipi-msr"
+            | "x2apic-self-ipi-msr-hlt"
+            | "x2apic-self-ipi-msr-tpr"
+            | "x2apic-self-ipi-msr-tpr-sti-nop"
+            | "x2apic-self-ipi-msr-tpr-sti-hlt"
             | "tscdeadline-immed"
             | "tscdeadline",
             Vendor::Amd,
@@ -468,6 +478,11 @@ mod tests {
                 ("x2apic-self-ipi-tpr", Outcome::Unavailable),
                 ("x2apic-self-ipi-tpr-sti-nop", Outcome::Unavailable),
                 ("x2apic-self-ipi-tpr-sti-hlt", Outcome::Runs),
+                ("x2apic-self-ipi-msr", Outcome::Unavailable),
+                ("x2apic-self-ipi-msr-hlt", Outcome::Runs),
+                ("x2apic-self-ipi-msr-tpr", Outcome::Unavailable),
+                ("x2apic-self-ipi-msr-tpr-sti-nop", Outcome::Unavailable),
+                ("x2apic-self-ipi-msr-tpr-sti-hlt", Outcome::Runs),
                 ("tscdeadline-immed", Outcome::Unavailable),
                 ("tscdeadline", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),
@@ -514,6 +529,11 @@ mod tests {
             ("x2apic-self-ipi-tpr", Outcome::RunsWithSeveralExits),
             ("x2apic-self-ipi-tpr-sti-nop", Outcome::RunsWithSeveralExits),
             ("x2apic-self-ipi-tpr-sti-hlt", Outcome::RunsWithSeveralExits),
+            ("x2apic-self-ipi-msr", Outcome::RunsWithSeveralExits),
+            (
+                "x2apic-self-ipi-msr-tpr-sti-hlt",
+                Outcome::RunsWithSeveralExits,
+            ),
             ("tscdeadline-immed", Outcome::RunsWithSeveralExits),
             ("tscdeadline", Outcome::RunsWithSeveralExits),
             ("pio-in-kernel", Outcome::Undocumented),

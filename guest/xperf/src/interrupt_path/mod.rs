@@ -188,8 +188,7 @@ mod tests {
     use xvmm_results::Status;
 
     fn online() -> Vec<u32> {
-        let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-        crate::characterize::facts::parse_cpu_list(list.trim())
+        crate::affinity::online_cpus()
     }
 
     fn plan(others: Vec<u32>) -> Plan {

@@ -329,8 +329,7 @@ mod tests {
     }
 
     fn online() -> Vec<u32> {
-        let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-        crate::characterize::facts::parse_cpu_list(list.trim())
+        crate::affinity::online_cpus()
     }
 
     #[test]

@@ -234,8 +234,7 @@ mod tests {
     }
 
     fn online() -> Vec<u32> {
-        let text = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-        crate::characterize::facts::parse_cpu_list(text.trim())
+        crate::affinity::online_cpus()
     }
 
     /// Every round trip is two wake-ups: each at least a futex call and a

@@ -83,6 +83,11 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_x2apic_self_ipi_tpr - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_msr - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_msr_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_msr_tpr - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_nop - xvmm_mg_ktable
+    .long xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline_immed - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
@@ -483,14 +488,13 @@ xvmm_mg_k_wr_tsx_ctrl:
  * sample where exactly that one arrived in the window.
  */
 
-// A self-IPI through the x2APIC ICR (0x830: shorthand self, fixed,
-// vector 0xf0), taken with interrupts on for `window`, the one
-// instruction STI shadows.
-.macro SELF_IPI_SAMPLES window
+// A self-IPI sent by `send` (SEND_SELF_IPI or SEND_SELF_IPI_MSR), taken
+// with interrupts on for `window`, the one instruction STI shadows.
+.macro SELF_IPI_SAMPLES send, window
 1:
     mov r10, r11
     KSTAMP_OPEN 0
-    SEND_SELF_IPI
+    \send
     sti
     \window
     cli
@@ -503,14 +507,14 @@ xvmm_mg_k_wr_tsx_ctrl:
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi:
     X2APIC_ON
-    SELF_IPI_SAMPLES nop
+    SELF_IPI_SAMPLES SEND_SELF_IPI, nop
 
 // Taken by a halted vCPU: STI; HLT, the IPI already pending
 // (kvm-unit-tests' x2apic_self_ipi_sti_hlt).
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_hlt:
     X2APIC_ON
-    SELF_IPI_SAMPLES hlt
+    SELF_IPI_SAMPLES SEND_SELF_IPI, hlt
 
 // The task priority (CR8) at 15 masks every vector, so the self-IPI
 // sent under it stays pending until CR8 goes back to 0. `early` runs
@@ -518,15 +522,16 @@ xvmm_mg_k_x2apic_self_ipi_hlt:
 // early, nothing late and NOP for x2apic_self_ipi_tpr (interrupts on
 // throughout, so lowering CR8 lets the IPI in; the STI comes before the
 // ICR write, so it is the only interrupt); nothing early, STI late and a
-// NOP or HLT window for the _sti_ twins. Clobbers rax, rcx, rdx.
-.macro SELF_IPI_UNDER_TPR early, late, window
+// NOP or HLT window for the _sti_ twins; `send` as in SELF_IPI_SAMPLES.
+// Clobbers rax, rcx, rdx.
+.macro SELF_IPI_UNDER_TPR send, early, late, window
 1:
     mov r10, r11
     KSTAMP_OPEN 0
     mov eax, 15
     mov cr8, rax
     \early
-    SEND_SELF_IPI
+    \send
     xor eax, eax
     mov cr8, rax
     \late
@@ -541,19 +546,47 @@ xvmm_mg_k_x2apic_self_ipi_hlt:
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_tpr:
     X2APIC_ON
-    SELF_IPI_UNDER_TPR sti, , nop
+    SELF_IPI_UNDER_TPR SEND_SELF_IPI, sti, , nop
 
 // x2apic_self_ipi_tpr_sti_nop.
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_tpr_sti_nop:
     X2APIC_ON
-    SELF_IPI_UNDER_TPR , sti, nop
+    SELF_IPI_UNDER_TPR SEND_SELF_IPI, , sti, nop
 
 // x2apic_self_ipi_tpr_sti_hlt.
 .p2align 4
 xvmm_mg_k_x2apic_self_ipi_tpr_sti_hlt:
     X2APIC_ON
-    SELF_IPI_UNDER_TPR , sti, hlt
+    SELF_IPI_UNDER_TPR SEND_SELF_IPI, , sti, hlt
+
+// The five again, the IPI sent through the SELF IPI register (0x83f):
+// kvm-unit-tests' x2apic_self_ipi_* rows (its self_ipi_* ones write the
+// ICR, as the rows above do, the x2APIC being on).
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_msr:
+    X2APIC_ON
+    SELF_IPI_SAMPLES SEND_SELF_IPI_MSR, nop
+
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_msr_hlt:
+    X2APIC_ON
+    SELF_IPI_SAMPLES SEND_SELF_IPI_MSR, hlt
+
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_msr_tpr:
+    X2APIC_ON
+    SELF_IPI_UNDER_TPR SEND_SELF_IPI_MSR, sti, , nop
+
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_nop:
+    X2APIC_ON
+    SELF_IPI_UNDER_TPR SEND_SELF_IPI_MSR, , sti, nop
+
+.p2align 4
+xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt:
+    X2APIC_ON
+    SELF_IPI_UNDER_TPR SEND_SELF_IPI_MSR, , sti, hlt
 
 // The LAPIC timer in TSC-deadline mode armed with a deadline already
 // past: IA32_TSC_DEADLINE (0x6e0) = the opening stamp's TSC, still in

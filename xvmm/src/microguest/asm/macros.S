@@ -97,6 +97,15 @@
     wrmsr
 .endm
 
+// The same IPI through the x2APIC SELF IPI register (0x83f: the vector
+// alone), kvm-unit-tests' x2apic_self_ipi. Clobbers rax, rcx, rdx.
+.macro SEND_SELF_IPI_MSR
+    mov ecx, 0x83f
+    mov eax, 0xf0
+    xor edx, edx
+    wrmsr
+.endm
+
 /*
  * The LAPIC timer in TSC-deadline mode (LVT timer 0x832: mode 10b, vector
  * 0xf1), after X2APIC_ON. The MFENCE orders the LVT write before the first
