@@ -34,11 +34,12 @@ only round trips are measured, and the output says so.
                     medians, their spread and a confidence interval of each median
   --cpu N           CPU to pin to (default: the CPU xperf starts on)
   --raw             keep every sample's stamps in the JSON report
-  --interrupt-path  also measure the interrupt path's crossings on two CPUs:
-                    a futex wake-up of a thread on another CPU and back
+  --interrupt-path  also measure the interrupt path's crossings: a futex
+                    wake-up of a thread on another CPU and back
                     (wakeup-cross-cpu), mprotect that must flush another
-                    CPU's TLB (mprotect-shootdown) and the same with no other
-                    CPU to flush (mprotect-local); round trips only
+                    CPU's TLB (mprotect-shootdown), the same with no other
+                    CPU to flush (mprotect-local), and a 200 us timer sleep
+                    (timer-sleep); round trips only
   --calibrate K     (under xvmm --trace) K stamped exits to the VMM's
                     calibration port, spread over the run, for the host's
                     timeline (needs root: ioperm)

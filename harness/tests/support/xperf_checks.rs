@@ -755,12 +755,35 @@ fn check_slowest_samples(vm: &xvmm_results::Report) {
 /// The interrupt path's crossings that span CPUs.
 const SPANNING: [&str; 2] = ["wakeup-cross-cpu", "mprotect-shootdown"];
 
-/// `--interrupt-path` on both sides: the cross-CPU wake-up and the TLB
-/// shootdown measured as round trips on L1 and in the two-vCPU L2, every
-/// requested sample of every round valid; in the traced VM each sample's
-/// window holds exits of the other vCPU (the receiver's wake-up, its IPI
-/// taken) as well as its own; the local mprotect, which spans no CPU, has
-/// none of the other's. With one vCPU they cannot run and say why.
+/// The interrupt path's crossings, all of them.
+const INTERRUPT_PATH: [&str; 4] = [
+    "wakeup-cross-cpu",
+    "mprotect-shootdown",
+    "mprotect-local",
+    "timer-sleep",
+];
+
+/// A crossing's corrected round-trip median.
+fn median_of(r: &Report, name: &str) -> u64 {
+    let c = r.crossing(name).unwrap();
+    c.round_trip.as_ref().unwrap().corrected.median
+}
+
+/// The host's part of a traced crossing's round trip.
+fn round_trip_host<'r>(r: &'r Report, name: &str) -> &'r xvmm_results::attribution::SegmentHost {
+    let c = r.crossing(name).unwrap();
+    let h = c.round_trip.as_ref().and_then(|i| i.host.as_ref());
+    h.unwrap_or_else(|| panic!("{name}: not attributed"))
+}
+
+/// `--interrupt-path` on both sides: the cross-CPU wake-up, the TLB
+/// shootdown and the timer sleep measured as round trips on L1 and in the
+/// two-vCPU L2, every requested sample of every round valid; in the traced
+/// VM each cross-CPU sample's window holds exits of the other vCPU (the
+/// receiver's wake-up, its IPI taken) as well as its own; the local
+/// mprotect, which spans no CPU, has few exits and none of the other's; the
+/// timer sleep halts and programs the timer. With one vCPU the cross-CPU
+/// kinds cannot run and say why.
 #[test]
 fn interrupt_path_crossings_place_every_vcpus_exits() {
     if skipped() {
@@ -769,7 +792,7 @@ fn interrupt_path_crossings_place_every_vcpus_exits() {
     let r = run();
     let requested = SAMPLES * ROUNDS;
     for (side, report) in [("bm", &r.bm), ("vm", &r.vm)] {
-        for name in SPANNING.iter().chain(&["mprotect-local"]) {
+        for name in INTERRUPT_PATH {
             let c = report
                 .crossing(name)
                 .unwrap_or_else(|| panic!("{side}: no {name}"));
@@ -782,70 +805,19 @@ fn interrupt_path_crossings_place_every_vcpus_exits() {
                 (c.samples_requested, c.samples_valid),
                 (requested, requested)
             );
-            assert_eq!(c.spans_cpus, SPANNING.contains(name), "{side} {name}");
+            assert_eq!(c.spans_cpus, SPANNING.contains(&name), "{side} {name}");
         }
     }
-    let median = |r: &Report, name: &str| {
-        let c = r.crossing(name).unwrap();
-        c.round_trip.as_ref().unwrap().corrected.median
-    };
     for name in SPANNING {
-        let (vm, bm) = (median(&r.vm, name), median(&r.bm, name));
-        // Emulated (TCG) figures: only their order is asserted.
-        println!("{name}: median {vm} ticks in L2, {bm} in L1 (TCG-emulated)");
-        assert!(vm > bm, "{name}: L2 {vm} not above L1 {bm}");
-        let c = r.vm.crossing(name).unwrap();
-        let h = c.round_trip.as_ref().unwrap().host.as_ref();
-        let h = h.unwrap_or_else(|| panic!("{name}: not attributed"));
-        let o = h.other_vcpus.as_ref();
-        let o = o.unwrap_or_else(|| panic!("{name}: no other vCPU's exits: {h:?}"));
-        println!(
-            "{name}: own vCPU exits in {} of {} samples ({:?}); the other's in {} ({:?})",
-            h.samples_with_exits,
-            h.samples,
-            h.reasons_by_host_time(),
-            o.samples_with_exits,
-            o.reasons_by_host_time()
-        );
-        assert_eq!(o.samples, h.samples - h.unattributable, "{name}");
-        // Each sample wakes or flushes the other vCPU: it exits (its IPI
-        // taken, its halt left) inside most windows. Not all: a wake-up
-        // whose receiver goes back to sleep after the sender's closing
-        // stamp leaves its halt exit outside (4686 of 6000 in one run).
-        assert!(
-            o.samples_with_exits * 2 >= o.samples,
-            "{name}: the other vCPU exited in {} of {} samples",
-            o.samples_with_exits,
-            o.samples
-        );
+        check_other_vcpus_exits(r, name);
     }
-    // The sender's IPI is its own exit, at least one a sample: an ICR
-    // write to the xAPIC page (npf) or the x2APIC MSR (msr), or KVM's
-    // paravirtual IPI hypercall (the 6.12 guest took npf, the 6.1 one
-    // hypercall, in one run each; SVM's reason names: TCG emulates SVM).
-    let ipi_writes = |name: &str| {
-        let c = r.vm.crossing(name).unwrap();
-        let h = c.round_trip.as_ref().unwrap().host.clone().unwrap();
-        let count = |reason: &str| h.exits.get(reason).map_or(0, |c| c.count);
-        let sends: u64 = ["npf", "msr", "hypercall"].iter().map(|r| count(r)).sum();
-        (sends, h.samples_with_exits, h.samples)
-    };
-    let (writes, _, samples) = ipi_writes("mprotect-shootdown");
-    assert!(
-        writes >= samples,
-        "{writes} ICR writes in {samples} samples"
+    check_ipi_sends_against_the_local_control(&r.vm);
+    check_timer_sleep(r);
+    assert_eq!(
+        r.vm_kpti.crossing("timer-sleep").map(|c| c.samples_valid),
+        Some(requested),
+        "one vCPU still sleeps"
     );
-    // The control: the same pair with no other CPU to flush exits in few
-    // of its samples (108 of 6000 in one run), the shootdown in most.
-    let (_, local_hit, local_n) = ipi_writes("mprotect-local");
-    let (_, remote_hit, remote_n) = ipi_writes("mprotect-shootdown");
-    assert!(
-        local_hit * 10 < local_n && remote_hit * 2 > remote_n,
-        "samples with exits: local {local_hit} of {local_n}, remote {remote_hit} of {remote_n}"
-    );
-    let local = r.vm.crossing("mprotect-local").unwrap();
-    let h = local.round_trip.as_ref().unwrap().host.as_ref().unwrap();
-    assert!(h.other_vcpus.is_none(), "{h:?}");
     for name in SPANNING.iter().chain(&["mprotect-local"]) {
         let c = r.vm_kpti.crossing(name).unwrap();
         assert!(
@@ -854,4 +826,92 @@ fn interrupt_path_crossings_place_every_vcpus_exits() {
             c.status
         );
     }
+}
+
+/// A cross-CPU crossing: slower in L2 than in L1, and the other vCPU's
+/// exits inside most of its samples.
+fn check_other_vcpus_exits(r: &XperfRun, name: &str) {
+    let (vm, bm) = (median_of(&r.vm, name), median_of(&r.bm, name));
+    // Emulated (TCG) figures: only their order is asserted.
+    println!("{name}: median {vm} ticks in L2, {bm} in L1 (TCG-emulated)");
+    assert!(vm > bm, "{name}: L2 {vm} not above L1 {bm}");
+    let h = round_trip_host(&r.vm, name);
+    let o = h.other_vcpus.as_ref();
+    let o = o.unwrap_or_else(|| panic!("{name}: no other vCPU's exits: {h:?}"));
+    println!(
+        "{name}: own vCPU exits in {} of {} samples ({:?}); the other's in {} ({:?})",
+        h.samples_with_exits,
+        h.samples,
+        h.reasons_by_host_time(),
+        o.samples_with_exits,
+        o.reasons_by_host_time()
+    );
+    assert_eq!(o.samples, h.samples - h.unattributable, "{name}");
+    // Each sample wakes or flushes the other vCPU: it exits (its IPI
+    // taken, its halt left) inside most windows. Not all: a wake-up
+    // whose receiver goes back to sleep after the sender's closing
+    // stamp leaves its halt exit outside (4686 of 6000 in one run).
+    assert!(
+        o.samples_with_exits * 2 >= o.samples,
+        "{name}: the other vCPU exited in {} of {} samples",
+        o.samples_with_exits,
+        o.samples
+    );
+}
+
+/// The shootdown's sender sends its IPI as its own exit, at least one a
+/// sample: an ICR write to the xAPIC page (npf) or the x2APIC MSR (msr),
+/// or KVM's paravirtual IPI hypercall (the 6.12 guest took npf, the 6.1
+/// one hypercall, in one run each; SVM's reason names: TCG emulates SVM).
+/// The control: the same pair with no other CPU to flush exits in few of
+/// its samples (108 of 6000 in one run), the shootdown in most.
+fn check_ipi_sends_against_the_local_control(vm: &Report) {
+    let sends = |name: &str| {
+        let h = round_trip_host(vm, name);
+        let count = |reason: &str| h.exits.get(reason).map_or(0, |c| c.count);
+        let sent: u64 = ["npf", "msr", "hypercall"].iter().map(|r| count(r)).sum();
+        (sent, h.samples_with_exits, h.samples)
+    };
+    let (sent, remote_hit, remote_n) = sends("mprotect-shootdown");
+    assert!(sent >= remote_n, "{sent} IPIs sent in {remote_n} samples");
+    let (_, local_hit, local_n) = sends("mprotect-local");
+    assert!(
+        local_hit * 10 < local_n && remote_hit * 2 > remote_n,
+        "samples with exits: local {local_hit} of {local_n}, remote {remote_hit} of {remote_n}"
+    );
+    assert!(round_trip_host(vm, "mprotect-local").other_vcpus.is_none());
+}
+
+/// A timer sleep halts its vCPU and is woken by the timer: a halt exit in
+/// nearly every sample, and the timer's programming, a TSC-deadline MSR
+/// write or the xAPIC's initial count (npf): 6000 halts and 6025 msr exits
+/// in 6000 samples in one run.
+fn check_timer_sleep(r: &XperfRun) {
+    let (vm, bm) = (
+        median_of(&r.vm, "timer-sleep"),
+        median_of(&r.bm, "timer-sleep"),
+    );
+    let h = round_trip_host(&r.vm, "timer-sleep");
+    println!(
+        "timer-sleep: median {vm} ticks in L2, {bm} in L1 (TCG-emulated); exits in {} of {} \
+         samples ({:?})",
+        h.samples_with_exits,
+        h.samples,
+        h.reasons_by_host_time()
+    );
+    assert!(vm > bm, "timer-sleep: L2 {vm} not above L1 {bm}");
+    assert!(h.other_vcpus.is_none(), "{h:?}");
+    let count = |reason: &str| h.exits.get(reason).map_or(0, |c| c.count);
+    let halts = count("hlt");
+    assert!(
+        halts * 10 >= h.samples * 9,
+        "{halts} halts in {} samples",
+        h.samples
+    );
+    let programs = count("msr") + count("npf");
+    assert!(
+        programs * 2 >= h.samples,
+        "{programs} in {} samples",
+        h.samples
+    );
 }

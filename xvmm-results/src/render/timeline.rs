@@ -400,6 +400,46 @@ mod tests {
         assert_eq!(attribution_table(&[plain], Verdict::Verified), "");
     }
 
+    /// A crossing that spans CPUs gets a row of the other vCPUs' exits
+    /// under its round trip, by host time too; one without them none.
+    #[test]
+    fn the_other_vcpus_exits_get_a_row_of_their_own() {
+        let mut c = Crossing::from_round_trips("wake", 3, &[100, 120, 90], 0, "x".into());
+        let mut other = crate::attribution::OtherVcpus {
+            samples: 3,
+            samples_with_exits: 2,
+            ..Default::default()
+        };
+        for (reason, count, host_ticks) in [("hlt", 2, 900), ("interrupt", 3, 70)] {
+            other
+                .exits
+                .insert(reason.into(), ReasonCost { count, host_ticks });
+        }
+        c.round_trip.as_mut().unwrap().host = Some(SegmentHost {
+            samples: 3,
+            other_vcpus: Some(other),
+            ..Default::default()
+        });
+        let text = attribution_table(&[c.clone()], Verdict::Verified);
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("wake")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows[0].contains("round_trip"), "{text}");
+        let other = rows[1];
+        assert!(other.contains("other vCPUs"), "{text}");
+        assert!(other.ends_with("hlt 2/900, interrupt 3/70"), "{other}");
+        let cells: Vec<&str> = other.split_whitespace().collect();
+        assert_eq!(&cells[3..5], ["3", "2"], "{other}");
+        c.round_trip
+            .as_mut()
+            .unwrap()
+            .host
+            .as_mut()
+            .unwrap()
+            .other_vcpus = None;
+        let text = attribution_table(&[c], Verdict::Verified);
+        assert!(!text.contains("other vCPUs"), "{text}");
+    }
+
     #[test]
     fn traced_exits_get_their_parts_and_the_probe_effect() {
         use crate::exit_trace::{Parts, TracedExit};

@@ -23,6 +23,9 @@ pub const CLOCK_GETTIME_SYSCALL: &str = "clock_gettime-syscall";
 pub const WAKEUP_CROSS_CPU: &str = "wakeup-cross-cpu";
 /// How late an absolute CLOCK_MONOTONIC sleep wakes, in ns.
 pub const TIMER_WAKEUP: &str = "timer-wakeup";
+/// The same sleep whole, as a crossing: TSC ticks from before the call to
+/// after its return (the period, the lateness and the calls).
+pub const TIMER_SLEEP: &str = "timer-sleep";
 /// `mprotect` read-only and back while another thread of the process runs
 /// on another CPU: each takes a TLB shootdown there.
 pub const MPROTECT_SHOOTDOWN: &str = "mprotect-shootdown";

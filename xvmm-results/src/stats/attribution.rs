@@ -1048,10 +1048,15 @@ mod tests {
             on(1, 3000, 13, 1),
         ]);
         let m = Mapping::unscaled(0);
-        for spans in [true, false] {
+        // The whole trace indexed and the report's windows only: the same.
+        for (spans, whole) in [(true, true), (true, false), (false, true), (false, false)] {
             let mut r = report(samples.clone());
             r.crossings[0].spans_cpus = spans;
-            let index = Index::for_report(&t, &m, &r, Some(0));
+            let index = if whole {
+                Index::new(&t, &m)
+            } else {
+                Index::for_report(&t, &m, &r, Some(0))
+            };
             attribute(&mut r, &index, Some(0));
             let rt = host(&r, "round_trip");
             assert_eq!((rt.samples_with_exits, rt.exits.len()), (1, 1), "{rt:?}");

@@ -35,7 +35,7 @@ const WAKEUP_LIMIT: Duration = Duration::from_secs(30);
 /// Timer wake-ups at most, each a sleep of this long (cyclictest's default
 /// interval is 1 ms; shorter keeps the stage under a second).
 const MAX_TIMER_WAKEUPS: u64 = 1000;
-const TIMER_PERIOD: Duration = Duration::from_micros(200);
+use crate::interrupt_path::wakeup::TIMER_PERIOD;
 
 const PAUSE_BURSTS: u64 = 100;
 /// Pauses per run that calibrates the control loop: far below Intel's PLE

@@ -2,9 +2,10 @@
 //! without root: a futex wake-up of a thread asleep on another CPU
 //! ([`wakeup`]), a TLB shootdown ([`shootdown`]) and the timer wake-up.
 //! `xperf characterize` reports them as metrics; `xperf --interrupt-path`
-//! adds the cross-CPU ones to its crossings ([`crossings`]) as round trips
-//! whose stamps a VMM joins with the exits of every vCPU, so that the IPI's
-//! exit on the sender and the receiver's wake-up both land in the sample.
+//! adds them to its crossings ([`crossings`]) as round trips whose stamps a
+//! VMM joins with its exits: for the cross-CPU ones those of every vCPU, so
+//! that the IPI's exit on the sender and the receiver's wake-up both land
+//! in the sample.
 
 pub mod shootdown;
 pub mod wakeup;
@@ -68,41 +69,37 @@ struct Taken {
     other: u32,
 }
 
-/// `wakeup-cross-cpu`, `mprotect-shootdown` and `mprotect-local` as
-/// round-trip crossings, each round with new threads; a kind that cannot
-/// be taken (one CPU, a CPU this process may not use, a round too slow) is
-/// unsupported with the reason. Also the notes that say where they ran.
+/// `wakeup-cross-cpu`, `mprotect-shootdown`, `mprotect-local` and
+/// `timer-sleep` as round-trip crossings, each round with new threads; a
+/// kind that cannot be taken (no other CPU for the first three, a CPU this
+/// process may not use, a round too slow) is unsupported with the reason.
+/// Also the notes that say where they ran.
 pub fn crossings(plan: &Plan) -> (Vec<Crossing>, Vec<String>) {
     let per_round = plan.samples.clamp(1, MAX_SAMPLES_PER_ROUND);
     let n = xvmm_results::num::usize_from(per_round);
     let rounds = plan.rounds.max(1);
-    let requested = per_round.saturating_mul(u64::from(rounds));
-    let unsupported = |name: &str, why: &str| Crossing::unsupported(name, requested, why.into());
-    if plan.others.is_empty() {
+    let (wakeups, shootdowns) = if plan.others.is_empty() {
         let why = format!("only cpu{} is online: no other CPU", plan.cpu);
-        let all = [
-            names::WAKEUP_CROSS_CPU,
-            names::MPROTECT_SHOOTDOWN,
-            names::MPROTECT_LOCAL,
-        ];
-        return (
-            all.iter().map(|n| unsupported(n, &why)).collect(),
-            Vec::new(),
-        );
-    }
-    let wakeups = take(rounds, |_| {
-        wakeup::cross_cpu(plan.cpu, &plan.others, n, ROUND_LIMIT).map(|(other, w)| (other, vec![w]))
-    });
-    let shootdowns = take(rounds, |_| {
-        shootdown::tlb_shootdown(plan.cpu, &plan.others, n, ROUND_LIMIT)
-            .map(|m| (m.other, vec![m.remote, m.local]))
-    });
+        (Err(why.clone()), Err(why))
+    } else {
+        let wakeups = take(rounds, |_| {
+            wakeup::cross_cpu(plan.cpu, &plan.others, n, ROUND_LIMIT)
+                .map(|(other, w)| (other, vec![w]))
+        });
+        let shootdowns = take(rounds, |_| {
+            shootdown::tlb_shootdown(plan.cpu, &plan.others, n, ROUND_LIMIT)
+                .map(|m| (m.other, vec![m.remote, m.local]))
+        });
+        (wakeups, shootdowns)
+    };
+    let timer = take(rounds, |_| timer_round(plan.cpu, n));
     let mut notes = Vec::new();
     let mut out = Vec::new();
     let kinds = [
         (names::WAKEUP_CROSS_CPU, &wakeups, 0, true),
         (names::MPROTECT_SHOOTDOWN, &shootdowns, 0, true),
         (names::MPROTECT_LOCAL, &shootdowns, 1, false),
+        (names::TIMER_SLEEP, &timer, 0, false),
     ];
     for (name, taken, part, spans) in kinds {
         out.push(match taken {
@@ -112,10 +109,26 @@ pub fn crossings(plan: &Plan) -> (Vec<Crossing>, Vec<String>) {
                 }
                 crossing(name, per_round, t, part, plan, spans)
             }
-            Err(why) => unsupported(name, why),
+            Err(why) => {
+                let requested = per_round.saturating_mul(u64::from(rounds));
+                Crossing::unsupported(name, requested, why.clone())
+            }
         });
     }
     (out, notes)
+}
+
+/// One round of timer sleeps on a new thread pinned to `cpu`.
+fn timer_round(cpu: u32, n: usize) -> Result<(u32, Vec<Vec<Window>>), String> {
+    std::thread::scope(|s| {
+        let sleeper = s.spawn(|| {
+            crate::affinity::pin(Some(cpu)).map_err(|e| e.to_string())?;
+            Ok((cpu, vec![wakeup::timer_sleeps(n, wakeup::TIMER_PERIOD)]))
+        });
+        sleeper
+            .join()
+            .unwrap_or_else(|_| Err("the timer thread panicked".into()))
+    })
 }
 
 /// `rounds` rounds of `one`, which gives the other CPU and the round's
@@ -174,10 +187,16 @@ fn note(name: &str, cpu: u32, other: u32) -> String {
             "{name}: a futex ping-pong between cpu{cpu} and cpu{other}; a sample is two \
              wake-ups of a thread asleep on the other CPU (an IPI and a schedule each)"
         ),
-        _ => format!(
+        names::MPROTECT_SHOOTDOWN => format!(
             "{name}: mprotect of a page read-only and back on cpu{cpu} while a thread reads it \
              on cpu{other} (each call flushes cpu{other}'s TLB); mprotect-local: the same pair \
              before that thread started"
+        ),
+        _ => format!(
+            "{name}: clock_nanosleep to an absolute CLOCK_MONOTONIC deadline {} us ahead on \
+             cpu{cpu}, timer slack 1 ns, timed from before the deadline is read to after the \
+             call returns: the period, the timer's lateness and the calls",
+            wakeup::TIMER_PERIOD.as_micros()
         ),
     }
 }
@@ -220,12 +239,27 @@ mod tests {
             [
                 names::WAKEUP_CROSS_CPU,
                 names::MPROTECT_SHOOTDOWN,
-                names::MPROTECT_LOCAL
+                names::MPROTECT_LOCAL,
+                names::TIMER_SLEEP
             ]
         );
-        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes.len(), 3, "{notes:?}");
         assert!(
-            notes.iter().all(|n| n.contains(&format!("cpu{other}"))),
+            notes[0].starts_with("wakeup-cross-cpu: a futex"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with("mprotect-shootdown: mprotect"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[2].starts_with("timer-sleep: clock_nanosleep"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[..2]
+                .iter()
+                .all(|n| n.contains(&format!("cpu{other}"))),
             "{notes:?}"
         );
         for c in &crossings {
@@ -236,7 +270,8 @@ mod tests {
                 "{}",
                 c.name
             );
-            assert_eq!(c.spans_cpus, c.name != names::MPROTECT_LOCAL);
+            let spans = [names::WAKEUP_CROSS_CPU, names::MPROTECT_SHOOTDOWN];
+            assert_eq!(c.spans_cpus, spans.contains(&c.name.as_str()));
             let rt = c.round_trip.as_ref().unwrap();
             assert_eq!(rt.correction, Some(7));
             let samples = c.samples.as_ref().unwrap();
@@ -254,16 +289,28 @@ mod tests {
                 rt.corrected
             );
         }
+        // A sleep lasts its period at least: 200 us is 200 ticks a MHz.
+        let khz = xvmm_host::tsc::calibrate_khz(std::time::Duration::from_millis(20));
+        let sleep = crossings[3].round_trip.as_ref().unwrap().corrected.min;
+        assert!(
+            sleep * 1000 >= khz * 200 * 9 / 10,
+            "{sleep} ticks at {khz} kHz"
+        );
     }
 
-    /// No other CPU, or none this process may use: every kind unsupported,
-    /// with the reason, and nothing measured.
+    /// No other CPU, or none this process may use: every cross-CPU kind
+    /// unsupported, with the reason, and nothing measured; the timer
+    /// sleep, on one CPU, still measured.
     #[test]
     fn without_a_usable_other_cpu_every_kind_says_why() {
-        let (none, notes) = crossings(&plan(Vec::new()));
-        assert!(notes.is_empty());
+        let (mut none, notes) = crossings(&plan(Vec::new()));
+        assert_eq!(notes.len(), 1, "{notes:?}");
         let beyond = libc::CPU_SETSIZE as u32 - 1;
-        let (unusable, _) = crossings(&plan(vec![beyond]));
+        let (mut unusable, _) = crossings(&plan(vec![beyond]));
+        for timer in [none.pop().unwrap(), unusable.pop().unwrap()] {
+            assert_eq!(timer.name, names::TIMER_SLEEP);
+            assert_eq!(timer.samples_valid, 40);
+        }
         for (c, why) in none
             .iter()
             .map(|c| (c, "is online: no other CPU".to_string()))

@@ -200,6 +200,27 @@ impl Drop for TightTimerSlack {
     }
 }
 
+/// How far ahead each timer sleep's deadline is.
+pub const TIMER_PERIOD: Duration = Duration::from_micros(200);
+
+/// `samples` sleeps of `period` to an absolute deadline: each one's
+/// window on this CPU's TSC, from before the deadline is read to after the
+/// call returns (the thread must be pinned: both reads on one CPU).
+pub fn timer_sleeps(samples: usize, period: Duration) -> Vec<Window> {
+    let _slack = TightTimerSlack::set();
+    let period = u64::try_from(period.as_nanos()).unwrap_or(u64::MAX);
+    (0..samples)
+        .map(|_| {
+            let start = tsc::open();
+            sleep_until(monotonic_ns().saturating_add(period));
+            Window {
+                start,
+                end: tsc::open(),
+            }
+        })
+        .collect()
+}
+
 /// `samples` sleeps of `period` to an absolute deadline: how late each
 /// woke, in nanoseconds.
 pub fn timer_lateness(samples: usize, period: Duration) -> Vec<u64> {
