@@ -37,6 +37,8 @@ pub const CORE: &[CoreFile] = &[
     core("guest/xperf/src/measure.rs", "xperf"),
     core("guest/xperf/src/probes/parse.rs", "xperf"),
     core("guest/xperf/src/characterize/*.rs", "xperf"),
+    core("guest/xperf/src/interrupt_path/*.rs", "xperf"),
+    core("xvmm-host/src/cpu_list.rs", "xvmm-host"),
 ];
 
 /// Where the method, the figures and the equivalent mutants are written.
