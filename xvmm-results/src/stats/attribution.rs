@@ -974,17 +974,23 @@ mod tests {
         assert_eq!(back.crossings[0].round_trip, r.crossings[0].round_trip);
     }
 
-    /// Round-trip-only samples (no kernel stamps): only the round trip is
-    /// attributed, and it is.
-    #[test]
-    fn round_trip_only_samples_attribute_the_round_trip_alone() {
-        let samples: Vec<Sample> = (1..=3)
+    /// Three round-trip-only samples on vCPU 0, at guest 1000..1400,
+    /// 2000..2400 and 3000..3400.
+    fn round_trips_on_vcpu_0() -> Vec<Sample> {
+        (1..=3)
             .map(|k| Sample {
                 u2k_k: UNFILLED,
                 k2u_k: UNFILLED,
                 ..sample(k * 1000, Some(0))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Round-trip-only samples (no kernel stamps): only the round trip is
+    /// attributed, and it is.
+    #[test]
+    fn round_trip_only_samples_attribute_the_round_trip_alone() {
+        let samples = round_trips_on_vcpu_0();
         let mut r = report(samples);
         let t = trace(vec![exit(2200, 40, 0)]);
         attribute(&mut r, &Index::new(&t, &Mapping::unscaled(0)), None);
@@ -1025,13 +1031,7 @@ mod tests {
     /// without the mark see none of vCPU 1's.
     #[test]
     fn a_crossing_that_spans_cpus_places_the_other_vcpus_exits_apart() {
-        let samples: Vec<Sample> = (1..=3)
-            .map(|k| Sample {
-                u2k_k: UNFILLED,
-                k2u_k: UNFILLED,
-                ..sample(k * 1000, Some(0))
-            })
-            .collect();
+        let samples = round_trips_on_vcpu_0();
         let on = |vcpu, host, ticks, reason| HostExitEvent {
             vcpu,
             ..exit(host, ticks, reason)
