@@ -221,7 +221,7 @@ pub struct RunArgs {
     /// Initial ramdisk for the Linux guest (default: the built-in xperf initramfs).
     /// The built-in xperf's options (--samples, --warmup, --rounds, --raw)
     /// do not apply to it: put init arguments after ' -- ' in --cmdline.
-    #[arg(long, requires = "kernel", conflicts_with_all = ["samples", "warmup", "rounds", "raw"])]
+    #[arg(long, requires = "kernel", conflicts_with_all = ["samples", "warmup", "rounds", "raw", "interrupt_path"])]
     pub initrd: Option<PathBuf>,
     /// Kernel command line (replaces the default).
     #[arg(long, requires = "kernel")]
@@ -259,6 +259,11 @@ pub struct RunArgs {
     /// Keep every sample's four stamps in the JSON.
     #[arg(long)]
     pub raw: bool,
+    /// The built-in xperf also measures the interrupt path: a cross-CPU
+    /// wake-up and a TLB shootdown (with --cpus 2 or more) and a timer
+    /// sleep; under --trace each sample's exits are placed on every vCPU.
+    #[arg(long, requires = "kernel")]
+    pub interrupt_path: bool,
     /// Guest TSC frequency in kHz (KVM_SET_TSC_KHZ).
     #[arg(long)]
     pub tsc_khz: Option<u32>,

@@ -42,7 +42,8 @@ pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<Li
     })
 }
 
-/// `--samples`, `--warmup`, `--rounds` and `--raw` as xperf's options
+/// `--samples`, `--warmup`, `--rounds`, `--raw` and `--interrupt-path` as
+/// xperf's options
 /// (and `--host-miss` under `--host-fault-delay`), checked against xperf's
 /// bounds here rather than after a boot.
 fn xperf_options(args: &RunArgs) -> Result<XperfArgs> {
@@ -51,6 +52,7 @@ fn xperf_options(args: &RunArgs) -> Result<XperfArgs> {
         warmup: args.warmup,
         rounds: args.rounds,
         raw: args.raw,
+        interrupt_path: args.interrupt_path,
         host_miss: args.host_fault_delay.map(|_| {
             args.samples
                 .map_or(linux::HOST_MISS_PAGES, |n| n.min(linux::HOST_MISS_PAGES))

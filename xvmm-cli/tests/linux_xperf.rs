@@ -90,7 +90,12 @@ fn xperf_options_with_a_user_initrd_are_usage_errors() {
     let dir = scratch("xperf-usage");
     let kernel = file(&dir, "bzImage", &bzimage(&linux64_echo_and_exit(0)));
     let initrd = file(&dir, "initrd", b"anything");
-    for flag in [&["--raw"][..], &["--samples", "10"], &["--warmup", "0"]] {
+    for flag in [
+        &["--raw"][..],
+        &["--interrupt-path"],
+        &["--samples", "10"],
+        &["--warmup", "0"],
+    ] {
         let mut args = vec![
             "--kernel",
             kernel.to_str().unwrap(),
@@ -133,13 +138,14 @@ fn built_in_initramfs_and_xperf_arguments_reach_the_guest() {
             "--warmup",
             "3",
             "--raw",
+            "--interrupt-path",
         ],
         &env,
     );
     assert_eq!(
         stdout(&out),
         "console=ttyS0 reboot=k panic=-1 xvmm.results=0xd0000000,0x1000000 xperf_stamps=1 \
-         xvmm_init=1 -- --samples 7 --warmup 3 --raw\n070701\n"
+         xvmm_init=1 -- --samples 7 --warmup 3 --raw --interrupt-path\n070701\n"
     );
     // The stand-in kernel ends cleanly without results: for xperf that is a failure.
     assert_one_line_error(&out, 1, "xvmm: guest: guest ended without sending results");

@@ -107,10 +107,12 @@ fn plan() -> Vec<Step> {
         },
         // Traced, with a guest TSC offset the timeline must confirm, on two
         // vCPUs pinned to L1's two CPUs.
+        // xvmm's --interrupt-path here, the option after ` -- ` in vm-kpti.
         vm_step(
             "vm",
-            &l2_cmdline("", " --interrupt-path"),
+            &l2_cmdline("", ""),
             &[
+                "--interrupt-path",
                 "--trace",
                 "--tsc-offset",
                 VM_TSC_OFFSET,
