@@ -912,7 +912,7 @@ impl Config {
 mod tests {
     use super::*;
     use crate::sampling::UNTAKEN;
-    use xvmm_results::{Status, UNFILLED};
+    use xvmm_results::{names, Status, UNFILLED};
 
     fn s(a: u64, b: u64, c: u64, d: u64) -> Sample {
         Sample {
@@ -1580,11 +1580,49 @@ mod tests {
         // pf-host-miss asked for without the VMM's channel: refused.
         let e = run(&Config {
             host_miss: 4,
-            interrupt_path: false,
-            ..config
+            ..config.clone()
         })
         .unwrap_err();
         assert!(e.to_string().contains("needs the VMM's channel"), "{e}");
+    }
+
+    /// `--interrupt-path` adds its four crossings after the others, between
+    /// the run's CPU and another, with their notes; the correction is the
+    /// user stamp pair's round trip.
+    #[test]
+    fn the_interrupt_path_comes_after_the_crossings_when_asked_for() {
+        let config = Config {
+            interrupt_path: true,
+            ..Config::native(16, 2, 64, 1)
+        };
+        let report = run(&config).unwrap();
+        let names: Vec<&str> = report.crossings.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names[3..],
+            [
+                names::WAKEUP_CROSS_CPU,
+                names::MPROTECT_SHOOTDOWN,
+                names::MPROTECT_LOCAL,
+                names::TIMER_SLEEP
+            ]
+        );
+        let timer = &report.crossings[6];
+        assert_eq!(timer.samples_valid, 16);
+        let correction = report
+            .stamp_costs
+            .as_ref()
+            .unwrap()
+            .corrections
+            .user_round_trip;
+        let rt = timer.round_trip.as_ref().unwrap();
+        assert_eq!(rt.correction, Some(correction));
+        assert!(report.notes.iter().any(|n| n.starts_with("timer-sleep: ")));
+        let cpu = report.method.pinned_cpu.unwrap();
+        assert!(timer.samples.is_none(), "not raw");
+        assert!(report
+            .notes
+            .iter()
+            .any(|n| n.contains(&format!("on cpu{cpu}"))));
     }
 
     /// A config for the tests that run the rounds natively.
