@@ -1618,6 +1618,20 @@ mod tests {
         assert_eq!(rt.correction, Some(correction));
         assert!(report.notes.iter().any(|n| n.starts_with("timer-sleep: ")));
         let cpu = report.method.pinned_cpu.unwrap();
+        // The other CPU is another one: with none online the cross-CPU
+        // kinds say so, else their note names two CPUs.
+        let online = crate::affinity::online_cpus();
+        let wakeup = &report.crossings[3];
+        if online.iter().all(|&c| c == cpu) {
+            assert!(matches!(wakeup.status, Status::Unsupported { .. }));
+        } else {
+            let note = report
+                .notes
+                .iter()
+                .find(|n| n.starts_with("wakeup-cross-cpu"));
+            let note = note.expect("the wake-up's note");
+            assert!(!note.contains(&format!("cpu{cpu} and cpu{cpu}")), "{note}");
+        }
         assert!(timer.samples.is_none(), "not raw");
         assert!(report
             .notes
