@@ -606,14 +606,17 @@ fn recorded_trace_attributes_the_samples_as_the_run_did() {
             let b = b.unwrap_or_else(|| panic!("{} {segment}: not attributed", live.name));
             assert_eq!(placed(&a), placed(&b), "{} {segment}", live.name);
             assert_eq!(a.exit_free, b.exit_free, "{} {segment}", live.name);
-            // The other vCPUs' exits: the same, but for a few at a
+            // The other vCPUs' exits: the same, but for those at a
             // window's edge (a receiver halting as the sender stamps), which
-            // the two captures' own stamps may put on either side (4239
-            // against 4234 halts in one run).
+            // the two captures' own stamps may put on either side: 4239
+            // against 4234 halts on 6.12; 3314 against 3282 samples with
+            // one on 6.1, whose ping-pong halts the receiver right at the
+            // sender's end stamp. A join that put them on the wrong vCPU
+            // or window would differ by whole rows.
             match (&a.other_vcpus, &b.other_vcpus) {
                 (None, None) => {}
                 (Some(x), Some(y)) => {
-                    let near = |p: u64, q: u64| p.abs_diff(q) <= 5 + p / 200;
+                    let near = |p: u64, q: u64| p.abs_diff(q) <= 5 + p * 3 / 100;
                     assert_eq!(x.samples, y.samples, "{}", live.name);
                     assert!(
                         near(x.samples_with_exits, y.samples_with_exits),
