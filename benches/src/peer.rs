@@ -105,6 +105,16 @@ pub const SHARED: &[Shared] = &[
         "",
     ),
     shared(
+        "ipi",
+        &["ipi"],
+        "two vCPUs: kvm-unit-tests' receiver runs its IPI dispatcher in C and says done after the function; the microguest's handler says so after its first stamp, both before the EOI",
+    ),
+    shared(
+        "ipi_halt",
+        &["ipi-halt"],
+        "kvm-unit-tests' figure is its whole loop, the 2000-tick wait after each IPI included; the microguest waits outside its samples: expect under 1",
+    ),
+    shared(
         "wr_kernel_gs_base",
         &["wr-kernel-gs-base"],
         "SVM passes KERNEL_GS_BASE through: no exit, the instruction and the timing around it",
@@ -196,10 +206,19 @@ pub fn build(checkout: &Path, cache: &Path) -> Result<PathBuf, String> {
     }
 }
 
+/// The vCPUs kvm-unit-tests' `unittests.cfg` gives a vmexit test: two for
+/// the IPI tests, which need a receiver; one for the rest.
+pub fn qemu_cpus(test: &str) -> &'static str {
+    match test {
+        "ipi" | "ipi_halt" => "2",
+        _ => "1",
+    }
+}
+
 /// QEMU/KVM in L1 running vmexit's test `test` alone, as kvm-unit-tests'
-/// own runner does (`unittests.cfg`: one test a QEMU): one vCPU like the
-/// microguest, QEMU's ISA test device (`inl_from_qemu`), and the
-/// debug-exit port the test's end writes.
+/// own runner does (`unittests.cfg`: one test a QEMU): the vCPUs it gives
+/// the test ([`qemu_cpus`], as the microguest's row has), QEMU's ISA test
+/// device (`inl_from_qemu`), and the debug-exit port the test's end writes.
 pub fn qemu_argv(test: &str) -> Vec<String> {
     let mut argv = xvmm_harness::l1_qemu_kvm();
     argv.extend(
@@ -207,7 +226,7 @@ pub fn qemu_argv(test: &str) -> Vec<String> {
             "-cpu",
             "host",
             "-smp",
-            "1",
+            qemu_cpus(test),
             "-m",
             "256",
             "-nodefaults",
@@ -387,6 +406,22 @@ pub fn table(rows: &[Row]) -> String {
 mod tests {
     use super::*;
     use xvmm_results::{Environment, ExitTiming, Interval, Method, Stats};
+
+    #[test]
+    fn the_ipi_tests_get_a_receiver_vcpu_and_the_rest_one() {
+        let smp = |test: &str| {
+            let argv = qemu_argv(test);
+            let at = argv.iter().position(|a| a == "-smp").expect("-smp");
+            argv[at + 1].clone()
+        };
+        assert_eq!((smp("ipi"), smp("ipi_halt")), ("2".into(), "2".into()));
+        assert_eq!(
+            (smp("cpuid"), smp("self_ipi_sti_hlt")),
+            ("1".into(), "1".into())
+        );
+        let ipi = SHARED.iter().find(|s| s.kut == "ipi_halt").expect("paired");
+        assert_eq!(ipi.xvmm, ["ipi-halt"]);
+    }
 
     #[test]
     fn vmexit_lines_are_read_and_noise_is_passed_over() {

@@ -489,6 +489,61 @@ fn microguest_exits_split_at_the_host_tracepoints() {
     }
 }
 
+/// Issue 37 item 2, the microguest's IPI rows on L1's real KVM (two
+/// vCPUs, each thread on its own host CPU of L1's two): both rows
+/// measured; each sample's handler stamp lies between the sender's two on
+/// the one TSC (none left out of causal order); the send-to-handler leg is
+/// under the round trip it is part of; `ipi-halt` waited for every
+/// receiver to halt, and `ipi` (which does not wait) found fewer halted.
+/// TCG-emulated times: relations only.
+#[test]
+fn microguest_ipi_rows_time_both_vcpus_on_one_clock() {
+    if skipped() {
+        return;
+    }
+    let (run, s) = step("microguest-trace");
+    let out = run.output("microguest-trace").join("\n");
+    assert_eq!(s.outcome, Outcome::Exited(0), "{out}");
+    let report =
+        xvmm_results::Report::from_json(&out).unwrap_or_else(|e| panic!("{e}; output:\n{out}"));
+    let row = |name: &str| {
+        let e = report.exits.iter().find(|e| e.name == name).expect(name);
+        assert_eq!(
+            e.status,
+            xvmm_results::Status::Measured,
+            "{name}: {:?}",
+            e.status
+        );
+        let r = e
+            .receiver
+            .clone()
+            .unwrap_or_else(|| panic!("{name}: no receiver"));
+        let rt = e.round_trip.as_ref().expect("a round trip").raw.median;
+        println!(
+            "{name}: round trip {rt}, send->handler {}, handler->EOI {}, {} of {} halted, \
+             CPUs {:?} -> {:?} (TCG-emulated ticks)",
+            r.send_to_handler.median,
+            r.handler_to_eoi.median,
+            r.halted,
+            r.samples(),
+            r.sender_cpu,
+            r.receiver_cpu
+        );
+        assert_eq!(r.out_of_order, 0, "{name}: {r:?}");
+        assert_eq!(r.samples(), e.samples_valid, "{name}");
+        assert!(r.send_to_handler.median < rt, "{name}: {r:?} against {rt}");
+        assert!(r.handler_to_eoi.median > 0, "{name}: {r:?}");
+        assert!(
+            r.sender_cpu.is_some() && r.receiver_cpu.is_some() && r.sender_cpu != r.receiver_cpu,
+            "{name}: {r:?}"
+        );
+        r
+    };
+    let (ipi, halt) = (row("ipi"), row("ipi-halt"));
+    assert_eq!(halt.halted, halt.samples(), "{halt:?}");
+    assert!(ipi.halted < halt.halted, "{ipi:?} {halt:?}");
+}
+
 /// What `platform.rs` documents for a row on AMD under kvm_amd, L1's CPU
 /// and hypervisor here.
 fn nested_outcome(row: &str) -> Documented {

@@ -235,8 +235,9 @@ pub struct RunArgs {
     /// vCPUs of the Linux guest (1 to 254), each run by a host thread of its own.
     #[arg(long, requires = "kernel", default_value_t = 1)]
     pub cpus: u8,
-    /// Pin the vCPU threads to these host CPUs, one per vCPU in order: a
-    /// kernel-style list such as 2, 0,2 or 4-7.
+    /// Pin the vCPU threads to these host CPUs, one per vCPU in order (the
+    /// microguest: its vCPU, then the IPI rows' receiver): a kernel-style
+    /// list such as 2, 0,2 or 4-7.
     #[arg(long, value_parser = parse_cpu_list)]
     pub pin: Option<CpuList>,
     /// Samples per crossing.

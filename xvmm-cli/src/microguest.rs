@@ -22,22 +22,57 @@ fn options(args: &RunArgs) -> Result<Options> {
     let mut opts = opts.with_rounds(args.rounds.unwrap_or(microguest::measure::DEFAULT_ROUNDS))?;
     opts.raw = args.raw;
     opts.trace = args.trace;
-    opts.pinned_cpu = single_pin(args)?.and_then(|cpu| u32::try_from(cpu).ok());
+    let (sender, receiver) = pins(args)?;
+    opts.pinned_cpu = sender.and_then(|cpu| u32::try_from(cpu).ok());
+    opts.machine.receiver_cpu = receiver;
     opts.machine.tsc_khz = args.tsc_khz;
     opts.machine.tsc_offset = args.tsc_offset;
     Ok(opts)
 }
 
-/// The one host CPU `--pin` names: the microguest runs one vCPU.
-fn single_pin(args: &RunArgs) -> Result<Option<usize>> {
+/// The host CPUs `--pin` names: the first for vCPU 0 (every row's), the
+/// second for vCPU 1, the receiver the IPI rows add.
+fn pins(args: &RunArgs) -> Result<(Option<usize>, Option<usize>)> {
     match args.pin.as_ref().map(|list| list.0.as_slice()) {
-        None => Ok(None),
-        Some([cpu]) => Ok(Some(*cpu)),
+        None => Ok((None, None)),
+        Some([cpu]) => Ok((Some(*cpu), None)),
+        Some([sender, receiver]) => {
+            // Checked before anything runs: the receiver's thread pins
+            // itself only when its first row does.
+            let usable = xvmm::affinity::usable_cpus();
+            if !usable.contains(receiver) {
+                return Err(Error::Usage(format!(
+                    "--pin {receiver}: xvmm may not run on that host CPU (it may use {})",
+                    cpu_ranges(&usable)
+                )));
+            }
+            Ok((Some(*sender), Some(*receiver)))
+        }
         Some(many) => Err(Error::Usage(format!(
-            "--pin names {} CPUs: the built-in microguest runs one vCPU (more need --kernel with --cpus)",
+            "--pin names {} CPUs: the built-in microguest runs at most two vCPUs, the IPI rows' \
+             sender and receiver (more need --kernel with --cpus)",
             many.len()
         ))),
     }
+}
+
+/// CPUs as a kernel-style list ("0-3,6").
+fn cpu_ranges(cpus: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
+            i += 1;
+        }
+        parts.push(if cpus[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", cpus[i])
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 /// Pins the vCPU thread: to `--pin`, else to the CPU it runs on now (a
@@ -80,7 +115,7 @@ pub fn run(args: &RunArgs, stdout: &Stdout) -> Result<()> {
         .transpose()?;
     let _signals = StopSignals::install()?;
     let mut opts = opts;
-    let pin_note = pin(single_pin(args)?, &mut opts)?;
+    let pin_note = pin(pins(args)?.0, &mut opts)?;
     // A bar only for long runs, and only for a person watching.
     let quiet = args.quiet || opts.samples < DEFAULT_SAMPLES;
     let progress = super::progress::Terminal::new(quiet);
@@ -105,6 +140,17 @@ mod tests {
         let mut argv = vec!["xvmm"];
         argv.extend_from_slice(extra);
         options(&super::super::cli::Cli::try_parse_from(argv).unwrap().run)
+    }
+
+    #[test]
+    fn a_second_pin_is_the_receivers_and_cpu_lists_read_back() {
+        let o = parse(&["--pin", "1,0"]).unwrap();
+        assert_eq!((o.pinned_cpu, o.machine.receiver_cpu), (Some(1), Some(0)));
+        let o = parse(&["--pin", "1"]).unwrap();
+        assert_eq!(o.machine.receiver_cpu, None);
+        assert_eq!(cpu_ranges(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(cpu_ranges(&[5]), "5");
+        assert_eq!(cpu_ranges(&[]), "");
     }
 
     #[test]

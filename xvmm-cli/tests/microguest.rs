@@ -619,7 +619,7 @@ fn run_cannot_outlive_its_timeout() {
     }
     let turn = one_run();
     let start = Instant::now();
-    let out = run_in_turn(&["--samples", "500000", "--warmup", "0", "--timeout", "1"]);
+    let out = run_in_turn(&["--samples", "400000", "--warmup", "0", "--timeout", "1"]);
     let elapsed = start.elapsed();
     drop(turn);
     assert_eq!(

@@ -22,12 +22,13 @@ pub use characterize::{Characterization, Metric};
 pub use compare::{compare, Comparison, ComparisonRow};
 pub use correction::{Corrections, StampCosts};
 pub use intervals::{Batched, ExitSplit, Intervals, KernelStamps, StampPoint};
+pub use ipi::{IpiReceiver, IpiStamps};
 pub use machine::Machine;
 pub use probes::Probe;
 pub use render::document;
 pub use schema::{
-    async_pf, channel, characterize, exit_trace, intervals, json, limits, machine, names, probes,
-    xperf_args,
+    async_pf, channel, characterize, exit_trace, intervals, ipi, json, limits, machine, names,
+    probes, xperf_args,
 };
 use serde::{Deserialize, Serialize};
 pub use stats::{attribution, bootstrap, compare, correction, linearity, quantum, sweep, timeline};
@@ -629,6 +630,9 @@ pub struct ExitTiming {
     /// ([`exit_trace`]), and what tracing costs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traced: Option<exit_trace::TracedExit>,
+    /// The IPI rows: what the receiving vCPU stamped on the same clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver: Option<IpiReceiver>,
 }
 
 impl ExitTiming {
@@ -653,6 +657,7 @@ impl ExitTiming {
             vmm_to_guest: None,
             split: None,
             traced: None,
+            receiver: None,
         }
     }
 }

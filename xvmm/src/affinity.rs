@@ -42,6 +42,17 @@ pub fn usable_cpus() -> Vec<usize> {
     }
 }
 
+/// The one host CPU the calling thread may run on, when its mask has one.
+pub fn pinned_cpu() -> Option<usize> {
+    let set = current_mask()?;
+    // SAFETY: CPU_ISSET reads a valid cpu_set_t within CPU_SETSIZE.
+    let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    match (cpus.next(), cpus.next()) {
+        (Some(cpu), None) => Some(cpu),
+        _ => None,
+    }
+}
+
 /// Pins the calling thread to host CPU `cpu`.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     let ncpus = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -280,6 +280,45 @@ fn exit_row(t: &mut Table, e: &ExitTiming, tsc_khz: u64) {
         cell(median(parts[1])),
         cell(median(parts[2])),
     ]);
+    if let Some(r) = &e.receiver {
+        t.note(receiver_note(r, tsc_khz));
+    }
+}
+
+/// An IPI row's receiver side in one line: its two legs (medians, raw
+/// ticks on the one TSC), how many receivers had halted, and where the
+/// vCPU threads ran.
+fn receiver_note(r: &crate::IpiReceiver, tsc_khz: u64) -> String {
+    let cpu = |c: Option<u32>| c.map_or_else(|| "unpinned".to_string(), |c| format!("CPU {c}"));
+    let leg = |s: &Stats| {
+        let ns = nanoseconds(Some(s.median), tsc_khz);
+        let ns = if ns == "-" {
+            String::new()
+        } else {
+            format!(", {ns} ns")
+        };
+        format!("median {} (p99 {}{ns})", s.median, s.p99)
+    };
+    let mut text = format!(
+        "receiver: send to handler {}, handler to EOI done {}; {} of {} halted when sent; \
+         sender on host {}, receiver on host {}",
+        leg(&r.send_to_handler),
+        leg(&r.handler_to_eoi),
+        r.halted,
+        r.samples(),
+        cpu(r.sender_cpu),
+        cpu(r.receiver_cpu)
+    );
+    if r.sender_cpu.is_some() && r.sender_cpu == r.receiver_cpu {
+        text += " (one host CPU: the host's scheduling is in every sample)";
+    }
+    if r.out_of_order > 0 {
+        text += &format!(
+            "; {} samples left out, their stamps out of causal order",
+            r.out_of_order
+        );
+    }
+    text
 }
 
 /// Host-side exit-to-entry times per exit reason (TSC ticks).
@@ -697,12 +736,61 @@ mod tests {
             vmm_to_guest: None,
             split: None,
             traced: None,
+            receiver: None,
         };
         let text = exit_table(&[e], 0);
         assert_eq!(
             row_of(&text, "pio-out"),
             ["pio-out", "2/2", "900", "1100", "-", "400", "100", "-"]
         );
+    }
+
+    /// An IPI row carries its receiver's legs, the halted count and the
+    /// host CPUs below it; one shared host CPU and samples out of order
+    /// are said.
+    #[test]
+    fn an_ipi_row_notes_its_receiver_side() {
+        let stamps = |sent, handler, eoi, acked, halted_at| crate::IpiStamps {
+            sent,
+            acked,
+            handler,
+            eoi,
+            halted_at,
+        };
+        let mut r = crate::IpiReceiver::from_samples(&[
+            stamps(1000, 3600, 4000, 5000, 900),
+            stamps(9000, 8000, 8100, 9500, 0),
+        ]);
+        r.sender_cpu = Some(0);
+        r.receiver_cpu = Some(1);
+        let mut e = ExitTiming::new(
+            "ipi",
+            Some(ExitFamily::Interrupt),
+            Status::Measured,
+            (2, 2),
+            Some(Interval::from_raw(&[4000, 500], 0)),
+        );
+        e.receiver = Some(r.clone());
+        let text = exit_table(&[e.clone()], 2_600_000);
+        let note = text.lines().find(|l| l.contains("receiver:")).expect(&text);
+        assert!(
+            note.contains("send to handler median 2600 (p99 2600, 1000 ns)")
+                && note.contains("handler to EOI done median 400 (p99 400")
+                && note.contains("1 of 1 halted when sent")
+                && note.contains("sender on host CPU 0, receiver on host CPU 1")
+                && note.contains("1 samples left out"),
+            "{note}"
+        );
+        assert!(!note.contains("one host CPU"), "{note}");
+        r.receiver_cpu = Some(0);
+        r.out_of_order = 0;
+        e.receiver = Some(r);
+        let text = exit_table(&[e], 0);
+        assert!(
+            text.contains("(one host CPU: the host's scheduling"),
+            "{text}"
+        );
+        assert!(!text.contains("left out"), "{text}");
     }
 
     /// Rows are grouped by family in the family order, each under its

@@ -1040,6 +1040,7 @@ mod tests {
             vmm_to_guest: None,
             split: None,
             traced: None,
+            receiver: None,
         });
         let all = series(&openmetrics(&r, "xvmm"));
         let name = &r.crossings[0].name;

@@ -7,6 +7,7 @@ pub mod channel;
 pub mod characterize;
 pub mod exit_trace;
 pub mod intervals;
+pub mod ipi;
 pub mod json;
 pub mod limits;
 pub mod machine;

@@ -143,6 +143,15 @@ kinds! {
     X2apicSelfIpiMsrTpr => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_tpr", exit_needing("x2apic-self-ipi-msr-tpr", None, Needs::X2apic, Interrupt));
     X2apicSelfIpiMsrTprStiNop => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_nop", exit_needing("x2apic-self-ipi-msr-tpr-sti-nop", None, Needs::X2apic, Interrupt));
     X2apicSelfIpiMsrTprStiHlt => (Kernel, "xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt", exit_needing("x2apic-self-ipi-msr-tpr-sti-hlt", None, Needs::X2apic, Interrupt));
+    /// An IPI from vCPU 0 to vCPU 1 through the x2APIC ICR, timed on the
+    /// sender until the receiver's handler says it ran (kvm-unit-tests'
+    /// ipi, whose receiver idles halted): the ICR write, the receiver's
+    /// wake-up and injection. The receiver stamps its handler's entry and
+    /// its EOI on the same TSC.
+    Ipi => (Kernel, "xvmm_mg_k_ipi", exit_needing("ipi", None, Needs::Smp, Interrupt));
+    /// The same, each IPI sent 2000 ticks after the receiver went to halt
+    /// (kvm-unit-tests' ipi_halt): the halted receiver's wake-up.
+    IpiHalt => (Kernel, "xvmm_mg_k_ipi_halt", exit_needing("ipi-halt", None, Needs::Smp, Interrupt));
     /// The LAPIC timer armed in TSC-deadline mode with a deadline already
     /// past, and its interrupt (kvm-unit-tests' tscdeadline_immed).
     TscDeadlineImmed => (Kernel, "xvmm_mg_k_tscdeadline_immed", exit_needing("tscdeadline-immed", None, Needs::TscDeadline, Timer));
@@ -229,6 +238,8 @@ pub enum Needs {
     Irqchip,
     /// The irqchip, and x2APIC in CPUID (leaf 1 ECX bit 21).
     X2apic,
+    /// The irqchip, x2APIC, and a second vCPU (the IPI rows' receiver).
+    Smp,
     /// The irqchip, x2APIC, and the LAPIC timer's TSC-deadline mode
     /// (KVM_CAP_TSC_DEADLINE_TIMER, which puts leaf 1 ECX bit 24 in an
     /// irqchip VM's CPUID).
@@ -351,13 +362,22 @@ impl Kind {
         None
     }
 
-    /// Bytes per sample in the sample buffer.
+    /// Bytes per sample in the sample buffer: the IPI rows add the
+    /// receiver's three words to their stamp pair.
     pub const fn stride(self) -> u64 {
-        if self.four_stamps() {
+        if self.has_receiver() {
+            40
+        } else if self.four_stamps() {
             32
         } else {
             16
         }
+    }
+
+    /// Whether the kind runs on two vCPUs, vCPU 1 receiving vCPU 0's IPIs
+    /// (the IPI rows).
+    pub const fn has_receiver(self) -> bool {
+        matches!(self.needs(), Needs::Smp)
     }
 
     pub const fn runs_in_kernel(self) -> bool {
@@ -399,7 +419,7 @@ impl Kind {
     pub const fn needs_irqchip(self) -> bool {
         matches!(
             self.needs(),
-            Needs::Irqchip | Needs::X2apic | Needs::TscDeadline
+            Needs::Irqchip | Needs::X2apic | Needs::TscDeadline | Needs::Smp
         )
     }
 
@@ -527,6 +547,9 @@ mod tests {
         assert!(!Kind::Cpuid.four_stamps() && !Kind::Null.four_stamps());
         assert_eq!(Kind::Syscall.stride(), 32);
         assert_eq!(Kind::Hlt.stride(), 16);
+        assert_eq!((Kind::Ipi.stride(), Kind::IpiHalt.stride()), (40, 40));
+        assert!(Kind::Ipi.has_receiver() && Kind::IpiHalt.needs_irqchip());
+        assert!(!Kind::X2apicSelfIpi.has_receiver() && !Kind::Ipi.takes_interrupt());
         assert!(Kind::Rdmsr.runs_in_kernel() && Kind::KernelNull.runs_in_kernel());
         assert!(!Kind::Imul.runs_in_kernel());
         assert_eq!(Kind::KernelImul as u64 + 1, Kind::COUNT);
@@ -595,6 +618,8 @@ mod tests {
                 "x2apic-self-ipi-msr-tpr",
                 "x2apic-self-ipi-msr-tpr-sti-nop",
                 "x2apic-self-ipi-msr-tpr-sti-hlt",
+                "ipi",
+                "ipi-halt",
                 "tscdeadline-immed",
                 "tscdeadline",
             ]);
@@ -603,7 +628,7 @@ mod tests {
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 38);
+        assert_eq!(EXIT_ROWS, 40);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -670,7 +695,9 @@ mod tests {
                 "x2apic-self-ipi-msr-hlt",
                 "x2apic-self-ipi-msr-tpr",
                 "x2apic-self-ipi-msr-tpr-sti-nop",
-                "x2apic-self-ipi-msr-tpr-sti-hlt"
+                "x2apic-self-ipi-msr-tpr-sti-hlt",
+                "ipi",
+                "ipi-halt"
             ]
         );
         assert_eq!(of(Timer), ["tscdeadline-immed", "tscdeadline"]);

@@ -12,6 +12,7 @@
 //! 0x2_0000  user code                  user, read-only
 //! 0x3_0000  user stack                 user read/write
 //! 0x4_0000  kernel stack, IST1 stack   kernel only
+//! 0x4_c000  the second vCPU's stack    kernel only (the IPI rows' receiver)
 //! 0x5_0000  #PF target pages A and B   user, present bit toggled by the #PF handler
 //! 0xd000_0000  sample buffer = the results slot (2 MiB user pages)
 //! 0xe000_0000  MMIO target: a 2 MiB user page with no memory slot behind it
@@ -43,6 +44,8 @@ pub const USER_STACK_TOP: u64 = 0x3_8000;
 pub const KERNEL_STACK_GPA: u64 = 0x4_0000;
 pub const KERNEL_STACK_TOP: u64 = 0x4_8000;
 pub const IST_STACK_TOP: u64 = 0x4_c000;
+/// The receiver vCPU's stack (the IPI rows' second vCPU, CPL0 only).
+pub const AP_STACK_TOP: u64 = 0x5_0000;
 /// Two adjacent pages, 8 KiB aligned: a fault on one makes it present and the
 /// other not present, so alternating writes fault every time.
 pub const PF_PAGE_A: u64 = 0x5_0000;
@@ -76,6 +79,19 @@ pub mod control {
     /// Unexpected exception record: vector, error code, RIP, CS, RFLAGS, RSP, CR2.
     pub const FAULT: u64 = 0x40;
     pub const FAULT_WORDS: u64 = 7;
+    /// The IPI rows' mailbox between the sender (vCPU 0) and the receiver
+    /// (vCPU 1). The sender puts the current sample's address here before
+    /// each IPI; the receiver's handler stamps into it.
+    pub const AP_SAMPLE: u64 = 0x80;
+    /// Set to 1 by the receiver's handler once it ran (what the sender
+    /// waits for: kvm-unit-tests' ipi_done).
+    pub const AP_ACK: u64 = 0x88;
+    /// Set to 1 by the receiver's handler after its EOI and last stamp.
+    pub const AP_EOI: u64 = 0x90;
+    /// Set to 1 by the receiver once its APIC is on and it idles.
+    pub const AP_READY: u64 = 0x98;
+    /// The receiver's TSC as it went to halt (STI; HLT), 0 while it runs.
+    pub const AP_HALT: u64 = 0xa0;
     /// Where warm-up iterations store their stamps (one 32-byte sample).
     pub const SCRATCH: u64 = 0x100;
 }
@@ -124,7 +140,11 @@ const _: () = {
     assert!(SAMPLES_GPA.is_multiple_of(LARGE_PAGE) && SAMPLES_SIZE.is_multiple_of(LARGE_PAGE));
     assert!(MMIO_GPA >= SAMPLES_GPA + SAMPLES_SIZE);
     assert!(MMIO_EVENTFD_GPA + 4 <= MMIO_GPA + LARGE_PAGE);
-    assert!(control::FAULT + 8 * control::FAULT_WORDS <= control::SCRATCH);
+    assert!(control::FAULT + 8 * control::FAULT_WORDS <= control::AP_SAMPLE);
+    assert!(control::AP_HALT + 8 <= control::SCRATCH);
+    // The scratch sample holds the widest stride (the IPI rows' 40 bytes).
+    assert!(control::SCRATCH + 40 <= PAGE);
+    assert!(IST_STACK_TOP < AP_STACK_TOP && AP_STACK_TOP <= PF_PAGE_A);
 };
 
 #[cfg(test)]
@@ -147,6 +167,7 @@ mod tests {
             (USER_CODE_GPA, USER_CODE_MAX),
             (USER_STACK_GPA, USER_STACK_TOP - USER_STACK_GPA),
             (KERNEL_STACK_GPA, IST_STACK_TOP - KERNEL_STACK_GPA),
+            (IST_STACK_TOP, AP_STACK_TOP - IST_STACK_TOP),
             (PF_PAGE_A, 2 * PAGE),
         ];
         for pair in regions.windows(2) {

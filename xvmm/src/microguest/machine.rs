@@ -54,6 +54,9 @@ pub struct MachineConfig {
     pub kernel_stamps: guest::KernelStamps,
     /// Trace the phase's exits on the host (`kvm_exit`/`kvm_entry`).
     pub trace: bool,
+    /// The host CPU the IPI rows' receiver vCPU thread is pinned to; `None`:
+    /// the first usable CPU other than the sender's ([`receiver_cpu`]).
+    pub receiver_cpu: Option<usize>,
 }
 
 /// What the VMM learnt about the VM it created.
@@ -86,6 +89,8 @@ pub struct GuestFacts {
     pub x2apic: bool,
     /// KVM_CAP_TSC_DEADLINE_TIMER: the LAPIC timer's TSC-deadline mode.
     pub tsc_deadline: bool,
+    /// KVM_CAP_MAX_VCPUS: the most vCPUs KVM runs in one VM.
+    pub max_vcpus: usize,
 }
 
 impl GuestFacts {
@@ -249,22 +254,25 @@ struct Loaded {
     /// The vCPU's special registers as KVM created them: every phase starts
     /// from these, whatever the last phase left.
     sregs: kvm_sregs,
+    /// The receiver vCPU's (the IPI rows' vCPU 1), as KVM created them.
+    receiver_sregs: Option<kvm_sregs>,
     /// What it was created for: the TSC settings (`MachineConfig::tsc_khz`,
     /// `tsc_offset`) and whether it has the in-kernel irqchip.
     made_for: MadeFor,
 }
 
 /// The settings a VM is created with; a VM is reused only for a phase that
-/// wants the same.
-type MadeFor = (Option<u32>, Option<i64>, bool);
+/// wants the same: TSC rate and offset, the irqchip, the vCPU count.
+type MadeFor = (Option<u32>, Option<i64>, bool, u8);
 
 fn made_for(cfg: &MachineConfig, kind: Kind) -> MadeFor {
-    (cfg.tsc_khz, cfg.tsc_offset, kind.needs_irqchip())
+    let vcpus = if kind.has_receiver() { 2 } else { 1 };
+    (cfg.tsc_khz, cfg.tsc_offset, kind.needs_irqchip(), vcpus)
 }
 
 impl Loaded {
     fn new(cfg: &MachineConfig, made_for: MadeFor) -> Result<Loaded> {
-        let machine = new_machine(cfg, made_for.2)?;
+        let machine = new_machine(cfg, made_for.2, made_for.3)?;
         let ioeventfds = register_ioeventfds(&machine.vm.fd);
         let vcpu = &machine.vcpu;
         let facts = GuestFacts {
@@ -284,15 +292,23 @@ impl Loaded {
                 .vm
                 .kvm
                 .check_extension(kvm_ioctls::Cap::TscDeadlineTimer),
+            max_vcpus: machine.vm.kvm.get_max_vcpus(),
         };
         let sregs = vcpu
             .fd
             .get_sregs()
             .map_err(|e| Error::Kvm(format!("KVM_GET_SREGS failed: {e}")))?;
+        let receiver_sregs = machine
+            .aps
+            .first()
+            .map(|ap| ap.fd.get_sregs())
+            .transpose()
+            .map_err(|e| Error::Kvm(format!("KVM_GET_SREGS (vCPU 1) failed: {e}")))?;
         Ok(Loaded {
             machine,
             facts,
             sregs,
+            receiver_sregs,
             made_for,
         })
     }
@@ -432,22 +448,38 @@ fn run_loaded(
     times: &mut PhaseTimes,
 ) -> Result<PhaseEnd> {
     let step = Instant::now();
-    let Machine { vm, vcpu, .. } = &mut loaded.machine;
+    let Machine { vm, vcpu, aps, .. } = &mut loaded.machine;
     write_guest(&vm.memory, cfg, phase, buffer_bytes)?;
-    setup_cpu(vcpu, &loaded.sregs)?;
+    let entries = guest::kernel_entries();
+    setup_cpu(vcpu, &loaded.sregs, entries.start, layout::KERNEL_STACK_TOP)?;
+    let mut receiver = match (aps.first_mut(), &loaded.receiver_sregs) {
+        (Some(ap), Some(sregs)) => {
+            setup_cpu(ap, sregs, entries.receiver_start, layout::AP_STACK_TOP)?;
+            start_now(ap)?;
+            Some(ap)
+        }
+        _ => None,
+    };
     times.load = step.elapsed();
 
     let step = Instant::now();
     let offset_before = vcpu.tsc_offset().ok();
     let tracer = cfg.trace.then(start_tracer).transpose()?;
-    let (end, exits) = run_to_doorbell(rc, vcpu, phase);
+    let (end, exits) = match receiver.as_deref_mut() {
+        Some(ap) => run_with_receiver(rc, vcpu, ap, cfg.receiver_cpu, phase),
+        None => run_to_doorbell(rc, vcpu, phase),
+    };
     // Finished (and the instance removed) whatever the run's end.
     let traced = tracer.map(ExitTracer::finish).transpose();
     // Timed before a stop or failure returns: a probe's timeout is run time.
     (times.run, times.exits) = (step.elapsed(), exits);
     let (end, traced) = (end?, traced?.map(|t| exit_pairs(&t)));
     let offset_after = vcpu.tsc_offset().ok();
-    let tsc_offset = offset_before.filter(|_| offset_before == offset_after);
+    // With a receiver, both vCPUs' stamps must read one clock too.
+    let receiver_offset = receiver.map(|ap| ap.tsc_offset().ok());
+    let tsc_offset = offset_before
+        .filter(|_| offset_before == offset_after)
+        .filter(|_| receiver_offset.is_none_or(|r| r == offset_after));
 
     let step = Instant::now();
     let end = match end {
@@ -508,9 +540,10 @@ fn register_ioeventfds(vm: &kvm_ioctls::VmFd) -> bool {
         && register(IoEventAddress::Mmio(layout::MMIO_EVENTFD_GPA))
 }
 
-/// A phase's VM and vCPU, with KVM's in-kernel irqchip (PIC, IOAPIC,
-/// LAPIC and PIT, none of them programmed to interrupt) where `irqchip`.
-fn new_machine(cfg: &MachineConfig, irqchip: bool) -> Result<Machine> {
+/// A phase's VM and `vcpus` vCPUs, with KVM's in-kernel irqchip (PIC,
+/// IOAPIC, LAPIC and PIT, none of them programmed to interrupt) where
+/// `irqchip`.
+fn new_machine(cfg: &MachineConfig, irqchip: bool, vcpus: u8) -> Result<Machine> {
     Machine::new(&MachineSpec {
         vm: VmConfig {
             mem_bytes: layout::MEM_BYTES,
@@ -524,6 +557,7 @@ fn new_machine(cfg: &MachineConfig, irqchip: bool) -> Result<Machine> {
             tsc_offset: cfg
                 .tsc_offset
                 .map_or(TscOffset::ZeroIfPossible, TscOffset::Exact),
+            nr_vcpus: vcpus,
             ..VcpuConfig::boot()
         },
         user_space_msr: true,
@@ -611,8 +645,21 @@ fn write_guest(
     write_bytes(memory, layout::SAMPLES_GPA, &fill, "sample buffer")
 }
 
-/// Long mode from `created`, the vCPU's special registers as KVM created it.
-fn setup_cpu(vcpu: &Vcpu, created: &kvm_sregs) -> Result<()> {
+/// Makes a vCPU other than the boot one runnable at the registers the VMM
+/// gave it: with an in-kernel LAPIC KVM holds it for INIT and SIPI, which
+/// the microguest does not send.
+fn start_now(vcpu: &Vcpu) -> Result<()> {
+    let state = kvm_bindings::kvm_mp_state {
+        mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE,
+    };
+    vcpu.fd
+        .set_mp_state(state)
+        .map_err(|e| Error::Kvm(format!("KVM_SET_MP_STATE (vCPU {}) failed: {e}", vcpu.id)))
+}
+
+/// Long mode from `created`, the vCPU's special registers as KVM created
+/// it, entering at `rip` with the stack at `rsp`.
+fn setup_cpu(vcpu: &Vcpu, created: &kvm_sregs, rip: u64, rsp: u64) -> Result<()> {
     let fd = &vcpu.fd;
     let mut sregs = *created;
     let gdt = tables::gdt();
@@ -670,8 +717,8 @@ fn setup_cpu(vcpu: &Vcpu, created: &kvm_sregs) -> Result<()> {
     )?;
 
     let regs = kvm_regs {
-        rip: entries.start,
-        rsp: layout::KERNEL_STACK_TOP,
+        rip,
+        rsp,
         rflags: 2,
         ..Default::default()
     };
@@ -788,6 +835,112 @@ fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> (Result<R
     };
     let end = run_loop(&mut rc.attach(vcpu), &mut doorbell);
     (end, doorbell.exits)
+}
+
+/// How the IPI rows' receiver vCPU's thread ended.
+#[derive(Debug)]
+enum ReceiverEnd {
+    /// Kicked out when the phase ended (or the run stopped).
+    Stopped,
+    /// It rang the fault doorbell: the fault record is its.
+    Fault,
+    /// The hypervisor stopped it (triple fault...).
+    Refused(String),
+    /// An exit the receiver never makes, or its thread could not be pinned.
+    Failed(Error),
+}
+
+/// Runs the phase's vCPU 0 to its doorbell as [`run_to_doorbell`] does,
+/// with vCPU 1, the IPI rows' receiver, on a thread of its own pinned to
+/// `cpu` (else to [`receiver_cpu`]'s). The two share a run control of the
+/// phase's own, which keeps the run's deadline and stop signals: either
+/// vCPU's end kicks the other out of KVM_RUN without ending the run. A
+/// receiver's fault or refusal is the phase's end.
+fn run_with_receiver(
+    rc: &RunControl,
+    vcpu: &mut Vcpu,
+    receiver: &mut Vcpu,
+    cpu: Option<usize>,
+    phase: &Phase,
+) -> (Result<RunEnd>, u64) {
+    let part = match rc.part() {
+        Ok(part) => part,
+        Err(e) => return (Err(e), 0),
+    };
+    let cpu = cpu.or_else(receiver_cpu);
+    let (end, exits, receiver_end) = std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new()
+            .name("xvmm-vcpu1".into())
+            .spawn_scoped(scope, || run_receiver(&part, receiver, cpu));
+        let thread = match thread {
+            Ok(thread) => thread,
+            Err(e) => {
+                let e = Error::Io(format!("cannot start the receiver vCPU's thread: {e}"));
+                return (Err(e), 0, ReceiverEnd::Stopped);
+            }
+        };
+        let (end, exits) = run_to_doorbell(&part, vcpu, phase);
+        part.end_run();
+        let receiver_end = thread.join().unwrap_or_else(|_| {
+            ReceiverEnd::Failed(Error::Guest("the receiver vCPU's thread panicked".into()))
+        });
+        (end, exits, receiver_end)
+    });
+    let end = match receiver_end {
+        ReceiverEnd::Stopped => end,
+        ReceiverEnd::Fault => Ok(RunEnd::Fault),
+        ReceiverEnd::Refused(why) => Ok(RunEnd::Refused(format!("vCPU 1: {why}"))),
+        ReceiverEnd::Failed(e) => Err(e),
+    };
+    (end, exits)
+}
+
+/// The host CPU for the receiver's thread when none was asked for: the
+/// first CPU this process may use other than the one the calling (sender's)
+/// thread is pinned to; that one where it is the only one (both vCPUs then
+/// share it, and the host's scheduling is in every sample); none when the
+/// caller is not pinned to one CPU.
+pub fn receiver_cpu() -> Option<usize> {
+    let sender = crate::affinity::pinned_cpu()?;
+    let usable = crate::affinity::usable_cpus();
+    usable
+        .iter()
+        .copied()
+        .find(|&c| c != sender)
+        .or(Some(sender))
+}
+
+/// The receiver's thread: pinned, it runs vCPU 1 until the phase's end
+/// kicks it out. It makes no exit but the fault doorbell.
+fn run_receiver(part: &RunControl, vcpu: &mut Vcpu, cpu: Option<usize>) -> ReceiverEnd {
+    let pinned = cpu.map_or(Ok(()), crate::affinity::pin_current_thread);
+    let end = match pinned {
+        Ok(()) => receiver_loop(&mut part.attach_ap(vcpu)),
+        Err(e) => ReceiverEnd::Failed(e),
+    };
+    part.end_run();
+    end
+}
+
+fn receiver_loop(running: &mut crate::vcpu::RunningVcpu<'_>) -> ReceiverEnd {
+    loop {
+        let fatal = match running.run() {
+            Ok(VcpuExit::Intr) => continue,
+            Ok(VcpuExit::IoOut(layout::PORT_FAULT, _)) => return ReceiverEnd::Fault,
+            Ok(exit) => match crate::vcpu::exit_loop::fatal_exit(&exit) {
+                Some(fatal @ (Fatal::Shutdown | Fatal::Internal | Fatal::FailEntry(..))) => fatal,
+                _ => {
+                    let what = format!("{exit:?}");
+                    return ReceiverEnd::Failed(Error::Guest(format!(
+                        "the receiver vCPU made an exit it never makes: {what}"
+                    )));
+                }
+            },
+            Err(_) => return ReceiverEnd::Stopped,
+        };
+        let why = crate::vcpu::exit_loop::describe_fatal(running.vcpu(), &fatal);
+        return ReceiverEnd::Refused(why);
+    }
 }
 
 fn read_fault(memory: &GuestMemoryMmap) -> Result<GuestFault> {

@@ -29,8 +29,8 @@ use xvmm_results::sweep::{self, SweepFit};
 use xvmm_results::timeline::Mapping;
 use xvmm_results::{
     Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
-    KernelStamps as KernelStampText, Method, Report, Sample, StampCosts, StampPoint, Stats, Status,
-    UNFILLED,
+    IpiReceiver, IpiStamps, KernelStamps as KernelStampText, Method, Report, Sample, StampCosts,
+    StampPoint, Stats, Status, UNFILLED,
 };
 
 /// What to measure and how.
@@ -56,8 +56,9 @@ pub const DEFAULT_ROUNDS: u32 = 3;
 /// Most rounds a run may ask for.
 pub const MAX_ROUNDS: u32 = 100;
 
-/// Most samples a phase can hold: the sample buffer over the largest sample.
-pub const MAX_SAMPLES: u64 = super::layout::SAMPLES_SIZE / 32;
+/// Most samples a phase can hold: the sample buffer over the largest sample
+/// (the IPI rows' 40 bytes).
+pub const MAX_SAMPLES: u64 = super::layout::SAMPLES_SIZE / 40;
 
 impl Options {
     pub fn new(samples: u64, warmup: u64) -> Result<Options> {
@@ -332,6 +333,9 @@ fn exit_row(
     if via_vmm {
         split_timing(&mut timing, row, opts.warmup, corr, unsplit);
     }
+    if row.kind.has_receiver() {
+        timing.receiver = Some(receiver_side(row, opts));
+    }
     if !row.traced.is_empty() {
         match traced_exit(row, opts.warmup, opts.machine.tsc_khz.is_some()) {
             Ok(t) => timing.traced = Some(t),
@@ -339,6 +343,24 @@ fn exit_row(
         }
     }
     timing
+}
+
+/// The IPI rows' receiver side over every round, with the host CPUs of
+/// both vCPU threads.
+fn receiver_side(row: &ExitRounds, opts: &Options) -> IpiReceiver {
+    let stamps: Vec<IpiStamps> = row
+        .rounds
+        .iter()
+        .flat_map(|m| m.receiver.iter().copied())
+        .collect();
+    let mut side = IpiReceiver::from_samples(&stamps);
+    side.sender_cpu = opts.pinned_cpu;
+    side.receiver_cpu = opts
+        .machine
+        .receiver_cpu
+        .or_else(super::machine::receiver_cpu)
+        .and_then(|c| u32::try_from(c).ok());
+    side
 }
 
 /// The traced rounds of an exit row cut at the host's tracepoints, and the

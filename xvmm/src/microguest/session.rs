@@ -8,7 +8,9 @@
 use super::guest::{KernelStamps, Kind};
 use super::kinds::{self, Needs, Role, VmmExit, CROSSINGS};
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd, Vms};
-use super::stamps::{aligned_intervals, four_stamp_samples, two_stamp_samples, TwoStamp};
+use super::stamps::{
+    aligned_intervals, four_stamp_samples, receiver_samples, two_stamp_samples, TwoStamp,
+};
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
 use crate::{Error, Result};
@@ -467,7 +469,11 @@ impl Session<'_> {
         Ok(self
             .stamps(kind, 0, cfg)?
             .map(|(stamps, host, tsc_offset, traced)| {
-                let mut m = two_stamp_samples(&stamps);
+                let mut m = if kind.has_receiver() {
+                    receiver_samples(&stamps)
+                } else {
+                    two_stamp_samples(&stamps)
+                };
                 m.host = host;
                 m.tsc_offset = tsc_offset;
                 m.traced = traced;
@@ -669,17 +675,21 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
         Needs::Irqchip => {
             Some("KVM lacks KVM_CAP_IRQCHIP, so no in-kernel PIC or LAPIC serves the access")
         }
-        Needs::X2apic | Needs::TscDeadline if !facts.irqchip => {
+        Needs::X2apic | Needs::TscDeadline | Needs::Smp if !facts.irqchip => {
             missing_feature(Needs::Irqchip, facts)
         }
-        Needs::X2apic | Needs::TscDeadline if !facts.x2apic => Some(
+        Needs::X2apic | Needs::TscDeadline | Needs::Smp if !facts.x2apic => Some(
             "the guest's CPUID has no x2APIC (KVM_GET_SUPPORTED_CPUID leaf 1 ECX bit 21), and the \
              microguest reaches its LAPIC only through the x2APIC MSRs",
         ),
         Needs::TscDeadline if !facts.tsc_deadline => Some(
             "KVM lacks KVM_CAP_TSC_DEADLINE_TIMER, so the LAPIC timer has no TSC-deadline mode",
         ),
-        Needs::X2apic | Needs::TscDeadline => None,
+        Needs::Smp if facts.max_vcpus < 2 => Some(
+            "this KVM runs one vCPU per VM (KVM_CAP_MAX_VCPUS), and an IPI needs a second one to \
+             receive it",
+        ),
+        Needs::X2apic | Needs::TscDeadline | Needs::Smp => None,
         Needs::TsxCtrl if facts.tsx_ctrl => None,
         Needs::TsxCtrl => Some(
             "the vCPU has no IA32_TSX_CTRL (IA32_ARCH_CAPABILITIES bit 7 clear or the MSR absent: \
@@ -735,9 +745,16 @@ mod tests {
             irqchip: true,
             x2apic: true,
             tsc_deadline: true,
+            max_vcpus: 2,
             ..GuestFacts::default()
         };
-        for needs in [Needs::Irqchip, Needs::X2apic, Needs::TscDeadline] {
+        let every = [
+            Needs::Irqchip,
+            Needs::X2apic,
+            Needs::TscDeadline,
+            Needs::Smp,
+        ];
+        for needs in every {
             assert_eq!(missing_feature(needs, &all), None, "{needs:?}");
         }
         let without = |f: fn(&mut GuestFacts)| {
@@ -746,13 +763,13 @@ mod tests {
             facts
         };
         let no_chip = without(|f| f.irqchip = false);
-        for needs in [Needs::Irqchip, Needs::X2apic, Needs::TscDeadline] {
+        for needs in every {
             let why = missing_feature(needs, &no_chip).unwrap();
             assert!(why.contains("KVM_CAP_IRQCHIP"), "{why}");
         }
         let no_x2apic = without(|f| f.x2apic = false);
         assert_eq!(missing_feature(Needs::Irqchip, &no_x2apic), None);
-        for needs in [Needs::X2apic, Needs::TscDeadline] {
+        for needs in [Needs::X2apic, Needs::TscDeadline, Needs::Smp] {
             let why = missing_feature(needs, &no_x2apic).unwrap();
             assert!(why.contains("no x2APIC"), "{why}");
         }
@@ -760,6 +777,12 @@ mod tests {
         assert_eq!(missing_feature(Needs::X2apic, &no_deadline), None);
         let why = missing_feature(Needs::TscDeadline, &no_deadline).unwrap();
         assert!(why.contains("KVM_CAP_TSC_DEADLINE_TIMER"), "{why}");
+        // The IPI rows: a second vCPU, only where KVM runs one.
+        let one_vcpu = without(|f| f.max_vcpus = 1);
+        assert_eq!(missing_feature(Needs::X2apic, &one_vcpu), None);
+        let why = missing_feature(Needs::Smp, &one_vcpu).unwrap();
+        assert!(why.contains("KVM_CAP_MAX_VCPUS"), "{why}");
+        assert_eq!(Kind::IpiHalt.needs(), Needs::Smp);
         assert_eq!(Kind::PioInKernel.needs(), Needs::Irqchip);
         assert_eq!(Kind::X2apicSelfIpiHlt.needs(), Needs::X2apic);
         assert_eq!(Kind::TscDeadlineImmed.needs(), Needs::TscDeadline);

@@ -3,7 +3,7 @@
 //! built from them ([`mod@super::measure`]) and the linearity check.
 
 use super::machine::HostStamps;
-use xvmm_results::{Sample, UNFILLED};
+use xvmm_results::{IpiStamps, Sample, UNFILLED};
 
 /// Two-stamp samples of one phase: the valid intervals, the samples they came
 /// from (index into the phase) and the host stamps of the measured exits.
@@ -17,6 +17,8 @@ pub struct TwoStamp {
     pub tsc_offset: Option<i64>,
     /// The host's traced exits (`kvm_exit`, `kvm_entry`), when traced.
     pub traced: Option<Vec<(u64, u64)>>,
+    /// The IPI rows: each valid sample's stamps with the receiver's words.
+    pub receiver: Vec<IpiStamps>,
 }
 
 /// Splits two-stamp words into intervals, dropping unfilled or unordered pairs.
@@ -29,6 +31,7 @@ pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
         host: Vec::new(),
         tsc_offset: None,
         traced: None,
+        receiver: Vec::new(),
     };
     for pair in stamps.chunks_exact(2) {
         let (open, close) = (pair[0], pair[1]);
@@ -43,6 +46,26 @@ pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
         out.opens.push(open);
         out.closes.push(close);
     }
+    out
+}
+
+/// The IPI rows' words, five a sample (the sender's pair, then the
+/// receiver's handler, EOI and halt words): the pair as
+/// [`two_stamp_samples`] reads it, and each valid sample's stamps whole.
+pub fn receiver_samples(stamps: &[u64]) -> TwoStamp {
+    let samples = stamps.chunks_exact(5);
+    let pairs: Vec<u64> = samples.clone().flat_map(|w| [w[0], w[1]]).collect();
+    let mut out = two_stamp_samples(&pairs);
+    out.receiver = samples
+        .map(|w| IpiStamps {
+            sent: w[0],
+            acked: w[1],
+            handler: w[2],
+            eoi: w[3],
+            halted_at: w[4],
+        })
+        .filter(|s| s.sent != UNFILLED && s.acked != UNFILLED && s.acked > s.sent)
+        .collect();
     out
 }
 
@@ -82,6 +105,27 @@ mod tests {
         assert_eq!(m.intervals, vec![40, 70]);
         assert_eq!(m.discarded, 2);
         assert_eq!(m.opens, vec![10, UNFILLED, UNFILLED, 100]);
+    }
+
+    #[test]
+    fn receiver_words_split_into_the_pair_and_the_receivers_stamps() {
+        let m = receiver_samples(&[
+            10, 50, 20, 30, 5, 60, UNFILLED, 1, 2, 0, 100, 170, 120, 130, 0, 9,
+        ]);
+        assert_eq!(m.intervals, vec![40, 70]);
+        assert_eq!(m.discarded, 1);
+        assert_eq!(m.receiver.len(), 2);
+        assert_eq!(
+            m.receiver[1],
+            IpiStamps {
+                sent: 100,
+                acked: 170,
+                handler: 120,
+                eoi: 130,
+                halted_at: 0
+            }
+        );
+        assert_eq!(m.receiver[0].halted_at, 5);
     }
 
     #[test]

@@ -76,6 +76,8 @@ pub const VECTOR_INT_N: usize = 0x80;
 pub const VECTOR_IPI: usize = 0xf0;
 /// The LAPIC timer's vector in the timer rows.
 pub const VECTOR_TIMER: usize = 0xf1;
+/// The IPI the IPI rows' sender sends the receiver vCPU.
+pub const VECTOR_AP_IPI: usize = 0xf2;
 
 /// The IDT: the measured vectors go to their handlers (#BP and int 0x80 with
 /// DPL 3 so user code may raise them), the APIC rows' two interrupt vectors
@@ -90,6 +92,7 @@ pub fn idt(entries: &KernelEntries) -> Vec<u8> {
             VECTOR_INT_N => idt_gate(entries.int_n, 3, 0),
             VECTOR_UD => idt_gate(entries.invalid_opcode, 0, 0),
             VECTOR_IPI | VECTOR_TIMER => idt_gate(entries.interrupt, 0, 0),
+            VECTOR_AP_IPI => idt_gate(entries.receiver_interrupt, 0, 0),
             VECTOR_DF => idt_gate(entries.stubs + 16 * vector as u64, 0, 1),
             0..32 => idt_gate(entries.stubs + 16 * vector as u64, 0, 0),
             _ => idt_gate(entries.other, 0, 0),
@@ -117,7 +120,7 @@ pub fn low_page_flags(gpa: u64) -> Option<u64> {
             Some(PTE_P | PTE_US)
         }
         layout::USER_STACK_GPA..layout::USER_STACK_TOP => Some(user),
-        layout::KERNEL_STACK_GPA..layout::IST_STACK_TOP => Some(kernel),
+        layout::KERNEL_STACK_GPA..layout::AP_STACK_TOP => Some(kernel),
         // Not present until the #PF handler maps them.
         layout::PF_PAGE_A | layout::PF_PAGE_B => Some(PTE_RW | PTE_US),
         _ => None,
@@ -251,6 +254,8 @@ mod tests {
             sysenter: 0x10500,
             invalid_opcode: 0x10600,
             interrupt: 0x10700,
+            receiver_interrupt: 0x10800,
+            receiver_start: 0x10900,
             stubs: 0x11000,
             other: 0x11200,
         };
@@ -270,8 +275,9 @@ mod tests {
         assert_eq!(idt[8 * 16 + 4], 1, "#DF on IST1");
         assert_eq!((handler(0xf0), dpl(0xf0)), (0x10700, 0));
         assert_eq!((handler(0xf1), dpl(0xf1)), (0x10700, 0));
+        assert_eq!((handler(0xf2), dpl(0xf2)), (0x10800, 0));
         assert_eq!(handler(0xef), 0x11200);
-        assert_eq!(handler(0xf2), 0x11200);
+        assert_eq!(handler(0xf3), 0x11200);
         assert_eq!(handler(0x81), 0x11200);
         assert_eq!(handler(32), 0x11200);
     }

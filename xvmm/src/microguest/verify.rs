@@ -313,6 +313,7 @@ mod tests {
             vmm_to_guest: None,
             split,
             traced: None,
+            receiver: None,
         }
     }
 

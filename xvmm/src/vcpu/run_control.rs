@@ -69,6 +69,8 @@ extern "C" fn on_kick(_: libc::c_int) {
 struct Shared {
     stop: AtomicU8,
     timeout: Duration,
+    /// When the watchdog stops the run (`None`: never).
+    deadline: Option<Instant>,
     /// Threads with an attached vCPU; the watchdog kicks them under this lock, and a
     /// thread leaves the list (under the lock) before it ends its attachment.
     threads: Mutex<Vec<VcpuThread>>,
@@ -145,6 +147,19 @@ impl RunControl {
     ///
     /// [`StopSignals`]: super::signals::StopSignals
     pub fn new(timeout: Duration) -> Result<RunControl> {
+        RunControl::until(timeout, Instant::now().checked_add(timeout))
+    }
+
+    /// A run control for one part of this run (a phase whose vCPUs end
+    /// together without ending the run): the same deadline and timeout
+    /// message, stop signals alike; its own [`RunControl::end_run`]. Fails
+    /// as [`RunControl::check`] does when this run must stop already.
+    pub fn part(&self) -> Result<RunControl> {
+        self.check()?;
+        RunControl::until(self.shared.timeout, self.shared.deadline)
+    }
+
+    fn until(timeout: Duration, deadline: Option<Instant>) -> Result<RunControl> {
         let mut installed = Ok(());
         KICK_HANDLER.call_once(|| {
             installed = super::signals::set_handler(kick_signal(), on_kick).map(|_| ());
@@ -153,6 +168,7 @@ impl RunControl {
         let shared = Arc::new(Shared {
             stop: AtomicU8::new(RUNNING),
             timeout,
+            deadline,
             threads: Mutex::new(Vec::new()),
             idle_probe_ms: AtomicU64::new(0),
             active: AtomicBool::new(true),
@@ -161,7 +177,6 @@ impl RunControl {
             aborted: Mutex::new(None),
         });
         // A timeout too far away to represent is no deadline at all.
-        let deadline = Instant::now().checked_add(timeout);
         let watched = Arc::clone(&shared);
         let watchdog = std::thread::Builder::new()
             .name("xvmm-watchdog".into())
@@ -477,6 +492,22 @@ mod tests {
         rc.interrupt();
         assert!(!rc.end_run());
         assert!(matches!(rc.check(), Err(Error::Interrupted(_))));
+    }
+
+    #[test]
+    fn a_part_keeps_the_runs_deadline_and_ends_alone() {
+        let rc = RunControl::new(Duration::from_millis(300)).unwrap();
+        let part = rc.part().unwrap();
+        assert!(part.end_run());
+        assert_eq!(part.stop_reason(), Some(StopReason::Ended));
+        assert_eq!(rc.stop_reason(), None, "the run goes on");
+        let part = rc.part().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(part.stop_reason(), Some(StopReason::Timeout));
+        let err = part.check().unwrap_err().to_string();
+        assert_eq!(err, "timeout: guest did not finish within 0.3 s");
+        // A run that must stop gives no part.
+        assert!(matches!(rc.part(), Err(Error::Timeout(_))));
     }
 
     #[test]

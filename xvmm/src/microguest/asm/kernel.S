@@ -88,6 +88,8 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_x2apic_self_ipi_msr_tpr - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_nop - xvmm_mg_ktable
     .long xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt - xvmm_mg_ktable
+    .long xvmm_mg_k_ipi - xvmm_mg_ktable
+    .long xvmm_mg_k_ipi_halt - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline_immed - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
@@ -587,6 +589,126 @@ xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_nop:
 xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt:
     X2APIC_ON
     SELF_IPI_UNDER_TPR SEND_SELF_IPI_MSR, , sti, hlt
+
+/*
+ * The IPI rows (kvm-unit-tests' ipi and ipi_halt): vCPU 0, interrupts off
+ * throughout, sends vCPU 1 a fixed IPI (vector 0xf2, physical destination
+ * 1) through the x2APIC ICR and spins until the receiver's handler says it
+ * ran (kvm-unit-tests' ipi_done), then waits, outside the sample, for the
+ * handler's EOI. The sample's words: 0 the opening stamp, 8 the closing
+ * one, 16 the receiver's stamp at its handler's entry, 24 its stamp after
+ * its EOI, 32 the TSC at which the receiver went to halt before this IPI
+ * was sent (0: it had not yet). Both vCPUs read one TSC (the VMM gives
+ * them one offset). The MFENCE makes the mailbox visible before the ICR
+ * write, which is not serialising in x2APIC mode.
+ */
+.macro IPI_SAMPLES halted
+    X2APIC_ON
+70:
+    pause
+    cmp qword ptr [{ctl} + {c_ap_ready}], 0
+    je 70b
+1:
+    .if \halted
+    // ipi_halt: the receiver halted, then kvm-unit-tests' 2000 ticks.
+71:
+    pause
+    cmp qword ptr [{ctl} + {c_ap_halt}], 0
+    je 71b
+    rdtsc
+    shl rdx, 32
+    or rax, rdx
+    lea r10, [rax + 2000]
+72:
+    rdtsc
+    shl rdx, 32
+    or rax, rdx
+    cmp rax, r10
+    jb 72b
+    .endif
+    mov rax, qword ptr [{ctl} + {c_ap_halt}]
+    mov qword ptr [r15 + 32], rax
+    mov qword ptr [{ctl} + {c_ap_sample}], r15
+    mov qword ptr [{ctl} + {c_ap_ack}], 0
+    mov qword ptr [{ctl} + {c_ap_eoi}], 0
+    mfence
+    KSTAMP_OPEN 0
+    mov ecx, 0x830
+    mov eax, 0x40f2
+    mov edx, 1
+    wrmsr
+73:
+    cmp qword ptr [{ctl} + {c_ap_ack}], 0
+    je 73b
+    KSTAMP_CLOSE 8
+74:
+    pause
+    cmp qword ptr [{ctl} + {c_ap_eoi}], 0
+    je 74b
+    NEXT_SAMPLE
+.endm
+
+// kvm-unit-tests' ipi: the next IPI as soon as the last one's EOI is done.
+.p2align 4
+xvmm_mg_k_ipi:
+    IPI_SAMPLES 0
+
+// kvm-unit-tests' ipi_halt: each IPI to a receiver that went to halt.
+.p2align 4
+xvmm_mg_k_ipi_halt:
+    IPI_SAMPLES 1
+
+/*
+ * vCPU 1, the IPI rows' receiver: starts at CPL0 with interrupts off on
+ * its own stack, turns its x2APIC on, says it is ready and idles as
+ * kvm-unit-tests' APs do, halted with interrupts on. Before each halt it
+ * puts the TSC in AP_HALT (interrupts still off, so no IPI comes between
+ * that and STI; HLT). A plain RDTSC: an order, not a measured stamp.
+ */
+.p2align 4
+.globl xvmm_mg_ap_entry
+xvmm_mg_ap_entry:
+    mov rsp, {ap_stack_top}
+    X2APIC_ON
+    mov qword ptr [{ctl} + {c_ap_ready}], 1
+1:
+    cli
+    rdtsc
+    shl rdx, 32
+    or rax, rdx
+    mov qword ptr [{ctl} + {c_ap_halt}], rax
+    sti
+    hlt
+    jmp 1b
+
+/*
+ * The receiver's IPI handler: stamps its entry into the sender's sample
+ * (AP_SAMPLE), marks itself running (AP_HALT 0), says it ran (AP_ACK),
+ * acknowledges the IPI with an x2APIC EOI, stamps again and says so
+ * (AP_EOI). Saves what it uses.
+ */
+.p2align 4
+.globl xvmm_mg_ap_irq_entry
+xvmm_mg_ap_irq_entry:
+    push rax
+    push rcx
+    push rdx
+    push r15
+    mov r15, qword ptr [{ctl} + {c_ap_sample}]
+    KSTAMP_CLOSE 16
+    mov qword ptr [{ctl} + {c_ap_halt}], 0
+    mov qword ptr [{ctl} + {c_ap_ack}], 1
+    mov ecx, 0x80b
+    xor eax, eax
+    xor edx, edx
+    wrmsr
+    KSTAMP_CLOSE 24
+    mov qword ptr [{ctl} + {c_ap_eoi}], 1
+    pop r15
+    pop rdx
+    pop rcx
+    pop rax
+    iretq
 
 // The LAPIC timer in TSC-deadline mode armed with a deadline already
 // past: IA32_TSC_DEADLINE (0x6e0) = the opening stamp's TSC, still in
