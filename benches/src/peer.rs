@@ -115,6 +115,11 @@ pub const SHARED: &[Shared] = &[
         "kvm-unit-tests' figure is its whole loop, the 2000-tick wait after each IPI included; the microguest waits outside its samples: expect under 1",
     ),
     shared(
+        "ple_round_robin",
+        &["ple-round-robin"],
+        "two vCPUs pass a token both ways: kvm-unit-tests times an iteration on each vCPU (its wait and its pass), the microguest one round from vCPU 0",
+    ),
+    shared(
         "wr_kernel_gs_base",
         &["wr-kernel-gs-base"],
         "SVM passes KERNEL_GS_BASE through: no exit, the instruction and the timing around it",
@@ -206,11 +211,15 @@ pub fn build(checkout: &Path, cache: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// The vCPUs kvm-unit-tests' `unittests.cfg` gives a vmexit test: two for
-/// the IPI tests, which need a receiver; one for the rest.
+/// The vCPUs a vmexit test runs on: two for the IPI tests, which need a
+/// receiver (as `unittests.cfg` has it), and for the round robin; one for
+/// the rest.
 pub fn qemu_cpus(test: &str) -> &'static str {
     match test {
         "ipi" | "ipi_halt" => "2",
+        // unittests.cfg gives it one, where the token never waits: two
+        // make it the round robin the microguest's row times.
+        "ple_round_robin" => "2",
         _ => "1",
     }
 }

@@ -156,6 +156,7 @@ core::arch::global_asm!(
     c_ap_ready = const control::AP_READY,
     c_ap_halt = const control::AP_HALT,
     ap_stack_top = const layout::AP_STACK_TOP,
+    kind_round_robin = const Kind::PleRoundRobin as u64,
     pte_p = const PTE_P,
 );
 

@@ -152,6 +152,11 @@ kinds! {
     /// The same, each IPI sent 2000 ticks after the receiver went to halt
     /// (kvm-unit-tests' ipi_halt): the halted receiver's wake-up.
     IpiHalt => (Kernel, "xvmm_mg_k_ipi_halt", exit_needing("ipi-halt", None, Needs::Smp, Interrupt));
+    /// A token passed from vCPU 0 to vCPU 1 and back through memory, each
+    /// side waiting in a PAUSE loop (kvm-unit-tests' ple_round_robin on two
+    /// vCPUs): no exit while both run; where the hypervisor's pause-loop
+    /// exiting sees a vCPU spin on one that is not running, it exits.
+    PleRoundRobin => (Kernel, "xvmm_mg_k_ple_round_robin", exit_needing("ple-round-robin", None, Needs::TwoVcpus, Instruction));
     /// The LAPIC timer armed in TSC-deadline mode with a deadline already
     /// past, and its interrupt (kvm-unit-tests' tscdeadline_immed).
     TscDeadlineImmed => (Kernel, "xvmm_mg_k_tscdeadline_immed", exit_needing("tscdeadline-immed", None, Needs::TscDeadline, Timer));
@@ -240,6 +245,8 @@ pub enum Needs {
     X2apic,
     /// The irqchip, x2APIC, and a second vCPU (the IPI rows' receiver).
     Smp,
+    /// A second vCPU, no irqchip (the round robin through memory).
+    TwoVcpus,
     /// The irqchip, x2APIC, and the LAPIC timer's TSC-deadline mode
     /// (KVM_CAP_TSC_DEADLINE_TIMER, which puts leaf 1 ECX bit 24 in an
     /// irqchip VM's CPUID).
@@ -374,10 +381,19 @@ impl Kind {
         }
     }
 
-    /// Whether the kind runs on two vCPUs, vCPU 1 receiving vCPU 0's IPIs
-    /// (the IPI rows).
+    /// Whether vCPU 1 stamps into vCPU 0's samples: the IPI rows, whose
+    /// receiver's handler and EOI are timed.
     pub const fn has_receiver(self) -> bool {
         matches!(self.needs(), Needs::Smp)
+    }
+
+    /// The vCPUs the kind's VM has: two for the IPI rows and the round
+    /// robin, one for the rest.
+    pub const fn vcpus(self) -> u8 {
+        match self.needs() {
+            Needs::Smp | Needs::TwoVcpus => 2,
+            _ => 1,
+        }
     }
 
     pub const fn runs_in_kernel(self) -> bool {
@@ -550,6 +566,16 @@ mod tests {
         assert_eq!((Kind::Ipi.stride(), Kind::IpiHalt.stride()), (40, 40));
         assert!(Kind::Ipi.has_receiver() && Kind::IpiHalt.needs_irqchip());
         assert!(!Kind::X2apicSelfIpi.has_receiver() && !Kind::Ipi.takes_interrupt());
+        assert_eq!(
+            (
+                Kind::Ipi.vcpus(),
+                Kind::PleRoundRobin.vcpus(),
+                Kind::Hlt.vcpus()
+            ),
+            (2, 2, 1)
+        );
+        assert_eq!(Kind::PleRoundRobin.stride(), 16);
+        assert!(!Kind::PleRoundRobin.has_receiver() && !Kind::PleRoundRobin.needs_irqchip());
         assert!(Kind::Rdmsr.runs_in_kernel() && Kind::KernelNull.runs_in_kernel());
         assert!(!Kind::Imul.runs_in_kernel());
         assert_eq!(Kind::KernelImul as u64 + 1, Kind::COUNT);
@@ -620,6 +646,7 @@ mod tests {
                 "x2apic-self-ipi-msr-tpr-sti-hlt",
                 "ipi",
                 "ipi-halt",
+                "ple-round-robin",
                 "tscdeadline-immed",
                 "tscdeadline",
             ]);
@@ -628,7 +655,7 @@ mod tests {
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 40);
+        assert_eq!(EXIT_ROWS, 41);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -647,7 +674,16 @@ mod tests {
         };
         assert_eq!(
             of(Instruction),
-            ["cpuid", "vmcall", "vmmcall", "hlt", "wbinvd", "invd", "xsetbv"]
+            [
+                "cpuid",
+                "vmcall",
+                "vmmcall",
+                "hlt",
+                "wbinvd",
+                "invd",
+                "ple-round-robin",
+                "xsetbv"
+            ]
         );
         assert_eq!(
             of(Register),

@@ -266,8 +266,12 @@ struct Loaded {
 type MadeFor = (Option<u32>, Option<i64>, bool, u8);
 
 fn made_for(cfg: &MachineConfig, kind: Kind) -> MadeFor {
-    let vcpus = if kind.has_receiver() { 2 } else { 1 };
-    (cfg.tsc_khz, cfg.tsc_offset, kind.needs_irqchip(), vcpus)
+    (
+        cfg.tsc_khz,
+        cfg.tsc_offset,
+        kind.needs_irqchip(),
+        kind.vcpus(),
+    )
 }
 
 impl Loaded {

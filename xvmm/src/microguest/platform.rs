@@ -212,6 +212,7 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             | "x2apic-self-ipi-msr-tpr-sti-hlt"
             | "ipi"
             | "ipi-halt"
+            | "ple-round-robin"
             | "tscdeadline",
             Vendor::Amd,
             Hypervisor::Pvm,
@@ -491,6 +492,7 @@ mod tests {
                 ("x2apic-self-ipi-msr-tpr-sti-hlt", Outcome::Runs),
                 ("ipi", Outcome::Runs),
                 ("ipi-halt", Outcome::Runs),
+                ("ple-round-robin", Outcome::Runs),
                 ("tscdeadline-immed", Outcome::Unavailable),
                 ("tscdeadline", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),

@@ -685,6 +685,11 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
         Needs::TscDeadline if !facts.tsc_deadline => Some(
             "KVM lacks KVM_CAP_TSC_DEADLINE_TIMER, so the LAPIC timer has no TSC-deadline mode",
         ),
+        Needs::TwoVcpus if facts.max_vcpus < 2 => Some(
+            "this KVM runs one vCPU per VM (KVM_CAP_MAX_VCPUS), and the round robin needs a second \
+             one to pass the token to",
+        ),
+        Needs::TwoVcpus => None,
         Needs::Smp if facts.max_vcpus < 2 => Some(
             "this KVM runs one vCPU per VM (KVM_CAP_MAX_VCPUS), and an IPI needs a second one to \
              receive it",
@@ -783,6 +788,10 @@ mod tests {
         let why = missing_feature(Needs::Smp, &one_vcpu).unwrap();
         assert!(why.contains("KVM_CAP_MAX_VCPUS"), "{why}");
         assert_eq!(Kind::IpiHalt.needs(), Needs::Smp);
+        let why = missing_feature(Needs::TwoVcpus, &one_vcpu).unwrap();
+        assert!(why.contains("pass the token"), "{why}");
+        // The round robin needs no irqchip.
+        assert_eq!(missing_feature(Needs::TwoVcpus, &no_chip), None);
         assert_eq!(Kind::PioInKernel.needs(), Needs::Irqchip);
         assert_eq!(Kind::X2apicSelfIpiHlt.needs(), Needs::X2apic);
         assert_eq!(Kind::TscDeadlineImmed.needs(), Needs::TscDeadline);

@@ -90,6 +90,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_x2apic_self_ipi_msr_tpr_sti_hlt - xvmm_mg_ktable
     .long xvmm_mg_k_ipi - xvmm_mg_ktable
     .long xvmm_mg_k_ipi_halt - xvmm_mg_ktable
+    .long xvmm_mg_k_ple_round_robin - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline_immed - xvmm_mg_ktable
     .long xvmm_mg_k_tscdeadline - xvmm_mg_ktable
     .long xvmm_mg_k_xsetbv - xvmm_mg_ktable
@@ -659,8 +660,46 @@ xvmm_mg_k_ipi_halt:
     IPI_SAMPLES 1
 
 /*
- * vCPU 1, the IPI rows' receiver: starts at CPL0 with interrupts off on
- * its own stack, turns its x2APIC on, says it is ready and idles as
+ * The round robin (kvm-unit-tests' ple_round_robin on two vCPUs): vCPU 0
+ * passes token r13 to vCPU 1 (AP_ACK) and waits in a PAUSE loop until it
+ * comes back (AP_EOI); vCPU 1 (xvmm_mg_ap_round_robin) waits likewise and
+ * passes each token back. A sample is one round, both hand-offs.
+ */
+.p2align 4
+xvmm_mg_k_ple_round_robin:
+70:
+    pause
+    cmp qword ptr [{ctl} + {c_ap_ready}], 0
+    je 70b
+    xor r13d, r13d
+1:
+    inc r13
+    KSTAMP_OPEN 0
+    mov qword ptr [{ctl} + {c_ap_ack}], r13
+2:
+    pause
+    cmp qword ptr [{ctl} + {c_ap_eoi}], r13
+    jne 2b
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// vCPU 1's side of the round robin: no APIC, interrupts off throughout.
+.p2align 4
+xvmm_mg_ap_round_robin:
+    xor r8d, r8d
+    mov qword ptr [{ctl} + {c_ap_ready}], 1
+1:
+    pause
+    mov rax, qword ptr [{ctl} + {c_ap_ack}]
+    cmp rax, r8
+    je 1b
+    mov r8, rax
+    mov qword ptr [{ctl} + {c_ap_eoi}], rax
+    jmp 1b
+
+/*
+ * vCPU 1, the IPI rows' receiver (the round robin's goes to its loop
+ * above): starts at CPL0 with interrupts off on its own stack, turns its x2APIC on, says it is ready and idles as
  * kvm-unit-tests' APs do, halted with interrupts on. Before each halt it
  * puts the TSC in AP_HALT (interrupts still off, so no IPI comes between
  * that and STI; HLT). A plain RDTSC: an order, not a measured stamp.
@@ -669,6 +708,8 @@ xvmm_mg_k_ipi_halt:
 .globl xvmm_mg_ap_entry
 xvmm_mg_ap_entry:
     mov rsp, {ap_stack_top}
+    cmp qword ptr [{ctl} + {c_kind}], {kind_round_robin}
+    je xvmm_mg_ap_round_robin
     X2APIC_ON
     mov qword ptr [{ctl} + {c_ap_ready}], 1
 1:
