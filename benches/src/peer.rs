@@ -69,6 +69,11 @@ pub const SHARED: &[Shared] = &[
         &["pio-in"],
         "a port read served in user space: QEMU's test device against xvmm's port",
     ),
+    shared(
+        "inl_from_pmtimer",
+        &["pio-in-pmtimer"],
+        "QEMU's ACPI PM timer against xvmm's, each served in user space from the host clock",
+    ),
     shared("inl_from_kernel", &["pio-in-kernel"], ""),
     shared("outl_to_kernel", &["pio-out-kernel"], ""),
     shared(

@@ -8,6 +8,7 @@
 //! as 0xff and ignore writes; they are counted, never fatal. Whatever ends the VM
 //! comes back as an [`IoEvent`] for the run loop to act on.
 
+pub mod pm_timer;
 pub mod serial;
 
 use crate::layout;

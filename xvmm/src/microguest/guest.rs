@@ -129,6 +129,7 @@ core::arch::global_asm!(
     port_measure = const layout::PORT_MEASURE,
     port_eventfd = const layout::PORT_EVENTFD,
     port_fault = const layout::PORT_FAULT,
+    port_pm_timer = const layout::PORT_PM_TIMER,
     first_kernel = const Kind::FIRST_KERNEL,
     kind_count = const Kind::COUNT,
     user_ss = const layout::selector::USER_SS,

@@ -51,6 +51,10 @@ kinds! {
     Cpuid => (Kernel, "xvmm_mg_k_cpuid", exit("cpuid", None, Instruction));
     PioOut => (Kernel, "xvmm_mg_k_pio_out", exit("pio-out", Some(VmmExit::IoOut), PortIo));
     PioIn => (Kernel, "xvmm_mg_k_pio_in", exit("pio-in", Some(VmmExit::IoIn), PortIo));
+    /// A 32-bit IN from the PM timer xvmm serves ([`super::layout::PORT_PM_TIMER`]):
+    /// the port read and the clock read of a device model in user space
+    /// (kvm-unit-tests' inl_from_pmtimer, which QEMU's ACPI serves).
+    PioInPmTimer => (Kernel, "xvmm_mg_k_pio_in_pmtimer", exit("pio-in-pmtimer", Some(VmmExit::PmTimerIn), PortIo));
     /// The same OUT on a port an ioeventfd serves: KVM signals the eventfd
     /// and resumes the guest without xvmm (the in-kernel twin of pio-out).
     PioOutEventfd => (Kernel, "xvmm_mg_k_pio_out_eventfd", exit_needing("pio-out-eventfd", None, Needs::Ioeventfd, PortIo));
@@ -306,6 +310,8 @@ pub enum Handler {
 pub enum VmmExit {
     IoOut,
     IoIn,
+    /// A read of the PM timer's port, answered with its count.
+    PmTimerIn,
     MmioWrite,
     Hlt,
     Rdmsr,
@@ -616,6 +622,7 @@ mod tests {
                 "cpuid",
                 "pio-out",
                 "pio-in",
+                "pio-in-pmtimer",
                 "pio-out-eventfd",
                 "pio-in-kernel",
                 "pio-out-kernel",
@@ -655,7 +662,7 @@ mod tests {
         };
         assert_eq!(exits(true), with("vmmcall"));
         assert_eq!(exits(false), with("vmcall"));
-        assert_eq!(EXIT_ROWS, 41);
+        assert_eq!(EXIT_ROWS, 42);
     }
 
     /// Every exit row has a family, and each family holds the rows it is
@@ -713,6 +720,7 @@ mod tests {
             [
                 "pio-out",
                 "pio-in",
+                "pio-in-pmtimer",
                 "pio-out-eventfd",
                 "pio-in-kernel",
                 "pio-out-kernel"

@@ -108,6 +108,10 @@ pub const PORT_FAULT: u16 = 0x512;
 /// serves it in the kernel, so the write never reaches xvmm.
 pub const PORT_EVENTFD: u16 = 0x513;
 
+/// The port of the PM timer xvmm serves to the pio-in-pmtimer row: where
+/// QEMU's PIIX4 ACPI puts it (PM base 0x600, timer at +8).
+pub const PORT_PM_TIMER: u16 = 0x608;
+
 /// An MSR index KVM does not know: with KVM_CAP_X86_USER_SPACE_MSR its
 /// accesses exit to the VMM.
 pub const PROBE_MSR: u32 = 0x4b56_4dff;

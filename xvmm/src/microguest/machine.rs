@@ -23,6 +23,7 @@ use crate::arch::x86_64::msr::{self, EFER_LMA, EFER_LME, EFER_SCE};
 use crate::arch::x86_64::regs::{
     X86_CR0_ET, X86_CR0_NE, X86_CR0_PE, X86_CR0_PG, X86_CR4_OSXSAVE, X86_CR4_PAE,
 };
+use crate::devices::pm_timer::PmTimer;
 use crate::host_trace::{ExitTracer, TraceSummary};
 use crate::vcpu::{
     run_loop, Action, ExitHandler, Fatal, Machine, MachineSpec, RunControl, TscOffset, Vcpu,
@@ -745,6 +746,7 @@ fn measured_exit(kind: Kind, exit: &VcpuExit<'_>) -> bool {
     match (expected, exit) {
         (VmmExit::IoOut, VcpuExit::IoOut(port, _)) => *port == layout::PORT_MEASURE,
         (VmmExit::IoIn, VcpuExit::IoIn(port, _)) => *port == layout::PORT_MEASURE,
+        (VmmExit::PmTimerIn, VcpuExit::IoIn(port, _)) => *port == layout::PORT_PM_TIMER,
         (VmmExit::MmioWrite, VcpuExit::MmioWrite(addr, _)) => *addr == layout::MMIO_GPA,
         (VmmExit::Hlt, VcpuExit::Hlt) => true,
         (VmmExit::Rdmsr, VcpuExit::X86Rdmsr(e)) => e.index == layout::PROBE_MSR,
@@ -765,6 +767,8 @@ struct Doorbell {
     exited: u64,
     /// Exits so far (for the profile, counted after the host stamp).
     exits: u64,
+    /// The PM timer the pio-in-pmtimer row reads.
+    pm_timer: PmTimer,
 }
 
 impl ExitHandler for Doorbell {
@@ -793,6 +797,11 @@ impl ExitHandler for Doorbell {
                 )));
             }
             match &mut exit {
+                VcpuExit::IoIn(layout::PORT_PM_TIMER, data) => {
+                    let count = self.pm_timer.read().to_le_bytes();
+                    let n = data.len().min(count.len());
+                    data[..n].copy_from_slice(&count[..n]);
+                }
                 VcpuExit::IoIn(_, data) => data.fill(0),
                 VcpuExit::X86Rdmsr(e) => {
                     *e.data = 0;
@@ -836,6 +845,7 @@ fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> (Result<R
         pending: None,
         exited: 0,
         exits: 0,
+        pm_timer: PmTimer::new(),
     };
     let end = run_loop(&mut rc.attach(vcpu), &mut doorbell);
     (end, doorbell.exits)
@@ -991,6 +1001,7 @@ mod tests {
             pending: None,
             exited: 42,
             exits: 0,
+            pm_timer: PmTimer::new(),
         }
     }
 
@@ -1008,6 +1019,28 @@ mod tests {
         assert!(err.to_string().contains("more than the 1 exits"), "{err}");
         let done = d.handle(VcpuExit::IoOut(layout::PORT_DONE, &[0]));
         assert!(matches!(done, Ok(Action::End(RunEnd::Done(h))) if h.len() == 1));
+    }
+
+    #[test]
+    fn the_pm_timer_row_reads_a_running_24_bit_count() {
+        let mut d = doorbell(Kind::PioInPmTimer);
+        d.expected_exits = 2;
+        let mut read = || {
+            let mut data = [0xaa; 4];
+            let exit = VcpuExit::IoIn(layout::PORT_PM_TIMER, &mut data);
+            assert!(matches!(d.handle(exit), Ok(Action::Resume)));
+            u32::from_le_bytes(data)
+        };
+        let first = read();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let second = read();
+        assert!(second < 1 << 24, "{second:#x}");
+        // 3 ms at 3.579545 MHz: 10738 ticks at least.
+        assert!(second - first >= 10_738, "{first} {second}");
+        // Another port is not this row's.
+        let mut data = [0; 4];
+        let exit = VcpuExit::IoIn(layout::PORT_MEASURE, &mut data);
+        assert!(matches!(d.handle(exit), Ok(Action::Fatal(_))));
     }
 
     #[test]

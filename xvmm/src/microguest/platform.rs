@@ -190,6 +190,7 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             "cpuid"
             | "pio-out"
             | "pio-in"
+            | "pio-in-pmtimer"
             | "pio-out-eventfd"
             | "mmio-write"
             | "mmio-write-eventfd"
@@ -458,6 +459,7 @@ mod tests {
                 ("cpuid", Outcome::Runs),
                 ("pio-out", Outcome::Runs),
                 ("pio-in", Outcome::Runs),
+                ("pio-in-pmtimer", Outcome::Runs),
                 ("pio-out-eventfd", Outcome::Runs),
                 ("pio-in-kernel", Outcome::Runs),
                 ("pio-out-kernel", Outcome::Runs),

@@ -55,6 +55,7 @@ xvmm_mg_ktable:
     .long xvmm_mg_k_cpuid - xvmm_mg_ktable
     .long xvmm_mg_k_pio_out - xvmm_mg_ktable
     .long xvmm_mg_k_pio_in - xvmm_mg_ktable
+    .long xvmm_mg_k_pio_in_pmtimer - xvmm_mg_ktable
     .long xvmm_mg_k_pio_out_eventfd - xvmm_mg_ktable
     .long xvmm_mg_k_pio_in_kernel - xvmm_mg_ktable
     .long xvmm_mg_k_pio_out_kernel - xvmm_mg_ktable
@@ -210,6 +211,16 @@ xvmm_mg_k_pio_in:
     KSTAMP_OPEN 0
     mov edx, {port_measure}
     in al, dx
+    KSTAMP_CLOSE 8
+    NEXT_SAMPLE
+
+// A 32-bit read of the PM timer xvmm serves (inl, as kvm-unit-tests').
+.p2align 4
+xvmm_mg_k_pio_in_pmtimer:
+1:
+    KSTAMP_OPEN 0
+    mov edx, {port_pm_timer}
+    in eax, dx
     KSTAMP_CLOSE 8
     NEXT_SAMPLE
 
