@@ -582,6 +582,9 @@ fn exit(f: &mut Families, e: &ExitTiming, clock: Clock) {
                 labels.push(("family".to_string(), family.label().to_string()));
             }
             f.durations("exit", clock, help, &labels, s);
+            if let Some(r) = e.receiver.as_ref().filter(|r| r.samples() > 0) {
+                ipi_receiver(f, &e.name, r, clock);
+            }
         }
         None => {
             let reason = match &e.status {
@@ -590,6 +593,23 @@ fn exit(f: &mut Families, e: &ExitTiming, clock: Clock) {
             };
             f.unavailable(&format!("exits/{}", e.name), &reason);
         }
+    }
+}
+
+/// An IPI row's receiver legs, one series each (`leg`), on the guest's
+/// clock as the row's round trip.
+fn ipi_receiver(f: &mut Families, exit: &str, r: &crate::IpiReceiver, clock: Clock) {
+    let help = "an IPI row's receiver side: the sender's stamp to the receiver's handler \
+                (send_to_handler), the handler to its EOI done (handler_to_eoi), raw";
+    for (leg, stats) in [
+        ("send_to_handler", &r.send_to_handler),
+        ("handler_to_eoi", &r.handler_to_eoi),
+    ] {
+        let labels = vec![
+            ("exit".to_string(), label_value(exit)),
+            ("leg".to_string(), leg.to_string()),
+        ];
+        f.durations("ipi_receiver", clock, help, &labels, stats);
     }
 }
 
@@ -1020,6 +1040,46 @@ mod tests {
             text.contains("tlb-walk (ticks/8 loads, per instruction)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_ipi_rows_receiver_legs_are_series_of_their_own() {
+        let mut r = fixtures::report(Environment::Microguest, 1);
+        r.host.tsc_khz = 1_000_000;
+        let mut e = ExitTiming::new(
+            "ipi",
+            Some(crate::ExitFamily::Interrupt),
+            Status::Measured,
+            (1, 1),
+            Some(Interval::from_raw(&[5000], 0)),
+        );
+        e.receiver = Some(crate::IpiReceiver::from_samples(&[crate::IpiStamps {
+            sent: 1000,
+            acked: 6000,
+            handler: 3000,
+            eoi: 3500,
+            halted_at: 900,
+        }]));
+        r.exits.push(e);
+        let text = openmetrics(&r, "xvmm");
+        let all = series(&text);
+        let leg = |leg: &str| {
+            all.iter()
+                .find(|(n, l, _)| {
+                    n == "xvmm_ipi_receiver_duration_seconds"
+                        && l.get("leg").map(String::as_str) == Some(leg)
+                        && l.get("exit").map(String::as_str) == Some("ipi")
+                        && l.get("statistic").map(String::as_str) == Some("median")
+                })
+                .map(|s| s.2)
+                .unwrap_or_else(|| panic!("{leg}: {text}"))
+        };
+        // 2000 and 500 ticks at 1 GHz.
+        assert!((leg("send_to_handler") - 2e-6).abs() < 1e-12, "{text}");
+        assert!((leg("handler_to_eoi") - 5e-7).abs() < 1e-12, "{text}");
+        // A row without a receiver adds none.
+        r.exits[0].receiver = None;
+        assert!(!openmetrics(&r, "xvmm").contains("ipi_receiver"));
     }
 
     #[test]
