@@ -65,8 +65,8 @@ fn the_receivers_stamps_read_the_senders_clock_and_a_moved_one_is_caught() {
     );
     assert_eq!((side.out_of_order, side.samples()), (0, 300), "{side:?}");
     assert_eq!(side.halted, 300, "ipi-halt waits for the halt: {side:?}");
-    let longest = m.intervals.iter().max().copied().unwrap();
-    for shift in [-(longest as i64) - 1, longest as i64 + 1] {
+    let longest = i64::try_from(*m.intervals.iter().max().unwrap()).unwrap();
+    for shift in [-longest - 1, longest + 1] {
         let moved: Vec<IpiStamps> = m
             .receiver
             .iter()
