@@ -39,6 +39,8 @@ pub const CORE: &[CoreFile] = &[
     core("guest/xperf/src/characterize/*.rs", "xperf"),
     core("guest/xperf/src/interrupt_path/*.rs", "xperf"),
     core("xvmm-host/src/cpu_list.rs", "xvmm-host"),
+    core("xvmm-results/src/schema/ipi.rs", "xvmm-results"),
+    core("xvmm/src/microguest/stamps.rs", "xvmm"),
 ];
 
 /// Where the method, the figures and the equivalent mutants are written.

@@ -108,12 +108,20 @@ mod tests {
     }
 
     #[test]
+    fn aligned_intervals_keep_each_samples_place() {
+        let words = [
+            10, 50, 10, UNFILLED, UNFILLED, 70, 60, 60, 80, 70, 100, 170, 7,
+        ];
+        assert_eq!(aligned_intervals(&words), vec![40, 0, 0, 0, 0, 70]);
+    }
+
+    #[test]
     fn receiver_words_split_into_the_pair_and_the_receivers_stamps() {
         let m = receiver_samples(&[
-            10, 50, 20, 30, 5, 60, UNFILLED, 1, 2, 0, 100, 170, 120, 130, 0, 9,
+            10, 50, 20, 30, 5, 60, UNFILLED, 1, 2, 0, 100, 170, 120, 130, 0, 8, 8, 8, 8, 0, 9,
         ]);
         assert_eq!(m.intervals, vec![40, 70]);
-        assert_eq!(m.discarded, 1);
+        assert_eq!(m.discarded, 2, "the unfilled and the empty sample");
         assert_eq!(m.receiver.len(), 2);
         assert_eq!(
             m.receiver[1],
