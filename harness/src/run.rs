@@ -197,7 +197,11 @@ pub fn run_l1_with_cmdline(
     // stops using the CPU with the guest waiting on nothing (about once in
     // twenty boots under load), or a halted vCPU misses its wake-up while
     // another spins waiting on it (docs/testing/harness.md), so the group
-    // outlives its limit. A second boot is a new machine: a transient hang
+    // outlives its limit. A third, rarer: L1's kernel oopses on an int3 its
+    // own text patching left (a static key flipped as tracing stopped, the
+    // other CPU running the patched code: once, as a traced step ended)
+    // and panics before its plan is done. A second boot is a new machine:
+    // a transient hang
     // passes there, a step that is merely too slow times out again. The log
     // keeps both consoles, the hang probe's dump included.
     let hung = match &ended {
@@ -209,6 +213,7 @@ pub fn run_l1_with_cmdline(
             "L1 was still running after {} s",
             timeout.as_secs()
         )),
+        Ok((console, Ended::Exited)) => kernel_panic(console),
         _ => None,
     };
     if let Some(why) = hung {
@@ -331,6 +336,15 @@ enum Ended {
 /// idle nearly as long.
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
 const IDLE_CPU: Duration = Duration::from_millis(50);
+
+/// Why L1 ended early, where its kernel panicked before its plan was done.
+fn kernel_panic(console: &[String]) -> Option<String> {
+    let done = console.iter().any(|l| l.contains("XVMM-L1: done"));
+    let panic = console
+        .iter()
+        .find(|l| l.contains("Kernel panic - not syncing"))?;
+    (!done).then(|| format!("L1's kernel panicked ({})", panic.trim()))
+}
 
 /// CPU time a process has used (`/proc/PID/stat` utime + stime).
 fn cpu_used(pid: u32) -> Option<Duration> {
@@ -482,6 +496,23 @@ fn collect_console(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_panic_before_the_plan_is_done_asks_for_a_second_boot() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let panicked = lines(&[
+            "XVMM-STEP name=a outcome=exit:0",
+            "[   60.266111] Kernel panic - not syncing: Fatal exception in interrupt",
+        ]);
+        let why = kernel_panic(&panicked).expect("a panic");
+        assert!(why.contains("Fatal exception in interrupt"), "{why}");
+        // After the plan, or with no panic, nothing to retry.
+        let mut done = panicked.clone();
+        done.insert(1, "XVMM-L1: done".into());
+        assert_eq!(kernel_panic(&done), None);
+        assert_eq!(kernel_panic(&lines(&["XVMM-L1: done"])), None);
+        assert_eq!(kernel_panic(&lines(&["[ 1.0] panic_on_warn"])), None);
+    }
 
     /// Runs `child` through [`collect_console`]: its console, how it ended,
     /// what the log file kept and how long it took.

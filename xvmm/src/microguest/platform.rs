@@ -104,6 +104,11 @@ pub enum Outcome {
     /// finds no `kvm_exit` in its samples (the hypervisor does not
     /// intercept it).
     RunsWithoutExit,
+    /// It completes without leaving the guest while every vCPU it needs
+    /// runs, and exits when one does not (a spin on a vCPU the host
+    /// descheduled): a traced run finds no `kvm_exit` in most samples, and
+    /// the samples that hold one take longer.
+    RunsWithoutExitWhileScheduled,
     /// It completes, and a traced run finds more than one `kvm_exit` in
     /// every sample: an interrupt's path (the request, the interrupt
     /// window, the EOI), which no one exit's split describes.
@@ -255,6 +260,13 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
         ("mov-to-dr7" | "wr-kernel-gs-base" | "mov-from-cr8", Vendor::Amd, Hypervisor::KvmAmd) => {
             fact(Outcome::RunsWithoutExit, NESTED)
         }
+        // The round robin's two vCPUs hand the token over in memory: no
+        // exit while both run (318 of 400 traced samples, 1012 ticks),
+        // exits when L1 (its two CPUs emulated by TCG threads beside
+        // others) leaves one of them waiting (82 of 400, over 200000).
+        ("ple-round-robin", Vendor::Amd, Hypervisor::KvmAmd) => {
+            fact(Outcome::RunsWithoutExitWhileScheduled, NESTED)
+        }
         // The IPI rows trace the sender's vCPU thread only: its ICR write
         // is the one exit in its samples; the receiver's wake-up and EOI
         // are on the other vCPU, timed by its own stamps.
@@ -354,7 +366,10 @@ pub fn row_matches(fact: &Fact, status: &Status) -> Result<(), String> {
         Status::Unsupported { reason } | Status::RoundTripOnly { reason } => Some(reason.as_str()),
     };
     let expected: Option<&[&str]> = match fact.outcome {
-        Outcome::Runs | Outcome::RunsWithoutExit | Outcome::RunsWithSeveralExits => None,
+        Outcome::Runs
+        | Outcome::RunsWithoutExit
+        | Outcome::RunsWithoutExitWhileScheduled
+        | Outcome::RunsWithSeveralExits => None,
         Outcome::Faults { vector: 6 } => Some(&["(vector 6)", "raise #UD"]),
         Outcome::Faults { vector: 13 } => Some(&["(vector 13)"]),
         Outcome::Faults { .. } => Some(&["(vector"]),
