@@ -72,7 +72,7 @@ pub const SHARED: &[Shared] = &[
     shared(
         "inl_from_pmtimer",
         &["pio-in-pmtimer"],
-        "QEMU's ACPI PM timer against xvmm's, each served in user space from the host clock",
+        "QEMU's ACPI PM timer against xvmm's, each served in user space from the host clock; QEMU's port dispatch is the longer",
     ),
     shared("inl_from_kernel", &["pio-in-kernel"], ""),
     shared("outl_to_kernel", &["pio-out-kernel"], ""),
@@ -112,7 +112,7 @@ pub const SHARED: &[Shared] = &[
     shared(
         "ipi",
         &["ipi"],
-        "two vCPUs: kvm-unit-tests' receiver runs its IPI dispatcher in C and says done after the function; the microguest's handler says so after its first stamp, both before the EOI",
+        "two vCPUs: kvm-unit-tests times its loop whole (its IPI lock included) and sends the next IPI while the receiver may still be in its EOI; the microguest waits for the EOI outside its samples: expect under 1",
     ),
     shared(
         "ipi_halt",
@@ -122,7 +122,7 @@ pub const SHARED: &[Shared] = &[
     shared(
         "ple_round_robin",
         &["ple-round-robin"],
-        "two vCPUs pass a token both ways: kvm-unit-tests times an iteration on each vCPU (its wait and its pass), the microguest one round from vCPU 0",
+        "two vCPUs pass a token both ways, a round an iteration in both; kvm-unit-tests' hand-off is C (the next CPU's number, two counters), the microguest's four instructions: expect under 1",
     ),
     shared(
         "wr_kernel_gs_base",
