@@ -399,11 +399,7 @@ fn microguest_exits_split_at_the_host_tracepoints() {
     if skipped() {
         return;
     }
-    let (run, s) = step("microguest-trace");
-    let out = run.output("microguest-trace").join("\n");
-    assert_eq!(s.outcome, Outcome::Exited(0), "{out}");
-    let report =
-        xvmm_results::Report::from_json(&out).unwrap_or_else(|e| panic!("{e}; output:\n{out}"));
+    let report = traced_microguest_report();
     println!("{}", xvmm_results::render::traced_exit_table(&report.exits));
     let q = report
         .machine
@@ -478,11 +474,7 @@ fn microguest_ipi_rows_time_both_vcpus_on_one_clock() {
     if skipped() {
         return;
     }
-    let (run, s) = step("microguest-trace");
-    let out = run.output("microguest-trace").join("\n");
-    assert_eq!(s.outcome, Outcome::Exited(0), "{out}");
-    let report =
-        xvmm_results::Report::from_json(&out).unwrap_or_else(|e| panic!("{e}; output:\n{out}"));
+    let report = traced_microguest_report();
     let row = |name: &str| {
         let e = report.exits.iter().find(|e| e.name == name).expect(name);
         assert_eq!(
@@ -566,6 +558,14 @@ fn checked_as_documented(name: &str, t: &xvmm_results::exit_trace::TracedExit) -
         }
         _ => false,
     }
+}
+
+/// The traced microguest step's report (it must have ended well).
+fn traced_microguest_report() -> xvmm_results::Report {
+    let (run, s) = step("microguest-trace");
+    let out = run.output("microguest-trace").join("\n");
+    assert_eq!(s.outcome, Outcome::Exited(0), "{out}");
+    xvmm_results::Report::from_json(&out).unwrap_or_else(|e| panic!("{e}; output:\n{out}"))
 }
 
 /// What `platform.rs` documents for a row on AMD under kvm_amd, L1's CPU
