@@ -16,6 +16,7 @@
 use super::guest::{self, Kind};
 use super::kinds::{Role, VmmExit};
 use super::layout::{self, control, selector};
+use super::receiver::{self, start_now, ReceiverEnd};
 use super::tables;
 use crate::arch::x86_64::cpuid;
 use crate::arch::x86_64::gdt::kvm_segment_from_gdt;
@@ -56,7 +57,7 @@ pub struct MachineConfig {
     /// Trace the phase's exits on the host (`kvm_exit`/`kvm_entry`).
     pub trace: bool,
     /// The host CPU the IPI rows' receiver vCPU thread is pinned to; `None`:
-    /// the first usable CPU other than the sender's ([`receiver_cpu`]).
+    /// the first usable CPU other than the sender's ([`super::receiver::receiver_cpu`]).
     pub receiver_cpu: Option<usize>,
 }
 
@@ -650,18 +651,6 @@ fn write_guest(
     write_bytes(memory, layout::SAMPLES_GPA, &fill, "sample buffer")
 }
 
-/// Makes a vCPU other than the boot one runnable at the registers the VMM
-/// gave it: with an in-kernel LAPIC KVM holds it for INIT and SIPI, which
-/// the microguest does not send.
-fn start_now(vcpu: &Vcpu) -> Result<()> {
-    let state = kvm_bindings::kvm_mp_state {
-        mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE,
-    };
-    vcpu.fd
-        .set_mp_state(state)
-        .map_err(|e| Error::Kvm(format!("KVM_SET_MP_STATE (vCPU {}) failed: {e}", vcpu.id)))
-}
-
 /// Long mode from `created`, the vCPU's special registers as KVM created
 /// it, entering at `rip` with the stack at `rsp`.
 fn setup_cpu(vcpu: &Vcpu, created: &kvm_sregs, rip: u64, rsp: u64) -> Result<()> {
@@ -851,55 +840,22 @@ fn run_to_doorbell(rc: &RunControl, vcpu: &mut Vcpu, phase: &Phase) -> (Result<R
     (end, doorbell.exits)
 }
 
-/// How the IPI rows' receiver vCPU's thread ended.
-#[derive(Debug)]
-enum ReceiverEnd {
-    /// Kicked out when the phase ended (or the run stopped).
-    Stopped,
-    /// It rang the fault doorbell: the fault record is its.
-    Fault,
-    /// The hypervisor stopped it (triple fault...).
-    Refused(String),
-    /// An exit the receiver never makes, or its thread could not be pinned.
-    Failed(Error),
-}
-
 /// Runs the phase's vCPU 0 to its doorbell as [`run_to_doorbell`] does,
-/// with vCPU 1, the IPI rows' receiver, on a thread of its own pinned to
-/// `cpu` (else to [`receiver_cpu`]'s). The two share a run control of the
-/// phase's own, which keeps the run's deadline and stop signals: either
-/// vCPU's end kicks the other out of KVM_RUN without ending the run. A
-/// receiver's fault or refusal is the phase's end.
+/// with vCPU 1, the IPI rows' receiver, beside it on a thread of its own
+/// ([`receiver::run_beside`]); a receiver's fault or refusal is the
+/// phase's end.
 fn run_with_receiver(
     rc: &RunControl,
     vcpu: &mut Vcpu,
-    receiver: &mut Vcpu,
+    ap: &mut Vcpu,
     cpu: Option<usize>,
     phase: &Phase,
 ) -> (Result<RunEnd>, u64) {
-    let part = match rc.part() {
-        Ok(part) => part,
+    let ran = receiver::run_beside(rc, ap, cpu, |part| run_to_doorbell(part, vcpu, phase));
+    let ((end, exits), receiver_end) = match ran {
+        Ok(ran) => ran,
         Err(e) => return (Err(e), 0),
     };
-    let cpu = cpu.or_else(receiver_cpu);
-    let (end, exits, receiver_end) = std::thread::scope(|scope| {
-        let thread = std::thread::Builder::new()
-            .name("xvmm-vcpu1".into())
-            .spawn_scoped(scope, || run_receiver(&part, receiver, cpu));
-        let thread = match thread {
-            Ok(thread) => thread,
-            Err(e) => {
-                let e = Error::Io(format!("cannot start the receiver vCPU's thread: {e}"));
-                return (Err(e), 0, ReceiverEnd::Stopped);
-            }
-        };
-        let (end, exits) = run_to_doorbell(&part, vcpu, phase);
-        part.end_run();
-        let receiver_end = thread.join().unwrap_or_else(|_| {
-            ReceiverEnd::Failed(Error::Guest("the receiver vCPU's thread panicked".into()))
-        });
-        (end, exits, receiver_end)
-    });
     let end = match receiver_end {
         ReceiverEnd::Stopped => end,
         ReceiverEnd::Fault => Ok(RunEnd::Fault),
@@ -907,54 +863,6 @@ fn run_with_receiver(
         ReceiverEnd::Failed(e) => Err(e),
     };
     (end, exits)
-}
-
-/// The host CPU for the receiver's thread when none was asked for: the
-/// first CPU this process may use other than the one the calling (sender's)
-/// thread is pinned to; that one where it is the only one (both vCPUs then
-/// share it, and the host's scheduling is in every sample); none when the
-/// caller is not pinned to one CPU.
-pub fn receiver_cpu() -> Option<usize> {
-    let sender = crate::affinity::pinned_cpu()?;
-    let usable = crate::affinity::usable_cpus();
-    usable
-        .iter()
-        .copied()
-        .find(|&c| c != sender)
-        .or(Some(sender))
-}
-
-/// The receiver's thread: pinned, it runs vCPU 1 until the phase's end
-/// kicks it out. It makes no exit but the fault doorbell.
-fn run_receiver(part: &RunControl, vcpu: &mut Vcpu, cpu: Option<usize>) -> ReceiverEnd {
-    let pinned = cpu.map_or(Ok(()), crate::affinity::pin_current_thread);
-    let end = match pinned {
-        Ok(()) => receiver_loop(&mut part.attach_ap(vcpu)),
-        Err(e) => ReceiverEnd::Failed(e),
-    };
-    part.end_run();
-    end
-}
-
-fn receiver_loop(running: &mut crate::vcpu::RunningVcpu<'_>) -> ReceiverEnd {
-    loop {
-        let fatal = match running.run() {
-            Ok(VcpuExit::Intr) => continue,
-            Ok(VcpuExit::IoOut(layout::PORT_FAULT, _)) => return ReceiverEnd::Fault,
-            Ok(exit) => match crate::vcpu::exit_loop::fatal_exit(&exit) {
-                Some(fatal @ (Fatal::Shutdown | Fatal::Internal | Fatal::FailEntry(..))) => fatal,
-                _ => {
-                    let what = format!("{exit:?}");
-                    return ReceiverEnd::Failed(Error::Guest(format!(
-                        "the receiver vCPU made an exit it never makes: {what}"
-                    )));
-                }
-            },
-            Err(_) => return ReceiverEnd::Stopped,
-        };
-        let why = crate::vcpu::exit_loop::describe_fatal(running.vcpu(), &fatal);
-        return ReceiverEnd::Refused(why);
-    }
 }
 
 fn read_fault(memory: &GuestMemoryMmap) -> Result<GuestFault> {

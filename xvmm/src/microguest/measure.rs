@@ -358,7 +358,7 @@ fn receiver_side(row: &ExitRounds, opts: &Options) -> IpiReceiver {
     side.receiver_cpu = opts
         .machine
         .receiver_cpu
-        .or_else(super::machine::receiver_cpu)
+        .or_else(super::receiver::receiver_cpu)
         .and_then(|c| u32::try_from(c).ok());
     side
 }

@@ -17,6 +17,7 @@
 //! - [`verify`]: the properties every report must have (shared by tests).
 //! - [`linearity`]: `xvmm linearity`, the stamps' self-check at CPL3 and CPL0.
 //! - [`platform`]: what runs where, per CPU vendor and hypervisor, as documented.
+//! - [`receiver`]: the two-vCPU rows' second vCPU, on a thread of its own.
 //! - [`profile`]: where a run's wall time went, per phase and per kind (pure).
 
 pub mod guest;
@@ -27,6 +28,7 @@ pub mod machine;
 pub mod measure;
 pub mod platform;
 pub mod profile;
+pub mod receiver;
 pub mod session;
 pub mod stamps;
 pub mod tables;
