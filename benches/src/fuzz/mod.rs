@@ -77,6 +77,10 @@ pub const TARGETS: &[Target] = &[
         parses: "the exit loop's handling of each exit (MMIO too)",
     },
     Target {
+        name: "microguest_stamps",
+        parses: "the microguest's stamp words, the IPI receiver's too",
+    },
+    Target {
         name: "console_escape",
         parses: "terminal escaping of reports and console",
     },
