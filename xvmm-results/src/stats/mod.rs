@@ -11,6 +11,7 @@ pub mod quantum;
 pub mod sweep;
 pub mod timeline;
 pub mod value_counts;
+pub mod workload;
 
 use serde::{Deserialize, Serialize};
 

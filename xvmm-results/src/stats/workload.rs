@@ -1,0 +1,524 @@
+//! A workload's kernel intervals from its trace events (issue 38, the first
+//! part: [`docs/design/workload.md`](../../../docs/design/workload.md)):
+//! system calls, user page faults, interrupts and time off CPU, per task,
+//! from events fed in time order. Each closed interval goes to a sink (the
+//! VM join consumes them one by one) and into per-kind statistics kept in
+//! bounded memory ([`ValueCounts`]). Memory is the open intervals: a few
+//! per task and an interrupt stack per CPU, whatever the trace's length.
+//!
+//! Events that cannot be paired are counted, never guessed at: an exit with
+//! no entry (tracing began inside the call), an entry whose interval never
+//! closed (`exit_group`, the end of the trace), and intervals a lost-events
+//! mark cut.
+
+use super::value_counts::ValueCounts;
+use super::Stats;
+use std::collections::{BTreeMap, HashMap};
+
+/// What a user page fault was, from its error code (x86: bit 0 protection
+/// violation, bit 1 write, bit 4 instruction fetch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultKind {
+    /// A read of a page not present.
+    Read,
+    /// A write to a page not present.
+    Write,
+    /// A write to a present page that forbids it (copy on write).
+    WriteProtect,
+    /// An instruction fetch.
+    Exec,
+    /// Any other protection violation.
+    Protection,
+}
+
+impl FaultKind {
+    pub fn from_error_code(code: u64) -> FaultKind {
+        let (present, write, fetch) = (code & 1 != 0, code & 2 != 0, code & 16 != 0);
+        match (present, write, fetch) {
+            (_, _, true) => FaultKind::Exec,
+            (false, false, false) => FaultKind::Read,
+            (false, true, false) => FaultKind::Write,
+            (true, true, false) => FaultKind::WriteProtect,
+            (true, false, false) => FaultKind::Protection,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Read => "read",
+            FaultKind::Write => "write",
+            FaultKind::WriteProtect => "write-protect",
+            FaultKind::Exec => "exec",
+            FaultKind::Protection => "protection",
+        }
+    }
+}
+
+/// The kind of a kernel interval: the row it is summed into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IntervalKind {
+    /// A system call, by number.
+    Syscall(u32),
+    /// A user page fault.
+    Fault(FaultKind),
+    /// An interrupt, by vector.
+    Interrupt(u8),
+    /// A task off CPU (switched out until switched in again).
+    OffCpu,
+}
+
+/// One trace event of the workload, as the reader decoded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// `raw_syscalls:sys_enter`.
+    SysEnter { nr: u32 },
+    /// `raw_syscalls:sys_exit`.
+    SysExit { nr: u32 },
+    /// `exceptions:page_fault_user`.
+    FaultUser { error_code: u64 },
+    /// The fault's handling returned (a return probe on `handle_mm_fault`).
+    FaultDone,
+    /// An `irq_vectors:*_entry`, on the CPU it names.
+    IrqEntry { vector: u8 },
+    /// The matching `*_exit`.
+    IrqExit { vector: u8 },
+    /// `sched:sched_switch` with the task as `prev`.
+    SwitchOut,
+    /// `sched:sched_switch` with the task as `next`.
+    SwitchIn,
+    /// The ring buffer of this CPU lost events here.
+    Lost,
+}
+
+/// An event at a time, on a CPU, of a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub ts: u64,
+    pub cpu: u32,
+    pub pid: i32,
+    pub event: Event,
+}
+
+/// A closed interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    pub pid: i32,
+    pub kind: IntervalKind,
+    pub start: u64,
+    pub end: u64,
+    /// Of a system call: the ticks its task spent off CPU inside it.
+    pub off_cpu: u64,
+}
+
+/// A kind's figures over the workload.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KindFigures {
+    pub kind: IntervalKind,
+    /// Each interval's length (wall time, start to end).
+    pub length: Stats,
+    /// The lengths summed.
+    pub total: u128,
+    /// Of a system call: the time off CPU inside, summed.
+    pub off_cpu: u128,
+}
+
+/// What could not be paired, by cause.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unpaired {
+    /// A close with no open (tracing began inside it, or its open was lost).
+    pub closes: u64,
+    /// Opens still open at the end ([`Builder::finish`]), or opened again
+    /// before they closed (an `exit_group`, an `execve` that failed oddly).
+    pub opens: u64,
+    /// Open intervals a lost-events mark on their CPU dropped.
+    pub cut_by_loss: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct OpenSyscall {
+    nr: u32,
+    start: u64,
+    off_cpu: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Task {
+    syscall: Option<OpenSyscall>,
+    fault: Option<(FaultKind, u64)>,
+    /// When it was switched out, while it is.
+    off_since: Option<u64>,
+    /// The CPU of its last event (a lost mark there cuts its intervals).
+    cpu: u32,
+}
+
+#[derive(Default)]
+struct Sums {
+    lengths: ValueCounts,
+    total: u128,
+    off_cpu: u128,
+}
+
+/// Builds the intervals from records fed in time order.
+#[derive(Default)]
+pub struct Builder {
+    tasks: HashMap<i32, Task>,
+    /// Open interrupts per CPU, innermost last.
+    irqs: HashMap<u32, Vec<(u8, u64, i32)>>,
+    sums: BTreeMap<IntervalKind, Sums>,
+    unpaired: Unpaired,
+}
+
+impl Builder {
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Feeds one record; each interval it closes goes to `sink` and into
+    /// the figures.
+    pub fn push(&mut self, r: &Record, sink: &mut impl FnMut(&Interval)) {
+        if r.event == Event::Lost {
+            self.lose(r.cpu);
+            return;
+        }
+        if let Event::IrqEntry { .. } | Event::IrqExit { .. } = r.event {
+            self.irq(r, sink);
+            return;
+        }
+        let task = self.tasks.entry(r.pid).or_default();
+        task.cpu = r.cpu;
+        let closed = match r.event {
+            Event::SysEnter { nr } => {
+                let again = task.syscall.replace(OpenSyscall {
+                    nr,
+                    start: r.ts,
+                    off_cpu: 0,
+                });
+                self.unpaired.opens += u64::from(again.is_some());
+                None
+            }
+            Event::SysExit { nr } => match task.syscall.take() {
+                Some(open) if open.nr == nr => Some(Interval {
+                    pid: r.pid,
+                    kind: IntervalKind::Syscall(nr),
+                    start: open.start,
+                    end: r.ts,
+                    off_cpu: open.off_cpu,
+                }),
+                other => {
+                    // A different call's exit: this one's entry was lost,
+                    // and the open one will not close now.
+                    self.unpaired.closes += 1;
+                    self.unpaired.opens += u64::from(other.is_some());
+                    None
+                }
+            },
+            Event::FaultUser { error_code } => {
+                let kind = FaultKind::from_error_code(error_code);
+                let again = task.fault.replace((kind, r.ts));
+                self.unpaired.opens += u64::from(again.is_some());
+                None
+            }
+            // With no user fault open, a kernel fault's return: ignored.
+            Event::FaultDone => task.fault.take().map(|(kind, start)| Interval {
+                pid: r.pid,
+                kind: IntervalKind::Fault(kind),
+                start,
+                end: r.ts,
+                off_cpu: 0,
+            }),
+            Event::SwitchOut => {
+                task.off_since = Some(r.ts);
+                None
+            }
+            Event::SwitchIn => task.off_since.take().map(|start| {
+                if let Some(call) = task.syscall.as_mut() {
+                    call.off_cpu += r.ts.saturating_sub(start);
+                }
+                Interval {
+                    pid: r.pid,
+                    kind: IntervalKind::OffCpu,
+                    start,
+                    end: r.ts,
+                    off_cpu: 0,
+                }
+            }),
+            Event::IrqEntry { .. } | Event::IrqExit { .. } | Event::Lost => None,
+        };
+        if let Some(i) = closed {
+            self.close(&i, sink);
+        }
+    }
+
+    fn irq(&mut self, r: &Record, sink: &mut impl FnMut(&Interval)) {
+        let stack = self.irqs.entry(r.cpu).or_default();
+        match r.event {
+            Event::IrqEntry { vector } => stack.push((vector, r.ts, r.pid)),
+            Event::IrqExit { vector } => match stack.pop() {
+                Some((open, start, pid)) if open == vector => {
+                    let i = Interval {
+                        pid,
+                        kind: IntervalKind::Interrupt(vector),
+                        start,
+                        end: r.ts,
+                        off_cpu: 0,
+                    };
+                    self.close(&i, sink);
+                }
+                Some(other) => {
+                    // Not the innermost: its entry was lost; the one open
+                    // stays open for its own exit.
+                    stack.push(other);
+                    self.unpaired.closes += 1;
+                }
+                None => self.unpaired.closes += 1,
+            },
+            _ => {}
+        }
+    }
+
+    /// A lost-events mark on `cpu`: what was open there is dropped.
+    fn lose(&mut self, cpu: u32) {
+        if let Some(stack) = self.irqs.get_mut(&cpu) {
+            self.unpaired.cut_by_loss += stack.len() as u64;
+            stack.clear();
+        }
+        for task in self.tasks.values_mut().filter(|t| t.cpu == cpu) {
+            let open = [
+                task.syscall.take().is_some(),
+                task.fault.take().is_some(),
+                task.off_since.take().is_some(),
+            ];
+            self.unpaired.cut_by_loss += open.iter().filter(|&&o| o).count() as u64;
+        }
+    }
+
+    fn close(&mut self, i: &Interval, sink: &mut impl FnMut(&Interval)) {
+        if i.end < i.start {
+            // Out of order: the reader's merge is by time, so only two
+            // CPUs' clocks that disagree get here.
+            self.unpaired.closes += 1;
+            return;
+        }
+        let s = self.sums.entry(i.kind).or_default();
+        let length = i.end - i.start;
+        s.lengths.push(length);
+        s.total += u128::from(length);
+        s.off_cpu += u128::from(i.off_cpu);
+        sink(i);
+    }
+
+    /// The figures per kind, in kind order, and what stayed unpaired (the
+    /// intervals still open count as unpaired opens).
+    pub fn finish(self) -> (Vec<KindFigures>, Unpaired) {
+        let mut unpaired = self.unpaired;
+        for t in self.tasks.values() {
+            unpaired.opens += u64::from(t.syscall.is_some()) + u64::from(t.fault.is_some());
+        }
+        unpaired.opens += self.irqs.values().map(|s| s.len() as u64).sum::<u64>();
+        let figures = self
+            .sums
+            .into_iter()
+            .map(|(kind, s)| KindFigures {
+                kind,
+                length: s.lengths.stats(),
+                total: s.total,
+                off_cpu: s.off_cpu,
+            })
+            .collect();
+        (figures, unpaired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(ts: u64, cpu: u32, pid: i32, event: Event) -> Record {
+        Record {
+            ts,
+            cpu,
+            pid,
+            event,
+        }
+    }
+
+    fn build(records: &[Record]) -> (Vec<Interval>, Vec<KindFigures>, Unpaired) {
+        let mut b = Builder::new();
+        let mut out = Vec::new();
+        for r in records {
+            b.push(r, &mut |i| out.push(*i));
+        }
+        let (figures, unpaired) = b.finish();
+        (out, figures, unpaired)
+    }
+
+    fn figures_of(figures: &[KindFigures], kind: IntervalKind) -> &KindFigures {
+        figures.iter().find(|f| f.kind == kind).expect("a row")
+    }
+
+    #[test]
+    fn a_blocking_call_splits_into_on_and_off_cpu_and_tasks_stay_apart() {
+        use Event::*;
+        let (out, figures, unpaired) = build(&[
+            rec(100, 0, 7, SysEnter { nr: 0 }),
+            rec(110, 1, 8, SysEnter { nr: 1 }),
+            rec(150, 0, 7, SwitchOut),
+            rec(160, 1, 8, SysExit { nr: 1 }),
+            rec(400, 0, 7, SwitchIn),
+            rec(430, 0, 7, SysExit { nr: 0 }),
+        ]);
+        assert_eq!(unpaired, Unpaired::default());
+        let read = out
+            .iter()
+            .find(|i| i.kind == IntervalKind::Syscall(0))
+            .unwrap();
+        assert_eq!((read.start, read.end, read.off_cpu), (100, 430, 250));
+        let off = out.iter().find(|i| i.kind == IntervalKind::OffCpu).unwrap();
+        assert_eq!((off.pid, off.start, off.end), (7, 150, 400));
+        let write = figures_of(&figures, IntervalKind::Syscall(1));
+        assert_eq!((write.length.count, write.total), (1, 50));
+        let read = figures_of(&figures, IntervalKind::Syscall(0));
+        assert_eq!((read.total, read.off_cpu), (330, 250));
+    }
+
+    #[test]
+    fn interrupts_nest_per_cpu_and_are_the_interrupted_tasks() {
+        use Event::*;
+        let (out, figures, unpaired) = build(&[
+            rec(10, 0, 7, SysEnter { nr: 3 }),
+            rec(20, 0, 7, IrqEntry { vector: 0xec }),
+            rec(25, 1, 9, IrqEntry { vector: 0xfb }),
+            rec(30, 0, 7, IrqEntry { vector: 0xfd }),
+            rec(35, 0, 7, IrqExit { vector: 0xfd }),
+            rec(40, 0, 7, IrqExit { vector: 0xec }),
+            rec(45, 1, 9, IrqExit { vector: 0xfb }),
+            rec(50, 0, 7, SysExit { nr: 3 }),
+        ]);
+        assert_eq!(unpaired, Unpaired::default());
+        let kinds: Vec<(IntervalKind, u64, u64)> =
+            out.iter().map(|i| (i.kind, i.start, i.end)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (IntervalKind::Interrupt(0xfd), 30, 35),
+                (IntervalKind::Interrupt(0xec), 20, 40),
+                (IntervalKind::Interrupt(0xfb), 25, 45),
+                (IntervalKind::Syscall(3), 10, 50),
+            ]
+        );
+        assert_eq!(out[2].pid, 9);
+        // The call's length holds its interrupts: rows are not disjoint.
+        assert_eq!(figures_of(&figures, IntervalKind::Syscall(3)).total, 40);
+    }
+
+    #[test]
+    fn faults_are_timed_to_their_handling_and_sorted_by_kind() {
+        use Event::*;
+        assert_eq!(FaultKind::from_error_code(0x4), FaultKind::Read);
+        assert_eq!(FaultKind::from_error_code(0x6), FaultKind::Write);
+        assert_eq!(FaultKind::from_error_code(0x7), FaultKind::WriteProtect);
+        assert_eq!(FaultKind::from_error_code(0x15), FaultKind::Exec);
+        assert_eq!(FaultKind::from_error_code(0x5), FaultKind::Protection);
+        let (out, _, unpaired) = build(&[
+            rec(10, 0, 7, FaultUser { error_code: 0x6 }),
+            rec(90, 0, 7, FaultDone),
+            // A return with no user fault open: a kernel fault's, ignored.
+            rec(95, 0, 7, FaultDone),
+            rec(100, 0, 7, FaultUser { error_code: 0x7 }),
+            rec(130, 0, 7, FaultDone),
+        ]);
+        assert_eq!(unpaired, Unpaired::default());
+        assert_eq!(
+            out.iter()
+                .map(|i| (i.kind, i.end - i.start))
+                .collect::<Vec<_>>(),
+            [
+                (IntervalKind::Fault(FaultKind::Write), 80),
+                (IntervalKind::Fault(FaultKind::WriteProtect), 30)
+            ]
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_paired_is_counted_not_guessed() {
+        use Event::*;
+        let (out, _, unpaired) = build(&[
+            // Tracing began inside a call.
+            rec(5, 0, 7, SysExit { nr: 0 }),
+            // An exit of another call: both sides unpaired.
+            rec(10, 0, 7, SysEnter { nr: 1 }),
+            rec(20, 0, 7, SysExit { nr: 2 }),
+            // exit_group: never returns; then the trace ends.
+            rec(30, 0, 7, SysEnter { nr: 231 }),
+            rec(40, 0, 7, SysEnter { nr: 0 }),
+            // An interrupt exit with nothing open, and one not innermost.
+            rec(50, 1, 8, IrqExit { vector: 1 }),
+            rec(60, 1, 8, IrqEntry { vector: 2 }),
+            rec(70, 1, 8, IrqExit { vector: 3 }),
+            rec(80, 1, 8, IrqExit { vector: 2 }),
+        ]);
+        assert_eq!(out.len(), 1, "only the interrupt that closed: {out:?}");
+        assert_eq!(
+            unpaired,
+            Unpaired {
+                // 5's exit, 20's exit, 50's and 70's interrupt exits.
+                closes: 4,
+                // 10's call, 30's re-opened by 40, 40's left open.
+                opens: 3,
+                cut_by_loss: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_lost_mark_cuts_only_what_was_open_on_its_cpu() {
+        use Event::*;
+        let (out, _, unpaired) = build(&[
+            rec(10, 0, 7, SysEnter { nr: 0 }),
+            rec(12, 0, 7, IrqEntry { vector: 0xec }),
+            rec(15, 1, 8, SysEnter { nr: 1 }),
+            rec(20, 0, -1, Lost),
+            rec(30, 0, 7, SysExit { nr: 0 }),
+            rec(35, 1, 8, SysExit { nr: 1 }),
+        ]);
+        assert_eq!(
+            out.iter().map(|i| i.kind).collect::<Vec<_>>(),
+            [IntervalKind::Syscall(1)]
+        );
+        assert_eq!(
+            unpaired,
+            Unpaired {
+                closes: 1,
+                opens: 0,
+                cut_by_loss: 2
+            }
+        );
+    }
+
+    #[test]
+    fn an_interval_that_ends_before_it_starts_is_refused() {
+        use Event::*;
+        let (out, figures, unpaired) = build(&[
+            rec(100, 0, 7, SysEnter { nr: 0 }),
+            rec(90, 1, 7, SysExit { nr: 0 }),
+        ]);
+        assert!(out.is_empty() && figures.is_empty());
+        assert_eq!(unpaired.closes, 1);
+    }
+
+    #[test]
+    fn figures_are_per_kind_with_every_length_counted() {
+        use Event::*;
+        let mut records = Vec::new();
+        for k in 0..100u64 {
+            records.push(rec(1000 * k, 0, 7, SysEnter { nr: 39 }));
+            records.push(rec(1000 * k + 10 + k, 0, 7, SysExit { nr: 39 }));
+        }
+        let (_, figures, _) = build(&records);
+        let f = figures_of(&figures, IntervalKind::Syscall(39));
+        assert_eq!(f.length.count, 100);
+        assert_eq!((f.length.min, f.length.max), (10, 109));
+        assert_eq!(f.total, (10..110).sum::<u128>());
+        assert_eq!(f.length.median, 59);
+    }
+}
