@@ -75,11 +75,32 @@ impl HarnessRun {
         self.steps.iter().find(|s| s.name == name)
     }
 
+    /// The console from the last run of step `name` on: `l1-init` runs a
+    /// step once more after an early L2 triple fault
+    /// ([`xvmm_init::plan::Seen::retry`]), and only that run's lines count.
+    fn last_run_of(&self, name: &str) -> &[String] {
+        let retry = format!("{}{name} ", xvmm_init::plan::RETRY_PREFIX);
+        let from = self
+            .console
+            .iter()
+            .rposition(|l| l.contains(&retry))
+            .map_or(0, |i| i + 1);
+        &self.console[from..]
+    }
+
+    /// Why step `name` was run once more, if it was.
+    pub fn retried(&self, name: &str) -> Option<&str> {
+        let retry = format!("{}{name} ", xvmm_init::plan::RETRY_PREFIX);
+        self.console
+            .iter()
+            .find_map(|l| l.find(&retry).map(|i| &l[i + retry.len()..]))
+    }
+
     /// The output lines (stdout and stderr) of one step's process.
     pub fn output(&self, name: &str) -> Vec<&str> {
         let out = format!("{}{name}| ", xvmm_init::plan::OUT_PREFIX);
         let err = format!("{}{name}| ", xvmm_init::plan::ERR_PREFIX);
-        self.console
+        self.last_run_of(name)
             .iter()
             .filter_map(|l| {
                 let (i, len) = match l.find(&out) {
@@ -118,7 +139,7 @@ impl HarnessRun {
     /// What step `name` wrote to its stdout alone, line by line.
     pub fn stdout(&self, name: &str) -> Vec<&str> {
         let prefix = format!("{}{name}| ", xvmm_init::plan::OUT_PREFIX);
-        self.console
+        self.last_run_of(name)
             .iter()
             .filter_map(|l| l.find(&prefix).map(|i| &l[i + prefix.len()..]))
             .collect()
@@ -127,7 +148,7 @@ impl HarnessRun {
     /// What step `name` wrote to stderr, line by line.
     pub fn stderr(&self, name: &str) -> Vec<&str> {
         let prefix = format!("{}{name}| ", xvmm_init::plan::ERR_PREFIX);
-        self.console
+        self.last_run_of(name)
             .iter()
             .filter_map(|l| l.find(&prefix).map(|i| &l[i + prefix.len()..]))
             .collect()
@@ -496,6 +517,38 @@ fn collect_console(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_run_again_shows_only_its_last_run() {
+        let console: Vec<String> = [
+            "XVMM-OUT a| first",
+            "XVMM-ERR a| xvmm: guest: vCPU 0: triple fault (KVM_EXIT_SHUTDOWN)",
+            "XVMM-OUT ab| other step",
+            "XVMM-RETRY a L2 triple-faulted before its init started",
+            "XVMM-OUT a| second",
+            "XVMM-STEP name=a outcome=exit:0 elapsed_ms=1.0 marker_ms=- first_byte_ms=- max_rss_kib=1 guest_rss_kib=- other_rss_kib=-",
+        ]
+        .map(String::from)
+        .to_vec();
+        let run = HarnessRun {
+            steps: Vec::new(),
+            kvm_present: true,
+            finished: true,
+            console,
+            seconds: 1.0,
+            log: PathBuf::new(),
+        };
+        assert_eq!(run.output("a"), ["second"]);
+        assert_eq!(run.stdout("a"), ["second"]);
+        assert!(run.stderr("a").is_empty());
+        assert_eq!(
+            run.retried("a"),
+            Some("L2 triple-faulted before its init started")
+        );
+        // Another step's lines are its own; a step run once shows all.
+        assert_eq!(run.retried("ab"), None);
+        assert_eq!(run.output("ab"), ["other step"]);
+    }
 
     #[test]
     fn a_panic_before_the_plan_is_done_asks_for_a_second_boot() {

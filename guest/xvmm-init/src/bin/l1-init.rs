@@ -8,11 +8,13 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 use xvmm_guest::sys;
-use xvmm_init::plan::{self, Outcome, Step, StepResult, ERR_PREFIX, OUT_PREFIX};
+use xvmm_init::plan::{
+    self, Outcome, Seen, Step, StepResult, ERR_PREFIX, OUT_PREFIX, RETRY_PREFIX,
+};
 use xvmm_init::{memory, record};
 
 const PLAN: &str = "/plan";
@@ -55,7 +57,12 @@ fn main() {
     {
         Ok(steps) => {
             for step in &steps {
-                println!("{}", run_step(step).to_line());
+                let (mut result, seen) = run_step(step);
+                if let Some(why) = seen.retry(&result.outcome) {
+                    println!("{RETRY_PREFIX}{} {why}", step.name);
+                    (result, _) = run_step(step);
+                }
+                println!("{}", result.to_line());
             }
         }
         Err(e) => println!("XVMM-L1: bad plan {PLAN}: {e}"),
@@ -75,6 +82,7 @@ fn forward(
     out: impl Read,
     seen: mpsc::Sender<Instant>,
     first_byte: Option<Arc<OnceLock<Instant>>>,
+    watch: Arc<Mutex<Seen>>,
 ) {
     let mut reader = BufReader::new(out);
     if let Some(first) = &first_byte {
@@ -97,11 +105,16 @@ fn forward(
         if marker.as_deref().is_some_and(|m| line.contains(m)) {
             let _ = seen.send(now);
         }
+        watch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .line(line, prefix == ERR_PREFIX);
         println!("{prefix}{name}| {line}");
     }
 }
 
-fn run_step(step: &Step) -> StepResult {
+/// Runs a step; its result, and what its output showed.
+fn run_step(step: &Step) -> (StepResult, Seen) {
     let start = Instant::now();
     let mut result = StepResult {
         name: step.name.clone(),
@@ -123,7 +136,7 @@ fn run_step(step: &Step) -> StepResult {
         Ok(c) => c,
         Err(e) => {
             println!("{OUT_PREFIX}{}| spawn {}: {e}", step.name, step.argv[0]);
-            return result;
+            return (result, Seen::default());
         }
     };
     let (tx, rx) = mpsc::channel();
@@ -137,6 +150,7 @@ fn run_step(step: &Step) -> StepResult {
         .map(|e| Box::new(e) as Box<dyn Read + Send>);
     // A VMM's guest console is its stdout: its first byte is the guest's.
     let first_byte = Arc::new(OnceLock::new());
+    let watch = Arc::new(Mutex::new(Seen::default()));
     let readers: Vec<_> = [
         (OUT_PREFIX, stdout, Some(first_byte.clone())),
         (ERR_PREFIX, stderr, None),
@@ -145,8 +159,8 @@ fn run_step(step: &Step) -> StepResult {
     .filter_map(|(prefix, out, first)| Some((prefix, out?, first)))
     .map(|(prefix, out, first)| {
         let marker = step.marker_text().map(str::to_string);
-        let (name, tx) = (step.name.clone(), tx.clone());
-        thread::spawn(move || forward(prefix, name, marker, out, tx, first))
+        let (name, tx, watch) = (step.name.clone(), tx.clone(), watch.clone());
+        thread::spawn(move || forward(prefix, name, marker, out, tx, first, watch))
     })
     .collect();
     drop(tx);
@@ -167,7 +181,8 @@ fn run_step(step: &Step) -> StepResult {
         (None, Some(s)) if libc::WIFSIGNALED(s) => Outcome::Signalled(libc::WTERMSIG(s)),
         _ => Outcome::SpawnFailed,
     };
-    result
+    let seen = *watch.lock().unwrap_or_else(|e| e.into_inner());
+    (result, seen)
 }
 
 /// The files a step's process is given (its kernel and initrd): absolute
