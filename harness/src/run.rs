@@ -218,10 +218,11 @@ pub fn run_l1_with_cmdline(
     // stops using the CPU with the guest waiting on nothing (about once in
     // twenty boots under load), or a halted vCPU misses its wake-up while
     // another spins waiting on it (docs/testing/harness.md), so the group
-    // outlives its limit. A third, rarer: L1's kernel oopses on an int3 its
-    // own text patching left (a static key flipped as tracing stopped, the
-    // other CPU running the patched code: once, as a traced step ended)
-    // and panics before its plan is done. A second boot is a new machine:
+    // outlives its limit. Rarer, L1 ends before its plan is done: its
+    // kernel oopsed on an int3 its own text patching left (a static key
+    // flipped as tracing stopped, the other CPU running the patched code:
+    // once, as a traced step ended) and panicked, or it reset without a
+    // word (once, as an L2 booted). A second boot is a new machine:
     // a transient hang
     // passes there, a step that is merely too slow times out again. The log
     // keeps both consoles, the hang probe's dump included.
@@ -234,7 +235,7 @@ pub fn run_l1_with_cmdline(
             "L1 was still running after {} s",
             timeout.as_secs()
         )),
-        Ok((console, Ended::Exited)) => kernel_panic(console),
+        Ok((console, Ended::Exited)) => ended_early(console),
         _ => None,
     };
     if let Some(why) = hung {
@@ -358,13 +359,21 @@ enum Ended {
 const IDLE_LIMIT: Duration = Duration::from_secs(120);
 const IDLE_CPU: Duration = Duration::from_millis(50);
 
-/// Why L1 ended early, where its kernel panicked before its plan was done.
-fn kernel_panic(console: &[String]) -> Option<String> {
-    let done = console.iter().any(|l| l.contains("XVMM-L1: done"));
-    let panic = console
-        .iter()
-        .find(|l| l.contains("Kernel panic - not syncing"))?;
-    (!done).then(|| format!("L1's kernel panicked ({})", panic.trim()))
+/// Why L1 ended before its plan was done, where it did: its kernel
+/// panicked, or it reset (QEMU's `-no-reboot` ends the run there).
+fn ended_early(console: &[String]) -> Option<String> {
+    if console.iter().any(|l| l.contains("XVMM-L1: done")) {
+        return None;
+    }
+    Some(
+        match console
+            .iter()
+            .find(|l| l.contains("Kernel panic - not syncing"))
+        {
+            Some(panic) => format!("L1's kernel panicked ({})", panic.trim()),
+            None => "L1 ended before its plan was done, with no panic: it reset".into(),
+        },
+    )
 }
 
 /// CPU time a process has used (`/proc/PID/stat` utime + stime).
@@ -551,20 +560,24 @@ mod tests {
     }
 
     #[test]
-    fn a_panic_before_the_plan_is_done_asks_for_a_second_boot() {
+    fn an_end_before_the_plan_is_done_asks_for_a_second_boot() {
         let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let panicked = lines(&[
             "XVMM-STEP name=a outcome=exit:0",
             "[   60.266111] Kernel panic - not syncing: Fatal exception in interrupt",
         ]);
-        let why = kernel_panic(&panicked).expect("a panic");
+        let why = ended_early(&panicked).expect("a panic");
         assert!(why.contains("Fatal exception in interrupt"), "{why}");
-        // After the plan, or with no panic, nothing to retry.
+        // A silent end (a reset) is one too; after the plan, nothing is.
+        let reset = ended_early(&lines(&[
+            "XVMM-STEP name=a outcome=exit:0",
+            "[ 9.0] kvm: x",
+        ]));
+        assert!(reset.expect("a reset").contains("no panic"));
         let mut done = panicked.clone();
         done.insert(1, "XVMM-L1: done".into());
-        assert_eq!(kernel_panic(&done), None);
-        assert_eq!(kernel_panic(&lines(&["XVMM-L1: done"])), None);
-        assert_eq!(kernel_panic(&lines(&["[ 1.0] panic_on_warn"])), None);
+        assert_eq!(ended_early(&done), None);
+        assert_eq!(ended_early(&lines(&["XVMM-L1: done"])), None);
     }
 
     /// Runs `child` through [`collect_console`]: its console, how it ended,
