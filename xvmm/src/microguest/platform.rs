@@ -195,7 +195,6 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             "cpuid"
             | "pio-out"
             | "pio-in"
-            | "pio-in-pmtimer"
             | "pio-out-eventfd"
             | "mmio-write"
             | "mmio-write-eventfd"
@@ -216,9 +215,6 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             | "x2apic-self-ipi-tpr-sti-hlt"
             | "x2apic-self-ipi-msr-hlt"
             | "x2apic-self-ipi-msr-tpr-sti-hlt"
-            | "ipi"
-            | "ipi-halt"
-            | "ple-round-robin"
             | "tscdeadline",
             Vendor::Amd,
             Hypervisor::Pvm,
@@ -240,6 +236,14 @@ pub fn expected_exit(name: &str, p: Platform) -> Fact {
             Hypervisor::Pvm,
         ) => fact(Outcome::Unavailable, AMD_PVM),
         ("vmmcall", Vendor::Amd, Hypervisor::Pvm) => fact(Outcome::NeverReturns, AMD_PVM),
+        // The two-vCPU rows and the PM timer, on the Intel CI machine
+        // (2026-11-29: both IPI rows' receivers on the sender's clock, the
+        // round robin, the timer's port read).
+        (
+            "ipi" | "ipi-halt" | "ple-round-robin" | "pio-in-pmtimer",
+            Vendor::Intel,
+            Hypervisor::Pvm,
+        ) => fact(Outcome::Runs, INTEL_PVM),
         ("rdmsr" | "wrmsr", Vendor::Amd, Hypervisor::Pvm) => {
             fact(Outcome::Faults { vector: 13 }, AMD_PVM)
         }
@@ -457,6 +461,29 @@ mod tests {
         );
     }
 
+    /// The Intel/PVM column's exit rows: the four measured on the Intel CI
+    /// machine, and nothing claimed for the rest.
+    #[test]
+    fn the_intel_pvm_exit_column_names_only_what_was_measured_there() {
+        let intel_pvm = Platform {
+            vendor: Vendor::Intel,
+            hypervisor: Hypervisor::Pvm,
+        };
+        let documented: Vec<(&str, Outcome)> = exit_rows(false)
+            .map(|(n, _)| (n, expected_exit(n, intel_pvm).outcome))
+            .filter(|(_, o)| *o != Outcome::Undocumented)
+            .collect();
+        assert_eq!(
+            documented,
+            [
+                ("pio-in-pmtimer", Outcome::Runs),
+                ("ipi", Outcome::Runs),
+                ("ipi-halt", Outcome::Runs),
+                ("ple-round-robin", Outcome::Runs)
+            ]
+        );
+    }
+
     /// The AMD/PVM column of docs/guide/platforms.md, row by row.
     #[test]
     fn the_amd_pvm_exit_column_row_by_row() {
@@ -474,7 +501,7 @@ mod tests {
                 ("cpuid", Outcome::Runs),
                 ("pio-out", Outcome::Runs),
                 ("pio-in", Outcome::Runs),
-                ("pio-in-pmtimer", Outcome::Runs),
+                ("pio-in-pmtimer", Outcome::Undocumented),
                 ("pio-out-eventfd", Outcome::Runs),
                 ("pio-in-kernel", Outcome::Runs),
                 ("pio-out-kernel", Outcome::Runs),
@@ -507,9 +534,9 @@ mod tests {
                 ("x2apic-self-ipi-msr-tpr", Outcome::Unavailable),
                 ("x2apic-self-ipi-msr-tpr-sti-nop", Outcome::Unavailable),
                 ("x2apic-self-ipi-msr-tpr-sti-hlt", Outcome::Runs),
-                ("ipi", Outcome::Runs),
-                ("ipi-halt", Outcome::Runs),
-                ("ple-round-robin", Outcome::Runs),
+                ("ipi", Outcome::Undocumented),
+                ("ipi-halt", Outcome::Undocumented),
+                ("ple-round-robin", Outcome::Undocumented),
                 ("tscdeadline-immed", Outcome::Unavailable),
                 ("tscdeadline", Outcome::Runs),
                 ("xsetbv", Outcome::Unavailable),
