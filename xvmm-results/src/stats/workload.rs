@@ -457,7 +457,13 @@ mod tests {
             rec(70, 1, 8, IrqExit { vector: 3 }),
             rec(80, 1, 8, IrqExit { vector: 2 }),
         ]);
-        assert_eq!(out.len(), 1, "only the interrupt that closed: {out:?}");
+        // Only the interrupt that closed, at its own exit, not the other's.
+        assert_eq!(
+            out.iter()
+                .map(|i| (i.kind, i.start, i.end))
+                .collect::<Vec<_>>(),
+            [(IntervalKind::Interrupt(2), 60, 80)]
+        );
         assert_eq!(
             unpaired,
             Unpaired {
@@ -468,6 +474,47 @@ mod tests {
                 cut_by_loss: 0
             }
         );
+    }
+
+    #[test]
+    fn a_fault_opened_twice_counts_the_first_and_times_the_second() {
+        use Event::*;
+        let (out, _, unpaired) = build(&[
+            rec(10, 0, 7, FaultUser { error_code: 0x4 }),
+            rec(20, 0, 7, FaultUser { error_code: 0x6 }),
+            rec(50, 0, 7, FaultDone),
+        ]);
+        assert_eq!(
+            out.iter().map(|i| (i.kind, i.start)).collect::<Vec<_>>(),
+            [(IntervalKind::Fault(FaultKind::Write), 20)]
+        );
+        assert_eq!(unpaired.opens, 1);
+        let names: Vec<&str> = [
+            FaultKind::Read,
+            FaultKind::Write,
+            FaultKind::WriteProtect,
+            FaultKind::Exec,
+            FaultKind::Protection,
+        ]
+        .map(FaultKind::name)
+        .to_vec();
+        assert_eq!(
+            names,
+            ["read", "write", "write-protect", "exec", "protection"]
+        );
+    }
+
+    #[test]
+    fn what_is_open_at_the_end_is_counted_open() {
+        use Event::*;
+        let (out, _, unpaired) = build(&[
+            rec(10, 0, 7, SysEnter { nr: 0 }),
+            rec(20, 0, 7, FaultUser { error_code: 0x4 }),
+            rec(30, 1, 8, IrqEntry { vector: 0xec }),
+            rec(40, 1, 8, IrqEntry { vector: 0xfd }),
+        ]);
+        assert!(out.is_empty());
+        assert_eq!(unpaired.opens, 4, "a call, a fault, two interrupts");
     }
 
     #[test]
@@ -504,6 +551,14 @@ mod tests {
         ]);
         assert!(out.is_empty() && figures.is_empty());
         assert_eq!(unpaired.closes, 1);
+        // One that ends at its start (two events within a TSC quantum) is
+        // an interval of 0.
+        let (out, _, unpaired) = build(&[
+            rec(100, 0, 7, SysEnter { nr: 0 }),
+            rec(100, 0, 7, SysExit { nr: 0 }),
+        ]);
+        assert_eq!((out.len(), out[0].end - out[0].start), (1, 0));
+        assert_eq!(unpaired, Unpaired::default());
     }
 
     #[test]
