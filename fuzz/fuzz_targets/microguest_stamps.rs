@@ -18,13 +18,19 @@ fuzz_target!(|words: Vec<u64>| {
     assert!(m.intervals.iter().all(|&i| i > 0));
     let aligned = aligned_intervals(&words);
     assert_eq!(aligned.len(), pairs);
-    assert_eq!(aligned.iter().filter(|&&i| i > 0).count(), m.intervals.len());
+    assert_eq!(
+        aligned.iter().filter(|&&i| i > 0).count(),
+        m.intervals.len()
+    );
     assert_eq!(four_stamp_samples(&words).len(), words.len() / 4);
 
     // The IPI rows: a receiver's words for exactly the samples whose pair
     // stands, and a summary that accounts for each of them.
     let r = receiver_samples(&words);
-    assert_eq!(r.intervals.len() as u64 + r.discarded, (words.len() / 5) as u64);
+    assert_eq!(
+        r.intervals.len() as u64 + r.discarded,
+        (words.len() / 5) as u64
+    );
     assert_eq!(r.receiver.len(), r.intervals.len());
     let side = IpiReceiver::from_samples(&r.receiver);
     assert_eq!(side.samples() + side.out_of_order, r.receiver.len() as u64);
