@@ -9,7 +9,7 @@ use super::guest::{KernelStamps, Kind};
 use super::kinds::{self, Needs, Role, VmmExit, CROSSINGS};
 use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd, Vms};
 use super::stamps::{
-    aligned_intervals, four_stamp_samples, receiver_samples, two_stamp_samples, TwoStamp,
+    aligned_intervals, four_stamp_samples, interval, receiver_samples, two_stamp_samples, TwoStamp,
 };
 use crate::progress::Progress;
 use crate::vcpu::RunControl;
@@ -167,8 +167,7 @@ impl Session<'_> {
                 row.batches = Some(
                     four_stamp_samples(&stamps)
                         .iter()
-                        .filter(|s| s.u2k_u != UNFILLED && s.k2u_u != UNFILLED && s.k2u_u > s.u2k_u)
-                        .map(|s| s.k2u_u - s.u2k_u)
+                        .filter_map(|s| interval(s.u2k_u, s.k2u_u))
                         .collect(),
                 );
             }
@@ -378,8 +377,7 @@ impl Session<'_> {
         let off = match self.crossing_samples(kind, &off_cfg)? {
             Ok(samples) => samples
                 .iter()
-                .filter(|s| s.k2u_u != UNFILLED && s.u2k_u != UNFILLED && s.k2u_u > s.u2k_u)
-                .map(|s| s.k2u_u - s.u2k_u)
+                .filter_map(|s| interval(s.u2k_u, s.k2u_u))
                 .collect(),
             Err(reason) => return Ok(Err(reason)),
         };

@@ -21,6 +21,12 @@ pub struct TwoStamp {
     pub receiver: Vec<IpiStamps>,
 }
 
+/// The interval from `open` to `close`, where both were filled and `close`
+/// comes after `open`: the one rule every stamp pair here is read by.
+pub fn interval(open: u64, close: u64) -> Option<u64> {
+    (open != UNFILLED && close != UNFILLED && close > open).then(|| close - open)
+}
+
 /// Splits two-stamp words into intervals, dropping unfilled or unordered pairs.
 pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
     let mut out = TwoStamp {
@@ -35,14 +41,14 @@ pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
     };
     for pair in stamps.chunks_exact(2) {
         let (open, close) = (pair[0], pair[1]);
-        if open == UNFILLED || close == UNFILLED || close <= open {
+        let Some(i) = interval(open, close) else {
             out.discarded += 1;
             // Keep positions aligned with the host stamps of the same sample.
             out.opens.push(UNFILLED);
             out.closes.push(UNFILLED);
             continue;
-        }
-        out.intervals.push(close - open);
+        };
+        out.intervals.push(i);
         out.opens.push(open);
         out.closes.push(close);
     }
@@ -64,7 +70,7 @@ pub fn receiver_samples(stamps: &[u64]) -> TwoStamp {
             eoi: w[3],
             halted_at: w[4],
         })
-        .filter(|s| s.sent != UNFILLED && s.acked != UNFILLED && s.acked > s.sent)
+        .filter(|s| interval(s.sent, s.acked).is_some())
         .collect();
     out
 }
@@ -88,10 +94,7 @@ pub fn four_stamp_samples(stamps: &[u64]) -> Vec<Sample> {
 pub fn aligned_intervals(stamps: &[u64]) -> Vec<u64> {
     stamps
         .chunks_exact(2)
-        .map(|p| match (p[0], p[1]) {
-            (open, close) if open != UNFILLED && close != UNFILLED && close > open => close - open,
-            _ => 0,
-        })
+        .map(|p| interval(p[0], p[1]).unwrap_or(0))
         .collect()
 }
 
