@@ -29,15 +29,18 @@ fn current_mask() -> Option<libc::cpu_set_t> {
     (ok == 0).then_some(set)
 }
 
+/// The CPUs a mask holds, in order.
+fn cpus_in(set: &libc::cpu_set_t) -> impl Iterator<Item = usize> + '_ {
+    // SAFETY: CPU_ISSET reads a valid cpu_set_t within CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(move |&cpu| unsafe { libc::CPU_ISSET(cpu, set) })
+}
+
 /// The host CPUs this process may run on (its affinity mask from before
 /// any `--pin`), in order.
 pub fn usable_cpus() -> Vec<usize> {
     let saved = *MASK_BEFORE_PIN.lock().unwrap_or_else(|e| e.into_inner());
     match saved.or_else(current_mask) {
-        // SAFETY: CPU_ISSET reads a valid cpu_set_t within CPU_SETSIZE.
-        Some(set) => (0..libc::CPU_SETSIZE as usize)
-            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-            .collect(),
+        Some(set) => cpus_in(&set).collect(),
         None => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
     }
 }
@@ -45,8 +48,7 @@ pub fn usable_cpus() -> Vec<usize> {
 /// The one host CPU the calling thread may run on, when its mask has one.
 pub fn pinned_cpu() -> Option<usize> {
     let set = current_mask()?;
-    // SAFETY: CPU_ISSET reads a valid cpu_set_t within CPU_SETSIZE.
-    let mut cpus = (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) });
+    let mut cpus = cpus_in(&set);
     match (cpus.next(), cpus.next()) {
         (Some(cpu), None) => Some(cpu),
         _ => None,
