@@ -42,11 +42,24 @@ summary() {
     echo "tests: $((passed - skipped)) passed, $failed failed, $skipped skipped"
 }
 
+# CI shows only the end of this output, and libtest prints a failure's panic
+# far above it, in its binary's section: repeat each failing test's name and
+# the first lines of its panic here, at the end.
+failure_digest() {
+    awk '
+        /^---- .* stdout ----$/ { name = $2; want = 0; next }
+        name != "" && /panicked at/ { print "FAILED " name ": " $0; want = 4; next }
+        want > 0 && /^note: run with/ { want = 0; name = ""; next }
+        want > 0 { print "    " substr($0, 1, 300); want--; if (want == 0) name = "" }
+    ' "$TEST_LOG" | head -n 120
+}
+
 finish() {
     local status=$?
     trap - EXIT
     step "host tracing state at the end"
     ./target/debug/host-state check "$HOST_STATE" || status=1
+    failure_digest
     summary
     exit "$status"
 }

@@ -296,11 +296,22 @@ fn l1_cpus() -> usize {
         .unwrap_or(2)
 }
 
+/// QEMU's `-accel` for L1: TCG, its threading from `XVMM_HARNESS_TCG`
+/// (`single` or `multi`) when set.
+fn l1_accel() -> String {
+    match std::env::var("XVMM_HARNESS_TCG") {
+        Ok(t) if !t.is_empty() => format!("tcg,thread={t}"),
+        _ => "tcg".into(),
+    }
+}
+
 /// Starts QEMU TCG on the L1 kernel, its console on stdout, its monitor on
 /// `monitor`'s socket.
 fn spawn_l1(a: &Artifacts, initrd: &Path, cmdline: &str, monitor: &Monitor) -> Result<Child> {
     Command::new(HOST_QEMU)
-        .args(["-accel", "tcg", "-cpu", "EPYC", "-m", "2048", "-smp"])
+        .arg("-accel")
+        .arg(l1_accel())
+        .args(["-cpu", "EPYC", "-m", "2048", "-smp"])
         .arg(l1_cpus().to_string())
         .arg("-monitor")
         .arg(monitor.qemu_arg())

@@ -168,6 +168,12 @@ impl Drop for Instance {
 fn start_instance() -> Result<Instance, String> {
     let root = Path::new(TRACEFS);
     let path = root.join("instances").join(INSTANCE);
+    // A recorder killed at its step's timeout left its instance: the
+    // harness's own name, so taken back (its events off first, as the
+    // drop does).
+    if path.is_dir() {
+        drop(Instance(path.clone()));
+    }
     fs::create_dir(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
     let instance = Instance(path);
     let i = &instance.0;

@@ -57,10 +57,13 @@ fn main() {
     {
         Ok(steps) => {
             for step in &steps {
-                let (mut result, seen) = run_step(step);
-                if let Some(why) = seen.retry(&result.outcome) {
+                let (mut result, mut seen) = run_step(step);
+                for _ in 0..plan::MAX_RETRIES {
+                    let Some(why) = seen.retry(&result.outcome) else {
+                        break;
+                    };
                     println!("{RETRY_PREFIX}{} {why}", step.name);
-                    (result, _) = run_step(step);
+                    (result, seen) = run_step(step);
                 }
                 println!("{}", result.to_line());
             }
