@@ -15,6 +15,7 @@ pub mod signals;
 pub mod skip;
 pub mod stdio;
 pub mod tracefs;
+pub mod tracefs_pipes;
 pub mod tracefs_raw;
 pub mod tsc;
 
