@@ -15,7 +15,10 @@
 #   harness/tests/container.rs), systemd-analyze (the units' security
 #   exposure, harness/tests/deploy.rs), man-db (`man -w` on the Debian
 #   package's pages, harness/tests/deb.rs), rt-tests (cyclictest, the
-#   timer wake-up's peer in harness/tests/characterize.rs), the nightly toolchain and
+#   timer wake-up's peer in harness/tests/characterize.rs), strace (the
+#   system call counts `xperf workload` must agree with,
+#   guest/xperf/tests/workload.rs and harness/tests/workload.rs),
+#   busybox-static (the workload commands L1 runs), the nightly toolchain and
 #   cargo-fuzz (xvmm_setup_fuzz), cargo-mutants (xvmm_setup_mutants) and
 #   mdBook (xvmm_setup_mdbook, the book under docs/).
 #
@@ -33,7 +36,7 @@ XVMM_TEST_PACKAGES=(make flex bison bc cpio patch xz-utils perl libelf-dev libss
                     linux-source-6.12 linux-source-6.1 qemu-system-x86 linux-perf
                     chromium fonts-dejavu-core trace-cmd python3-ply python3-git
                     prometheus prometheus-node-exporter crun golang-github-containers-common systemd
-                    man-db rt-tests)
+                    man-db rt-tests strace busybox-static)
 
 xvmm_as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

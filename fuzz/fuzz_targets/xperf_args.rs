@@ -34,7 +34,12 @@ fuzz_target!(|data: &[u8]| {
             assert!(!o.modes.is_empty() && !o.crossings.is_empty(), "{o:?}");
             assert!(o.json.as_ref().is_none_or(|p| !p.as_os_str().is_empty()));
         }
-        Ok(Command::Help | Command::Version | Command::ProbesHelp) => {}
+        Ok(Command::Workload(o)) => {
+            assert!(!o.command.is_empty(), "{o:?}");
+            assert!(o.json.as_ref().is_none_or(|p| !p.as_os_str().is_empty()));
+            assert!(o.timeout.is_none_or(|t| t.as_secs() >= 1), "{o:?}");
+        }
+        Ok(Command::Help | Command::Version | Command::ProbesHelp | Command::WorkloadHelp) => {}
         Err(e) => {
             assert_eq!(e.exit_code(), 2, "{e}");
             assert_one_line(&e.to_string(), "parse");

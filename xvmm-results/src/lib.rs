@@ -28,7 +28,7 @@ pub use probes::Probe;
 pub use render::document;
 pub use schema::{
     async_pf, channel, characterize, exit_trace, intervals, ipi, json, limits, machine, names,
-    probes, xperf_args,
+    probes, workload, xperf_args,
 };
 use serde::{Deserialize, Serialize};
 pub use stats::{attribution, bootstrap, compare, correction, linearity, quantum, sweep, timeline};
@@ -100,6 +100,10 @@ pub struct Report {
     /// (README "Schema").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub async_pf: Option<async_pf::AsyncPf>,
+    /// Where a whole command's kernel time went (`xperf workload` only);
+    /// additive (README "Schema").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<workload::Workload>,
 }
 
 impl Report {
@@ -124,6 +128,7 @@ impl Report {
             run_id: None,
             timeline: None,
             async_pf: None,
+            workload: None,
         }
     }
 

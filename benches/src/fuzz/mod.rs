@@ -77,6 +77,10 @@ pub const TARGETS: &[Target] = &[
         parses: "the exit loop's handling of each exit (MMIO too)",
     },
     Target {
+        name: "workload_pages",
+        parses: "xperf workload's trace pages, tasks and intervals",
+    },
+    Target {
         name: "microguest_stamps",
         parses: "the microguest's stamp words, the IPI receiver's too",
     },

@@ -87,6 +87,56 @@ fn raw_trace_pages() -> Vec<Seed> {
     seeds
 }
 
+/// Two pages of a workload's events in the example formats: a call, a
+/// fault and its end, a timer interrupt inside, a fork and a switch.
+fn workload_pages() -> Vec<Seed> {
+    use xperf::workload::decode::{example_formats, EXAMPLE_HEADER_PAGE, FAULT_DONE};
+    use xvmm_host::tracefs_raw::{encode_record, EventFormat, Missed, PageLayout, PageWriter};
+    let formats: Vec<EventFormat> = example_formats()
+        .iter()
+        .filter_map(|f| EventFormat::parse(f).ok())
+        .collect();
+    let Ok(layout) = PageLayout::parse(EXAMPLE_HEADER_PAGE) else {
+        return Vec::new();
+    };
+    let record = |name: &str, fields: &[(&str, u64)]| {
+        let f = formats.iter().find(|f| f.name == name)?;
+        Some(encode_record(f, fields))
+    };
+    let events: [(&str, &[(&str, u64)]); 8] = [
+        ("sys_enter", &[("common_pid", 7), ("id", 0)]),
+        ("local_timer_entry", &[("common_pid", 7), ("vector", 0xec)]),
+        ("local_timer_exit", &[("common_pid", 7), ("vector", 0xec)]),
+        ("sys_exit", &[("common_pid", 7), ("id", 0)]),
+        ("page_fault_user", &[("common_pid", 7), ("error_code", 6)]),
+        (FAULT_DONE, &[("common_pid", 7)]),
+        (
+            "sched_process_fork",
+            &[("common_pid", 7), ("parent_pid", 7), ("child_pid", 8)],
+        ),
+        (
+            "sched_switch",
+            &[("common_pid", 7), ("prev_pid", 7), ("next_pid", 8)],
+        ),
+    ];
+    let mut page = PageWriter::new(&layout, 1000);
+    for (name, fields) in events {
+        if let Some(r) = record(name, fields) {
+            page.event(50, &r);
+        }
+    }
+    let first = page.finish(Missed::None);
+    let mut second = PageWriter::new(&layout, 1200);
+    if let Some(r) = record(
+        "sched_switch",
+        &[("common_pid", 8), ("prev_pid", 8), ("next_pid", 7)],
+    ) {
+        second.event(0, &r);
+    }
+    let two = [first.clone(), second.finish(Missed::Count(3))].concat();
+    vec![("page".into(), first), ("two-cpus".into(), two)]
+}
+
 /// The seeds of `target` (see `super::TARGETS`).
 pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
     match target {
@@ -96,6 +146,7 @@ pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
         "report" | "openmetrics" | "results_channel" => reports(src, target == "results_channel"),
         "trace_line" => vec![("trace".into(), [b"\x07".as_slice(), TRACE].concat())],
         "trace_raw_page" => raw_trace_pages(),
+        "workload_pages" => workload_pages(),
         "xperf_args" => ARGS
             .iter()
             .map(|a| (format!("args-{}", a.len()), a.to_vec()))

@@ -91,6 +91,7 @@ pub fn run(argv: Vec<String>, vm_init: bool) -> Result<()> {
     let command = args::parse(argv)?;
     let measures = match &command {
         Command::Probes(o) => !o.show_state,
+        Command::Workload(_) => true,
         Command::Characterize(o) => !o.help,
         Command::Run(_) => true,
         _ => false,
@@ -103,6 +104,8 @@ pub fn run(argv: Vec<String>, vm_init: bool) -> Result<()> {
         Command::ProbesHelp => return print(&format!("{}\n", crate::probes::args::USAGE)),
         Command::Version => return print(&format!("xperf {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Probes(opts) => return run_probes(opts),
+        Command::WorkloadHelp => return print(&format!("{}\n", crate::workload::args::USAGE)),
+        Command::Workload(opts) => return run_workload(*opts),
         Command::Characterize(o) if o.help => {
             return print(&format!("{}\n", characterize::options::USAGE))
         }
@@ -314,6 +317,35 @@ fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
         )));
     }
     written
+}
+
+/// `xperf workload`: runs the command under the trace, delivers the report
+/// (VMM, file, table), then ends with the command's status; a host state
+/// that could not be restored fails the run.
+fn run_workload(opts: crate::workload::args::Options) -> Result<()> {
+    let region = channel::results_region_from_proc()?;
+    let json_to = json_destination(opts.json.clone(), DEFAULT_JSON, region.is_some())?;
+    let config = crate::workload::Config {
+        options: opts,
+        vmm_channel: region.is_some(),
+    };
+    let outcome = crate::workload::run(&config)?;
+    let written = deliver(&outcome.report, region, json_to);
+    drop(outcome.signals);
+    if !outcome.not_restored.is_empty() {
+        return Err(Error::Tracing(format!(
+            "host tracing state not restored: {}",
+            outcome.not_restored.join("; ")
+        )));
+    }
+    written?;
+    match outcome.report.workload.as_ref().map(|w| &w.ended) {
+        Some(ended) if !ended.succeeded() => Err(Error::Command {
+            status: crate::workload::exit_code(ended),
+            how: ended.describe(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The report to the VMM and its file first, then the tables (and the JSON

@@ -21,6 +21,7 @@ usage: xperf [--samples N] [--warmup N] [--null-samples N] [--rounds R] [--cpu N
              [--interrupt-path] [--json FILE]
        xperf characterize [--samples N] [--cpu N] [--json FILE]   (see characterize --help)
        xperf probes [OPTIONS]   (what instrumentation costs; xperf probes --help)
+       xperf workload [OPTIONS] -- CMD [ARGS]   (a command's kernel time; workload --help)
 
 Measures user->kernel->user crossings: #PF on first touch, #PF after
 MADV_DONTNEED, and the getppid syscall. With the xperf kernel hooks
@@ -98,6 +99,9 @@ pub enum Command {
     ProbesHelp,
     /// `xperf characterize ...`: the whole machine (crate::characterize).
     Characterize(crate::characterize::Options),
+    /// `xperf workload ... -- CMD`: a whole command's kernel time.
+    Workload(Box<crate::workload::args::Options>),
+    WorkloadHelp,
     Help,
     Version,
 }
@@ -133,6 +137,13 @@ where
         return Ok(match crate::probes::args::parse(args)? {
             crate::probes::args::Command::Run(o) => Command::Probes(o),
             crate::probes::args::Command::Help => Command::ProbesHelp,
+        });
+    }
+    if args.peek().is_some_and(|a| a == "workload") {
+        args.next();
+        return Ok(match crate::workload::args::parse(args)? {
+            crate::workload::args::Command::Run(o) => Command::Workload(o),
+            crate::workload::args::Command::Help => Command::WorkloadHelp,
         });
     }
     if args.peek().is_some_and(|a| a == "characterize") {
@@ -182,6 +193,12 @@ mod tests {
             matches!(parse(["probes", "--rounds", "2"]).unwrap(), Command::Probes(o) if o.rounds == 2)
         );
         assert_eq!(parse(["probes", "-h"]).unwrap(), Command::ProbesHelp);
+        assert!(matches!(
+            parse(["workload", "--", "true"]).unwrap(),
+            Command::Workload(o) if o.command == ["true"]
+        ));
+        assert_eq!(parse(["workload", "-h"]).unwrap(), Command::WorkloadHelp);
+        assert_eq!(parse(["workload"]).unwrap_err().exit_code(), 2);
         assert_eq!(parse(["--raw", "probes"]).unwrap_err().exit_code(), 2);
         assert!(matches!(
             parse(["characterize", "--samples", "9"]).unwrap(),

@@ -20,6 +20,9 @@ pub enum Error {
     Tracing(String),
     /// A stop signal ended the run after what was measured was delivered.
     Stopped(i32),
+    /// `xperf workload`'s command did not succeed (its report was
+    /// delivered): xperf ends with the command's status.
+    Command { status: i32, how: String },
 }
 
 impl Error {
@@ -29,6 +32,7 @@ impl Error {
         match self {
             Error::Usage(_) => 2,
             Error::Stopped(signal) => 128 + signal,
+            Error::Command { status, .. } => *status,
             _ => 1,
         }
     }
@@ -57,6 +61,7 @@ impl fmt::Display for Error {
                     "stopped by signal {signal}; what was measured was delivered"
                 )
             }
+            Error::Command { how, .. } => ("the command", how),
         };
         let flat = msg.replace('\n', " ");
         write!(f, "{kind}: {}", xvmm_host::escape::visible(&flat))

@@ -45,5 +45,8 @@ pub mod sampling;
 pub mod stamp;
 pub mod stop;
 pub mod sweep;
+pub mod trace_session;
+pub mod tracefs_text;
+pub mod workload;
 
 pub use error::{Error, Result};

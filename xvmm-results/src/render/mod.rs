@@ -20,6 +20,7 @@ mod method;
 pub mod openmetrics;
 mod probes;
 mod timeline;
+mod workload;
 
 pub use async_pf::{async_pf_lines, on_off_table};
 pub use characterize::{by_group, characterize_of, characterize_table, ticks_per};
@@ -27,6 +28,7 @@ pub use linearity::linearity_table;
 pub use method::quantum_of;
 pub use probes::{probe_comparison_table, probes_table};
 pub use timeline::{attribution_of, attribution_table, timeline_lines, traced_exit_table};
+pub use workload::{rows_by_family, workload_of, workload_table};
 
 /// "-" for a missing figure.
 fn cell(value: Option<u64>) -> String {
@@ -107,6 +109,10 @@ fn header(report: &Report) -> String {
         or_unknown(&h.kernel_release),
         on_off(h.kpti),
     );
+    if is_workload_only(report) {
+        // No stamps were taken: the trace clock's ticks are the figures.
+        return out;
+    }
     let m = &report.method;
     let rounds = if m.rounds > 1 {
         format!(" in each of {} rounds", m.rounds)
@@ -348,17 +354,25 @@ pub fn host_exits_of(exits: &[HostExit]) -> Table {
     t
 }
 
+/// An `xperf workload` report: a command's trace, no crossing measured.
+fn is_workload_only(report: &Report) -> bool {
+    report.workload.is_some() && report.crossings.is_empty()
+}
+
 /// Everything a report holds, as text: header, crossings, exits, host exits,
 /// notes and the machine it was measured on.
 pub fn report(report: &Report) -> String {
     let mut out = header(report);
-    out.push('\n');
-    let quantum = method::quantum_of(report);
-    out += &crossing_table(&report.crossings, report.host.tsc_khz, quantum);
-    if quantum.is_some_and(|q| q > 1.0) {
-        out += "(* under 20 TSC quanta: one step of the counter is more than 5 % of the figure)\n";
+    if !is_workload_only(report) {
+        out.push('\n');
+        let quantum = method::quantum_of(report);
+        out += &crossing_table(&report.crossings, report.host.tsc_khz, quantum);
+        if quantum.is_some_and(|q| q > 1.0) {
+            out +=
+                "(* under 20 TSC quanta: one step of the counter is more than 5 % of the figure)\n";
+        }
+        out += &method::stamp_point_lines(report);
     }
-    out += &method::stamp_point_lines(report);
     if !report.exits.is_empty() {
         out.push('\n');
         out += &exit_table(&report.exits, report.host.tsc_khz);
@@ -392,6 +406,10 @@ pub fn report(report: &Report) -> String {
     if let Some(a) = &report.async_pf {
         out.push('\n');
         out += &async_pf_lines(a);
+    }
+    if let Some(w) = &report.workload {
+        out.push('\n');
+        out += &workload_table(w, report.host.tsc_khz);
     }
     if !report.notes.is_empty() {
         out += "\nnotes:\n";

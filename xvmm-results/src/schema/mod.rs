@@ -14,4 +14,5 @@ pub mod machine;
 pub mod names;
 pub mod probes;
 pub(crate) mod sample_format;
+pub mod workload;
 pub mod xperf_args;

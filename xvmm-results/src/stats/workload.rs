@@ -67,6 +67,12 @@ pub enum IntervalKind {
     OffCpu,
 }
 
+/// The number a `sys_exit` carries when the call reset it: `rt_sigreturn`
+/// sets the task's `orig_ax` to -1 (no restart into the interrupted call),
+/// and `sys_exit` reports that. Such an exit closes the task's open call,
+/// whichever it is.
+pub const RESET_NR: u32 = u32::MAX;
+
 /// One trace event of the workload, as the reader decoded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -132,6 +138,12 @@ pub struct Unpaired {
     pub opens: u64,
     /// Open intervals a lost-events mark on their CPU dropped.
     pub cut_by_loss: u64,
+    /// Times off CPU closed by the task's next event, not by its switch
+    /// in: a kernel may record no switch away from the idle task (Linux
+    /// 6.18 under PVM records none on its second CPU), so the task's own
+    /// next event is the first sign it runs again. Such a time off CPU
+    /// ends there: later by the few microseconds from its switch in.
+    pub inferred_switch_ins: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -156,6 +168,22 @@ struct Sums {
     lengths: ValueCounts,
     total: u128,
     off_cpu: u128,
+}
+
+/// `task` (`pid`) runs again at `ts`: its time off CPU, if one was open,
+/// added to the call it was in.
+fn back_on_cpu(task: &mut Task, pid: i32, ts: u64) -> Option<Interval> {
+    let start = task.off_since.take()?;
+    if let Some(call) = task.syscall.as_mut() {
+        call.off_cpu += ts.saturating_sub(start);
+    }
+    Some(Interval {
+        pid,
+        kind: IntervalKind::OffCpu,
+        start,
+        end: ts,
+        off_cpu: 0,
+    })
 }
 
 /// Builds the intervals from records fed in time order.
@@ -184,6 +212,9 @@ impl Builder {
             self.irq(r, sink);
             return;
         }
+        if !matches!(r.event, Event::SwitchIn | Event::SwitchOut) {
+            self.resumed(r.pid, r.ts, sink);
+        }
         let task = self.tasks.entry(r.pid).or_default();
         task.cpu = r.cpu;
         let closed = match r.event {
@@ -197,9 +228,9 @@ impl Builder {
                 None
             }
             Event::SysExit { nr } => match task.syscall.take() {
-                Some(open) if open.nr == nr => Some(Interval {
+                Some(open) if open.nr == nr || nr == RESET_NR => Some(Interval {
                     pid: r.pid,
-                    kind: IntervalKind::Syscall(nr),
+                    kind: IntervalKind::Syscall(open.nr),
                     start: open.start,
                     end: r.ts,
                     off_cpu: open.off_cpu,
@@ -227,21 +258,13 @@ impl Builder {
                 off_cpu: 0,
             }),
             Event::SwitchOut => {
-                task.off_since = Some(r.ts);
+                // Out again without an in, and no event between: when it
+                // ran is unknown, so that time off CPU is not guessed.
+                let again = task.off_since.replace(r.ts);
+                self.unpaired.opens += u64::from(again.is_some());
                 None
             }
-            Event::SwitchIn => task.off_since.take().map(|start| {
-                if let Some(call) = task.syscall.as_mut() {
-                    call.off_cpu += r.ts.saturating_sub(start);
-                }
-                Interval {
-                    pid: r.pid,
-                    kind: IntervalKind::OffCpu,
-                    start,
-                    end: r.ts,
-                    off_cpu: 0,
-                }
-            }),
+            Event::SwitchIn => back_on_cpu(task, r.pid, r.ts),
             Event::IrqEntry { .. } | Event::IrqExit { .. } | Event::Lost => None,
         };
         if let Some(i) = closed {
@@ -249,7 +272,22 @@ impl Builder {
         }
     }
 
+    /// The task of an event other than a switch runs: a time off CPU still
+    /// open lacked its switch in, and ends here.
+    fn resumed(&mut self, pid: i32, ts: u64, sink: &mut impl FnMut(&Interval)) {
+        let Some(task) = self.tasks.get_mut(&pid) else {
+            return;
+        };
+        if let Some(i) = back_on_cpu(task, pid, ts) {
+            self.unpaired.inferred_switch_ins += 1;
+            self.close(&i, sink);
+        }
+    }
+
     fn irq(&mut self, r: &Record, sink: &mut impl FnMut(&Interval)) {
+        if let Event::IrqEntry { .. } = r.event {
+            self.resumed(r.pid, r.ts, sink);
+        }
         let stack = self.irqs.entry(r.cpu).or_default();
         match r.event {
             Event::IrqEntry { vector } => stack.push((vector, r.ts, r.pid)),
@@ -307,12 +345,18 @@ impl Builder {
         sink(i);
     }
 
-    /// The figures per kind, in kind order, and what stayed unpaired (the
-    /// intervals still open count as unpaired opens).
-    pub fn finish(self) -> (Vec<KindFigures>, Unpaired) {
+    /// The figures per kind, in kind order; what stayed unpaired (faults
+    /// and interrupts still open count as unpaired opens); and the system
+    /// calls entered that did not return while traced, by number
+    /// (`exit_group` never does; a call still blocked at the end).
+    pub fn finish(self) -> Finished {
         let mut unpaired = self.unpaired;
+        let mut unreturned = BTreeMap::new();
         for t in self.tasks.values() {
-            unpaired.opens += u64::from(t.syscall.is_some()) + u64::from(t.fault.is_some());
+            if let Some(call) = t.syscall {
+                *unreturned.entry(call.nr).or_insert(0) += 1;
+            }
+            unpaired.opens += u64::from(t.fault.is_some());
         }
         unpaired.opens += self.irqs.values().map(|s| s.len() as u64).sum::<u64>();
         let figures = self
@@ -325,8 +369,21 @@ impl Builder {
                 off_cpu: s.off_cpu,
             })
             .collect();
-        (figures, unpaired)
+        Finished {
+            figures,
+            unpaired,
+            unreturned,
+        }
     }
+}
+
+/// What the builder made of a whole trace ([`Builder::finish`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Finished {
+    pub figures: Vec<KindFigures>,
+    pub unpaired: Unpaired,
+    /// System calls entered and not returned by the end, by number.
+    pub unreturned: BTreeMap<u32, u64>,
 }
 
 #[cfg(test)]
@@ -348,8 +405,8 @@ mod tests {
         for r in records {
             b.push(r, &mut |i| out.push(*i));
         }
-        let (figures, unpaired) = b.finish();
-        (out, figures, unpaired)
+        let f = b.finish();
+        (out, f.figures, f.unpaired)
     }
 
     fn figures_of(figures: &[KindFigures], kind: IntervalKind) -> &KindFigures {
@@ -469,9 +526,11 @@ mod tests {
             Unpaired {
                 // 5's exit, 20's exit, 50's and 70's interrupt exits.
                 closes: 4,
-                // 10's call, 30's re-opened by 40, 40's left open.
-                opens: 3,
-                cut_by_loss: 0
+                // 10's call, 30's re-opened by 40 (40's, left open, is
+                // an unreturned call).
+                opens: 2,
+                cut_by_loss: 0,
+                inferred_switch_ins: 0,
             }
         );
     }
@@ -505,16 +564,70 @@ mod tests {
     }
 
     #[test]
-    fn what_is_open_at_the_end_is_counted_open() {
+    fn a_missing_switch_in_ends_at_the_tasks_next_event() {
+        use Event::*;
+        let (out, figures, unpaired) = build(&[
+            rec(10, 1, 7, SysEnter { nr: 61 }),
+            rec(20, 1, 7, SwitchOut),
+            // No switch in (from idle): its exit is the first sign.
+            rec(500, 1, 7, SysExit { nr: 61 }),
+            rec(600, 0, 7, SwitchOut),
+            // An interrupt in its context also says it runs.
+            rec(700, 0, 7, IrqEntry { vector: 0xec }),
+            rec(710, 0, 7, IrqExit { vector: 0xec }),
+            // Out twice with nothing between: not guessed.
+            rec(800, 0, 7, SwitchOut),
+            rec(900, 0, 7, SwitchOut),
+            rec(950, 0, 7, SwitchIn),
+        ]);
+        let off: Vec<(u64, u64)> = out
+            .iter()
+            .filter(|i| i.kind == IntervalKind::OffCpu)
+            .map(|i| (i.start, i.end))
+            .collect();
+        assert_eq!(off, [(20, 500), (600, 700), (900, 950)]);
+        let call = figures_of(&figures, IntervalKind::Syscall(61));
+        assert_eq!((call.total, call.off_cpu), (490, 480));
+        assert_eq!(unpaired.inferred_switch_ins, 2);
+        assert_eq!(unpaired.opens, 1);
+    }
+
+    #[test]
+    fn a_return_whose_number_was_reset_closes_the_open_call() {
         use Event::*;
         let (out, _, unpaired) = build(&[
+            rec(10, 0, 7, SysEnter { nr: 15 }),
+            rec(30, 0, 7, SysExit { nr: RESET_NR }),
+            // Nothing open: still a close without an open.
+            rec(40, 0, 7, SysExit { nr: RESET_NR }),
+        ]);
+        assert_eq!(
+            out.iter()
+                .map(|i| (i.kind, i.start, i.end))
+                .collect::<Vec<_>>(),
+            [(IntervalKind::Syscall(15), 10, 30)]
+        );
+        assert_eq!(unpaired.closes, 1);
+    }
+
+    #[test]
+    fn what_is_open_at_the_end_is_counted_open_and_calls_by_number() {
+        use Event::*;
+        let records = [
             rec(10, 0, 7, SysEnter { nr: 0 }),
             rec(20, 0, 7, FaultUser { error_code: 0x4 }),
             rec(30, 1, 8, IrqEntry { vector: 0xec }),
             rec(40, 1, 8, IrqEntry { vector: 0xfd }),
-        ]);
+            rec(50, 1, 9, SysEnter { nr: 231 }),
+            rec(60, 0, 10, SysEnter { nr: 231 }),
+        ];
+        let (out, _, unpaired) = build(&records);
         assert!(out.is_empty());
-        assert_eq!(unpaired.opens, 4, "a call, a fault, two interrupts");
+        assert_eq!(unpaired.opens, 3, "a fault, two interrupts");
+        let mut b = Builder::new();
+        records.iter().for_each(|r| b.push(r, &mut |_| {}));
+        let unreturned: Vec<(u32, u64)> = b.finish().unreturned.into_iter().collect();
+        assert_eq!(unreturned, [(0, 1), (231, 2)]);
     }
 
     #[test]
@@ -537,7 +650,8 @@ mod tests {
             Unpaired {
                 closes: 1,
                 opens: 0,
-                cut_by_loss: 2
+                cut_by_loss: 2,
+                inferred_switch_ins: 0,
             }
         );
     }

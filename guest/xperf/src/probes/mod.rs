@@ -6,7 +6,7 @@
 //!
 //! - [`args`]: the subcommand's options;
 //! - [`parse`]: pure parsers of the kernel's files and of probe points (fuzzable);
-//! - [`session`]: the host's tracing state, changed only where needed and restored;
+//! - [`crate::trace_session`] (shared with `xperf workload`): the host's tracing state, changed only where needed and restored;
 //! - [`placement`]: the probed functions and the instruction inside them;
 //! - [`modes`]: what each mode puts in place and how its hits are recognised;
 //! - [`sampling`]: the crossings in chunks, and hits per sample;
@@ -18,15 +18,14 @@ pub mod parse;
 pub mod placement;
 pub mod runner;
 pub mod sampling;
-pub mod session;
 
 use crate::error::{Error, Result};
+use crate::trace_session::{read_text, Session, GROUP};
 use crate::{abi, host, measure};
 use modes::{Kernel, Target};
 use parse::ProbePoint;
 use runner::Runner;
 use sampling::{Crosser, Kind};
-use session::{read_text, Session, GROUP};
 use std::collections::BTreeMap;
 use std::path::Path;
 use xvmm_host::signals::{self, StopSignals};

@@ -244,37 +244,6 @@ pub fn kprobe_profile(profile: &str, event: &str) -> Option<(u64, u64)> {
     })
 }
 
-/// Event names of `group` defined in `dynamic_events`
-/// (`p:xperf/getppid_kprobe __x64_sys_getppid+5`, `r10:g/e sym`, `f:g/e sym`).
-pub fn dynamic_events_of(dynamic_events: &str, group: &str) -> Vec<String> {
-    dynamic_events
-        .lines()
-        .filter_map(|line| {
-            let head = line.split_whitespace().next()?;
-            let (_, name) = head.split_once(':')?;
-            let (g, e) = name.split_once('/')?;
-            (g == group).then(|| e.to_string())
-        })
-        .collect()
-}
-
-/// The reason tracefs logged for the last failed `command` in `error_log`:
-/// an entry is `[ts] loc: error: TEXT`, then `  Command: COMMAND`, then a caret.
-pub fn error_log_reason(error_log: &str, command: &str) -> Option<String> {
-    let mut last_error: Option<&str> = None;
-    let mut found = None;
-    for line in error_log.lines() {
-        if let Some(i) = line.find(": error: ") {
-            last_error = Some(line[i + ": error: ".len()..].trim());
-        } else if let Some(cmd) = line.trim_start().strip_prefix("Command: ") {
-            if cmd.trim_end() == command.trim_end() {
-                found = last_error.map(str::to_string);
-            }
-        }
-    }
-    found
-}
-
 /// `name=0xHH` fields of a kprobe event record's body, e.g. of
 /// `peek: (__x64_sys_getpid+0x0/0x10) a0=0xcc a1=0x48` (only byte values).
 pub fn byte_fields(body: &str) -> Vec<(String, u8)> {
@@ -506,32 +475,10 @@ mod tests {
     }
 
     #[test]
-    fn profile_dynamic_events_and_error_log() {
+    fn kprobe_profile_lines() {
         let profile = "  getppid_kprobe                                            12               3\n  x 1\n";
         assert_eq!(kprobe_profile(profile, "getppid_kprobe"), Some((12, 3)));
         assert_eq!(kprobe_profile(profile, "x"), None);
-        let dynamic = "p:xperf/getppid_kprobe __x64_sys_getppid+5\n\
-                       r10:other/ret f\nf:xperf/pf_fprobe handle_mm_fault\ns:synth u64 x\n";
-        assert_eq!(
-            dynamic_events_of(dynamic, "xperf"),
-            ["getppid_kprobe", "pf_fprobe"]
-        );
-        assert!(dynamic_events_of(dynamic, "none").is_empty());
-        let log = "[  140.514226] trace_kprobe: error: Invalid probe point\n\
-                   \x20 Command: p:xperf/a nosuch\n\
-                   \x20                  ^\n\
-                   [  141.000000] trace_kprobe: error: Probe point is not an instruction boundary\n\
-                   \x20 Command: p:xperf/a sym+1\n\
-                   \x20                    ^\n";
-        assert_eq!(
-            error_log_reason(log, "p:xperf/a sym+1").as_deref(),
-            Some("Probe point is not an instruction boundary")
-        );
-        assert_eq!(
-            error_log_reason(log, "p:xperf/a nosuch").as_deref(),
-            Some("Invalid probe point")
-        );
-        assert_eq!(error_log_reason(log, "p:other"), None);
     }
 
     #[test]

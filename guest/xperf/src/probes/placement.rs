@@ -14,7 +14,7 @@
 use super::modes::Target;
 use super::parse::{self, ProbePoint};
 use super::sampling::Kind;
-use super::session::{read_text, Session, GROUP};
+use crate::trace_session::{read_text, Session, GROUP};
 use std::path::Path;
 use xvmm_host::elf::{ElfFile, StreamSource};
 

@@ -5,7 +5,7 @@
 use super::modes::{Armed, Plan, Switch};
 use super::parse::{self, Matcher};
 use super::sampling::{self, Crosser, Tally};
-use super::session::{self, Session};
+use crate::trace_session::{self as session, Session};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use xvmm_host::signals;

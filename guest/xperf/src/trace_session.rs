@@ -1,4 +1,4 @@
-//! The host tracing state `xperf probes` touches, and how it is put back.
+//! The host tracing state `xperf probes` and `xperf workload` touch, and how it is put back.
 //!
 //! Everything that can be private is: the ring buffer, clock, event switches,
 //! function-tracer filter and tracer live in xperf's own tracefs instance
@@ -13,8 +13,8 @@
 //! `panic = "abort"` the panic hook), is idempotent, and each step is
 //! bounded (single writes).
 
-use super::parse;
 use crate::error::{Error, Result};
+use crate::tracefs_text as parse;
 use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
