@@ -15,6 +15,7 @@ mod fleet;
 mod matrix;
 mod run;
 mod trend;
+mod workload;
 
 use crate::Input;
 use comparison::comparison_sections;
@@ -125,6 +126,9 @@ fn inputs_section(inputs: &[Input]) -> Section {
             }
             if let Some(c) = &r.characterize {
                 contents += &format!(", characterization ({} metrics)", c.metrics.len());
+            }
+            if let Some(w) = &r.workload {
+                contents += &format!(", a workload ({} kinds of interval)", w.rows.len());
             }
             vec![
                 Cell::from(format!("{}", i + 1)),

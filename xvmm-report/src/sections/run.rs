@@ -1,5 +1,5 @@
 //! One section per result file: its summary, crossings and their
-//! distributions, host exits, characterisation, notes and machine.
+//! distributions, host exits, characterisation, workload, notes and machine.
 
 use super::bins::distribution;
 use super::{column, or_dash, MAX_DISTRIBUTIONS, TICKS};
@@ -145,6 +145,9 @@ pub(super) fn report_section(i: usize, input: &Input) -> Section {
     if let Some(c) = &r.characterize {
         characterize_blocks(c, &mut blocks);
     }
+    if let Some(w) = &r.workload {
+        super::workload::workload_blocks(w, r.host.tsc_khz, &mut blocks);
+    }
     if !r.notes.is_empty() {
         blocks.push(Block::Subheading("Notes".into()));
         blocks.push(Block::List(
@@ -211,6 +214,22 @@ pub(super) fn subtracted(r: &Report) -> String {
 
 pub(super) fn summary(r: &Report) -> String {
     let n = &r.null_overhead;
+    if r.workload.is_some() && r.crossings.is_empty() {
+        // `xperf workload`: a trace of a command, no stamps taken.
+        return format!(
+            "{} on {} ({} kHz TSC, hypervisor {}, kernel {}): times are ticks of the x86-tsc \
+             trace clock.",
+            r.tool,
+            or_dash(&r.host.cpu_model),
+            r.host.tsc_khz,
+            if r.host.hypervisor_signature.is_empty() {
+                "none seen".into()
+            } else {
+                format!("{:?}", r.host.hypervisor_signature)
+            },
+            or_dash(&r.host.kernel_release),
+        );
+    }
     format!(
         "{} on {} ({} kHz TSC, hypervisor {}, kernel {}). {} samples per row after {} warm-up; stamps {} .. {}; null overhead median {} (min {}, p99 {}, {} samples){}.",
         r.tool,
