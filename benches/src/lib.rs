@@ -13,6 +13,7 @@ pub mod perf;
 pub mod recorded;
 pub mod scale;
 pub mod trace;
+pub mod workload;
 
 /// Median (mean of the middle two for an even count); `None` if empty.
 pub fn median(mut v: Vec<f64>) -> Option<f64> {

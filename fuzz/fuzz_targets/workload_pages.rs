@@ -19,8 +19,9 @@ fuzz_target!(|data: &[u8]| {
     for (i, chunk) in data.chunks(page.max(1)).enumerate() {
         let cpu = i % 2;
         let mut given = 0u64;
-        let count = decoder.decode_page(cpu as u32, chunk, |s| {
-            assert_eq!(s.cpu as usize, cpu, "an event moved CPU");
+        let index = u32::try_from(cpu).unwrap_or(u32::MAX);
+        let count = decoder.decode_page(index, chunk, |s| {
+            assert_eq!(s.cpu, index, "an event moved CPU");
             if s.raw != xperf::workload::decode::Raw::Lost {
                 given += 1;
             }
