@@ -298,12 +298,7 @@ fn run_probes(opts: Box<crate::probes::args::Options>) -> Result<()> {
     let written = deliver(&outcome.report, region, json_to);
     // The handlers stay until here: later signals are recorded, not fatal.
     drop(outcome.signals);
-    if !outcome.not_restored.is_empty() {
-        return Err(Error::Tracing(format!(
-            "host tracing state not restored: {}",
-            outcome.not_restored.join("; ")
-        )));
-    }
+    restored(&outcome.not_restored)?;
     if let Some(signal) = outcome.stopped_by {
         written?;
         return Err(Error::Stopped(signal));
@@ -332,12 +327,7 @@ fn run_workload(opts: crate::workload::args::Options) -> Result<()> {
     let outcome = crate::workload::run(&config)?;
     let written = deliver(&outcome.report, region, json_to);
     drop(outcome.signals);
-    if !outcome.not_restored.is_empty() {
-        return Err(Error::Tracing(format!(
-            "host tracing state not restored: {}",
-            outcome.not_restored.join("; ")
-        )));
-    }
+    restored(&outcome.not_restored)?;
     written?;
     match outcome.report.workload.as_ref().map(|w| &w.ended) {
         Some(ended) if !ended.succeeded() => Err(Error::Command {
@@ -346,6 +336,17 @@ fn run_workload(opts: crate::workload::args::Options) -> Result<()> {
         }),
         _ => Ok(()),
     }
+}
+
+/// A run fails when what it changed on the host could not be put back.
+fn restored(not_restored: &[String]) -> Result<()> {
+    if not_restored.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Tracing(format!(
+        "host tracing state not restored: {}",
+        not_restored.join("; ")
+    )))
 }
 
 /// The report to the VMM and its file first, then the tables (and the JSON

@@ -48,6 +48,18 @@ fn append_text(path: &Path, value: &str) -> io::Result<()> {
     f.write_all(value.as_bytes())
 }
 
+/// Refuses a non-root run of `command` in one line: tracefs instances,
+/// dynamic events and the sysctls they touch are root's.
+pub fn check_root(command: &str) -> Result<()> {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Error::Tracing(format!(
+            "{command} needs root: tracefs instances and dynamic events are root-only"
+        )));
+    }
+    Ok(())
+}
+
 fn tracing_error(e: impl std::fmt::Display) -> Error {
     Error::Tracing(e.to_string())
 }

@@ -13,44 +13,14 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use xvmm_host::host_state::mounts::{FsKind, FsUse};
-use xvmm_host::host_state::namespace::enter_private_mount_namespace;
-use xvmm_host::host_state::snapshot::snapshot;
 use xvmm_results::{Report, Status};
+
+#[path = "support/host_tracing.rs"]
+mod host_tracing;
+use host_tracing::{state, usable};
 
 /// One xperf probes run at a time: they share the host's tracing state.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Root and tracefs, in a private mount namespace of this test's thread
-/// (the xperf it starts inherits it) where tracefs is not mounted.
-fn usable() -> bool {
-    // SAFETY: no arguments.
-    let root = unsafe { libc::geteuid() } == 0;
-    let tracefs = std::fs::read_to_string("/proc/filesystems")
-        .is_ok_and(|f| f.lines().any(|l| l.ends_with("\ttracefs")));
-    if !root || !tracefs {
-        let why = "xperf probes tests need root and a kernel with tracefs";
-        eprintln!("{}", xvmm_host::skip::record(why));
-        return false;
-    }
-    enter_private_mount_namespace().expect("root makes a private mount namespace");
-    true
-}
-
-/// The snapshot, without instances other tools (xvmm --trace) may create
-/// meanwhile.
-fn state() -> Vec<(String, String)> {
-    snapshot(None)
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "instances" {
-                let ours: Vec<&str> = v.split(' ').filter(|i| i.starts_with("xperf")).collect();
-                (k, ours.join(" "))
-            } else {
-                (k, v)
-            }
-        })
-        .collect()
-}
 
 fn xperf() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_xperf"));
@@ -80,7 +50,7 @@ fn fails_cleanly(mut cmd: Command, code: i32, needle: &str) {
 
 #[test]
 fn bad_input_is_one_line_and_changes_nothing() {
-    if !usable() {
+    if !usable("xperf probes") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,7 +81,7 @@ fn bad_input_is_one_line_and_changes_nothing() {
 /// (this kernel may have no kprobe events), created and removed by the test.
 #[test]
 fn a_probe_left_by_someone_else_is_refused() {
-    if !usable() {
+    if !usable("xperf probes") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -193,7 +163,7 @@ fn interrupted(tag: &str, signals: &[libc::c_int]) -> (Option<i32>, String, Opti
 
 #[test]
 fn signals_stop_cleanly_deliver_what_was_measured_and_restore_everything() {
-    if !usable() {
+    if !usable("xperf probes") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -229,7 +199,7 @@ fn signals_stop_cleanly_deliver_what_was_measured_and_restore_everything() {
 
 #[test]
 fn tracepoints_this_kernel_has_are_measured_with_every_hit_counted() {
-    if !usable() {
+    if !usable("xperf probes") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -12,10 +12,12 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use xvmm_host::host_state::namespace::enter_private_mount_namespace;
-use xvmm_host::host_state::snapshot::snapshot;
 use xvmm_results::schema::workload::{Workload, FAMILY_OFF_CPU, FAMILY_SYSCALL};
 use xvmm_results::Report;
+
+#[path = "support/host_tracing.rs"]
+mod host_tracing;
+use host_tracing::{state, usable};
 
 /// One run at a time: they share the host's tracing state.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -23,34 +25,6 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// A command whose system calls are the same from run to run: a shell,
 /// two programs it forks and execs, a file read, a directory listed.
 const SHELL: &str = "cat /etc/hostname > /dev/null; ls / > /dev/null";
-
-fn usable() -> bool {
-    // SAFETY: no arguments.
-    let root = unsafe { libc::geteuid() } == 0;
-    let tracefs = std::fs::read_to_string("/proc/filesystems")
-        .is_ok_and(|f| f.lines().any(|l| l.ends_with("\ttracefs")));
-    if !root || !tracefs {
-        let why = "xperf workload tests need root and a kernel with tracefs";
-        eprintln!("{}", xvmm_host::skip::record(why));
-        return false;
-    }
-    enter_private_mount_namespace().expect("root makes a private mount namespace");
-    true
-}
-
-fn state() -> Vec<(String, String)> {
-    snapshot(None)
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "instances" {
-                let ours: Vec<&str> = v.split(' ').filter(|i| i.starts_with("xperf")).collect();
-                (k, ours.join(" "))
-            } else {
-                (k, v)
-            }
-        })
-        .collect()
-}
 
 fn temp(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("xperf-workload-{tag}-{}", std::process::id()))
@@ -129,7 +103,7 @@ fn differences(
 
 #[test]
 fn system_call_counts_agree_with_strace_exactly() {
-    if !usable() {
+    if !usable("xperf workload") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -167,7 +141,7 @@ fn system_call_counts_agree_with_strace_exactly() {
 
 #[test]
 fn the_commands_status_and_time_off_cpu_are_reported() {
-    if !usable() {
+    if !usable("xperf workload") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -193,7 +167,7 @@ fn the_commands_status_and_time_off_cpu_are_reported() {
 
 #[test]
 fn a_timeout_or_a_signal_stops_the_command_and_keeps_the_record() {
-    if !usable() {
+    if !usable("xperf workload") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -239,7 +213,7 @@ fn a_timeout_or_a_signal_stops_the_command_and_keeps_the_record() {
 
 #[test]
 fn bad_input_is_one_line_and_changes_nothing() {
-    if !usable() {
+    if !usable("xperf workload") {
         return;
     }
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -29,6 +29,23 @@ fn unit(tsc_khz: u64) -> String {
     }
 }
 
+/// One bar of `values` (ticks), each its own series, scaled.
+fn bar(label: &str, values: &[u64], tsc_khz: u64, mark: Option<f64>) -> StackedBar {
+    StackedBar {
+        label: label.into(),
+        parts: values
+            .iter()
+            .enumerate()
+            .map(|(series, &v)| Part {
+                series,
+                value: scaled(v, tsc_khz),
+            })
+            .collect(),
+        whisker: None,
+        mark,
+    }
+}
+
 /// The time the workload's system calls spent on CPU.
 fn calls_on_cpu(w: &Workload) -> u64 {
     w.family(FAMILY_SYSCALL)
@@ -62,19 +79,12 @@ pub(super) fn families_chart(w: &Workload, tsc_khz: u64) -> StackedChart {
         ]
         .map(String::from)
         .to_vec(),
-        bars: vec![StackedBar {
-            label: "all tasks".into(),
-            parts: values
-                .iter()
-                .enumerate()
-                .map(|(series, &v)| Part {
-                    series,
-                    value: scaled(v, tsc_khz),
-                })
-                .collect(),
-            whisker: None,
-            mark: Some(scaled(w.wall_ticks, tsc_khz)),
-        }],
+        bars: vec![bar(
+            "all tasks",
+            &values,
+            tsc_khz,
+            Some(scaled(w.wall_ticks, tsc_khz)),
+        )],
         omitted: 0,
     }
 }
@@ -118,19 +128,7 @@ pub(super) fn calls_chart(w: &Workload, tsc_khz: u64) -> Option<StackedChart> {
         ),
         unit: unit(tsc_khz),
         series,
-        bars: vec![StackedBar {
-            label: "system calls".into(),
-            parts: values
-                .iter()
-                .enumerate()
-                .map(|(series, &v)| Part {
-                    series,
-                    value: scaled(v, tsc_khz),
-                })
-                .collect(),
-            whisker: None,
-            mark: None,
-        }],
+        bars: vec![bar("system calls", &values, tsc_khz, None)],
         omitted: 0,
     })
 }

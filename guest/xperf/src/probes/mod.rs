@@ -62,17 +62,6 @@ pub struct Outcome {
     pub signals: StopSignals,
 }
 
-fn check_root() -> Result<()> {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(Error::Tracing(
-            "xperf probes needs root: tracefs, dynamic events and kprobes-optimization are root-only"
-                .into(),
-        ));
-    }
-    Ok(())
-}
-
 fn point_of(o: &args::Options, kind: Kind) -> &ProbePoint {
     match kind {
         Kind::Getppid => &o.getppid_probe,
@@ -212,7 +201,7 @@ fn kernel_notes(k: &Kernel, optimization_before: Option<bool>) -> Vec<String> {
 /// Runs `xperf probes`; `progress` hears which mode is being measured.
 pub fn run(config: &Config, progress: &mut dyn FnMut(&str)) -> Result<Outcome> {
     let o = &config.options;
-    check_root()?;
+    crate::trace_session::check_root("xperf probes")?;
     let per_round = measure::usize_of(o.samples.div_ceil(o.rounds))?;
     let warmup = measure::usize_of(o.warmup)?;
     measure::check_memory((per_round + warmup) as u64)?;

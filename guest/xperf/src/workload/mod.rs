@@ -57,16 +57,6 @@ pub struct Outcome {
     pub signals: StopSignals,
 }
 
-fn check_root() -> Result<()> {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(Error::Tracing(
-            "xperf workload needs root: tracefs instances and probes are root-only".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// The instance's set-up: what is enabled, and how faults end.
 struct Enabled {
     /// The `format` files of the enabled events.
@@ -338,7 +328,7 @@ fn record_until_end(
 /// Runs `xperf workload`.
 pub fn run(config: &Config) -> Result<Outcome> {
     let o = &config.options;
-    check_root()?;
+    crate::trace_session::check_root("xperf workload")?;
     // Before the session: on an early return the session restores the
     // host while the handlers are still in place.
     let signals = StopSignals::install().map_err(|e| Error::Tracing(e.to_string()))?;
