@@ -16,6 +16,58 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 
+/// The signal state the command is to start with: what xperf itself was
+/// started with, as under strace or `time` (xperf's own stop handlers and
+/// the Rust runtime's ignored SIGPIPE are xperf's, not the command's: a
+/// shell started with SIGINT ignored, as a background job is, sets up its
+/// signals differently).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inherited {
+    /// Stop signals ignored when xperf started (`signals::STOP_SIGNALS`).
+    ignored: [bool; 3],
+}
+
+impl Inherited {
+    /// Read now: before xperf installs its stop handlers.
+    pub fn now() -> Inherited {
+        let mut ignored = [false; 3];
+        for (i, &signal) in xvmm_host::signals::STOP_SIGNALS.iter().enumerate() {
+            // SAFETY: sigaction is plain data; zeroed is a valid value.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a null new action only reads the current one.
+            let read = unsafe { libc::sigaction(signal, std::ptr::null(), &raw mut old) };
+            ignored[i] = read == 0 && old.sa_sigaction == libc::SIG_IGN;
+        }
+        Inherited { ignored }
+    }
+
+    /// In the forked child: the dispositions and mask the command starts
+    /// with. Only async-signal-safe calls.
+    ///
+    /// # Safety
+    ///
+    /// Called only in the forked child, before its exec.
+    unsafe fn apply(&self) {
+        // SAFETY: plain system calls on locals, in the forked child.
+        unsafe {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&raw mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGPIPE, &raw const action, std::ptr::null_mut());
+            for (i, &signal) in xvmm_host::signals::STOP_SIGNALS.iter().enumerate() {
+                action.sa_sigaction = if self.ignored[i] {
+                    libc::SIG_IGN
+                } else {
+                    libc::SIG_DFL
+                };
+                libc::sigaction(signal, &raw const action, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
 /// A forked child waiting at its gate.
 #[derive(Debug)]
 pub struct Gated {
@@ -76,8 +128,10 @@ pub fn resolve(name: &str, path: Option<&str>) -> Result<PathBuf> {
         .ok_or_else(|| Error::Sys(format!("cannot run the command: {name}: not found in PATH")))
 }
 
-/// Forks the command, held before its `exec`.
-pub fn spawn_gated(command: &[String]) -> Result<Gated> {
+/// Forks the command, held before its `exec` with the signal state of
+/// `inherited`; returns once the child has set it up and waits at the
+/// gate (so that none of its set-up is in the trace, which starts later).
+pub fn spawn_gated(command: &[String], inherited: Inherited) -> Result<Gated> {
     let nul = || Error::Usage("the command has an argument with a NUL byte".into());
     let argv: Vec<CString> = command
         .iter()
@@ -94,12 +148,14 @@ pub fn spawn_gated(command: &[String]) -> Result<Gated> {
     ptrs.push(std::ptr::null());
     let gate = pipe()?;
     let report = pipe()?;
+    let ready = pipe()?;
     // SAFETY: the child calls only async-signal-safe functions (read,
-    // close, execv, write, _exit) on memory prepared before the fork.
+    // close, sigprocmask, sigaction, execv, write, _exit) on memory
+    // prepared before the fork.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         let e = Error::last_os("fork");
-        gate.into_iter().chain(report).for_each(close);
+        gate.into_iter().chain(report).chain(ready).for_each(close);
         return Err(e);
     }
     if pid == 0 {
@@ -107,6 +163,11 @@ pub fn spawn_gated(command: &[String]) -> Result<Gated> {
         unsafe {
             libc::close(gate[1]);
             libc::close(report[0]);
+            libc::close(ready[0]);
+            inherited.apply();
+            // Ready: its end closes at the exec (close-on-exec).
+            let byte = 1u8;
+            libc::write(ready[1], (&raw const byte).cast(), 1);
             let mut byte = 0u8;
             let got = libc::read(gate[0], (&raw mut byte).cast(), 1);
             if got != 1 {
@@ -123,11 +184,18 @@ pub fn spawn_gated(command: &[String]) -> Result<Gated> {
     }
     close(gate[0]);
     close(report[1]);
-    Ok(Gated {
+    close(ready[1]);
+    let gated = Gated {
         pid,
         gate: gate[1],
         report: report[0],
-    })
+    };
+    let mut byte = 0u8;
+    // SAFETY: reads one byte into a local; blocks until the child is set
+    // up (or gone: then it reads end of file, and the open fails later).
+    unsafe { libc::read(ready[0], (&raw mut byte).cast(), 1) };
+    close(ready[0]);
+    Ok(gated)
 }
 
 impl Gated {
@@ -233,7 +301,7 @@ mod tests {
 
     #[test]
     fn a_gated_child_runs_only_once_opened_and_its_end_is_reported() {
-        let gated = spawn_gated(&command(&["sh", "-c", "exit 7"])).unwrap();
+        let gated = spawn_gated(&command(&["sh", "-c", "exit 7"]), Inherited::now()).unwrap();
         let ended = wait_in_thread(gated.pid).unwrap();
         // Held at its gate: not ended.
         assert!(ended.recv_timeout(Duration::from_millis(200)).is_err());
@@ -242,6 +310,33 @@ mod tests {
         assert!(libc::WIFEXITED(exit.status));
         assert_eq!(libc::WEXITSTATUS(exit.status), 7);
         assert!(exit.tsc > 0);
+    }
+
+    #[test]
+    fn the_command_starts_with_the_signal_state_xperf_started_with() {
+        let file = std::env::temp_dir().join(format!("xperf-sigign-{}", std::process::id()));
+        // SIGHUP ignored when xperf started (nohup), SIGPIPE ignored by the
+        // Rust runtime since: the command gets the first, not the second.
+        // SAFETY: swapping a disposition and putting it back.
+        let old = unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        let inherited = Inherited::now();
+        // SAFETY: as above.
+        unsafe { libc::signal(libc::SIGHUP, old) };
+        let script = format!("exec cat /proc/self/status > {}", file.display());
+        let gated = spawn_gated(&command(&["sh", "-c", &script]), inherited).unwrap();
+        let ended = wait_in_thread(gated.pid).unwrap();
+        gated.open().unwrap();
+        ended.recv_timeout(Duration::from_secs(10)).unwrap();
+        let status = std::fs::read_to_string(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        let mask = |field: &str| {
+            let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        let bit = |signal: libc::c_int| 1u64 << (signal - 1);
+        assert_ne!(mask("SigIgn:") & bit(libc::SIGHUP), 0, "{status}");
+        assert_eq!(mask("SigIgn:") & bit(libc::SIGPIPE), 0, "{status}");
+        assert_eq!(mask("SigBlk:"), 0, "{status}");
     }
 
     #[test]
@@ -254,28 +349,28 @@ mod tests {
         // A directory of that name is not a program.
         let err = resolve("tmp", Some("/")).unwrap_err().to_string();
         assert!(err.contains("tmp: not found in PATH"), "{err}");
-        let err = spawn_gated(&command(&["xperf-no-such-command"])).unwrap_err();
+        let err = spawn_gated(&command(&["xperf-no-such-command"]), Inherited::now()).unwrap_err();
         assert!(err.to_string().contains("not found in PATH"), "{err}");
     }
 
     #[test]
     fn a_command_that_cannot_run_is_one_error_and_a_dropped_gate_ends_the_child() {
-        let gated = spawn_gated(&command(&["/nonexistent/xperf-test"])).unwrap();
+        let gated = spawn_gated(&command(&["/nonexistent/xperf-test"]), Inherited::now()).unwrap();
         let err = gated.open().unwrap_err().to_string();
         assert!(err.contains("No such file or directory"), "{err}");
         // Not a program: exec's own refusal, in one line.
-        let err = spawn_gated(&command(&["/etc/passwd"]))
+        let err = spawn_gated(&command(&["/etc/passwd"]), Inherited::now())
             .unwrap()
             .open()
             .unwrap_err();
         assert!(err.to_string().contains("Permission denied"), "{err}");
-        let gated = spawn_gated(&command(&["true"])).unwrap();
+        let gated = spawn_gated(&command(&["true"]), Inherited::now()).unwrap();
         let pid = gated.pid;
         drop(gated);
         // Reaped by the drop: no such child any more.
         // SAFETY: kill with signal 0 only checks the pid.
         assert_eq!(unsafe { libc::kill(pid, 0) }, -1);
-        let err = spawn_gated(&command(&["a\0b"])).unwrap_err();
+        let err = spawn_gated(&command(&["a\0b"]), Inherited::now()).unwrap_err();
         assert_eq!(err.exit_code(), 2);
     }
 }

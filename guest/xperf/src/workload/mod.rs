@@ -329,13 +329,15 @@ fn record_until_end(
 pub fn run(config: &Config) -> Result<Outcome> {
     let o = &config.options;
     crate::trace_session::check_root("xperf workload")?;
+    // Before the stop handlers replace them: the command's signal state.
+    let inherited = child::Inherited::now();
     // Before the session: on an early return the session restores the
     // host while the handlers are still in place.
     let signals = StopSignals::install().map_err(|e| Error::Tracing(e.to_string()))?;
     let mut session = Session::open(o.tracefs.as_deref())?;
     let enabled = configure(&mut session, o)?;
     let decoder = decoder(&session, &enabled.formats)?;
-    let gated = child::spawn_gated(&o.command)?;
+    let gated = child::spawn_gated(&o.command, inherited)?;
     let root = gated.pid;
     session.set("set_event_pid", &root.to_string())?;
     let mut pipes = open_cpu_pipes(&session.in_instance("")).map_err(Error::Tracing)?;
