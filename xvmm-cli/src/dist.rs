@@ -319,16 +319,26 @@ mod tests {
         let subs = |name: &str| match name {
             "characterize" => Ok(xperf::characterize::options::USAGE.to_string()),
             "probes" => Ok(xperf::probes::args::USAGE.to_string()),
+            "workload" => Ok(xperf::workload::args::USAGE.to_string()),
             other => Err(format!("unknown {other}")),
         };
         let files = xperf_pages(xperf::args::USAGE, "9.9.9", subs).unwrap();
         let mut got = names(&files);
         got.sort_unstable();
-        assert_eq!(got, ["xperf-characterize.1", "xperf-probes.1", "xperf.1"]);
+        assert_eq!(
+            got,
+            [
+                "xperf-characterize.1",
+                "xperf-probes.1",
+                "xperf-workload.1",
+                "xperf.1"
+            ]
+        );
         for (page, usage) in [
             ("xperf.1", xperf::args::USAGE),
             ("xperf-characterize.1", xperf::characterize::options::USAGE),
             ("xperf-probes.1", xperf::probes::args::USAGE),
+            ("xperf-workload.1", xperf::workload::args::USAGE),
         ] {
             let roff = text(find(&files, page));
             let parsed = Usage::parse(usage).unwrap();

@@ -14,6 +14,8 @@ patched kernel; root, for tracefs): each system call by name, user page
 faults by kind, the interrupts that hit it by vector, and its time off CPU;
 count, total, median and p99 per kind, and its wall, user and system time.
 The tracing runs in a tracefs instance of its own, restored on every exit.
+xperf exits with CMD's status (128 + the signal that killed it) once the
+report is delivered.
 
   --json FILE       write the JSON report to FILE atomically, or to stdout
                     when FILE is - (the table then goes to stderr; default:
@@ -23,10 +25,7 @@ The tracing runs in a tracefs instance of its own, restored on every exit.
   --buffer-kib N    trace ring buffer per CPU, KiB (default: 4096, less on
                     machines with many CPUs: 256 MiB in all at most)
   --tracefs DIR     tracefs mount point (default: found, or mounted)
-  -h, --help        this text
-
-xperf exits with CMD's status (128 + the signal that killed it) once the
-report is delivered.";
+  -h, --help        this text";
 
 /// Per-CPU ring buffer bounds, KiB.
 pub const MIN_BUFFER_KIB: u64 = 64;
