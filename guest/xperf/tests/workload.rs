@@ -8,6 +8,7 @@
 //! namespace where tracefs starts unmounted, as on a fresh machine.
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
@@ -188,16 +189,27 @@ fn a_timeout_or_a_signal_stops_the_command_and_keeps_the_record() {
         assert!((900.0..5000.0).contains(&ms), "{ms} ms");
     }
     assert_eq!(state(), before);
-    // A SIGINT to xperf alone reaches the command, which ends by it.
+    // A SIGINT to xperf alone reaches the command, which ends by it. xperf
+    // starts with SIGINT at its default, as from a terminal: the suite may
+    // run as a background job, whose SIGINT is ignored, and xperf hands
+    // its command the state it started with (an ignored SIGINT would stay
+    // ignored in the sleep).
     let json = temp("signal");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_xperf"))
+    let mut xperf = Command::new(env!("CARGO_BIN_EXE_xperf"));
+    xperf
         .args(["workload", "--json"])
         .arg(&json)
         .args(["--", "sleep", "30"])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("xperf starts");
+        .stderr(Stdio::piped());
+    // SAFETY: signal is async-signal-safe, called between fork and exec.
+    unsafe {
+        xperf.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    };
+    let mut child = xperf.spawn().expect("xperf starts");
     std::thread::sleep(Duration::from_millis(500));
     let pid = libc::pid_t::try_from(child.id()).expect("a pid fits");
     // SAFETY: signalling our own child.
