@@ -107,18 +107,24 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
-/// What could not be paired, by cause.
+/// What could not be paired, by cause (`stats::workload::Builder` counts
+/// it; the report carries it).
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Unpaired {
-    /// A close with no open (tracing began inside it, or its open was lost).
+    /// A close with no open (tracing began inside it, or its open was lost;
+    /// a forked child's first return).
     pub closes: u64,
-    /// An open never closed (`exit_group`, the end of the trace) or opened
-    /// again first.
+    /// A fault or an interrupt still open at the end, an open replaced
+    /// before it closed, or a task switched out twice with nothing between
+    /// (a call entered and never returned is counted in its row instead).
     pub opens: u64,
     /// Open intervals a lost-events mark on their CPU dropped.
     pub cut_by_loss: u64,
-    /// Times off CPU ended by the task's next event because the kernel
-    /// recorded no switch in (none from the idle task, on some kernels).
+    /// Times off CPU closed by the task's next event, not by its switch
+    /// in: a kernel may record no switch away from the idle task (Linux
+    /// 6.18 under PVM records none on its second CPU), so the task's own
+    /// next event is the first sign it runs again. Such a time off CPU
+    /// ends there: later by the few microseconds from its switch in.
     #[serde(default)]
     pub inferred_switch_ins: u64,
 }

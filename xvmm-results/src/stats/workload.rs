@@ -13,6 +13,7 @@
 
 use super::value_counts::ValueCounts;
 use super::Stats;
+pub use crate::schema::workload::Unpaired;
 use std::collections::{BTreeMap, HashMap};
 
 /// What a user page fault was, from its error code (x86: bit 0 protection
@@ -126,24 +127,6 @@ pub struct KindFigures {
     pub total: u128,
     /// Of a system call: the time off CPU inside, summed.
     pub off_cpu: u128,
-}
-
-/// What could not be paired, by cause.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Unpaired {
-    /// A close with no open (tracing began inside it, or its open was lost).
-    pub closes: u64,
-    /// Opens still open at the end ([`Builder::finish`]), or opened again
-    /// before they closed (an `exit_group`, an `execve` that failed oddly).
-    pub opens: u64,
-    /// Open intervals a lost-events mark on their CPU dropped.
-    pub cut_by_loss: u64,
-    /// Times off CPU closed by the task's next event, not by its switch
-    /// in: a kernel may record no switch away from the idle task (Linux
-    /// 6.18 under PVM records none on its second CPU), so the task's own
-    /// next event is the first sign it runs again. Such a time off CPU
-    /// ends there: later by the few microseconds from its switch in.
-    pub inferred_switch_ins: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]

@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
+use xvmm_host::signals::STOP_SIGNALS;
 
 /// The signal state the command is to start with: what xperf itself was
 /// started with, as under strace or `time` (xperf's own stop handlers and
@@ -24,14 +25,14 @@ use std::thread;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Inherited {
     /// Stop signals ignored when xperf started (`signals::STOP_SIGNALS`).
-    ignored: [bool; 3],
+    ignored: [bool; STOP_SIGNALS.len()],
 }
 
 impl Inherited {
     /// Read now: before xperf installs its stop handlers.
     pub fn now() -> Inherited {
-        let mut ignored = [false; 3];
-        for (i, &signal) in xvmm_host::signals::STOP_SIGNALS.iter().enumerate() {
+        let mut ignored = [false; STOP_SIGNALS.len()];
+        for (i, &signal) in STOP_SIGNALS.iter().enumerate() {
             // SAFETY: sigaction is plain data; zeroed is a valid value.
             let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
             // SAFETY: a null new action only reads the current one.
@@ -56,7 +57,7 @@ impl Inherited {
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = libc::SIG_DFL;
             libc::sigaction(libc::SIGPIPE, &raw const action, std::ptr::null_mut());
-            for (i, &signal) in xvmm_host::signals::STOP_SIGNALS.iter().enumerate() {
+            for (i, &signal) in STOP_SIGNALS.iter().enumerate() {
                 action.sa_sigaction = if self.ignored[i] {
                     libc::SIG_IGN
                 } else {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use xvmm_host::signals::{self, StopSignals};
 use xvmm_host::tracefs_pipes::{drain_pipe, open_cpu_pipes, CpuMerge};
 use xvmm_results::schema::workload::{
-    Ended, Row, Unpaired, Workload, FAMILY_FAULT, FAMILY_INTERRUPT, FAMILY_OFF_CPU, FAMILY_SYSCALL,
+    Ended, Row, Workload, FAMILY_FAULT, FAMILY_INTERRUPT, FAMILY_OFF_CPU, FAMILY_SYSCALL,
 };
 use xvmm_results::stats::workload::{Builder, FaultKind, IntervalKind, KindFigures};
 use xvmm_results::{Method, Report, Stats};
@@ -196,7 +196,9 @@ impl Recorder {
         });
     }
 
-    fn finish(mut self) -> (Vec<Row>, Unpaired, u64, u64, u64) {
+    /// What the trace says: the rows, what stayed unpaired, the tasks and
+    /// the events (the rest of the block is the command's end's).
+    fn finish(mut self) -> Workload {
         let mut rest = Vec::new();
         self.merge.release_all(|s| rest.push(s));
         rest.iter().for_each(|s| self.feed(s));
@@ -222,7 +224,6 @@ impl Recorder {
                 }),
             }
         }
-        let unpaired = finished.unpaired;
         for (kind, count) in &self.untimed {
             rows.push(Row {
                 family: FAMILY_FAULT.into(),
@@ -231,13 +232,14 @@ impl Recorder {
                 ..Row::default()
             });
         }
-        let unpaired = Unpaired {
-            closes: unpaired.closes,
-            opens: unpaired.opens,
-            cut_by_loss: unpaired.cut_by_loss,
-            inferred_switch_ins: unpaired.inferred_switch_ins,
-        };
-        (rows, unpaired, tasks, self.events, self.lost)
+        Workload {
+            tasks,
+            rows,
+            events: self.events,
+            lost_events: self.lost,
+            unpaired: finished.unpaired,
+            ..Workload::default()
+        }
     }
 }
 
@@ -353,7 +355,7 @@ pub fn run(config: &Config) -> Result<Outcome> {
     drop(pipes);
     let not_restored = session.restore();
     drop(session);
-    let (rows, unpaired, tasks, events, lost) = recorder.finish();
+    let traced = recorder.finish();
     let exit = waited.exit;
     let status = exit.map(|e| e.status);
     let workload = Workload {
@@ -370,12 +372,8 @@ pub fn run(config: &Config) -> Result<Outcome> {
         wall_ticks: exit.map_or(0, |e| e.tsc.saturating_sub(start)),
         user_us: exit.map_or(0, |e| e.user_us),
         system_us: exit.map_or(0, |e| e.system_us),
-        tasks,
-        rows,
-        events,
-        lost_events: lost,
-        unpaired,
         fault_end: enabled.fault_end,
+        ..traced
     };
     Ok(Outcome {
         report: build_report(config, workload),
