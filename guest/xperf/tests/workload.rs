@@ -189,17 +189,34 @@ fn a_timeout_or_a_signal_stops_the_command_and_keeps_the_record() {
         assert!((900.0..5000.0).contains(&ms), "{ms} ms");
     }
     assert_eq!(state(), before);
-    // A SIGINT to xperf alone reaches the command, which ends by it. xperf
-    // starts with SIGINT at its default, as from a terminal: the suite may
-    // run as a background job, whose SIGINT is ignored, and xperf hands
-    // its command the state it started with (an ignored SIGINT would stay
-    // ignored in the sleep).
-    let json = temp("signal");
+    // A SIGINT to xperf alone reaches the command, which ends by it.
+    let (status, w) = interrupted("signal", &["sleep", "30"], 1);
+    assert_eq!(status, Some(128 + libc::SIGINT));
+    assert_eq!(w.ended.stopped_by, Some(format!("signal {}", libc::SIGINT)));
+    assert_eq!(w.ended.signal, Some(libc::SIGINT));
+    // A command that ignores it: the second SIGINT kills every task of it,
+    // and what was recorded is still reported.
+    let (status, w) = interrupted("second", &["sh", "-c", "trap '' INT; sleep 30"], 2);
+    assert_eq!(status, Some(128 + libc::SIGKILL));
+    assert_eq!(w.ended.stopped_by, Some(format!("signal {}", libc::SIGINT)));
+    assert_eq!(w.ended.signal, Some(libc::SIGKILL));
+    assert!(w.row(FAMILY_SYSCALL, "execve").is_some());
+    assert_eq!(state(), before);
+}
+
+/// `xperf workload -- command`, sent `sigints` SIGINTs 300 ms apart once
+/// it runs: xperf's exit code and its report. xperf starts with SIGINT at
+/// its default, as from a terminal: the suite may run as a background job,
+/// whose SIGINT is ignored, and xperf hands its command the state it
+/// started with (an ignored SIGINT would stay ignored in the command).
+fn interrupted(tag: &str, command: &[&str], sigints: usize) -> (Option<i32>, Workload) {
+    let json = temp(tag);
     let mut xperf = Command::new(env!("CARGO_BIN_EXE_xperf"));
     xperf
         .args(["workload", "--json"])
         .arg(&json)
-        .args(["--", "sleep", "30"])
+        .arg("--")
+        .args(command)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     // SAFETY: signal is async-signal-safe, called between fork and exec.
@@ -212,15 +229,16 @@ fn a_timeout_or_a_signal_stops_the_command_and_keeps_the_record() {
     let mut child = xperf.spawn().expect("xperf starts");
     std::thread::sleep(Duration::from_millis(500));
     let pid = libc::pid_t::try_from(child.id()).expect("a pid fits");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid, libc::SIGINT) };
+    for _ in 0..sigints {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let status = child.wait().expect("xperf ends");
-    assert_eq!(status.code(), Some(128 + libc::SIGINT));
     let report = std::fs::read_to_string(&json).expect("the report");
     let _ = std::fs::remove_file(&json);
     let w = Report::from_json(&report).unwrap().workload.unwrap();
-    assert_eq!(w.ended.stopped_by, Some(format!("signal {}", libc::SIGINT)));
-    assert_eq!(state(), before);
+    (status.code(), w)
 }
 
 #[test]
