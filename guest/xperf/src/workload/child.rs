@@ -196,7 +196,27 @@ pub fn spawn_gated(command: &[String], inherited: Inherited) -> Result<Gated> {
     // up (or gone: then it reads end of file, and the open fails later).
     unsafe { libc::read(ready[0], (&raw mut byte).cast(), 1) };
     close(ready[0]);
+    wait_until_asleep(pid);
     Ok(gated)
+}
+
+/// Waits (a second at most) until `pid` sleeps: after its ready byte, in
+/// the gate's read, so that the read's entry is before the trace starts
+/// (one traced run counted it: `read` 14 against strace's 13).
+fn wait_until_asleep(pid: i32) {
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let state = std::fs::read_to_string(&stat).ok().and_then(|s| {
+            // "pid (comm) S ...": the command name may hold anything.
+            let after = &s[s.rfind(')')? + 1..];
+            after.split_whitespace().next().map(str::to_string)
+        });
+        if state.as_deref() != Some("R") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
 }
 
 impl Gated {
