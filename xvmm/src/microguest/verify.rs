@@ -11,9 +11,14 @@
 //! - every row has as many per-round medians as the run had rounds, and its
 //!   median's confidence interval holds the median;
 //! - an exit costs more than an instruction that does not exit: its
-//!   corrected median's interval lies above [`MIN_EXIT_TICKS`] (the kernel
-//!   pair that brackets it is subtracted; that a pair with an exit inside
-//!   outlasts the pair alone would hold with no exit at all).
+//!   fastest round trip outlasts the fastest kernel pair (the stamps that
+//!   bracket it, with nothing between) by more than [`MIN_EXIT_TICKS`].
+//!   Floors, not medians: under PVM the guest kernel's RDTSC traps, the
+//!   pair costs ~5 700 ticks and its median moves by ~450 between rounds
+//!   and runs (5 610 and 6 052 in one run), so a cheap exit's corrected
+//!   median (WBINVD: 590 here, 296 on a CI machine) says nothing about
+//!   whether it exited; both floors held within 160 ticks over three runs
+//!   (pair 5 400-5 560, WBINVD 6 134-6 218, 2026-11-29).
 //!
 //! Not checked: that a crossing's corrected parts (or an exit's) add up to
 //! its round trip. Each round trip is its parts' sum sample by sample and
@@ -76,6 +81,7 @@ pub fn problems(report: &Report) -> Vec<String> {
         crossing_problems(c, rounds, &mut p);
         p.extend(correction_problem(c, &costs.corrections));
     }
+    let pair_floor = costs.kernel_pair.as_ref().map(|k| k.stats.min);
     for name in ["pf", "int3"] {
         if report
             .crossing(name)
@@ -88,7 +94,7 @@ pub fn problems(report: &Report) -> Vec<String> {
         p.push("no VM exits listed".into());
     }
     for e in &report.exits {
-        exit_problems(e, rounds, &mut p);
+        exit_problems(e, rounds, pair_floor, &mut p);
     }
     p
 }
@@ -180,20 +186,24 @@ fn crossing_problems(c: &Crossing, rounds: usize, p: &mut Vec<String>) {
     }
 }
 
-/// What is wrong with one exit row.
-fn exit_problems(e: &ExitTiming, rounds: usize, p: &mut Vec<String>) {
+/// What is wrong with one exit row, its round trips set against the
+/// fastest kernel pair (`pair_floor`, ticks; unmeasured: not compared, the
+/// missing pair is named on its own).
+fn exit_problems(e: &ExitTiming, rounds: usize, pair_floor: Option<u64>, p: &mut Vec<String>) {
     match &e.status {
         Status::Measured => match &e.round_trip {
             Some(rt) if rt.raw.count > 0 => {
                 interval_problems(&format!("{} round trip", e.name), rt, rounds, p);
-                let low = rt.median_ci.map_or(rt.corrected.median, |ci| ci.low);
-                if low <= MIN_EXIT_TICKS {
-                    p.push(format!(
-                        "{}: the round trip's corrected median ({}, 95 % interval from {low}) is \
-                         not above {MIN_EXIT_TICKS} ticks, what an instruction that does not exit \
-                         costs at most: did it exit?",
-                        e.name, rt.corrected.median
-                    ));
+                if let Some(floor) = pair_floor {
+                    let over = rt.raw.min.saturating_sub(floor);
+                    if over <= MIN_EXIT_TICKS {
+                        p.push(format!(
+                            "{}: the fastest round trip ({} ticks) outlasts the fastest kernel \
+                             pair ({floor}) by {over}, not above {MIN_EXIT_TICKS}, what an \
+                             instruction that does not exit costs at most: did it exit?",
+                            e.name, rt.raw.min
+                        ));
+                    }
                 }
             }
             Some(_) => p.push(format!("{}: measured without a sample", e.name)),
@@ -465,8 +475,45 @@ mod tests {
             None,
         ));
         let p = problems(&r);
-        assert!(has(&p, "rdmsr: the round trip's corrected median"), "{p:?}");
+        assert!(has(&p, "rdmsr: the fastest round trip (95 ticks)"), "{p:?}");
         assert!(!has(&p, "cpuid:") && !has(&p, "pio-out:"), "{p:?}");
+    }
+
+    /// A PVM run's figures (2026-11-29): the trapped kernel pair's median
+    /// in its slow mode (6 052, a CI machine's whole run) puts WBINVD's
+    /// corrected median under the threshold, yet its floor is 734 ticks
+    /// above the pair's: it exited. An instruction whose floor sits on the
+    /// pair's is still named, however high its median.
+    #[test]
+    fn an_exit_is_told_by_its_floor_not_by_a_median_the_pair_moves() {
+        let mut r = good();
+        let costs = r.stamp_costs.as_mut().unwrap();
+        let slow_mode = PairCost::from_rounds(
+            "rdtsc",
+            "rdtsc",
+            &[vec![5400, 6040, 6052, 6060], vec![5410, 6044, 6052, 6070]],
+        );
+        costs.kernel_pair = Some(slow_mode);
+        let wbinvd = exit(
+            "wbinvd",
+            &[&[6134, 6320, 6330, 6340], &[6140, 6318, 6332, 6350]],
+            6052,
+            None,
+        );
+        assert!(wbinvd.round_trip.as_ref().unwrap().corrected.median < MIN_EXIT_TICKS);
+        let native = exit(
+            "wr-kernel-gs-base",
+            &[&[5440, 6400, 6410, 6420], &[5450, 6402, 6412, 6430]],
+            6052,
+            None,
+        );
+        r.exits = vec![wbinvd, native];
+        let p = problems(&r);
+        assert!(!has(&p, "wbinvd:"), "{p:?}");
+        assert!(
+            has(&p, "wr-kernel-gs-base: the fastest round trip (5440 ticks) outlasts the fastest kernel pair (5400) by 40"),
+            "{p:?}"
+        );
     }
 
     #[test]
