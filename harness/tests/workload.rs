@@ -18,12 +18,18 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 use xvmm_harness::{self as harness, l1, Step};
-use xvmm_results::schema::workload::{Workload, FAMILY_FAULT, FAMILY_SYSCALL};
+use xvmm_results::schema::workload::{RowExits, Workload, FAMILY_FAULT, FAMILY_SYSCALL};
+use xvmm_results::Report;
 
 const BUSYBOX: &str = "/bin/busybox";
 const STRACE: &str = "/usr/bin/strace";
 /// The workload: the same on both steps.
 const SCRIPT: &str = "/bin/busybox cat /proc/cpuinfo > /dev/null; /bin/busybox ls / > /dev/null";
+/// The same in L2, where xvmm puts busybox in /workload.
+const VM_SCRIPT: &str =
+    "/workload/busybox cat /proc/cpuinfo > /dev/null; /workload/busybox ls / > /dev/null";
+/// The L2 run's limit, seconds (TCG: the boot alone takes minutes).
+const VM_TIMEOUT: u64 = 360;
 
 fn plan() -> Vec<Step> {
     vec![
@@ -47,11 +53,47 @@ fn plan() -> Vec<Step> {
             300,
             &[STRACE, "-f", "-c", "--", BUSYBOX, "sh", "-c", SCRIPT],
         ),
+        vm_step(),
     ]
+}
+
+/// `xvmm --kernel L2 --workload busybox -- sh -c VM_SCRIPT` in L1: the
+/// JSON on stdout, L2's console on stderr.
+fn vm_step() -> Step {
+    let cmdline = format!(
+        "{} quiet no_timer_check",
+        xvmm::boot::cmdline::default_cmdline()
+    );
+    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
+    Step::run(
+        "vm",
+        VM_TIMEOUT + 30,
+        &[
+            l1::XVMM,
+            "--kernel",
+            l1::L2_BZIMAGE,
+            "--cmdline",
+            &cmdline,
+            "--mem",
+            &mem,
+            "--timeout",
+            &timeout,
+            "--workload",
+            BUSYBOX,
+            "--json",
+            "-",
+            "--",
+            "sh",
+            "-c",
+            VM_SCRIPT,
+        ],
+    )
 }
 
 struct Run {
     workload: Workload,
+    /// The L2 run's report, with the host's exits joined.
+    vm: Report,
     /// strace's summary: calls per system call.
     strace: BTreeMap<String, u64>,
 }
@@ -88,7 +130,7 @@ fn boot() -> Result<Run, String> {
     .map_err(|e| format!("busybox-static (harness/setup.sh installs it): {e}"))?;
     harness::append_dynamic(&mut cpio, Path::new(STRACE), STRACE)
         .map_err(|e| format!("strace (harness/setup.sh installs it): {e}"))?;
-    let run = harness::run_l1(&artifacts, &cpio, "workload", Duration::from_secs(10 * 60))
+    let run = harness::run_l1(&artifacts, &cpio, "workload", Duration::from_secs(20 * 60))
         .map_err(|e| e.to_string())?;
     eprintln!("{}", run.summary("nested workload harness"));
     let report = run.exited_report("xperf")?;
@@ -96,7 +138,12 @@ fn boot() -> Result<Run, String> {
         .workload
         .ok_or("no workload block in xperf's report")?;
     let strace = strace_counts(&run.stderr("strace"));
-    Ok(Run { workload, strace })
+    let vm = run.exited_report("vm")?;
+    Ok(Run {
+        workload,
+        vm,
+        strace,
+    })
 }
 
 fn run() -> &'static Run {
@@ -156,4 +203,50 @@ fn faults_are_timed_by_the_return_probe_on_a_kernel_with_kprobes() {
     assert!(w
         .row(FAMILY_FAULT, "exec")
         .is_some_and(|r| r.length.count >= 3));
+}
+
+/// Issue 38 item 2 in L2: the guest's intervals arrive whole, the
+/// timeline they are placed on is verified, and every exit the host
+/// traced is counted once: inside an interval, outside every interval
+/// in the command's run, or outside the run.
+#[test]
+fn the_vm_run_joins_every_traced_exit_with_the_workloads_intervals() {
+    if skipped() {
+        return;
+    }
+    let r = &run().vm;
+    let w = r.workload.as_ref().expect("a workload block");
+    assert!(w.ended.succeeded(), "{:?}", w.ended);
+    assert_eq!(w.command[0], "/workload/busybox");
+    assert_eq!(
+        w.command[3], VM_SCRIPT,
+        "an argument with spaces arrives whole"
+    );
+    let t = r.timeline.as_ref().expect("a timeline");
+    assert!(t.verified, "timeline: {:?}", t.reason);
+    let x = w.exits.as_ref().expect("the exits joined");
+    assert!(x.timeline_verified);
+    assert_eq!(w.streamed, Some(x.intervals), "sent against joined");
+    assert_eq!((x.chunks_refused, w.stream_stopped.as_deref()), (0, None));
+    // As many intervals as the rows count.
+    let timed: u64 = w.rows.iter().map(|row| row.length.count).sum();
+    assert_eq!(x.intervals, timed);
+    assert!(x.rows.iter().any(|row| row.count() > 0), "{x:?}");
+    assert!(x.rows.iter().all(|row| row.family != "unknown"), "{x:?}");
+    let joined: u64 = x.rows.iter().map(RowExits::count).sum::<u64>()
+        + x.outside.iter().map(|o| o.count).sum::<u64>()
+        + x.outside_window;
+    let traced: u64 = r.host_exits.iter().map(|e| e.exit_to_entry.count).sum();
+    if t.lost_events == 0 {
+        assert_eq!(joined, traced, "every traced exit counted once");
+    }
+    eprintln!(
+        "{}",
+        xvmm_results::render::workload_table(w, r.host.tsc_khz)
+    );
+    // The shell execs twice and waits for the cat it forked.
+    let names: Vec<&str> = w.family(FAMILY_SYSCALL).map(|r| r.name.as_str()).collect();
+    for name in ["execve", "wait4"] {
+        assert!(names.contains(&name), "no {name} row in {names:?}");
+    }
 }

@@ -289,6 +289,24 @@ pub struct RunArgs {
     /// Time VM exits on the host with the kvm:kvm_exit/kvm_entry tracepoints.
     #[arg(long)]
     pub trace: bool,
+    /// Run this static x86-64 program in the Linux guest under `xperf
+    /// workload`, its arguments after ` -- `, and join its system calls,
+    /// faults and interrupts with the host's exits (implies --trace). It
+    /// lands in /workload/ beside any --workload-file; it is stopped
+    /// before --timeout, with what was recorded kept.
+    #[arg(
+        long,
+        requires = "kernel",
+        conflicts_with_all = ["initrd", "samples", "warmup", "rounds", "raw", "interrupt_path", "host_fault_delay", "baseline", "openmetrics"]
+    )]
+    pub workload: Option<PathBuf>,
+    /// A file the workload reads, copied to /workload/ in the guest
+    /// (repeatable).
+    #[arg(long, requires = "workload")]
+    pub workload_file: Vec<PathBuf>,
+    /// The workload's arguments.
+    #[arg(last = true, requires = "workload", value_name = "ARGS")]
+    pub workload_args: Vec<String>,
     /// Bare-metal xperf report to compare the VM results with.
     #[arg(long, requires = "kernel")]
     pub baseline: Option<PathBuf>,
@@ -426,6 +444,20 @@ mod tests {
                 ArgumentConflict,
             ),
             (&[k[0], k[1], "--initrd", "i", "--raw"], ArgumentConflict),
+            (&["--workload", "w"], MissingRequiredArgument),
+            (
+                &[k[0], k[1], "--workload-file", "f"],
+                MissingRequiredArgument,
+            ),
+            (&[k[0], k[1], "--", "x"], MissingRequiredArgument),
+            (
+                &[k[0], k[1], "--workload", "w", "--initrd", "i"],
+                ArgumentConflict,
+            ),
+            (
+                &[k[0], k[1], "--workload", "w", "--baseline", "b"],
+                ArgumentConflict,
+            ),
             (&["--timeout", "0"], ValueValidation),
             (&["--timeout", "1000001"], ValueValidation),
         ];

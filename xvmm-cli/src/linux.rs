@@ -16,12 +16,18 @@ use xvmm_results::{render, Machine, Report};
 
 /// The library's configuration from the command line, async PF offered or not.
 pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<LinuxConfig> {
-    let userspace = match &args.initrd {
-        Some(path) => {
+    let userspace = match (&args.initrd, &args.workload) {
+        (Some(path), _) => {
             // clap refuses the built-in xperf's options beside --initrd.
             Userspace::Initrd(path.clone())
         }
-        None => Userspace::BuiltIn {
+        (None, Some(program)) => Userspace::Workload(linux::workload::WorkloadSpec {
+            program: program.clone(),
+            files: args.workload_file.clone(),
+            args: args.workload_args.clone(),
+            timeout_secs: Some(workload_timeout(args.timeout)),
+        }),
+        (None, None) => Userspace::BuiltIn {
             xperf: xperf_options(args)?,
         },
     };
@@ -36,10 +42,19 @@ pub(super) fn config(args: &RunArgs, kernel: &Path, async_pf: bool) -> Result<Li
         tsc_khz: args.tsc_khz,
         tsc_offset: args.tsc_offset,
         async_pf,
-        // The async page fault counts come from the host's trace.
-        trace: args.trace || args.host_fault_delay.is_some(),
+        // The async page fault counts come from the host's trace, the
+        // workload's attribution from its exits.
+        trace: args.trace || args.host_fault_delay.is_some() || args.workload.is_some(),
         host_fault_delay: args.host_fault_delay,
     })
+}
+
+/// The guest's own stop for the workload, seconds: early enough in the
+/// VM's `timeout` for xperf to stop it, read the trace and send the
+/// report (a quarter of it, from 10 s to 60 s, kept for that).
+fn workload_timeout(timeout: u64) -> u64 {
+    let kept = (timeout / 4).clamp(10, 60);
+    timeout.saturating_sub(kept).max(1)
 }
 
 /// `--samples`, `--warmup`, `--rounds`, `--raw` and `--interrupt-path` as
@@ -288,6 +303,7 @@ pub(super) fn boot(
         run.tsc.clone(),
         (run.run_id.clone(), run.asked_samples),
         &facts,
+        &run.intervals,
     );
     if report.is_none() {
         if let Some(t) = &run.trace {
@@ -310,6 +326,7 @@ fn joined(
     mut tsc: linux::TscFacts,
     (run_id, asked_samples): (Option<String>, Option<u64>),
     facts: &linux::AsyncPfFacts,
+    intervals: &xvmm::devices::interval_sink::IntervalSink,
 ) -> Option<Report> {
     let mut report = results?;
     let host = Machine::probe();
@@ -333,6 +350,7 @@ fn joined(
         Some(id) => {
             let calibrations = linux::CALIBRATIONS;
             linux::add_timeline(&mut report, trace, &tsc, id, asked_samples, calibrations);
+            linux::workload::add_workload_exits(&mut report, trace, id, intervals);
         }
         None => report.notes.push(
             "no timeline: the guest was not asked for a run id and calibration exits \

@@ -27,8 +27,8 @@ pub use machine::Machine;
 pub use probes::Probe;
 pub use render::document;
 pub use schema::{
-    async_pf, channel, characterize, exit_trace, intervals, ipi, json, limits, machine, names,
-    probes, workload, xperf_args,
+    async_pf, channel, characterize, exit_trace, interval_stream, intervals, ipi, json, limits,
+    machine, names, probes, workload, xperf_args,
 };
 use serde::{Deserialize, Serialize};
 pub use stats::{attribution, bootstrap, compare, correction, linearity, quantum, sweep, timeline};

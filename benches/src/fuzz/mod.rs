@@ -81,6 +81,10 @@ pub const TARGETS: &[Target] = &[
         parses: "xperf workload's trace pages, tasks and intervals",
     },
     Target {
+        name: "interval_stream",
+        parses: "a guest's interval stream to the VMM, and the join",
+    },
+    Target {
         name: "microguest_stamps",
         parses: "the microguest's stamp words, the IPI receiver's too",
     },

@@ -87,6 +87,28 @@ fn raw_trace_pages() -> Vec<Seed> {
     seeds
 }
 
+/// A chunk of three intervals (a call holding an interrupt, a fault) as
+/// a guest streams them, led by the byte that picks the chunk size.
+fn interval_stream() -> Vec<Seed> {
+    use xvmm_results::interval_stream::StreamedInterval;
+    let intervals = [
+        (150, 160, 3 << 32 | 236),
+        (100, 200, 1 << 32),
+        (1500, 1600, 2 << 32),
+    ];
+    let mut bytes = vec![2u8];
+    for (start, end, code) in intervals {
+        let i = StreamedInterval {
+            start,
+            end,
+            code,
+            cpu: 0,
+        };
+        bytes.extend_from_slice(&i.encode());
+    }
+    vec![("three".into(), bytes)]
+}
+
 /// Two pages of a workload's events in the example formats: a call, a
 /// fault and its end, a timer interrupt inside, a fork and a switch.
 fn workload_pages() -> Vec<Seed> {
@@ -147,6 +169,7 @@ pub fn for_target(target: &str, src: &Sources) -> Vec<Seed> {
         "trace_line" => vec![("trace".into(), [b"\x07".as_slice(), TRACE].concat())],
         "trace_raw_page" => raw_trace_pages(),
         "workload_pages" => workload_pages(),
+        "interval_stream" => interval_stream(),
         "xperf_args" => ARGS
             .iter()
             .map(|a| (format!("args-{}", a.len()), a.to_vec()))

@@ -322,7 +322,7 @@ fn run_workload(opts: crate::workload::args::Options) -> Result<()> {
     let json_to = json_destination(opts.json.clone(), DEFAULT_JSON, region.is_some())?;
     let config = crate::workload::Config {
         options: opts,
-        vmm_channel: region.is_some(),
+        region,
     };
     let outcome = crate::workload::run(&config)?;
     let written = deliver(&outcome.report, region, json_to);

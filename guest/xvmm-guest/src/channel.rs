@@ -5,7 +5,7 @@
 use crate::sys;
 use crate::{Error, Result};
 use xvmm_results::channel::{
-    CMDLINE_RESULTS_PARAM, PORT_EXIT, PORT_RESULTS_DOORBELL, RESULTS_SIZE,
+    CMDLINE_RESULTS_PARAM, PORT_EXIT, PORT_INTERVALS, PORT_RESULTS_DOORBELL, RESULTS_SIZE,
 };
 
 /// Guest pages are 4 KiB: the buffer must start on one.
@@ -140,6 +140,50 @@ pub fn send_to_vmm(region: ResultsRegion, json: &str) -> Result<()> {
     sys::ioperm(PORT_RESULTS_DOORBELL, 4)?;
     sys::outl(PORT_RESULTS_DOORBELL, len32);
     Ok(())
+}
+
+/// Chunks of a workload's intervals to the VMM through the results buffer
+/// ([`PORT_INTERVALS`]): each is copied out by the VMM during the port
+/// write, so the buffer is free again when [`IntervalChannel::send`]
+/// returns. The report, sent last, overwrites what is left.
+pub struct IntervalChannel {
+    buffer: PhysMapping,
+    size: u64,
+}
+
+impl IntervalChannel {
+    pub fn open(region: ResultsRegion) -> Result<IntervalChannel> {
+        let buffer = PhysMapping::new(region.gpa, region.size)?;
+        sys::ioperm(PORT_INTERVALS, 4)?;
+        Ok(IntervalChannel {
+            buffer,
+            size: region.size,
+        })
+    }
+
+    /// The largest chunk the buffer takes.
+    pub fn capacity(&self) -> usize {
+        usize::try_from(self.size).unwrap_or(usize::MAX)
+    }
+
+    pub fn send(&self, bytes: &[u8]) -> Result<()> {
+        let len = u32::try_from(bytes.len())
+            .ok()
+            .filter(|_| bytes.len() <= self.capacity())
+            .ok_or_else(|| {
+                Error::Channel(format!(
+                    "a chunk of {} bytes does not fit the buffer's {}",
+                    bytes.len(),
+                    self.size
+                ))
+            })?;
+        // SAFETY: bytes.len() <= size, the mapped length.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.buffer.as_ptr(), bytes.len());
+        }
+        sys::outl(PORT_INTERVALS, len);
+        Ok(())
+    }
 }
 
 /// Tells the VMM to end the VM with `code` as its exit status, once the

@@ -3,7 +3,9 @@
 //! each family's rows by total time, largest first.
 
 use super::document::Table;
-use crate::schema::workload::{Row, Workload, FAMILIES, FAMILY_OFF_CPU};
+use crate::schema::workload::{
+    ReasonExits, Row, RowExits, Workload, WorkloadExits, FAMILIES, FAMILY_OFF_CPU,
+};
 use std::fmt::Write as _;
 use xvmm_host::escape::visible;
 
@@ -110,6 +112,121 @@ pub fn workload_table(w: &Workload, tsc_khz: u64) -> String {
         );
     }
     let _ = writeln!(out, "fault ends: {}", visible(&w.fault_end));
+    if let Some(x) = &w.exits {
+        out += &exits_text(w, x, tsc_khz);
+    }
+    out
+}
+
+/// A row's reasons, largest time first, at most three named.
+fn top_reasons(reasons: &[ReasonExits], tsc_khz: u64) -> String {
+    let mut named: Vec<String> = reasons
+        .iter()
+        .take(3)
+        .map(|r| {
+            format!(
+                "{} {} ({})",
+                visible(&r.reason),
+                r.count,
+                ms(r.ticks, tsc_khz)
+            )
+        })
+        .collect();
+    if reasons.len() > 3 {
+        named.push(format!("{} more", reasons.len() - 3));
+    }
+    named.join(", ")
+}
+
+/// The host's exits joined with the intervals.
+pub fn workload_exits_of(w: &Workload, x: &WorkloadExits, tsc_khz: u64) -> Table {
+    let mut t = Table::new(&[
+        "kind",
+        "exits",
+        "exit time",
+        "of its time",
+        "of wall",
+        "reasons (time)",
+    ]);
+    for r in &x.rows {
+        let own = w.row(&r.family, &r.name).map_or(0, |row| row.total_ticks);
+        t.row(vec![
+            format!("{} {}", visible(&r.family), visible(&r.name)),
+            r.count().to_string(),
+            ms(r.ticks(), tsc_khz),
+            share(r.ticks(), own),
+            share(r.ticks(), w.wall_ticks),
+            top_reasons(&r.reasons, tsc_khz),
+        ]);
+    }
+    let outside_ticks: u64 = x.outside.iter().map(|r| r.ticks).sum();
+    let outside_count: u64 = x.outside.iter().map(|r| r.count).sum();
+    t.row(vec![
+        "outside every interval".into(),
+        outside_count.to_string(),
+        ms(outside_ticks, tsc_khz),
+        "-".into(),
+        share(outside_ticks, w.wall_ticks),
+        top_reasons(&x.outside, tsc_khz),
+    ]);
+    t
+}
+
+fn exits_text(w: &Workload, x: &WorkloadExits, tsc_khz: u64) -> String {
+    let mut out = format!(
+        "VM exits of the workload's run by where they fell ({}; exit times are the host's, \
+         scaled to guest ticks; an exit inside an interrupt inside a call counts for the \
+         interrupt):\n",
+        if x.timeline_verified {
+            "timeline verified"
+        } else {
+            "timeline NOT verified: placement may be off"
+        }
+    );
+    out += &workload_exits_of(w, x, tsc_khz).render();
+    // Kernel time against the exits inside it: time off CPU on neither side.
+    let inside: u64 = x
+        .rows
+        .iter()
+        .filter(|r| r.family != FAMILY_OFF_CPU)
+        .map(RowExits::ticks)
+        .sum();
+    let kernel: u64 = w
+        .rows
+        .iter()
+        .filter(|r| r.family != FAMILY_OFF_CPU)
+        .fold(0u64, |s, r| s.saturating_add(r.total_ticks));
+    let _ = writeln!(
+        out,
+        "exits inside kernel intervals: {} of their {} ({}); {} exits before the command \
+         started or after it ended, not attributed",
+        ms(inside, tsc_khz),
+        ms(kernel, tsc_khz),
+        share(inside, kernel),
+        x.outside_window
+    );
+    match w.streamed {
+        Some(sent) if sent != x.intervals => {
+            let _ = writeln!(
+                out,
+                "the guest sent {sent} intervals and the VMM joined {}: the attribution \
+                 misses the difference",
+                x.intervals
+            );
+        }
+        _ => {}
+    }
+    if let Some(why) = &w.stream_stopped {
+        let _ = writeln!(out, "the guest's stream stopped early: {}", visible(why));
+    }
+    if x.chunks_refused > 0 {
+        let _ = writeln!(
+            out,
+            "{} chunks of the stream refused: {}",
+            x.chunks_refused,
+            visible(x.refused_because.as_deref().unwrap_or("?"))
+        );
+    }
     out
 }
 

@@ -14,6 +14,12 @@ pub const PORT_RESULTS_DOORBELL: u16 = 0x504;
 /// timeline (`xvmm_results::timeline`). The VMM only counts these writes.
 pub const PORT_CALIBRATE: u16 = 0x508;
 
+/// Port a guest writes a 32-bit length to once it has put that many bytes
+/// of its workload's closed intervals at [`RESULTS_GPA`]
+/// ([`crate::schema::interval_stream`]); the VMM copies them out before the
+/// guest runs on, so the buffer is free again when the write returns.
+pub const PORT_INTERVALS: u16 = 0x510;
+
 /// Guest physical address of the shared results buffer: a dedicated memory
 /// slot in the 32-bit MMIO hole, marked reserved in the E820 map.
 pub const RESULTS_GPA: u64 = 0xd000_0000;

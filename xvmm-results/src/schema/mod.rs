@@ -6,6 +6,7 @@ pub mod async_pf;
 pub mod channel;
 pub mod characterize;
 pub mod exit_trace;
+pub mod interval_stream;
 pub mod intervals;
 pub mod ipi;
 pub mod json;

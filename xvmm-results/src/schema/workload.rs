@@ -44,6 +44,19 @@ pub struct Workload {
     /// How a user fault's end was found: the probe used, or why faults are
     /// counted and not timed.
     pub fault_end: String,
+    /// The guest TSC when the command was let go (0: not recorded); its
+    /// end is `start_tsc + wall_ticks`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_tsc: u64,
+    /// Intervals the guest sent its VMM (`xvmm --workload`), and why the
+    /// stream stopped early if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streamed: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_stopped: Option<String>,
+    /// Host exits joined with the intervals (a VM run traced by xvmm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exits: Option<WorkloadExits>,
 }
 
 /// How the command ended.
@@ -101,6 +114,68 @@ pub struct Row {
     /// those that never returned while traced (`exit_group` never does).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub untimed: u64,
+    /// The kind's code in the guest's stream of intervals
+    /// (`stats::workload::IntervalKind::code`), by which the VMM finds the
+    /// row of each interval it joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<u64>,
+}
+
+/// A VM workload's host exits joined with its guest intervals (`xvmm
+/// --kernel --workload`): each exit whose guest time falls inside an
+/// interval of its vCPU goes to the innermost such interval's row (an
+/// interrupt inside a system call takes it); the rest of the command's
+/// run is user mode, idle, or xperf. Exit times are host ticks scaled to
+/// guest ticks by the timeline's ratio (a duration, not a difference of
+/// the two clocks).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct WorkloadExits {
+    /// Intervals the guest streamed and the VMM joined.
+    pub intervals: u64,
+    /// Stream chunks refused (malformed) or dropped (beyond the VMM's
+    /// bound), and the first reason.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub chunks_refused: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused_because: Option<String>,
+    /// Whether the timeline the join used is verified; when not, the
+    /// attribution is shown marked as such.
+    pub timeline_verified: bool,
+    /// Per row with exits inside its intervals.
+    pub rows: Vec<RowExits>,
+    /// Exits from the command's start to its end outside every interval:
+    /// in user mode, idle, or in xperf's own work.
+    pub outside: Vec<ReasonExits>,
+    /// Exits of the run before the command started or after it ended (the
+    /// boot, xperf's set-up and report), counted, not attributed.
+    pub outside_window: u64,
+}
+
+/// The exits inside one row's intervals.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct RowExits {
+    pub family: String,
+    pub name: String,
+    pub reasons: Vec<ReasonExits>,
+}
+
+/// Exits of one reason: how many and their time, guest ticks.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReasonExits {
+    pub reason: String,
+    pub count: u64,
+    pub ticks: u64,
+}
+
+impl RowExits {
+    /// Exit time inside the row, guest ticks.
+    pub fn ticks(&self) -> u64 {
+        self.reasons.iter().map(|r| r.ticks).sum()
+    }
+
+    pub fn count(&self) -> u64 {
+        self.reasons.iter().map(|r| r.count).sum()
+    }
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -115,6 +115,9 @@ pub struct Interval {
     pub end: u64,
     /// Of a system call: the ticks its task spent off CPU inside it.
     pub off_cpu: u64,
+    /// The CPU of the event that closed it (a call that blocked may have
+    /// begun on another).
+    pub cpu: u32,
 }
 
 /// A kind's figures over the workload.
@@ -155,7 +158,7 @@ struct Sums {
 
 /// `task` (`pid`) runs again at `ts`: its time off CPU, if one was open,
 /// added to the call it was in.
-fn back_on_cpu(task: &mut Task, pid: i32, ts: u64) -> Option<Interval> {
+fn back_on_cpu(task: &mut Task, pid: i32, ts: u64, cpu: u32) -> Option<Interval> {
     let start = task.off_since.take()?;
     if let Some(call) = task.syscall.as_mut() {
         call.off_cpu += ts.saturating_sub(start);
@@ -166,6 +169,7 @@ fn back_on_cpu(task: &mut Task, pid: i32, ts: u64) -> Option<Interval> {
         start,
         end: ts,
         off_cpu: 0,
+        cpu,
     })
 }
 
@@ -196,7 +200,7 @@ impl Builder {
             return;
         }
         if !matches!(r.event, Event::SwitchIn | Event::SwitchOut) {
-            self.resumed(r.pid, r.ts, sink);
+            self.resumed(r, sink);
         }
         let task = self.tasks.entry(r.pid).or_default();
         task.cpu = r.cpu;
@@ -217,6 +221,7 @@ impl Builder {
                     start: open.start,
                     end: r.ts,
                     off_cpu: open.off_cpu,
+                    cpu: r.cpu,
                 }),
                 other => {
                     // A different call's exit: this one's entry was lost,
@@ -239,6 +244,7 @@ impl Builder {
                 start,
                 end: r.ts,
                 off_cpu: 0,
+                cpu: r.cpu,
             }),
             Event::SwitchOut => {
                 // Out again without an in, and no event between: when it
@@ -247,7 +253,7 @@ impl Builder {
                 self.unpaired.opens += u64::from(again.is_some());
                 None
             }
-            Event::SwitchIn => back_on_cpu(task, r.pid, r.ts),
+            Event::SwitchIn => back_on_cpu(task, r.pid, r.ts, r.cpu),
             Event::IrqEntry { .. } | Event::IrqExit { .. } | Event::Lost => None,
         };
         if let Some(i) = closed {
@@ -257,11 +263,11 @@ impl Builder {
 
     /// The task of an event other than a switch runs: a time off CPU still
     /// open lacked its switch in, and ends here.
-    fn resumed(&mut self, pid: i32, ts: u64, sink: &mut impl FnMut(&Interval)) {
-        let Some(task) = self.tasks.get_mut(&pid) else {
+    fn resumed(&mut self, r: &Record, sink: &mut impl FnMut(&Interval)) {
+        let Some(task) = self.tasks.get_mut(&r.pid) else {
             return;
         };
-        if let Some(i) = back_on_cpu(task, pid, ts) {
+        if let Some(i) = back_on_cpu(task, r.pid, r.ts, r.cpu) {
             self.unpaired.inferred_switch_ins += 1;
             self.close(&i, sink);
         }
@@ -269,7 +275,7 @@ impl Builder {
 
     fn irq(&mut self, r: &Record, sink: &mut impl FnMut(&Interval)) {
         if let Event::IrqEntry { .. } = r.event {
-            self.resumed(r.pid, r.ts, sink);
+            self.resumed(r, sink);
         }
         let stack = self.irqs.entry(r.cpu).or_default();
         match r.event {
@@ -282,6 +288,7 @@ impl Builder {
                         start,
                         end: r.ts,
                         off_cpu: 0,
+                        cpu: r.cpu,
                     };
                     self.close(&i, sink);
                 }

@@ -8,6 +8,7 @@
 //! as 0xff and ignore writes; they are counted, never fatal. Whatever ends the VM
 //! comes back as an [`IoEvent`] for the run loop to act on.
 
+pub mod interval_sink;
 pub mod pm_timer;
 pub mod serial;
 
@@ -28,6 +29,9 @@ pub enum IoEvent {
     /// The guest asks for this many pages of its drop-request page to be
     /// dropped on the host ([`layout::PORT_DROP_PAGES`]).
     DropPages(u32),
+    /// The guest put a chunk of this many bytes of its workload's
+    /// intervals in the results slot ([`layout::PORT_INTERVALS`]).
+    Intervals(u32),
 }
 
 /// The first (up to) four bytes of a port write, little-endian.
@@ -118,6 +122,7 @@ impl PortBus {
             layout::PORT_EXIT => IoEvent::Exit(first),
             layout::PORT_RESULTS_DOORBELL => IoEvent::Results(le_u32(data)),
             layout::PORT_DROP_PAGES => IoEvent::DropPages(le_u32(data)),
+            layout::PORT_INTERVALS => IoEvent::Intervals(le_u32(data)),
             layout::PORT_CALIBRATE => {
                 self.calibrations += 1;
                 IoEvent::Continue

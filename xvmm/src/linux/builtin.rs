@@ -176,8 +176,20 @@ pub struct BuiltInInitramfs {
 
 impl BuiltInInitramfs {
     pub fn new(xperf: Xperf) -> Result<BuiltInInitramfs> {
+        Self::with_files(xperf, &[])
+    }
+
+    /// With `files` (guest path, data, mode) beside xperf, their
+    /// directories made.
+    pub fn with_files(xperf: Xperf, files: &[(String, Vec<u8>, u32)]) -> Result<BuiltInInitramfs> {
         let mut archive = Archive::new();
         archive.console()?;
+        for (path, data, mode) in files {
+            if let Some((dir, _)) = path.rsplit_once('/').filter(|(d, _)| !d.is_empty()) {
+                archive.dir(dir, 0o755)?;
+            }
+            archive.file(path, data.clone(), *mode)?;
+        }
         let page = xvmm_results::num::usize_from(crate::layout::PAGE_SIZE);
         let (before, after) = archive.around_file("/init", xperf.size, 0o755, page)?;
         Ok(BuiltInInitramfs {

@@ -22,6 +22,7 @@ pub mod builtin;
 mod console;
 mod host_view;
 mod join;
+pub mod workload;
 
 pub use async_pf::{add_async_pf, AsyncPfFacts};
 pub use console::{Console, ConsoleFeed};
@@ -60,6 +61,9 @@ pub enum Userspace {
     /// The built-in initramfs: the static xperf as `/init`, given these
     /// options after ` -- ` on the kernel command line.
     BuiltIn { xperf: XperfArgs },
+    /// The built-in initramfs with a workload beside xperf, which runs it
+    /// under `xperf workload` ([`workload`]).
+    Workload(workload::WorkloadSpec),
 }
 
 /// What to boot and how.
@@ -170,6 +174,11 @@ pub fn prepare(config: LinuxConfig) -> Result<Prepared> {
                 .clone()
                 .unwrap_or_else(boot::cmdline::default_cmdline),
         ),
+        Userspace::Workload(spec) => {
+            let (init, cmdline, id) = workload_init(&config, spec, mem_bytes)?;
+            run_id = Some(id);
+            (init, cmdline)
+        }
         Userspace::BuiltIn { xperf: options } => {
             let cpio = builtin::BuiltInInitramfs::new(builtin::locate_xperf()?)?;
             let mut options = options.clone();
@@ -282,6 +291,33 @@ pub fn sharing_note(cpus: u8, pin: &[usize], host_cpus: usize) -> Option<String>
     }
 }
 
+/// The built-in initramfs with the workload packed, the command line that
+/// runs it under `xperf workload`, and the run's id.
+fn workload_init(
+    config: &LinuxConfig,
+    spec: &workload::WorkloadSpec,
+    mem_bytes: u64,
+) -> Result<(Init, String, String)> {
+    if let Some(line) = config.cmdline.as_deref() {
+        if line.split_ascii_whitespace().any(|w| w == "--") {
+            return Err(Error::Usage(
+                "with --workload, --cmdline holds kernel parameters only: init's \
+                 arguments (after ` -- `) are the workload's"
+                    .into(),
+            ));
+        }
+    }
+    let id = new_run_id();
+    let (files, init_args) = workload::pack(spec, mem_bytes, &id, CALIBRATIONS)?;
+    let cpio = builtin::BuiltInInitramfs::with_files(builtin::locate_xperf()?, &files)?;
+    let cmdline = builtin::xperf_cmdline(
+        config.cmdline.as_deref(),
+        &boot::cmdline::default_cmdline(),
+        &init_args,
+    );
+    Ok((Init::BuiltIn(cpio), cmdline, id))
+}
+
 /// What a traced run adds to xperf's options: every sample's stamps, the
 /// calibration exits and the run id.
 fn traced(options: &mut XperfArgs, run_id: Option<String>) {
@@ -327,6 +363,8 @@ pub struct LinuxRun {
     /// line asked the built-in xperf for: what bounds the samples of its
     /// results, whatever they say was requested ([`add_timeline`]).
     pub asked_samples: Option<u64>,
+    /// The workload's intervals the guest streamed (`--workload`).
+    pub intervals: crate::devices::interval_sink::IntervalSink,
     /// What the fault server did (with `host_fault_delay`).
     pub host_faults: Option<crate::host_fault::HostFaultSummary>,
     /// The guest's MSR_KVM_ASYNC_PF_EN at the end: whether it turned async
@@ -559,6 +597,7 @@ pub fn run_with(
         tsc,
         run_id: prepared.run_id.clone(),
         asked_samples: prepared.asked_samples,
+        intervals: outcome.intervals,
         host_faults,
         async_pf_en,
         placement: Placement {

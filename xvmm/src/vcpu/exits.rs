@@ -58,6 +58,8 @@ pub struct RunOutcome {
     pub unknown_io: crate::devices::UnknownIo,
     /// Accesses to unbacked guest-physical addresses (MMIO nobody claims).
     pub unknown_mmio: u64,
+    /// A workload's intervals the guest streamed.
+    pub intervals: crate::devices::interval_sink::IntervalSink,
 }
 
 impl RunOutcome {
@@ -71,6 +73,7 @@ impl RunOutcome {
             exits: 0,
             unknown_io: crate::devices::UnknownIo::default(),
             unknown_mmio: 0,
+            intervals: Default::default(),
         }
     }
 }
@@ -131,6 +134,7 @@ struct PortGuest<'a> {
     bad_results: Option<Error>,
     exits: u64,
     unknown_mmio: u64,
+    intervals: crate::devices::interval_sink::IntervalSink,
     /// Whether halting for good ends the run: the boot vCPU's halt is
     /// Linux's power-off; an application processor's is a CPU taken
     /// offline, which INIT and SIPI bring back.
@@ -158,6 +162,11 @@ impl ExitHandler for PortGuest<'_> {
                     }
                     Err(e) => self.bad_results = Some(e),
                 }
+                Action::Resume
+            }
+            Step::Io(IoEvent::Intervals(len)) => {
+                let read = crate::vm::read_results_bytes(self.memory, u64::from(len));
+                self.intervals.take_chunk(read.map_err(|e| e.to_string()));
                 Action::Resume
             }
             Step::Io(IoEvent::DropPages(count)) => {
@@ -219,6 +228,7 @@ pub(super) fn run_port_guest(
         bad_results: None,
         exits: 0,
         unknown_mmio: 0,
+        intervals: Default::default(),
         halt_ends,
     };
     let end = run_loop(running, &mut guest);
@@ -231,6 +241,7 @@ pub(super) fn run_port_guest(
         exits: guest.exits,
         unknown_io: guest.bus.unknown,
         unknown_mmio: guest.unknown_mmio,
+        intervals: guest.intervals,
     }
 }
 

@@ -149,6 +149,11 @@ fn merge(ends: Vec<(RunOutcome, bool)>) -> RunOutcome {
         }
     }
     let exits = outcomes.iter().map(|o| o.exits).sum();
+    let intervals = crate::devices::interval_sink::IntervalSink::merge(
+        outcomes
+            .iter_mut()
+            .map(|o| std::mem::take(&mut o.intervals)),
+    );
     let unknown_mmio = outcomes.iter().map(|o| o.unknown_mmio).sum();
     let end = std::mem::replace(&mut outcomes[ender].end, Ok(super::GuestEnd::Reset));
     // With several vCPUs, a fatal exit says which one took it.
@@ -166,6 +171,7 @@ fn merge(ends: Vec<(RunOutcome, bool)>) -> RunOutcome {
         exits,
         unknown_io,
         unknown_mmio,
+        intervals,
     }
 }
 
@@ -184,6 +190,7 @@ mod tests {
             exits,
             unknown_io: Default::default(),
             unknown_mmio: 0,
+            intervals: Default::default(),
         }
     }
 

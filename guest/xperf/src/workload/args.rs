@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-usage: xperf workload [--json FILE] [--timeout SECS] [--buffer-kib N] [--tracefs DIR] [--] CMD [ARGS]
+usage: xperf workload [--json FILE] [--timeout SECS] [--buffer-kib N] [--tracefs DIR]
+                      [--calibrate N] [--run-id ID] [--] CMD [ARGS]
 
 Runs CMD and records where its time in the kernel goes, for CMD and every
 process and thread it creates, from the kernel's own tracepoints (no
@@ -25,6 +26,10 @@ report is delivered.
   --buffer-kib N    trace ring buffer per CPU, KiB (default: 4096, less on
                     machines with many CPUs: 256 MiB in all at most)
   --tracefs DIR     tracefs mount point (default: found, or mounted)
+  --calibrate N     in a VM whose VMM traces it (xvmm --workload): N
+                    calibration exits, half before CMD and half after, that
+                    place the host's exits on the guest's timeline
+  --run-id ID       echoed in the report, so the VMM knows it as its run's
   -h, --help        this text";
 
 /// Per-CPU ring buffer bounds, KiB.
@@ -33,6 +38,8 @@ pub const MAX_BUFFER_KIB: u64 = 1 << 20;
 /// The default buffers' total over all CPUs, KiB.
 const DEFAULT_TOTAL_KIB: u64 = 256 << 10;
 const DEFAULT_PER_CPU_KIB: u64 = 4096;
+/// `--calibrate`'s largest value.
+pub const MAX_CALIBRATIONS: u64 = 1 << 16;
 /// `--timeout`'s largest value, seconds (a week).
 pub const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;
 
@@ -44,6 +51,9 @@ pub struct Options {
     /// None: [`default_buffer_kib`].
     pub buffer_kib: Option<u64>,
     pub tracefs: Option<PathBuf>,
+    /// Calibration exits for the VMM's timeline (0: none).
+    pub calibrate: u64,
+    pub run_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +124,8 @@ where
                 o.buffer_kib = Some(number(&name, &value()?, MIN_BUFFER_KIB, MAX_BUFFER_KIB)?);
             }
             "--tracefs" => o.tracefs = Some(PathBuf::from(value()?)),
+            "--calibrate" => o.calibrate = number(&name, &value()?, 0, MAX_CALIBRATIONS)?,
+            "--run-id" => o.run_id = Some(value()?),
             _ => {
                 return Err(Error::Usage(format!(
                     "unknown argument {name:?} (try xperf workload --help)"
@@ -156,6 +168,9 @@ mod tests {
         );
         assert_eq!(parse(["-h"]).unwrap(), Command::Help);
         assert_eq!(parse(["--help", "true"]).unwrap(), Command::Help);
+        let o = run(&["--calibrate", "256", "--run-id=ab12", "true"]);
+        assert_eq!((o.calibrate, o.run_id.as_deref()), (256, Some("ab12")));
+        assert_eq!(run(&["true"]).calibrate, 0);
     }
 
     #[test]
@@ -169,6 +184,8 @@ mod tests {
             &["--buffer-kib", "1", "true"],
             &["--buffer-kib", "99999999999", "true"],
             &["--json", "", "true"],
+            &["--calibrate", "65537", "true"],
+            &["--run-id"],
             &["--frob", "true"],
         ] {
             let err = parse(bad.iter().copied()).unwrap_err();

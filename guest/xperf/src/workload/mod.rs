@@ -18,8 +18,10 @@
 pub mod args;
 pub mod child;
 pub mod decode;
+mod stream;
 pub mod syscalls;
 
+use crate::calibrate::Calibrator;
 use crate::error::{Error, Result};
 use crate::host;
 use crate::trace_session::{read_text, Session, GROUP};
@@ -34,6 +36,7 @@ use xvmm_results::schema::workload::{
     Ended, Row, Workload, FAMILY_FAULT, FAMILY_INTERRUPT, FAMILY_OFF_CPU, FAMILY_SYSCALL,
 };
 use xvmm_results::stats::workload::{Builder, FaultKind, IntervalKind, KindFigures};
+use xvmm_results::stats::workload_join::kind_code;
 use xvmm_results::{Method, Report, Stats};
 
 /// How often the pages are read while the command runs.
@@ -43,8 +46,8 @@ const POLL: Duration = Duration::from_millis(10);
 #[derive(Debug, Clone)]
 pub struct Config {
     pub options: args::Options,
-    /// Running in a guest whose VMM announced a results channel.
-    pub vmm_channel: bool,
+    /// The results channel a VMM announced (in a guest xvmm started).
+    pub region: Option<xvmm_guest::channel::ResultsRegion>,
 }
 
 /// A finished (or stopped) run.
@@ -139,6 +142,8 @@ struct Recorder {
     events: u64,
     lost: u64,
     page: Vec<u8>,
+    /// Each closed interval to the VMM, when it asked for them.
+    stream: Option<stream::IntervalStream>,
 }
 
 impl Recorder {
@@ -154,6 +159,7 @@ impl Recorder {
             events: 0,
             lost: 0,
             page,
+            stream: None,
         }
     }
 
@@ -190,9 +196,13 @@ impl Recorder {
             }
             return;
         }
-        let builder = &mut self.builder;
+        let (builder, stream) = (&mut self.builder, &mut self.stream);
         self.follow.push(s, |r| {
-            builder.push(&r, &mut |_: &xvmm_results::stats::workload::Interval| {})
+            builder.push(&r, &mut |i| {
+                if let Some(stream) = stream.as_mut() {
+                    stream.push(i);
+                }
+            });
         });
     }
 
@@ -202,6 +212,7 @@ impl Recorder {
         let mut rest = Vec::new();
         self.merge.release_all(|s| rest.push(s));
         rest.iter().for_each(|s| self.feed(s));
+        let streamed = self.stream.take().map(stream::IntervalStream::finish);
         let tasks = self.follow.tasks() as u64;
         let finished = self.builder.finish();
         let mut rows: Vec<Row> = finished
@@ -220,6 +231,7 @@ impl Recorder {
                     family: FAMILY_SYSCALL.into(),
                     name,
                     untimed: *count,
+                    code: Some(kind_code(IntervalKind::Syscall(*nr))),
                     ..Row::default()
                 }),
             }
@@ -229,15 +241,19 @@ impl Recorder {
                 family: FAMILY_FAULT.into(),
                 name: kind.name().into(),
                 untimed: *count,
+                code: Some(kind_code(IntervalKind::Fault(*kind))),
                 ..Row::default()
             });
         }
+        let (streamed, stream_stopped) = streamed.map_or((None, None), |(n, why)| (Some(n), why));
         Workload {
             tasks,
             rows,
             events: self.events,
             lost_events: self.lost,
             unpaired: finished.unpaired,
+            streamed,
+            stream_stopped,
             ..Workload::default()
         }
     }
@@ -258,6 +274,7 @@ fn row(f: &KindFigures, decoder: &Decoder) -> Row {
         total_ticks: u64::try_from(f.total).unwrap_or(u64::MAX),
         off_cpu_ticks: u64::try_from(f.off_cpu).unwrap_or(u64::MAX),
         untimed: 0,
+        code: Some(kind_code(f.kind)),
     }
 }
 
@@ -344,12 +361,19 @@ pub fn run(config: &Config) -> Result<Outcome> {
     session.set("set_event_pid", &root.to_string())?;
     let mut pipes = open_cpu_pipes(&session.in_instance("")).map_err(Error::Tracing)?;
     let mut recorder = Recorder::new(decoder, pipes.len(), root, enabled.fault_probe);
+    // The VMM that asked for calibration exits joins the intervals.
+    if let Some(region) = config.region.filter(|_| o.calibrate > 0) {
+        recorder.stream = Some(stream::IntervalStream::open(region)?);
+    }
+    let mut calibrator = Calibrator::new(o.calibrate, 2)?;
     let ended = child::wait_in_thread(root)?;
+    calibrator.checkpoint();
     session.set("tracing_on", "1")?;
     let start = xvmm_host::tsc::rdtsc();
     gated.open()?;
     let waited = record_until_end(&mut recorder, &mut pipes, &ended, root, o.timeout)?;
     session.set("tracing_on", "0")?;
+    calibrator.checkpoint();
     // Tracing is off: a pass that finds nothing is the last.
     while recorder.drain(&mut pipes)? {}
     drop(pipes);
@@ -373,10 +397,14 @@ pub fn run(config: &Config) -> Result<Outcome> {
         user_us: exit.map_or(0, |e| e.user_us),
         system_us: exit.map_or(0, |e| e.system_us),
         fault_end: enabled.fault_end,
+        start_tsc: start,
         ..traced
     };
+    let mut report = build_report(config, workload);
+    report.calibration = calibrator.finish();
+    report.run_id = o.run_id.clone();
     Ok(Outcome {
-        report: build_report(config, workload),
+        report,
         not_restored,
         signals,
     })
@@ -386,7 +414,7 @@ fn build_report(config: &Config, workload: Workload) -> Report {
     let machine = xvmm_results::Machine::probe();
     let mut report = Report::new(
         format!("xperf {} workload", env!("CARGO_PKG_VERSION")),
-        host::environment(&machine, config.vmm_channel),
+        host::environment(&machine, config.region.is_some()),
         host::host_facts(&machine),
         Method::standard(0, 0),
     );
