@@ -29,7 +29,7 @@ pub fn kind_code(kind: IntervalKind) -> u64 {
         IntervalKind::Interrupt(v) => (3, u32::from(v)),
         IntervalKind::OffCpu => (4, 0),
     };
-    family << 32 | u64::from(value)
+    (family << 32) + u64::from(value)
 }
 
 /// One host exit on the guest's timeline.

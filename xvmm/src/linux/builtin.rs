@@ -230,7 +230,7 @@ fn with_init_word(cmdline: &str) -> String {
 }
 
 /// Whether the command line already has the ` -- ` that starts init's argv.
-fn has_init_separator(cmdline: &str) -> bool {
+pub(super) fn has_init_separator(cmdline: &str) -> bool {
     cmdline.split_ascii_whitespace().any(|w| w == "--")
 }
 

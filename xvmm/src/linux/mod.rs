@@ -299,7 +299,7 @@ fn workload_init(
     mem_bytes: u64,
 ) -> Result<(Init, String, String)> {
     if let Some(line) = config.cmdline.as_deref() {
-        if line.split_ascii_whitespace().any(|w| w == "--") {
+        if builtin::has_init_separator(line) {
             return Err(Error::Usage(
                 "with --workload, --cmdline holds kernel parameters only: init's \
                  arguments (after ` -- `) are the workload's"

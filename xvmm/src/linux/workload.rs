@@ -58,21 +58,13 @@ fn base_name(path: &Path) -> Result<String> {
         })
 }
 
+/// [`xvmm_host::file::read_bounded`] (a regular file, within `limit`
+/// even if it grows), its errors naming the file.
 fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>> {
-    let (file, size) = xvmm_host::file::open_bounded(path, limit).map_err(|e| match e.kind() {
+    xvmm_host::file::read_bounded(path, limit).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Error::Initrd(format!("{}: no such file", path.display())),
         _ => Error::Initrd(format!("{}: {e}", path.display())),
-    })?;
-    let mut data = Vec::with_capacity(xvmm_results::num::usize_from(size));
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut data)
-        .map_err(|e| Error::Initrd(format!("{}: {e}", path.display())))?;
-    if data.len() as u64 > limit {
-        return Err(Error::Initrd(format!(
-            "{}: grew past {limit} bytes while it was read",
-            path.display()
-        )));
-    }
-    Ok(data)
+    })
 }
 
 /// Checks that `data` (from `path`) can be the guest's command.

@@ -1,8 +1,9 @@
 //! The workload's closed intervals to the VMM as they close (`xvmm
 //! --workload`), in chunks through the results buffer, so that the host
-//! can join each with its exits. Time off CPU is not sent: no exit of
-//! the task's can fall in it. A chunk the VMM cannot take stops the
-//! stream; the report says so and how many were sent.
+//! can join each with its exits. Time off CPU is sent too: the exits in
+//! it are another task's or the idle vCPU's, not those of the blocked
+//! call it sits in. A chunk the VMM cannot take stops the stream; the
+//! report says so and how many were sent.
 
 use xvmm_guest::channel::{IntervalChannel, ResultsRegion};
 use xvmm_results::interval_stream::{StreamedInterval, RECORD};
