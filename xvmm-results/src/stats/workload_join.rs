@@ -78,7 +78,8 @@ impl CpuExits {
             into(&self.exits[i]);
             // i + 1 <= len, which fits: `new` numbered 0..=len.
             self.next[i] = u32::try_from(i + 1).unwrap_or(u32::MAX);
-            i = self.unclaimed_from(i + 1);
+            // `i` now points past itself.
+            i = self.unclaimed_from(i);
         }
     }
 
