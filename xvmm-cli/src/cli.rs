@@ -24,6 +24,43 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+impl Cli {
+    /// Parses `argv` (the program name first): with `--workload` before a
+    /// `--`, the words after that `--` are the workload's arguments.
+    pub fn parse_args<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        let mut argv: Vec<std::ffi::OsString> = argv.into_iter().map(Into::into).collect();
+        let dashes = argv.iter().position(|a| a == "--");
+        let workload = |a: &std::ffi::OsString| {
+            a == "--workload" || a.to_str().is_some_and(|a| a.starts_with("--workload="))
+        };
+        let tail = match dashes.filter(|&at| argv[..at].iter().any(workload)) {
+            Some(at) => {
+                let tail = argv.split_off(at + 1);
+                argv.pop();
+                tail
+            }
+            None => Vec::new(),
+        };
+        let mut cli = Cli::try_parse_from(argv)?;
+        cli.run.workload_args = tail
+            .into_iter()
+            .map(|a| {
+                a.into_string().map_err(|a| {
+                    clap::Error::raw(
+                        clap::error::ErrorKind::InvalidUtf8,
+                        format!("the workload argument {a:?} is not UTF-8\n"),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(cli)
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Build guest and harness kernels, or check a built one's hook sites.
@@ -304,8 +341,11 @@ pub struct RunArgs {
     /// (repeatable).
     #[arg(long, requires = "workload")]
     pub workload_file: Vec<PathBuf>,
-    /// The workload's arguments.
-    #[arg(last = true, requires = "workload", value_name = "ARGS")]
+    /// The workload's arguments: what follows ` -- ` after `--workload`,
+    /// split off before clap parses ([`Cli::parse_args`]), since a
+    /// positional argument here would make clap take a mistyped
+    /// subcommand for one.
+    #[arg(skip)]
     pub workload_args: Vec<String>,
     /// Bare-metal xperf report to compare the VM results with.
     #[arg(long, requires = "kernel")]
@@ -419,7 +459,24 @@ mod tests {
     }
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("xvmm").chain(args.iter().copied()))
+        Cli::parse_args(std::iter::once("xvmm").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_workloads_arguments_are_what_follows_the_dashes() {
+        let k = ["--kernel", "k", "--workload", "w"];
+        let args = |a: &[&str]| parse(&[&k[..], a].concat()).unwrap().run.workload_args;
+        assert_eq!(
+            args(&["--", "sh", "-c", "--x -- y"]),
+            ["sh", "-c", "--x -- y"]
+        );
+        assert_eq!(args(&["--", "a", "--", "--json"]), ["a", "--", "--json"]);
+        assert!(args(&["--"]).is_empty() && args(&[]).is_empty());
+        let cli = parse(&["--workload=w", "--kernel", "k", "--json", "-", "--", "x"]).unwrap();
+        assert_eq!(
+            (cli.run.workload_args, cli.run.json),
+            (vec!["x".to_string()], Some(PathBuf::from("-")))
+        );
     }
 
     #[test]
@@ -449,7 +506,8 @@ mod tests {
                 &[k[0], k[1], "--workload-file", "f"],
                 MissingRequiredArgument,
             ),
-            (&[k[0], k[1], "--", "x"], MissingRequiredArgument),
+            (&[k[0], k[1], "--", "x"], ArgumentConflict),
+            (&["--samples", "5", "machine"], ArgumentConflict),
             (
                 &[k[0], k[1], "--workload", "w", "--initrd", "i"],
                 ArgumentConflict,

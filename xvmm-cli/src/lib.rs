@@ -19,14 +19,13 @@ mod progress;
 mod report;
 mod reports;
 
-use clap::Parser as _;
 use output::Stdout;
 
 /// Parses the command line, runs it and returns the exit status. Every error
 /// is one escaped line on stderr (clap's usage errors: clap's whole message).
 pub fn main() -> i32 {
     forbid_new_privileges();
-    let cli = match cli::Cli::try_parse() {
+    let cli = match cli::Cli::parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
