@@ -69,6 +69,24 @@ fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
+/// argv of an xvmm run inside L1 booting the L2 kernel with the built-in
+/// initramfs: `cmdline`, L2's memory and `timeout_secs`, then `rest`.
+pub fn xvmm_l2_argv(cmdline: &str, timeout_secs: u64, rest: &[&str]) -> Vec<String> {
+    let (mem, timeout) = (L2_MEM_MIB.to_string(), timeout_secs.to_string());
+    let head = [
+        l1::XVMM,
+        "--kernel",
+        l1::L2_BZIMAGE,
+        "--cmdline",
+        cmdline,
+        "--mem",
+        &mem,
+        "--timeout",
+        &timeout,
+    ];
+    strings(&[&head[..], rest].concat())
+}
+
 /// argv of an xvmm run inside L1.
 pub fn xvmm_argv(kernel: &str, cmdline: &str, timeout_secs: u64) -> Vec<String> {
     strings(&[

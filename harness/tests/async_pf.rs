@@ -38,22 +38,8 @@ fn l2_cmdline() -> String {
 }
 
 fn step(name: &str, async_pf: &str, samples: u64, json: &str) -> Step {
-    let (n, timeout, mem) = (
-        samples.to_string(),
-        VM_TIMEOUT.to_string(),
-        harness::L2_MEM_MIB.to_string(),
-    );
-    let cmdline = l2_cmdline();
-    let argv = [
-        l1::XVMM,
-        "--kernel",
-        l1::L2_BZIMAGE,
-        "--cmdline",
-        &cmdline,
-        "--mem",
-        &mem,
-        "--timeout",
-        &timeout,
+    let n = samples.to_string();
+    let rest = [
         "--samples",
         &n,
         "--warmup",
@@ -65,12 +51,13 @@ fn step(name: &str, async_pf: &str, samples: u64, json: &str) -> Step {
         "--json",
         json,
     ];
+    let argv = harness::xvmm_l2_argv(&l2_cmdline(), VM_TIMEOUT, &rest);
     Step {
         name: name.into(),
         timeout_secs: VM_TIMEOUT * 2 + 30,
         marker: None,
         stop_at_marker: false,
-        argv: argv.iter().map(|s| s.to_string()).collect(),
+        argv,
     }
 }
 

@@ -35,15 +35,17 @@ fn l2_step(name: &str, xperf_args: &str, extra: &[&str]) -> Step {
         "{} xperf_stamps=1 quiet no_timer_check -- {xperf_args}",
         xvmm::boot::cmdline::default_cmdline()
     );
-    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
-    let mut a = vec![l1::XVMM, "--kernel", l1::L2_BZIMAGE, "--cmdline", &cmdline];
-    a.extend(["--mem", &mem, "--timeout", &timeout]);
-    a.extend(extra);
     // stdout holds the JSON alone; L2's console goes to stderr, which
     // l1-init keeps in L1's console: a step that hangs shows how far the
     // guest got.
-    a.extend(["--json", "-"]);
-    Step::run(name, VM_TIMEOUT + 30, &a)
+    let rest = [extra, &["--json", "-"]].concat();
+    Step {
+        name: name.into(),
+        timeout_secs: VM_TIMEOUT + 30,
+        marker: None,
+        stop_at_marker: false,
+        argv: harness::xvmm_l2_argv(&cmdline, VM_TIMEOUT, &rest),
+    }
 }
 
 fn plan() -> Vec<Step> {

@@ -157,18 +157,7 @@ fn restart_step() -> Step {
 
 /// The VM side: xvmm boots L2 with xperf probes as its `/init`, traced.
 fn vm_step() -> Step {
-    let (vm_timeout, cmdline) = (VM_TIMEOUT.to_string(), vm_cmdline());
-    let mem = harness::L2_MEM_MIB.to_string();
-    let vm = [
-        l1::XVMM,
-        "--kernel",
-        l1::L2_BZIMAGE,
-        "--cmdline",
-        &cmdline,
-        "--mem",
-        &mem,
-        "--timeout",
-        &vm_timeout,
+    let rest = [
         "--samples",
         SAMPLES,
         "--warmup",
@@ -177,6 +166,8 @@ fn vm_step() -> Step {
         "--json",
         "-",
     ];
+    let argv = harness::xvmm_l2_argv(&vm_cmdline(), VM_TIMEOUT, &rest);
+    let vm: Vec<&str> = argv.iter().map(String::as_str).collect();
     step("vm", VM_TIMEOUT + 60, None, &vm)
 }
 

@@ -64,30 +64,23 @@ fn vm_step() -> Step {
         "{} quiet no_timer_check",
         xvmm::boot::cmdline::default_cmdline()
     );
-    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
-    Step::run(
-        "vm",
-        VM_TIMEOUT + 30,
-        &[
-            l1::XVMM,
-            "--kernel",
-            l1::L2_BZIMAGE,
-            "--cmdline",
-            &cmdline,
-            "--mem",
-            &mem,
-            "--timeout",
-            &timeout,
-            "--workload",
-            BUSYBOX,
-            "--json",
-            "-",
-            "--",
-            "sh",
-            "-c",
-            VM_SCRIPT,
-        ],
-    )
+    let rest = [
+        "--workload",
+        BUSYBOX,
+        "--json",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        VM_SCRIPT,
+    ];
+    Step {
+        name: "vm".into(),
+        timeout_secs: VM_TIMEOUT + 30,
+        marker: None,
+        stop_at_marker: false,
+        argv: harness::xvmm_l2_argv(&cmdline, VM_TIMEOUT, &rest),
+    }
 }
 
 struct Run {

@@ -53,7 +53,6 @@ fn plan() -> Vec<Step> {
     let n = SAMPLES.to_string();
     let w = WARMUP.to_string();
     let null = NULL_SAMPLES.to_string();
-    let vm_timeout = VM_TIMEOUT.to_string();
     let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
     let vm_step = |name: &str, cmdline: &str, trace: &[&str]| {
         // The traced step runs under the recorder, which keeps L1's own
@@ -63,27 +62,16 @@ fn plan() -> Vec<Step> {
         } else {
             &[l1::INIT, "--record-trace"]
         };
-        let mut a = recorder.to_vec();
-        a.extend([
-            l1::XVMM,
-            "--kernel",
-            l1::L2_BZIMAGE,
-            "--cmdline",
-            cmdline,
-            "--mem",
-        ]);
-        let mem = harness::L2_MEM_MIB.to_string();
-        a.extend([mem.as_str(), "--timeout", &vm_timeout]);
-        a.extend(["--samples", &n, "--warmup", &w]);
-        a.extend(trace);
         // stdout is the JSON alone; console and tables go to stderr.
-        a.extend(["--json", "-"]);
+        let rest = [&["--samples", &n, "--warmup", &w], trace, &["--json", "-"]].concat();
+        let mut a: Vec<String> = argv(recorder);
+        a.extend(harness::xvmm_l2_argv(cmdline, VM_TIMEOUT, &rest));
         Step {
             name: name.into(),
             timeout_secs: VM_TIMEOUT + 30,
             marker: None,
             stop_at_marker: false,
-            argv: argv(&a),
+            argv: a,
         }
     };
     vec![
