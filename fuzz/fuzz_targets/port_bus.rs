@@ -63,6 +63,7 @@ fuzz_target!(|input: (bool, Vec<Access>)| {
                     layout::PORT_EXIT => IoEvent::Exit(first),
                     layout::PORT_RESULTS_DOORBELL => IoEvent::Results(u32::from_le_bytes(le)),
                     layout::PORT_DROP_PAGES => IoEvent::DropPages(u32::from_le_bytes(le)),
+                    layout::PORT_INTERVALS => IoEvent::Intervals(u32::from_le_bytes(le)),
                     // Counted apart (the exit itself is the point).
                     layout::PORT_CALIBRATE => IoEvent::Continue,
                     layout::I8042_COMMAND_PORT if first == layout::I8042_CMD_RESET => {
