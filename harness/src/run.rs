@@ -122,18 +122,27 @@ impl HarnessRun {
     /// The report of step `name`, which must have run and exited 0; the
     /// error holds what went wrong and the step's output.
     pub fn exited_report(&self, name: &str) -> std::result::Result<xvmm_results::Report, String> {
+        self.exited(name)?;
+        self.report(name).map_err(|e| {
+            let out = self.output(name).join("\n");
+            format!("step {name}: {e}; output:\n{out}")
+        })
+    }
+
+    /// Whether step `name` ran and exited 0; the error holds what went
+    /// wrong and the step's output.
+    pub fn exited(&self, name: &str) -> std::result::Result<(), String> {
         let step = self
             .step(name)
             .ok_or_else(|| format!("step {name} did not run:\n{}", self.tail(40)))?;
-        let out = self.output(name).join("\n");
         if step.outcome != Outcome::Exited(0) {
+            let out = self.output(name).join("\n");
             return Err(format!(
                 "step {name} ended with {}; its output:\n{out}",
                 step.outcome
             ));
         }
-        self.report(name)
-            .map_err(|e| format!("step {name}: {e}; output:\n{out}"))
+        Ok(())
     }
 
     /// What step `name` wrote to its stdout alone, line by line.

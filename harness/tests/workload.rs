@@ -19,17 +19,30 @@ use std::sync::OnceLock;
 use std::time::Duration;
 use xvmm_harness::{self as harness, l1, Step};
 use xvmm_results::schema::workload::{RowExits, Workload, FAMILY_FAULT, FAMILY_SYSCALL};
-use xvmm_results::Report;
+use xvmm_results::{Comparison, Report};
 
-const BUSYBOX: &str = "/bin/busybox";
+/// Debian's static busybox, at the path xvmm gives it in L2 and in L1 too,
+/// so that both runs have one command and compare kind by kind.
+const BUSYBOX: &str = "/workload/busybox";
+const HOST_BUSYBOX: &str = "/bin/busybox";
 const STRACE: &str = "/usr/bin/strace";
-/// The workload: the same on both steps.
-const SCRIPT: &str = "/bin/busybox cat /proc/cpuinfo > /dev/null; /bin/busybox ls / > /dev/null";
-/// The same in L2, where xvmm puts busybox in /workload.
-const VM_SCRIPT: &str =
-    "/workload/busybox cat /proc/cpuinfo > /dev/null; /workload/busybox ls / > /dev/null";
+/// The workload: the same on every step. It lists /workload, which holds
+/// busybox alone in L1 and L2, and not `/`, where the steps' files come
+/// and go (ls stats every entry).
+const SCRIPT: &str =
+    "/workload/busybox cat /proc/cpuinfo > /dev/null; /workload/busybox ls /workload > /dev/null";
+/// Where the bare-metal (L1) report goes, for the VM run's `--baseline`;
+/// the VM's report and its comparison (`FILE.compare.json`: the name with `.compare.json` added).
+const BM_JSON: &str = "/bm.json";
+const VM_JSON: &str = "/vm.json";
+const VM_COMPARE_JSON: &str = "/vm.json.compare.json";
 /// The L2 run's limit, seconds (TCG: the boot alone takes minutes).
 const VM_TIMEOUT: u64 = 360;
+
+/// A step that prints a file L1 holds, so that its stdout is the file.
+fn cat(name: &str, path: &str) -> Step {
+    Step::run(name, 30, &[BUSYBOX, "cat", path])
+}
 
 fn plan() -> Vec<Step> {
     vec![
@@ -40,7 +53,7 @@ fn plan() -> Vec<Step> {
                 l1::XPERF,
                 "workload",
                 "--json",
-                "-",
+                BM_JSON,
                 "--",
                 BUSYBOX,
                 "sh",
@@ -48,17 +61,21 @@ fn plan() -> Vec<Step> {
                 SCRIPT,
             ],
         ),
+        cat("bm", BM_JSON),
         Step::run(
             "strace",
             300,
             &[STRACE, "-f", "-c", "--", BUSYBOX, "sh", "-c", SCRIPT],
         ),
         vm_step(),
+        cat("vm-report", VM_JSON),
+        cat("vm-compare", VM_COMPARE_JSON),
     ]
 }
 
-/// `xvmm --kernel L2 --workload busybox -- sh -c VM_SCRIPT` in L1: the
-/// JSON on stdout, L2's console on stderr.
+/// `xvmm --kernel L2 --workload busybox --baseline BM_JSON -- sh -c
+/// SCRIPT` in L1, as a person runs it: the report to a file, the tables and
+/// the comparison on stdout, L2's console with them.
 fn vm_step() -> Step {
     let cmdline = format!(
         "{} quiet no_timer_check",
@@ -68,11 +85,13 @@ fn vm_step() -> Step {
         "--workload",
         BUSYBOX,
         "--json",
-        "-",
+        VM_JSON,
+        "--baseline",
+        BM_JSON,
         "--",
         "sh",
         "-c",
-        VM_SCRIPT,
+        SCRIPT,
     ];
     Step {
         name: "vm".into(),
@@ -87,6 +106,10 @@ struct Run {
     workload: Workload,
     /// The L2 run's report, with the host's exits joined.
     vm: Report,
+    /// What the L2 run printed (its tables, the comparison, L2's console).
+    vm_stdout: String,
+    /// The comparison it wrote beside its report.
+    comparison: Comparison,
     /// strace's summary: calls per system call.
     strace: BTreeMap<String, u64>,
 }
@@ -117,7 +140,7 @@ fn boot() -> Result<Run, String> {
         &mut cpio,
         &[
             (l1::XPERF, &xperf, 0o755),
-            (BUSYBOX, Path::new(BUSYBOX), 0o755),
+            (BUSYBOX, Path::new(HOST_BUSYBOX), 0o755),
         ],
     )
     .map_err(|e| format!("busybox-static (harness/setup.sh installs it): {e}"))?;
@@ -126,17 +149,40 @@ fn boot() -> Result<Run, String> {
     let run = harness::run_l1(&artifacts, &cpio, "workload", Duration::from_secs(20 * 60))
         .map_err(|e| e.to_string())?;
     eprintln!("{}", run.summary("nested workload harness"));
-    let report = run.exited_report("xperf")?;
-    let workload = report
+    run.exited("xperf")?;
+    let bm = run.exited_report("bm")?;
+    let workload = bm
         .workload
+        .clone()
         .ok_or("no workload block in xperf's report")?;
     let strace = strace_counts(&run.stderr("strace"));
-    let vm = run.exited_report("vm")?;
+    run.exited("vm")?;
+    let vm = run.exited_report("vm-report")?;
+    let comparison: Comparison = serde_json::from_str(&run.stdout("vm-compare").join("\n"))
+        .map_err(|e| format!("the comparison file: {e}"))?;
+    keep(&[("workload-bm.json", &bm), ("workload-vm.json", &vm)]);
     Ok(Run {
         workload,
         vm,
+        vm_stdout: run.stdout("vm").join("\n"),
+        comparison,
         strace,
     })
+}
+
+/// The reports, kept where a person can take them as test data
+/// (`xvmm-cli/tests/data/report/`).
+fn keep(reports: &[(&str, &Report)]) {
+    let dir = std::env::temp_dir().join("xvmm-harness-workload");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    for (name, report) in reports {
+        let path = dir.join(name);
+        if std::fs::write(&path, report.to_json_pretty()).is_ok() {
+            eprintln!("kept {}", path.display());
+        }
+    }
 }
 
 fn run() -> &'static Run {
@@ -210,9 +256,9 @@ fn the_vm_run_joins_every_traced_exit_with_the_workloads_intervals() {
     let r = &run().vm;
     let w = r.workload.as_ref().expect("a workload block");
     assert!(w.ended.succeeded(), "{:?}", w.ended);
-    assert_eq!(w.command[0], "/workload/busybox");
+    assert_eq!(w.command[0], BUSYBOX);
     assert_eq!(
-        w.command[3], VM_SCRIPT,
+        w.command[3], SCRIPT,
         "an argument with spaces arrives whole"
     );
     let t = r.timeline.as_ref().expect("a timeline");
@@ -242,4 +288,68 @@ fn the_vm_run_joins_every_traced_exit_with_the_workloads_intervals() {
     for name in ["execve", "wait4"] {
         assert!(names.contains(&name), "no {name} row in {names:?}");
     }
+}
+
+/// Issue 38 item 2, `--baseline`: the L2 run set against the same command
+/// on bare metal (L1) splits each kind's extra time into more intervals,
+/// the exits inside them and the rest, and says so on its stdout.
+#[test]
+fn the_vm_runs_extra_kernel_time_decomposes_against_bare_metal() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let c = &r.comparison;
+    let w = c.workload.as_ref().expect("a workload comparison");
+    assert!(c.rows.is_empty(), "no crossings in a workload's files");
+    assert!(w.exits_joined && w.timeline_verified == Some(true), "{w:?}");
+    assert!(
+        !w.notes.iter().any(|n| n.contains("commands differ")),
+        "{:?}",
+        w.notes
+    );
+    // Each kind's parts add up to its difference, and its exits are those
+    // the VM's report joined with it.
+    let x =
+        r.vm.workload
+            .as_ref()
+            .and_then(|w| w.exits.as_ref())
+            .unwrap();
+    for k in &w.rows {
+        let sum = k.count_part + k.exits_part + k.rest;
+        assert!(
+            (sum - k.diff).abs() <= 1e-6 * k.diff.abs().max(1.0),
+            "{k:?}"
+        );
+        let joined = x
+            .rows
+            .iter()
+            .find(|e| e.family == k.family && e.name == k.name)
+            .map_or(0, RowExits::count);
+        assert_eq!(k.vm_exits, joined, "{}", k.label());
+    }
+    // One script: it execs and waits as often in both.
+    for name in ["execve", "wait4"] {
+        let k = w
+            .rows
+            .iter()
+            .find(|k| k.family == FAMILY_SYSCALL && k.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", w.rows));
+        assert_eq!(k.vm_count, k.bare_count, "{k:?}");
+    }
+    let exits: f64 = w.rows.iter().map(|k| k.exits_part).sum();
+    assert!(
+        exits > 0.0 && exits <= w.vm_exit_time,
+        "{exits} of {}",
+        w.vm_exit_time
+    );
+    let out = &r.vm_stdout;
+    for expected in [
+        "by family:",
+        "diff = VM time - bare-metal time",
+        "comparison written to",
+    ] {
+        assert!(out.contains(expected), "no {expected:?} in:\n{out}");
+    }
+    eprintln!("{}", xvmm_results::render::comparison_table(c));
 }

@@ -334,7 +334,7 @@ pub struct RunArgs {
     #[arg(
         long,
         requires = "kernel",
-        conflicts_with_all = ["initrd", "samples", "warmup", "rounds", "raw", "interrupt_path", "host_fault_delay", "baseline", "openmetrics"]
+        conflicts_with_all = ["initrd", "samples", "warmup", "rounds", "raw", "interrupt_path", "host_fault_delay", "openmetrics"]
     )]
     pub workload: Option<PathBuf>,
     /// A file the workload reads, copied to /workload/ in the guest
@@ -347,7 +347,8 @@ pub struct RunArgs {
     /// subcommand for one.
     #[arg(skip)]
     pub workload_args: Vec<String>,
-    /// Bare-metal xperf report to compare the VM results with.
+    /// Bare-metal xperf report to compare the VM results with (of
+    /// `xperf workload` with --workload).
     #[arg(long, requires = "kernel")]
     pub baseline: Option<PathBuf>,
     /// Print nothing but the JSON: no guest console (Linux guest), no
@@ -513,7 +514,7 @@ mod tests {
                 ArgumentConflict,
             ),
             (
-                &[k[0], k[1], "--workload", "w", "--baseline", "b"],
+                &[k[0], k[1], "--workload", "w", "--openmetrics", "m"],
                 ArgumentConflict,
             ),
             (&["--timeout", "0"], ValueValidation),

@@ -97,6 +97,9 @@ pub(super) fn outputs(args: &RunArgs) -> Result<Outputs> {
         .as_deref()
         .map(|p| super::input::read_report(p, "--baseline"))
         .transpose()?;
+    if let Some(bare) = &baseline {
+        baseline_fits(bare, args)?;
+    }
     let json = args.json.as_deref().map(JsonOutput::prepare).transpose()?;
     let comparison = match (&baseline, args.json.as_deref()) {
         (Some(_), Some(path)) if path != Path::new("-") => {
@@ -115,6 +118,23 @@ pub(super) fn outputs(args: &RunArgs) -> Result<Outputs> {
         comparison,
         baseline,
     })
+}
+
+/// A workload's baseline is a workload's report, and a crossings run's is
+/// not: each would compare nothing with the other (checked before booting).
+fn baseline_fits(bare: &Report, args: &RunArgs) -> Result<()> {
+    let path = args.baseline.as_deref().unwrap_or(Path::new("")).display();
+    match (bare.workload.is_some(), args.workload.is_some()) {
+        (false, true) => Err(Error::Usage(format!(
+            "--baseline {path} has no workload: make it on bare metal with `xperf workload \
+             --json FILE -- PROGRAM ARGS`"
+        ))),
+        (true, false) => Err(Error::Usage(format!(
+            "--baseline {path} is a workload's (xperf workload): compare it with a run of \
+             --workload PROGRAM"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Where the guest console goes: stdout, or stderr when stdout carries the
@@ -430,6 +450,30 @@ mod tests {
             "{text}"
         );
         assert!(lines[2].contains("1.750 ms"), "{text}");
+    }
+
+    /// A workload's baseline must be a workload's, and a crossings run's
+    /// must not: each is refused before the boot in one line.
+    #[test]
+    fn a_baseline_of_the_other_kind_is_refused_before_booting() {
+        let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/report");
+        let read = |f: &str| super::super::input::read_report(&data.join(f), "b").unwrap();
+        let (workload, crossings) = (read("workload-bm.json"), read("traced-bm.json"));
+        let with_workload = run_args(&["--workload", "w", "--baseline", "b.json"]);
+        let without = run_args(&["--initrd", "i", "--baseline", "b.json"]);
+        assert!(baseline_fits(&workload, &with_workload).is_ok());
+        assert!(baseline_fits(&crossings, &without).is_ok());
+        for (bare, args, says) in [
+            (
+                &crossings,
+                &with_workload,
+                "--baseline b.json has no workload",
+            ),
+            (&workload, &without, "--baseline b.json is a workload's"),
+        ] {
+            let err = baseline_fits(bare, args).unwrap_err().to_string();
+            assert!(err.contains(says) && !err.contains('\n'), "{err}");
+        }
     }
 
     #[test]

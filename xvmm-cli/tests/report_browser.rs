@@ -214,7 +214,8 @@ const INSTANCES: [&str; 2] = [
 ];
 
 /// Reports to render: the real instances', the harness's (a traced VM run
-/// among them, with its slowest samples' exits), and two characterizations
+/// among them, with its slowest samples' exits, and a workload's in L1 and
+/// L2), and two characterizations
 /// of this machine a second apart.
 fn inputs(dir: &Path) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -229,6 +230,8 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
             "characterize-l2.json",
             "traced-bm.json",
             "traced-vm.json",
+            "workload-bm.json",
+            "workload-vm.json",
         ]
         .iter()
         .map(|n| data.join(n)),
@@ -304,6 +307,15 @@ fn chromium_renders_every_chart_offline_without_console_errors() {
         assert!(!stripped.contains(needle), "{needle} in the page");
     }
     let figures = html.matches("<figure class=\"chart\"").count();
+    // The workload pair is set side by side, with its waterfall.
+    assert!(
+        html.contains("one workload&#39;s time in the kernel")
+            || html.contains("one workload's time in the kernel")
+    );
+    assert!(
+        html.contains("summed over every kind"),
+        "no workload waterfall"
+    );
 
     let screenshot = dir.join("report.png");
     let _ = std::fs::remove_file(&screenshot);

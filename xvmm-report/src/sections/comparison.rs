@@ -1,6 +1,7 @@
 //! VM against bare metal: one section per pair of files, the
 //! decomposition of each crossing with its chart.
 
+use super::workload_compare::workload_comparison_blocks;
 use super::{column, TICKS};
 use crate::charts;
 use crate::Input;
@@ -10,18 +11,22 @@ use xvmm_results::document::{capped, Block, Cell, Chart, Row, Section, Table, MA
 use xvmm_results::document::{Bar, BarChart, Part, StackedBar, StackedChart};
 use xvmm_results::{compare, Comparison, ComparisonRow, Environment};
 
-/// Each VM report against its bare-metal report: the first with the VM's
-/// CPU model (the host it ran on, as far as a file can say), else the
-/// first of all. One pass to index the bare-metal files, one for the VMs.
+/// Each VM report against its bare-metal report: the first of the same
+/// kind (a workload's against a workload's, crossings against crossings)
+/// with the VM's CPU model (the host it ran on, as far as a file can say),
+/// else the first of the same kind, else the first of all. One pass to
+/// index the bare-metal files, one for the VMs.
 pub(super) fn comparison_sections(inputs: &[Input]) -> Vec<Section> {
     let mut first = None;
-    let mut by_cpu: HashMap<&str, usize> = HashMap::new();
+    let mut first_of_kind: HashMap<bool, usize> = HashMap::new();
+    let mut by_cpu: HashMap<(bool, &str), usize> = HashMap::new();
     for (i, input) in inputs.iter().enumerate() {
-        if input.report.environment == Environment::BareMetal {
+        let r = &input.report;
+        if r.environment == Environment::BareMetal {
+            let kind = r.workload.is_some();
             first.get_or_insert(i);
-            by_cpu
-                .entry(input.report.host.cpu_model.as_str())
-                .or_insert(i);
+            first_of_kind.entry(kind).or_insert(i);
+            by_cpu.entry((kind, r.host.cpu_model.as_str())).or_insert(i);
         }
     }
     let Some(first) = first else {
@@ -32,8 +37,10 @@ pub(super) fn comparison_sections(inputs: &[Input]) -> Vec<Section> {
         .enumerate()
         .filter(|(_, i)| i.report.environment == Environment::LinuxVm)
         .map(|(v, vm)| {
+            let kind = vm.report.workload.is_some();
             let bare = by_cpu
-                .get(vm.report.host.cpu_model.as_str())
+                .get(&(kind, vm.report.host.cpu_model.as_str()))
+                .or_else(|| first_of_kind.get(&kind))
                 .copied()
                 .unwrap_or(first);
             comparison_section(v, vm, bare, &inputs[bare])
@@ -208,7 +215,30 @@ pub(super) fn decomposition_chart(c: &Comparison) -> Option<StackedChart> {
 
 pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -> Section {
     let c = compare(&vm.report, &bare.report);
-    let chart = comparison_chart(&c);
+    let mut blocks = match (&c.workload, c.rows.is_empty()) {
+        (Some(_), true) => vec![Block::Paragraph(format!(
+            "{} (VM) against {} (bare metal): one workload's time in the kernel.",
+            column(v, vm),
+            column(b, bare)
+        ))],
+        _ => crossing_blocks(&c, v, vm, b, bare),
+    };
+    if let Some(w) = &c.workload {
+        workload_comparison_blocks(&c, w, &mut blocks);
+    }
+    if !c.notes.is_empty() {
+        blocks.push(Block::List(c.notes.clone()));
+    }
+    Section {
+        id: format!("compare-{}", v + 1),
+        title: format!("VM vs bare metal: {} against {}", vm.label, bare.label),
+        blocks,
+    }
+}
+
+/// The crossings' chart, decomposition and table.
+fn crossing_blocks(c: &Comparison, v: usize, vm: &Input, b: usize, bare: &Input) -> Vec<Block> {
+    let chart = comparison_chart(c);
     let fig = |v: Option<u64>| v.map_or_else(|| "-".into(), |v| v.to_string());
     let rows: Vec<Vec<Cell>> = c
         .rows
@@ -259,7 +289,7 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
         )),
         Block::Chart(Chart::Bars(chart)),
     ];
-    match decomposition_chart(&c) {
+    match decomposition_chart(c) {
         Some(chart) => {
             blocks.push(Block::Paragraph(DECOMPOSITION.into()));
             blocks.push(Block::Chart(Chart::Stacked(chart)));
@@ -275,14 +305,7 @@ pub(super) fn comparison_section(v: usize, vm: &Input, b: usize, bare: &Input) -
         c.rows.len(),
         &mut blocks,
     );
-    if !c.notes.is_empty() {
-        blocks.push(Block::List(c.notes.clone()));
-    }
-    Section {
-        id: format!("compare-{}", v + 1),
-        title: format!("VM vs bare metal: {} against {}", vm.label, bare.label),
-        blocks,
-    }
+    blocks
 }
 
 // ---------------------------------------------------------------- matrix
@@ -304,6 +327,73 @@ mod tests {
             Report::from_json(&text).unwrap()
         };
         (read("traced-vm.json"), read("traced-bm.json"))
+    }
+
+    /// The harness's workload pair: the VM file meets the bare-metal file
+    /// of its own kind, though a crossings file of the same CPU comes
+    /// first; its waterfall walks from bare metal's summed time to the
+    /// VM's; and the notes speak when the data say what they warn of.
+    #[test]
+    fn a_workload_pair_is_compared_kind_by_kind_on_real_harness_data() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../xvmm-cli/tests/data/report/"
+        );
+        let read = |f: &str| {
+            let text = std::fs::read_to_string(format!("{dir}{f}")).unwrap();
+            Report::from_json(&text).unwrap()
+        };
+        let (traced_bm, vm, bm) = (
+            read("traced-bm.json"),
+            read("workload-vm.json"),
+            read("workload-bm.json"),
+        );
+        let input = |label: &str, report: &Report| Input {
+            label: label.into(),
+            report: report.clone(),
+        };
+        let inputs = [input("t", &traced_bm), input("b", &bm), input("v", &vm)];
+        let sections = comparison_sections(&inputs);
+        assert_eq!(sections.len(), 1);
+        assert_eq!(sections[0].title, "VM vs bare metal: v against b");
+        let c = compare(&vm, &bm);
+        let w = c.workload.as_ref().expect("both files have a workload");
+        assert!(w.notes.is_empty(), "{:?}", w.notes);
+        let chart = super::super::workload_compare::waterfall(&c, w);
+        let (bare, steps, last) = (
+            &chart.bars[0],
+            &chart.bars[1..chart.bars.len() - 1],
+            chart.bars.last().unwrap(),
+        );
+        let end = steps.last().map_or(bare.to, |s| s.to);
+        assert!(
+            (end - last.to).abs() < 1e-9 * last.to,
+            "{end} against {}",
+            last.to
+        );
+        assert!(last.to > bare.to, "the VM took longer under TCG");
+        // Controls: an unverified timeline and another command are said.
+        let mut unverified = vm.clone();
+        let x = unverified
+            .workload
+            .as_mut()
+            .unwrap()
+            .exits
+            .as_mut()
+            .unwrap();
+        x.timeline_verified = false;
+        let notes = compare(&unverified, &bm).workload.unwrap().notes;
+        assert!(
+            notes.iter().any(|n| n.contains("NOT verified")),
+            "{notes:?}"
+        );
+        let mut other = bm.clone();
+        other.workload.as_mut().unwrap().command[3] += "; true";
+        let notes = compare(&vm, &other).workload.unwrap().notes;
+        assert!(
+            notes.iter().any(|n| n.contains("commands differ")),
+            "{notes:?}"
+        );
     }
 
     /// Issue item 4: every stacked bar's parts end at its dot, the VM's

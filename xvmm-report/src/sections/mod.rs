@@ -16,6 +16,7 @@ mod matrix;
 mod run;
 mod trend;
 mod workload;
+mod workload_compare;
 
 use crate::Input;
 use comparison::comparison_sections;

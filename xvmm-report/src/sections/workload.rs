@@ -6,7 +6,7 @@
 use xvmm_results::document::{capped, Block, Chart, Part, StackedBar, StackedChart};
 use xvmm_results::render;
 use xvmm_results::schema::workload::{
-    Workload, FAMILY_FAULT, FAMILY_INTERRUPT, FAMILY_OFF_CPU, FAMILY_SYSCALL,
+    Workload, WorkloadExits, FAMILY_FAULT, FAMILY_INTERRUPT, FAMILY_OFF_CPU, FAMILY_SYSCALL,
 };
 
 /// System calls shown by name in the second chart; the rest are one part.
@@ -67,26 +67,56 @@ pub(super) fn families_chart(w: &Workload, tsc_khz: u64) -> StackedChart {
         w.family_total(FAMILY_INTERRUPT),
         off_outside,
     ];
+    let mut series: Vec<String> = [
+        "system calls, on CPU",
+        "system calls, off CPU",
+        "user faults",
+        "interrupts",
+        "off CPU outside calls",
+    ]
+    .map(String::from)
+    .to_vec();
+    let wall = Some(scaled(w.wall_ticks, tsc_khz));
+    let mut bars = vec![bar("all tasks", &values, tsc_khz, wall)];
+    if let Some(x) = &w.exits {
+        series.push("outside every interval (exits only)".into());
+        bars.push(bar("VM exits inside", &exit_values(x), tsc_khz, None));
+    }
     StackedChart {
-        caption: "Kernel intervals summed over the tasks (dot: the wall time)".into(),
+        caption: "Kernel intervals summed over the tasks (dot: the wall time), and the host's \
+                  exit time inside each"
+            .into(),
         unit: unit(tsc_khz),
-        series: [
-            "system calls, on CPU",
-            "system calls, off CPU",
-            "user faults",
-            "interrupts",
-            "off CPU outside calls",
-        ]
-        .map(String::from)
-        .to_vec(),
-        bars: vec![bar(
-            "all tasks",
-            &values,
-            tsc_khz,
-            Some(scaled(w.wall_ticks, tsc_khz)),
-        )],
+        series,
+        bars,
         omitted: 0,
     }
+}
+
+/// The exits' time in the families chart's series: a call's exits are on
+/// CPU (those while it is blocked are the off-CPU row's, all in the
+/// off-CPU part), then the exits outside every interval.
+fn exit_values(x: &WorkloadExits) -> [u64; 6] {
+    let of = |family: &str| {
+        x.rows
+            .iter()
+            .filter(|r| r.family == family)
+            .map(|r| r.ticks())
+            .fold(0, u64::saturating_add)
+    };
+    let outside = x
+        .outside
+        .iter()
+        .map(|r| r.ticks)
+        .fold(0, u64::saturating_add);
+    [
+        of(FAMILY_SYSCALL),
+        0,
+        of(FAMILY_FAULT),
+        of(FAMILY_INTERRUPT),
+        of(FAMILY_OFF_CPU),
+        outside,
+    ]
 }
 
 /// One bar of the system calls' time on CPU: the largest by name, the rest
@@ -162,7 +192,7 @@ pub(super) fn workload_blocks(w: &Workload, tsc_khz: u64, blocks: &mut Vec<Block
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xvmm_results::schema::workload::Row;
+    use xvmm_results::schema::workload::{ReasonExits, Row, RowExits};
 
     fn row(family: &str, name: &str, total: u64, off: u64) -> Row {
         Row {
@@ -202,6 +232,38 @@ mod tests {
         assert_eq!(c.bars[0].mark, Some(100.0));
         assert_eq!(c.unit, "ms");
         assert_eq!(families_chart(&w, 0).unit, "TSC ticks");
+        assert_eq!(c.bars.len(), 1, "no exits, no exits bar");
+    }
+
+    /// A VM run's chart has a second bar: each family's exit time in its
+    /// colour, and the exits outside every interval in one of their own.
+    #[test]
+    fn a_vm_runs_exits_are_drawn_inside_their_families() {
+        let mut w = workload();
+        let exits = |family: &str, ticks| RowExits {
+            family: family.into(),
+            name: "x".into(),
+            reasons: vec![ReasonExits {
+                reason: "msr".into(),
+                count: 1,
+                ticks,
+            }],
+        };
+        w.exits = Some(WorkloadExits {
+            rows: vec![
+                exits(FAMILY_SYSCALL, 1000),
+                exits(FAMILY_SYSCALL, 2000),
+                exits(FAMILY_INTERRUPT, 500),
+                exits(FAMILY_OFF_CPU, 4000),
+            ],
+            outside: exits("", 7000).reasons,
+            ..WorkloadExits::default()
+        });
+        let c = families_chart(&w, 1000);
+        assert_eq!(c.series.len(), 6);
+        let parts: Vec<f64> = c.bars[1].parts.iter().map(|p| p.value).collect();
+        assert_eq!(parts, [3.0, 0.0, 0.0, 0.5, 4.0, 7.0]);
+        assert_eq!(c.bars[1].mark, None);
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod openmetrics;
 mod probes;
 mod timeline;
 mod workload;
+pub mod workload_compare;
 
 pub use async_pf::{async_pf_lines, on_off_table};
 pub use characterize::{by_group, characterize_of, characterize_table, ticks_per};
@@ -525,6 +526,16 @@ pub fn comparison_table(c: &Comparison) -> String {
         visible(&c.vm_tool),
         visible(&c.bare_metal_tool)
     );
+    if let Some(w) = &c.workload {
+        out += &workload_compare::workload_comparison_text(c, w);
+        if c.rows.is_empty() {
+            // A workload's files: no crossing to compare.
+            for n in &c.notes {
+                let _ = writeln!(out, "note: {}", visible(n));
+            }
+            return out;
+        }
+    }
     out += match c.diff_unit {
         DiffUnit::Ticks => {
             "TSC ticks, null overhead subtracted; diff = VM - bare metal in ticks, ratio = VM / \

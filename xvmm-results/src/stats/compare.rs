@@ -12,6 +12,7 @@
 use crate::attribution::SegmentHost;
 use crate::num;
 use crate::probes::{compare_probes, ProbeComparisonRow};
+use crate::stats::workload_compare::{compare_workloads, WorkloadComparison};
 use crate::{Crossing, Environment, Interval, Report, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -146,6 +147,9 @@ pub struct Comparison {
     /// Instrumentation modes, VM against bare metal (reports of `xperf probes`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub probes: Vec<ProbeComparisonRow>,
+    /// Two files of one workload (`xperf workload`, `xvmm --workload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadComparison>,
 }
 
 impl Comparison {
@@ -171,16 +175,16 @@ impl Comparison {
 
 /// What one tick of each side is in the comparison's unit.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Clocks {
-    unit: DiffUnit,
-    vm: f64,
-    bare: f64,
+pub(crate) struct Clocks {
+    pub(crate) unit: DiffUnit,
+    pub(crate) vm: f64,
+    pub(crate) bare: f64,
 }
 
 impl Clocks {
     /// Ticks as measured when the two rates are within 0.1 % (one clock,
     /// measured twice) or a file does not know its rate; else ns.
-    fn of(vm_khz: u64, bare_khz: u64) -> Clocks {
+    pub(crate) fn of(vm_khz: u64, bare_khz: u64) -> Clocks {
         let one_rate = (vm_khz.abs_diff(bare_khz) as f64) <= 0.001 * bare_khz as f64;
         if vm_khz == 0 || bare_khz == 0 || one_rate {
             return Clocks {
@@ -528,6 +532,22 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
     for p in &mut probes {
         p.ratio = p.ratio.map(|r| r * (clocks.vm / clocks.bare));
     }
+    let workload = match (&vm.workload, &bare.workload) {
+        (Some(v), Some(b)) => Some(compare_workloads(v, b, clocks)),
+        (None, None) => None,
+        (Some(_), None) | (None, Some(_)) => {
+            let has = if vm.workload.is_some() {
+                "VM"
+            } else {
+                "bare-metal"
+            };
+            notes.push(format!(
+                "only the {has} file has a workload: run the same command under `xperf \
+                 workload` (bare metal) and `xvmm --kernel --workload` (VM) to compare it"
+            ));
+            None
+        }
+    };
     Comparison {
         schema: COMPARISON_SCHEMA.into(),
         schema_version: COMPARISON_SCHEMA_VERSION,
@@ -539,6 +559,7 @@ pub fn compare(vm: &Report, bare: &Report) -> Comparison {
         rows,
         notes,
         probes,
+        workload,
     }
 }
 

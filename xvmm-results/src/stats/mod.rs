@@ -12,6 +12,7 @@ pub mod sweep;
 pub mod timeline;
 pub mod value_counts;
 pub mod workload;
+pub mod workload_compare;
 pub mod workload_join;
 
 use serde::{Deserialize, Serialize};
