@@ -10,7 +10,9 @@
 //!   the ftrace sites come from `/proc/kcore`;
 //! - `ibt-probes`: `xperf probes` on Debian's 6.12, built with
 //!   `CONFIG_X86_KERNEL_IBT`: ftrace sites and entry probes at +4, after
-//!   each function's ENDBR64.
+//!   each function's ENDBR64;
+//! - `deb-workload`: `xvmm --workload busybox` on Debian's 6.1, its
+//!   intervals joined with L1's exits.
 //!
 //! On 6.1 every probes row must be measured with every hit counted, or give
 //! a reason that holds for Debian's own config (in the package); on the IBT
@@ -71,7 +73,45 @@ fn plan() -> Vec<Step> {
         ),
         vm_step("deb-probes", DEBIAN_KERNEL, &probes, &samples),
         vm_step("ibt-probes", IBT_KERNEL, &probes, &samples),
+        workload_step(),
     ]
+}
+
+/// Debian's static busybox in L1, for `--workload`.
+const BUSYBOX: &str = "/workload/busybox";
+/// The workload on Debian's 6.1: a shell that forks and execs two applets.
+const WORKLOAD_SCRIPT: &str =
+    "/workload/busybox cat /proc/cpuinfo > /dev/null; /workload/busybox ls /workload > /dev/null";
+
+/// `deb-workload`: `xvmm --kernel debian-6.1 --workload busybox -- sh -c
+/// ...`: a stock kernel's tracepoints, joined with L1's exits. Its command
+/// line has no ` -- ` of its own (xvmm gives init the workload's).
+fn workload_step() -> Step {
+    let cmdline = format!(
+        "{} quiet no_timer_check",
+        xvmm::boot::cmdline::default_cmdline()
+    );
+    let (mem, timeout) = (harness::L2_MEM_MIB.to_string(), VM_TIMEOUT.to_string());
+    let a = [
+        l1::XVMM,
+        "--kernel",
+        DEBIAN_KERNEL,
+        "--cmdline",
+        &cmdline,
+        "--mem",
+        &mem,
+        "--timeout",
+        &timeout,
+        "--workload",
+        BUSYBOX,
+        "--json",
+        "-",
+        "--",
+        "sh",
+        "-c",
+        WORKLOAD_SCRIPT,
+    ];
+    Step::run("deb-workload", VM_TIMEOUT + 30, &a)
 }
 
 struct DistroRun {
@@ -160,6 +200,7 @@ fn run() -> &'static DistroRun {
         let files = [
             (DEBIAN_KERNEL, kernel.vmlinuz.as_path()),
             (IBT_KERNEL, ibt.vmlinuz.as_path()),
+            (BUSYBOX, Path::new("/bin/busybox")),
         ];
         let (_, reports) = boot_group("distro", host.clone(), host, &plan(), &files)?;
         Ok(DistroRun {
@@ -212,6 +253,51 @@ fn the_default_run_measures_round_trips_on_debians_kernel() {
             c.name
         );
         assert!(rt.raw.min > 0, "{}", c.name);
+    }
+}
+
+/// Issue 38 on a stock kernel: Debian 12's 6.1, no patch, records the
+/// workload's system calls, faults and interrupts from its own
+/// tracepoints, and xvmm joins every traced exit with them on a verified
+/// timeline.
+#[test]
+fn a_workload_is_joined_with_its_exits_on_debians_kernel() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    let report = r.report("deb-workload");
+    assert_on_debian(report, &r.kernel, "deb-workload");
+    let w = report.workload.as_ref().expect("a workload block");
+    println!(
+        "=== Debian {}: workload (TCG-emulated)\n{}",
+        r.kernel.release,
+        xvmm_results::render::workload_table(w, report.host.tsc_khz)
+    );
+    assert!(w.ended.succeeded(), "{:?}", w.ended);
+    assert_eq!(w.command[3], WORKLOAD_SCRIPT);
+    let t = report.timeline.as_ref().expect("a timeline");
+    assert!(t.verified, "timeline: {:?}", t.reason);
+    let x = w.exits.as_ref().expect("the exits joined");
+    assert_eq!(w.streamed, Some(x.intervals), "sent against joined");
+    let timed: u64 = w.rows.iter().map(|row| row.length.count).sum();
+    assert_eq!(x.intervals, timed);
+    let joined: u64 = x.rows.iter().map(|row| row.count()).sum::<u64>()
+        + x.outside.iter().map(|o| o.count).sum::<u64>()
+        + x.outside_window;
+    let traced: u64 = report
+        .host_exits
+        .iter()
+        .map(|e| e.exit_to_entry.count)
+        .sum();
+    if t.lost_events == 0 {
+        assert_eq!(joined, traced, "every traced exit counted once");
+    }
+    // Debian's config has kprobe events: faults are timed to their end.
+    assert!(w.fault_end.contains("kretprobe"), "{}", w.fault_end);
+    let calls: Vec<&str> = w.family("syscall").map(|r| r.name.as_str()).collect();
+    for call in ["execve", "wait4"] {
+        assert!(calls.contains(&call), "no {call} in {calls:?}");
     }
 }
 

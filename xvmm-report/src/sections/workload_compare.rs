@@ -97,7 +97,7 @@ pub(super) fn waterfall(c: &Comparison, w: &WorkloadComparison) -> BarChart {
 /// How to read the waterfall and the table.
 const READING: &str = "Each kind's time (a system call's on CPU) is summed over its intervals. \
 The VM's extra time of a kind is split exactly into what more or fewer intervals add at bare \
-metal's mean, the host's time of the exits inside the VM's intervals, and the rest: intervals \
+metal's mean (not for time off CPU), the host's time of the exits inside the VM's intervals, and the rest: intervals \
 that last longer with no exit inside (a guest's TLB and cache misses, two-level page walks, other \
 work). An interrupt inside a system call is in both kinds' time, so the total counts it twice on \
 both sides. Medians stand beside, not decomposed.";

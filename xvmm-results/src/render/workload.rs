@@ -151,7 +151,11 @@ pub fn workload_exits_of(w: &Workload, x: &WorkloadExits, tsc_khz: u64) -> Table
     for r in &x.rows {
         let own = w.row(&r.family, &r.name).map_or(0, |row| row.total_ticks);
         t.row(vec![
-            format!("{} {}", visible(&r.family), visible(&r.name)),
+            if r.family == r.name {
+                visible(&r.family).into_owned()
+            } else {
+                format!("{} {}", visible(&r.family), visible(&r.name))
+            },
             r.count().to_string(),
             ms(r.ticks(), tsc_khz),
             share(r.ticks(), own),

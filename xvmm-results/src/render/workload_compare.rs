@@ -15,7 +15,8 @@ pub const MAX_KINDS: usize = 30;
 /// How the parts add up, under the table.
 const PARTS: &str = "  diff = VM time - bare-metal time = count + exits + rest, exactly (a call's \
 time is its time on CPU)
-  count = (VM intervals - bare-metal intervals) x bare metal's mean interval
+  count = (VM intervals - bare-metal intervals) x bare metal's mean interval (0 for time off \
+CPU, whose count follows the scheduler)
   exits = the host's time of the exits inside the VM's intervals of the kind
   rest = the VM's intervals last longer with no exit inside: TLB and cache misses, two-level \
 page walks, other work
@@ -90,16 +91,18 @@ pub fn largest_extra(c: &Comparison, w: &WorkloadComparison) -> Option<String> {
     // The rows run largest difference first.
     let top = w.rows.iter().find(on_cpu).filter(|r| r.diff > 0.0)?;
     let extra: f64 = w.rows.iter().filter(on_cpu).map(|r| r.diff.max(0.0)).sum();
+    let more = i128::from(top.vm_count) - i128::from(top.bare_count);
     Some(format!(
         "most of the VM's extra kernel time on CPU is in {}: {} of {} ({:.0} %), of which {} \
-         exits ({} of it) and {} intervals more",
+         exits ({} of it) and {} intervals {}",
         visible(&top.label()),
         signed_ms(c, top.diff),
         signed_ms(c, extra),
         top.diff * 100.0 / extra,
         top.vm_exits,
         percent_of(top.exits_part, top.diff).trim_start_matches('+'),
-        i128::from(top.vm_count) - i128::from(top.bare_count),
+        more.abs(),
+        if more < 0 { "fewer" } else { "more" },
     ))
 }
 
@@ -262,6 +265,21 @@ mod tests {
         );
         let table = workload_comparison_of(&c, c.workload.as_ref().unwrap(), 2).render();
         assert!(table.contains("(2 more kinds in the JSON)"), "{table}");
+    }
+
+    #[test]
+    fn fewer_intervals_are_said_as_fewer() {
+        let mut fewer = kind("interrupt", "local_timer", 500.0, 200.0);
+        fewer.vm_count = 5;
+        let c = comparison(WorkloadComparison {
+            rows: vec![fewer],
+            ..WorkloadComparison::default()
+        });
+        let line = largest_extra(&c, c.workload.as_ref().unwrap()).unwrap();
+        assert!(
+            line.ends_with("(40.0 % of it) and 5 intervals fewer"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! A workload in a VM against the same workload on bare metal (`xvmm
 //! --kernel --workload P --baseline BM.json`, or `xvmm compare` of the two
 //! files): per kind of kernel interval, the VM's extra time, split into
-//! - what more or fewer intervals add, at bare metal's mean length;
+//! - what more or fewer intervals add, at bare metal's mean length (not of
+//!   time off CPU, whose count follows the scheduler);
 //! - the exits inside the VM's intervals of that kind (the host's time);
 //! - the rest: the VM's intervals last longer with no exit to show for it
 //!   (a guest's TLB and cache misses, two-level page walks, or the guest
@@ -15,7 +16,7 @@
 //! kinds of one family add up, families do not add to the wall time.
 
 use super::compare::{Clocks, DiffUnit};
-use crate::schema::workload::{Row, Workload, FAMILIES, FAMILY_SYSCALL};
+use crate::schema::workload::{Row, Workload, FAMILIES, FAMILY_OFF_CPU, FAMILY_SYSCALL};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -64,7 +65,7 @@ pub struct KindComparison {
     /// `vm_time - bare_time`, and its three parts.
     pub diff: f64,
     /// `(vm_count - bare_count)` times bare metal's mean interval (a kind
-    /// bare metal lacks: the VM's time less its exits).
+    /// bare metal lacks: the VM's time less its exits; time off CPU: 0).
     pub count_part: f64,
     /// The host's time of the exits inside the VM's intervals.
     pub exits_part: f64,
@@ -153,7 +154,12 @@ impl Side {
 fn kind_row(family: &str, name: &str, vm: Side, bare: Side, exits: (u64, f64)) -> KindComparison {
     let diff = vm.time - bare.time;
     let (vm_exits, exits_part) = exits;
-    let count_part = if bare.count == 0 {
+    let count_part = if family == FAMILY_OFF_CPU {
+        // How often a task is switched out follows the scheduler, not the
+        // work, and its times off CPU range over orders of magnitude: a
+        // mean of one run's times says nothing of the other's.
+        0.0
+    } else if bare.count == 0 {
         // A kind bare metal never entered: all of it is new intervals.
         vm.time - exits_part
     } else {
@@ -360,7 +366,10 @@ mod tests {
     fn a_kinds_extra_time_splits_into_count_exits_and_rest() {
         let mut vm = workload(
             "/workload/busybox",
-            vec![row(FAMILY_SYSCALL, "read", 12, 150, 1800)],
+            vec![
+                row(FAMILY_SYSCALL, "read", 12, 150, 1800),
+                row(FAMILY_SYSCALL, "write", 1, 10, 10),
+            ],
         );
         vm.rows[0].off_cpu_ticks = 300; // on CPU: 1500
         vm.exits = Some(WorkloadExits {
@@ -387,6 +396,9 @@ mod tests {
         assert_eq!(r.count_part + r.exits_part + r.rest, r.diff);
         assert_eq!((r.vm_median, r.bare_median), (Some(150.0), Some(100.0)));
         assert_eq!((c.vm_exit_time, c.vm_exit_time_outside), (300.0, 60.0));
+        // A kind of the same family with no exits of its own has none.
+        let write = find(&c, "syscall write");
+        assert_eq!((write.exits_part, write.vm_exits), (0.0, 0));
         assert_eq!(c.timeline_verified, Some(true));
         // One program under two paths is one command.
         assert!(c.notes.is_empty(), "{:?}", c.notes);
@@ -425,8 +437,29 @@ mod tests {
             (250.0, 150.0, 0.0)
         );
         let off = find(&c, "off-cpu");
-        assert_eq!((off.diff, off.count_part, off.rest), (-700.0, -700.0, 0.0));
+        // Time off CPU is not split by count: all of it is the rest.
+        assert_eq!((off.diff, off.count_part, off.rest), (-700.0, 0.0, -700.0));
         assert_eq!(off.vm_median, None);
+        // Faults counted and never timed on one side are no interval there.
+        let mut untimed = vm.clone();
+        untimed.rows[1] = Row {
+            untimed: 5,
+            ..row(FAMILY_FAULT, "read", 0, 0, 0)
+        };
+        let c = compare_workloads(&untimed, &bare, ONE_CLOCK);
+        let fault = find(&c, "fault read");
+        assert_eq!((fault.vm_count, fault.vm_median), (0, None));
+        assert_eq!((fault.count_part, fault.rest), (-100.0, 0.0));
+        // Untimed on both sides: no row at all.
+        let mut bare_untimed = bare.clone();
+        bare_untimed.rows[0] = untimed.rows[1].clone();
+        let c = compare_workloads(&untimed, &bare_untimed, ONE_CLOCK);
+        assert!(
+            c.rows.iter().all(|r| r.family != FAMILY_FAULT),
+            "{:?}",
+            c.rows
+        );
+        let c = compare_workloads(&vm, &bare, ONE_CLOCK);
         let fault = find(&c, "fault read");
         assert_eq!((fault.diff, fault.count_part, fault.rest), (0.0, 0.0, 0.0));
         for r in &c.rows {
@@ -442,15 +475,23 @@ mod tests {
     /// clock's ticks minus the other's.
     #[test]
     fn two_rates_are_compared_in_nanoseconds() {
-        // 2 GHz VM, 1 GHz bare metal: 2000 VM ticks and 1000 bare ticks are
+        // 2 GHz VM, 4 GHz bare metal: 2000 VM ticks and 4000 bare ticks are
         // both 1000 ns.
-        let vm = workload("p", vec![row(FAMILY_SYSCALL, "write", 1, 2000, 2000)]);
-        let bare = workload("p", vec![row(FAMILY_SYSCALL, "write", 1, 1000, 1000)]);
-        let clocks = Clocks::of(2_000_000, 1_000_000);
+        let mut vm = workload("p", vec![row(FAMILY_SYSCALL, "write", 1, 2000, 2000)]);
+        vm.exits = Some(WorkloadExits {
+            rows: vec![exits(FAMILY_SYSCALL, "write", 1, 400)],
+            outside: exits("", "", 1, 100).reasons,
+            ..WorkloadExits::default()
+        });
+        let bare = workload("p", vec![row(FAMILY_SYSCALL, "write", 1, 4000, 4000)]);
+        let clocks = Clocks::of(2_000_000, 4_000_000);
         let c = compare_workloads(&vm, &bare, clocks);
         let r = find(&c, "syscall write");
         assert_eq!((r.vm_time, r.bare_time, r.diff), (1000.0, 1000.0, 0.0));
-        assert_eq!((c.vm_wall, c.bare_wall), (5000.0, 10_000.0));
+        assert_eq!((r.vm_median, r.bare_median), (Some(1000.0), Some(1000.0)));
+        assert_eq!((r.exits_part, r.rest), (200.0, -200.0));
+        assert_eq!((c.vm_exit_time, c.vm_exit_time_outside), (250.0, 50.0));
+        assert_eq!((c.vm_wall, c.bare_wall), (5000.0, 2500.0));
         assert!(c.notes.iter().any(|n| n.contains("ns")), "{:?}", c.notes);
     }
 
