@@ -26,6 +26,10 @@ use xvmm_results::{Comparison, Report};
 const BUSYBOX: &str = "/workload/busybox";
 const HOST_BUSYBOX: &str = "/bin/busybox";
 const STRACE: &str = "/usr/bin/strace";
+/// Debian's linux-perf: `perf kvm stat`, the host's exit counts by reason.
+const PERF: &str = "/usr/bin/perf";
+const PERF_DATA: &str = "/perf.data";
+const PERF_VM_JSON: &str = "/perf-vm.json";
 /// The workload: the same on every step. It lists /workload, which holds
 /// busybox alone in L1 and L2, and not `/`, where the steps' files come
 /// and go (ls stats every entry).
@@ -98,7 +102,8 @@ fn cat(name: &str, path: &str) -> Step {
 }
 
 fn plan() -> Vec<Step> {
-    let mut plan = workload_steps("sh", SCRIPT);
+    let mut plan = vec![cat("mounts-before", "/proc/mounts")];
+    plan.extend(workload_steps("sh", SCRIPT));
     plan.push(Step::run(
         "strace",
         300,
@@ -107,7 +112,55 @@ fn plan() -> Vec<Step> {
     for (name, script) in REAL {
         plan.extend(workload_steps(name, script));
     }
+    // Every xperf and xvmm run above restored L1's tracing mounts.
+    plan.push(cat("mounts-after", "/proc/mounts"));
+    plan.extend(perf_steps());
     plan
+}
+
+/// `perf kvm stat record` around one more L2 run of SCRIPT (`perf-vm`), its
+/// report by exit reason (`perf-report`, on stderr), and that run's own
+/// report (`perf-vm-report`). perf mounts tracefs itself to find the kvm
+/// tracepoints.
+fn perf_steps() -> Vec<Step> {
+    let mut vm = vm_step("perf-vm", SCRIPT, "", PERF_VM_JSON);
+    // No baseline: this run is perf's.
+    let at = vm.argv.iter().position(|a| a == "--baseline").unwrap();
+    vm.argv.drain(at..at + 2);
+    let record = [PERF, "kvm", "stat", "record", "-o", PERF_DATA, "--"];
+    vm.argv.splice(0..0, record.iter().map(|a| a.to_string()));
+    vec![
+        vm,
+        Step::run(
+            "perf-report",
+            120,
+            &[
+                PERF,
+                "kvm",
+                "-i",
+                PERF_DATA,
+                "stat",
+                "report",
+                "--event=vmexit",
+            ],
+        ),
+        cat("perf-vm-report", PERF_VM_JSON),
+    ]
+}
+
+/// perf kvm stat report's table: "VM-EXIT Samples Samples% Time% ...",
+/// one exit reason a line.
+fn perf_counts(lines: &[&str]) -> BTreeMap<String, u64> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let samples = f.get(1)?.parse().ok()?;
+            f.get(2)?
+                .ends_with('%')
+                .then(|| (f[0].to_string(), samples))
+        })
+        .collect()
 }
 
 /// `xvmm --kernel L2 --workload busybox --baseline BM --json VM -- sh -c
@@ -177,6 +230,12 @@ struct Run {
     strace: BTreeMap<String, u64>,
     /// The real workloads, each by name: its pair, or why there is none.
     real: Vec<(&'static str, Result<Pair, String>)>,
+    /// L1's tracefs and debugfs mounts before the first step and after the
+    /// last xperf and xvmm runs.
+    mounts: (Vec<String>, Vec<String>),
+    /// perf kvm stat's exit counts by reason, and xvmm's report of the same
+    /// run, or why there are none.
+    perf: Result<(BTreeMap<String, u64>, Report), String>,
 }
 
 fn skipped() -> bool {
@@ -211,6 +270,8 @@ fn boot() -> Result<Run, String> {
     .map_err(|e| format!("busybox-static (harness/setup.sh installs it): {e}"))?;
     harness::append_dynamic(&mut cpio, Path::new(STRACE), STRACE)
         .map_err(|e| format!("strace (harness/setup.sh installs it): {e}"))?;
+    harness::append_dynamic(&mut cpio, Path::new(PERF), PERF)
+        .map_err(|e| format!("perf (harness/setup.sh installs linux-perf): {e}"))?;
     let run = harness::run_l1(&artifacts, &cpio, "workload", Duration::from_secs(20 * 60))
         .map_err(|e| e.to_string())?;
     eprintln!("{}", run.summary("nested workload harness"));
@@ -225,11 +286,30 @@ fn boot() -> Result<Run, String> {
         .iter()
         .map(|&(name, _)| (name, pair(&run, name)))
         .collect();
+    let perf = run
+        .exited("perf-vm")
+        .and_then(|()| run.exited("perf-report"))
+        .and_then(|()| run.exited_report("perf-vm-report"))
+        .map(|report| (perf_counts(&run.stderr("perf-report")), report));
+    let tracing_mounts = |step: &str| -> Vec<String> {
+        run.stdout(step)
+            .iter()
+            .filter(|l| l.contains("tracefs") || l.contains("debugfs"))
+            .map(|l| l.to_string())
+            .collect()
+    };
+    run.exited("mounts-after")?;
+    let mounts = (
+        tracing_mounts("mounts-before"),
+        tracing_mounts("mounts-after"),
+    );
     Ok(Run {
         workload,
         sh,
         strace,
         real,
+        mounts,
+        perf,
     })
 }
 
@@ -477,4 +557,50 @@ fn real_workloads_run_on_bare_metal_and_in_l2_and_decompose() {
             assert_eq!(vm, bare, "{name} {call}");
         }
     }
+}
+
+/// Issue 38 item 3: on one L2 run, the exits xvmm's trace counted by reason
+/// agree with `perf kvm stat`'s (perf's own tracepoint events, a tracer
+/// independent of xvmm's tracefs instance), within the events xvmm's
+/// trace says it lost.
+#[test]
+fn the_hosts_exit_counts_agree_with_perf_kvm_stat() {
+    if skipped() {
+        return;
+    }
+    let (perf, report) = match &run().perf {
+        Ok(p) => p,
+        Err(e) => panic!("perf kvm stat: {e}"),
+    };
+    let ours: BTreeMap<String, u64> = report
+        .host_exits
+        .iter()
+        .map(|e| (e.reason.clone(), e.exit_to_entry.count))
+        .collect();
+    eprintln!("perf kvm stat: {perf:?}\nxvmm --trace: {ours:?}");
+    assert!(perf.len() >= 3 && ours.len() >= 3, "{perf:?} {ours:?}");
+    let lost = report.timeline.as_ref().map_or(0, |t| t.lost_events);
+    let mut off = Vec::new();
+    for reason in perf.keys().chain(ours.keys()) {
+        let (p, o) = (
+            perf.get(reason).copied().unwrap_or(0),
+            ours.get(reason).copied().unwrap_or(0),
+        );
+        if p.abs_diff(o) > lost {
+            off.push(format!("{reason}: perf {p}, xvmm {o}"));
+        }
+    }
+    assert!(off.is_empty(), "{} events lost; {}", lost, off.join("; "));
+}
+
+/// Ten xperf and xvmm runs in L1 leave its tracing mounts as they found
+/// them (L1 boots with tracefs mounted: a run must not unmount it or mount
+/// another).
+#[test]
+fn the_runs_leave_l1s_tracing_mounts_as_found() {
+    if skipped() {
+        return;
+    }
+    let (before, after) = &run().mounts;
+    assert_eq!(before, after, "tracefs and debugfs mounts");
 }

@@ -600,6 +600,36 @@ mod tests {
         assert_eq!(swapped.notes.len(), 2, "{:?}", swapped.notes);
     }
 
+    /// Two workloads compare kind by kind; a workload against crossings
+    /// compares no workload and says which file has one.
+    #[test]
+    fn a_workload_meets_a_workload_or_is_named_alone() {
+        let mut vm = fixtures::report(Environment::LinuxVm, 2);
+        let bare = fixtures::report(Environment::BareMetal, 1);
+        vm.workload = Some(crate::schema::workload::Workload::default());
+        let c = compare(&vm, &bare);
+        assert!(c.workload.is_none());
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("only the VM file has a workload")),
+            "{:?}",
+            c.notes
+        );
+        let c = compare(&bare, &vm);
+        assert!(c
+            .notes
+            .iter()
+            .any(|n| n.contains("only the bare-metal file")));
+        let mut both = bare.clone();
+        both.workload = vm.workload.clone();
+        assert!(compare(&vm, &both).workload.is_some());
+        assert!(!compare(&vm, &both)
+            .notes
+            .iter()
+            .any(|n| n.contains("has a workload")));
+    }
+
     /// The comparison file (`FILE.compare.json`) reads back as the same
     /// comparison, and is indented for a person.
     #[test]
