@@ -315,17 +315,18 @@ mod tests {
     use super::*;
     use xvmm_results::Report;
 
-    /// The nested harness's traced VM run and its bare-metal run
-    /// (`xvmm-cli/tests/data/report/`).
-    fn harness_pair() -> (Report, Report) {
+    /// A report the nested harness measured (`xvmm-cli/tests/data/report/`).
+    fn read(file: &str) -> Report {
         let dir = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../xvmm-cli/tests/data/report/"
         );
-        let read = |f: &str| {
-            let text = std::fs::read_to_string(format!("{dir}{f}")).unwrap();
-            Report::from_json(&text).unwrap()
-        };
+        let text = std::fs::read_to_string(format!("{dir}{file}")).unwrap();
+        Report::from_json(&text).unwrap()
+    }
+
+    /// The nested harness's traced VM run and its bare-metal run.
+    fn harness_pair() -> (Report, Report) {
         (read("traced-vm.json"), read("traced-bm.json"))
     }
 
@@ -335,14 +336,6 @@ mod tests {
     /// VM's; and the notes speak when the data say what they warn of.
     #[test]
     fn a_workload_pair_is_compared_kind_by_kind_on_real_harness_data() {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../xvmm-cli/tests/data/report/"
-        );
-        let read = |f: &str| {
-            let text = std::fs::read_to_string(format!("{dir}{f}")).unwrap();
-            Report::from_json(&text).unwrap()
-        };
         let (traced_bm, vm, bm) = (
             read("traced-bm.json"),
             read("workload-vm.json"),
