@@ -591,7 +591,8 @@ fn reports(src: &Sources, doorbell: bool) -> Vec<Seed> {
 }
 
 /// The `xperf characterize` reports the `xvmm report` tests render (bare
-/// metal, VM, L1, L2), each alone and VM with bare metal as a pair.
+/// metal, VM, L1, L2), each alone and VM with bare metal as a pair, and
+/// the workload pair.
 fn characterize_reports(src: &Sources) -> Vec<Seed> {
     let dir = src.repo.join("xvmm-cli/tests/data/report");
     let read = |name: &str| std::fs::read(dir.join(format!("characterize-{name}.json"))).ok();
@@ -604,6 +605,11 @@ fn characterize_reports(src: &Sources) -> Vec<Seed> {
             "characterize-pair".into(),
             [vm.as_slice(), b"\0", &bm].concat(),
         ));
+    }
+    // A workload in L2 and in L1: the workload comparison and its waterfall.
+    let workload = |side: &str| std::fs::read(dir.join(format!("workload-{side}.json"))).ok();
+    if let (Some(vm), Some(bm)) = (workload("vm"), workload("bm")) {
+        seeds.push(("workload-pair".into(), [vm.as_slice(), b"\0", &bm].concat()));
     }
     seeds
 }
