@@ -23,6 +23,7 @@ pub mod lock;
 pub mod monitor;
 pub mod oci;
 pub mod run;
+pub mod workloads;
 
 pub use build::{
     build_static, prepare, prepare_patched_with_xperf, with_static_binaries, workspace_root,

@@ -11,8 +11,9 @@
 //! - `ibt-probes`: `xperf probes` on Debian's 6.12, built with
 //!   `CONFIG_X86_KERNEL_IBT`: ftrace sites and entry probes at +4, after
 //!   each function's ENDBR64;
-//! - `deb-workload`: `xvmm --workload busybox` on Debian's 6.1, its
-//!   intervals joined with L1's exits.
+//! - `deb-workload` and `deb-workload-NAME`: `xvmm --workload busybox` on
+//!   Debian's 6.1 with the harness's workloads, their intervals joined with
+//!   L1's exits.
 //!
 //! On 6.1 every probes row must be measured with every hit counted, or give
 //! a reason that holds for Debian's own config (in the package); on the IBT
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 use xvmm_harness::distro::{self, DistroKernel};
+use xvmm_harness::workloads::{BUSYBOX, HOST_BUSYBOX, REAL, SCRIPT, SHAPES};
 use xvmm_harness::{self as harness, l1, Step};
 use xvmm_kernel::BuiltKernel;
 use xvmm_results::probes::mode;
@@ -73,20 +75,26 @@ fn plan() -> Vec<Step> {
         ),
         vm_step("deb-probes", DEBIAN_KERNEL, &probes, &samples),
         vm_step("ibt-probes", IBT_KERNEL, &probes, &samples),
-        workload_step(),
     ]
+    .into_iter()
+    .chain(workload_steps())
+    .collect()
 }
 
-/// Debian's static busybox in L1, for `--workload`.
-const BUSYBOX: &str = "/workload/busybox";
-/// The workload on Debian's 6.1: a shell that forks and execs two applets.
-const WORKLOAD_SCRIPT: &str =
-    "/workload/busybox cat /proc/cpuinfo > /dev/null; /workload/busybox ls /workload > /dev/null";
+/// `deb-workload` and `deb-workload-NAME`: `xvmm --kernel debian-6.1
+/// --workload busybox -- sh -c SCRIPT`, a stock kernel's tracepoints
+/// joined with L1's exits, for the harness's workloads. Its command line
+/// has no ` -- ` of its own (xvmm gives init the workload's).
+fn workload_steps() -> Vec<Step> {
+    let all = std::iter::once(("deb-workload".to_string(), SCRIPT)).chain(
+        REAL.iter()
+            .map(|&(name, s)| (format!("deb-workload-{name}"), s)),
+    );
+    all.map(|(name, script)| workload_step(&name, script))
+        .collect()
+}
 
-/// `deb-workload`: `xvmm --kernel debian-6.1 --workload busybox -- sh -c
-/// ...`: a stock kernel's tracepoints, joined with L1's exits. Its command
-/// line has no ` -- ` of its own (xvmm gives init the workload's).
-fn workload_step() -> Step {
+fn workload_step(name: &str, script: &str) -> Step {
     let cmdline = format!(
         "{} quiet no_timer_check",
         xvmm::boot::cmdline::default_cmdline()
@@ -109,9 +117,9 @@ fn workload_step() -> Step {
         "--",
         "sh",
         "-c",
-        WORKLOAD_SCRIPT,
+        script,
     ];
-    Step::run("deb-workload", VM_TIMEOUT + 30, &a)
+    Step::run(name, VM_TIMEOUT + 30, &a)
 }
 
 struct DistroRun {
@@ -200,7 +208,7 @@ fn run() -> &'static DistroRun {
         let files = [
             (DEBIAN_KERNEL, kernel.vmlinuz.as_path()),
             (IBT_KERNEL, ibt.vmlinuz.as_path()),
-            (BUSYBOX, Path::new("/bin/busybox")),
+            (BUSYBOX, Path::new(HOST_BUSYBOX)),
         ];
         let (_, reports) = boot_group("distro", host.clone(), host, &plan(), &files)?;
         Ok(DistroRun {
@@ -256,6 +264,41 @@ fn the_default_run_measures_round_trips_on_debians_kernel() {
     }
 }
 
+/// A workload's run on Debian's 6.1, its script whole: it succeeded, its
+/// intervals arrived whole, the timeline is verified, every traced exit
+/// is counted once, and faults are timed to their end.
+fn assert_joined_on_debian(r: &DistroRun, step: &str, script: &str) {
+    let report = r.report(step);
+    assert_on_debian(report, &r.kernel, step);
+    let w = report.workload.as_ref().expect("a workload block");
+    println!(
+        "=== Debian {}: {step} (TCG-emulated)\n{}",
+        r.kernel.release,
+        xvmm_results::render::workload_table(w, report.host.tsc_khz)
+    );
+    assert!(w.ended.succeeded(), "{step}: {:?}", w.ended);
+    assert_eq!(w.command[3], script);
+    let t = report.timeline.as_ref().expect("a timeline");
+    assert!(t.verified, "{step}: timeline: {:?}", t.reason);
+    let x = w.exits.as_ref().expect("the exits joined");
+    assert_eq!(w.streamed, Some(x.intervals), "{step}: sent against joined");
+    let timed: u64 = w.rows.iter().map(|row| row.length.count).sum();
+    assert_eq!(x.intervals, timed, "{step}");
+    let joined: u64 = x.rows.iter().map(|row| row.count()).sum::<u64>()
+        + x.outside.iter().map(|o| o.count).sum::<u64>()
+        + x.outside_window;
+    let traced: u64 = report
+        .host_exits
+        .iter()
+        .map(|e| e.exit_to_entry.count)
+        .sum();
+    if t.lost_events == 0 {
+        assert_eq!(joined, traced, "{step}: every traced exit counted once");
+    }
+    // Debian's config has kprobe events: faults are timed to their end.
+    assert!(w.fault_end.contains("kretprobe"), "{}", w.fault_end);
+}
+
 /// Issue 38 on a stock kernel: Debian 12's 6.1, no patch, records the
 /// workload's system calls, faults and interrupts from its own
 /// tracepoints, and xvmm joins every traced exit with them on a verified
@@ -266,38 +309,33 @@ fn a_workload_is_joined_with_its_exits_on_debians_kernel() {
         return;
     }
     let r = run();
-    let report = r.report("deb-workload");
-    assert_on_debian(report, &r.kernel, "deb-workload");
-    let w = report.workload.as_ref().expect("a workload block");
-    println!(
-        "=== Debian {}: workload (TCG-emulated)\n{}",
-        r.kernel.release,
-        xvmm_results::render::workload_table(w, report.host.tsc_khz)
-    );
-    assert!(w.ended.succeeded(), "{:?}", w.ended);
-    assert_eq!(w.command[3], WORKLOAD_SCRIPT);
-    let t = report.timeline.as_ref().expect("a timeline");
-    assert!(t.verified, "timeline: {:?}", t.reason);
-    let x = w.exits.as_ref().expect("the exits joined");
-    assert_eq!(w.streamed, Some(x.intervals), "sent against joined");
-    let timed: u64 = w.rows.iter().map(|row| row.length.count).sum();
-    assert_eq!(x.intervals, timed);
-    let joined: u64 = x.rows.iter().map(|row| row.count()).sum::<u64>()
-        + x.outside.iter().map(|o| o.count).sum::<u64>()
-        + x.outside_window;
-    let traced: u64 = report
-        .host_exits
-        .iter()
-        .map(|e| e.exit_to_entry.count)
-        .sum();
-    if t.lost_events == 0 {
-        assert_eq!(joined, traced, "every traced exit counted once");
-    }
-    // Debian's config has kprobe events: faults are timed to their end.
-    assert!(w.fault_end.contains("kretprobe"), "{}", w.fault_end);
+    assert_joined_on_debian(r, "deb-workload", SCRIPT);
+    let w = r.report("deb-workload").workload.as_ref().unwrap();
     let calls: Vec<&str> = w.family("syscall").map(|r| r.name.as_str()).collect();
     for call in ["execve", "wait4"] {
         assert!(calls.contains(&call), "no {call} in {calls:?}");
+    }
+}
+
+/// The real workloads on Debian's 6.1, each joined whole and making its
+/// own system calls as often as on the project's kernel.
+#[test]
+fn real_workloads_are_joined_with_their_exits_on_debians_kernel() {
+    if skipped() {
+        return;
+    }
+    let r = run();
+    for (name, script) in REAL {
+        assert_joined_on_debian(r, &format!("deb-workload-{name}"), script);
+    }
+    for (name, call, least) in SHAPES {
+        let w = r
+            .report(&format!("deb-workload-{name}"))
+            .workload
+            .as_ref()
+            .unwrap();
+        let count = w.row("syscall", call).map_or(0, |row| row.length.count);
+        assert!(count >= least, "{name} {call}: {count}");
     }
 }
 

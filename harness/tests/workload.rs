@@ -17,54 +17,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
+use xvmm_harness::workloads::{script, BUSYBOX, HOST_BUSYBOX, REAL, SCRIPT, SHAPES};
 use xvmm_harness::{self as harness, l1, Step};
 use xvmm_results::schema::workload::{RowExits, Workload, FAMILY_FAULT, FAMILY_SYSCALL};
 use xvmm_results::{Comparison, Report};
 
-/// Debian's static busybox, at the path xvmm gives it in L2 and in L1 too,
-/// so that both runs have one command and compare kind by kind.
-const BUSYBOX: &str = "/workload/busybox";
-const HOST_BUSYBOX: &str = "/bin/busybox";
 const STRACE: &str = "/usr/bin/strace";
 /// Debian's linux-perf: `perf kvm stat`, the host's exit counts by reason.
 const PERF: &str = "/usr/bin/perf";
 const PERF_DATA: &str = "/perf.data";
 const PERF_VM_JSON: &str = "/perf-vm.json";
-/// The workload: the same on every step. It lists /workload, which holds
-/// busybox alone in L1 and L2, and not `/`, where the steps' files come
-/// and go (ls stats every entry).
-const SCRIPT: &str =
-    "/workload/busybox cat /proc/cpuinfo > /dev/null; /workload/busybox ls /workload > /dev/null";
 /// The L2 run's limit, seconds (TCG: the boot alone takes minutes).
 const VM_TIMEOUT: u64 = 360;
-
-/// Real work (issue 38 item 4), each a busybox shell script run on bare
-/// metal (L1) and in L2. Applets are named by path: L2's shell has no PATH
-/// to them. No double quote: the kernel command line cannot carry one.
-const REAL: [(&str, &str); 4] = [
-    (
-        "fork-exec",
-        "i=0; while [ $i -lt 100 ]; do /workload/busybox true; i=$((i+1)); done",
-    ),
-    (
-        "pipe-ping-pong",
-        "B=/workload/busybox; $B rm -f /pp-a /pp-b; $B mkfifo /pp-a /pp-b; \
-         (exec 3</pp-a 4>/pp-b; while read -r x <&3; do echo $x >&4; done) & \
-         exec 5>/pp-a 6</pp-b; i=0; while [ $i -lt 300 ]; do echo $i >&5; read -r y <&6; \
-         i=$((i+1)); done; exec 5>&-; wait",
-    ),
-    (
-        "tar-gzip",
-        "B=/workload/busybox; $B rm -rf /t /t.tgz; $B mkdir -p /t/d; i=0; \
-         while [ $i -lt 40 ]; do $B seq 1 3000 > /t/d/f$i; i=$((i+1)); done; \
-         $B tar cf - -C /t d | $B gzip > /t.tgz",
-    ),
-    (
-        "hash",
-        "B=/workload/busybox; $B dd if=/dev/zero of=/h bs=1M count=64 2>/dev/null; \
-         $B sha256sum /h > /dev/null; $B rm /h",
-    ),
-];
 
 /// The steps of one workload: `NAME-bm` (xperf workload in L1, to
 /// `/NAME-bm.json`), then `NAME-vm` (xvmm --workload in L2 with that file
@@ -527,8 +491,7 @@ fn real_workloads_run_on_bare_metal_and_in_l2_and_decompose() {
     for (name, pair) in &run().real {
         match pair {
             Ok(p) => {
-                let script = REAL.iter().find(|r| r.0 == *name).unwrap().1;
-                assert_joined_whole(name, script, &p.vm);
+                assert_joined_whole(name, script(name).unwrap(), &p.vm);
                 assert_decomposed(name, p);
             }
             Err(e) => failed.push(format!("{name}: {e}")),
@@ -539,14 +502,7 @@ fn real_workloads_run_on_bare_metal_and_in_l2_and_decompose() {
         let pair = &run().real.iter().find(|r| r.0 == name).unwrap().1;
         pair.as_ref().unwrap()
     };
-    // (workload, call, at least this many on each side).
-    let shapes = [
-        ("fork-exec", "execve", 101),
-        ("pipe-ping-pong", "write", 600),
-        ("tar-gzip", "execve", 44),
-        ("hash", "read", 64),
-    ];
-    for (name, call, least) in shapes {
+    for (name, call, least) in SHAPES {
         let (vm, bare) = calls(real(name), call);
         assert!(
             vm >= least && bare >= least,
