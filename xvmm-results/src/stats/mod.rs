@@ -3,6 +3,7 @@
 
 pub mod attribution;
 pub mod bootstrap;
+pub mod clocks;
 pub mod compare;
 pub mod correction;
 pub mod exit_log;

@@ -15,7 +15,7 @@
 //! inside a call is in both rows' times and in the interrupt's exits only:
 //! kinds of one family add up, families do not add to the wall time.
 
-use super::compare::{Clocks, DiffUnit};
+use super::clocks::{Clocks, DiffUnit};
 use crate::schema::workload::{Row, Workload, FAMILIES, FAMILY_OFF_CPU, FAMILY_SYSCALL};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
