@@ -136,10 +136,18 @@ impl HarnessRun {
             .step(name)
             .ok_or_else(|| format!("step {name} did not run:\n{}", self.tail(40)))?;
         if step.outcome != Outcome::Exited(0) {
-            let out = self.output(name).join("\n");
+            // The last lines first: they hold the error, and a CI digest
+            // keeps only the head of a failure's message.
+            let out = self.output(name);
+            let tail = out[out.len().saturating_sub(12)..].join("\n");
+            let retried = self
+                .retried(name)
+                .map_or(String::new(), |why| format!(" (run again after: {why})"));
             return Err(format!(
-                "step {name} ended with {}; its output:\n{out}",
-                step.outcome
+                "step {name} ended with {}{retried}; its last lines:\n{tail}\n\
+                 its whole output:\n{}",
+                step.outcome,
+                out.join("\n")
             ));
         }
         Ok(())
@@ -602,6 +610,39 @@ mod tests {
         // Another step's lines are its own; a step run once shows all.
         assert_eq!(run.retried("ab"), None);
         assert_eq!(run.output("ab"), ["other step"]);
+    }
+
+    /// A failed step's message leads with its error, not the head of a
+    /// long output, and says it was run again.
+    #[test]
+    fn a_failed_step_says_its_last_lines_first() {
+        let mut console: Vec<String> =
+            vec!["XVMM-RETRY vm L2 triple-faulted before its init started".into()];
+        console.extend((0..30).map(|i| format!("XVMM-OUT vm| table row {i}")));
+        console.push("XVMM-ERR vm| xvmm: the timeline is not verified".into());
+        let end = "XVMM-STEP name=vm outcome=exit:1 elapsed_ms=1.0 marker_ms=- first_byte_ms=- \
+                   max_rss_kib=1 guest_rss_kib=- other_rss_kib=-";
+        console.push(end.into());
+        let run = HarnessRun {
+            steps: vec![StepResult::parse_line(end).unwrap()],
+            kvm_present: true,
+            finished: true,
+            console,
+            seconds: 1.0,
+            log: PathBuf::new(),
+        };
+        let e = run.exited("vm").unwrap_err();
+        let head: Vec<&str> = e.lines().take(3).collect();
+        assert!(
+            head[0].contains("exit:1") && head[0].contains("run again after: L2"),
+            "{e}"
+        );
+        assert!(!e.lines().take(13).any(|l| l == "table row 0"), "{e}");
+        assert!(
+            e.lines().take(14).any(|l| l.contains("not verified")),
+            "{e}"
+        );
+        assert!(e.contains("table row 0"), "the whole output follows: {e}");
     }
 
     #[test]

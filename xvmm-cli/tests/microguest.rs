@@ -186,7 +186,17 @@ fn check_pio_out_host_split(r: &Report) {
 /// The rate the report states against the rate a guest's TSC is seen to
 /// run at, measured here (not the number KVM or the kernel log states).
 fn check_stated_tsc_rate_is_the_guests(r: &Report) {
-    let (low, high) = guest_tsc_khz_bounds(Duration::from_millis(1000));
+    // Each measurement bounds the true rate, so their intersection does too;
+    // a busy host (CI's two vCPUs) can widen one past 0.1 %, so measure again
+    // until the bounds resolve it.
+    let (mut low, mut high) = (f64::MIN, f64::MAX);
+    for _ in 0..5 {
+        let (l, h) = guest_tsc_khz_bounds(Duration::from_millis(1000));
+        (low, high) = (low.max(l), high.min(h));
+        if high - low < 0.0005 * low {
+            break;
+        }
+    }
     assert!(
         (u64_saturating(low.floor())..=u64_saturating(high.ceil())).contains(&r.host.tsc_khz),
         "the report says the guest TSC runs at {} kHz; a guest's TSC ran at {low:.0}..{high:.0} kHz",

@@ -25,9 +25,9 @@ pub const OUT_PREFIX: &str = "XVMM-OUT ";
 pub const ERR_PREFIX: &str = "XVMM-ERR ";
 /// How many times `l1-init` runs a step again after an early L2 triple
 /// fault ([`Seen::retry`]). On the Intel CI machine about two boots in five
-/// of a two-vCPU L2 fault so (docs/testing/harness.md): with three more
-/// runs a step is lost about once in forty.
-pub const MAX_RETRIES: usize = 3;
+/// of a two-vCPU L2 fault so (docs/testing/harness.md): with six more
+/// runs a step is lost about once in six hundred.
+pub const MAX_RETRIES: usize = 6;
 
 /// Starts the line `l1-init` prints before it runs a step once more:
 /// `XVMM-RETRY <name> <why>`. The step's output before it is the first
