@@ -123,34 +123,14 @@ pub fn tiled(
     samples: u64,
     exits: u64,
 ) -> (Report, HostTrace, Mapping) {
-    let one = recording.replay().aggregator.finish(0).trace;
-    let wanted_exits = exits;
-    let exits: Vec<HostExitEvent> = one.exits.iter().collect();
     let kept: u64 = report
         .crossings
         .iter()
         .map(|c| c.samples.as_ref().map_or(0, Vec::len) as u64)
         .sum();
     let copies = samples.div_ceil(kept.max(1));
-    let exit_copies = wanted_exits.div_ceil(exits.len().max(1) as u64).max(copies);
-    let (first, last) = (
-        exits.iter().map(|e| e.exit).min(),
-        exits.iter().map(|e| e.entry).max(),
-    );
-    let span = last.unwrap_or(0) - first.unwrap_or(0) + 1;
-    let mut trace = HostTrace {
-        reasons: one.reasons.clone(),
-        ..HostTrace::default()
-    };
-    for copy in 0..exit_copies {
-        for e in &exits {
-            trace.exits.push(HostExitEvent {
-                exit: e.exit + copy * span,
-                entry: e.entry + copy * span,
-                ..*e
-            });
-        }
-    }
+    let (trace, first_copy) = tiled_exits(recording, exits, copies);
+    let span = first_copy.1 - first_copy.0 + 1;
     let mut tiled = report.clone();
     for c in &mut tiled.crossings {
         let Some(kept) = c.samples.take() else {
@@ -182,6 +162,33 @@ pub fn tiled(
     let t = report.timeline.as_ref();
     let mapping = Mapping::unscaled(t.map_or(0, |t| t.offset));
     (tiled, trace, mapping)
+}
+
+/// The recorded exits (read by the binary reader) repeated back to back,
+/// each copy shifted by the recording's span, until there are at least
+/// `exits` and `copies` copies; with the first copy's first exit and last
+/// entry.
+pub fn tiled_exits(recording: &Recording, exits: u64, copies: u64) -> (HostTrace, (u64, u64)) {
+    let one = recording.replay().aggregator.finish(0).trace;
+    let list: Vec<HostExitEvent> = one.exits.iter().collect();
+    let copies = exits.div_ceil(list.len().max(1) as u64).max(copies);
+    let first = list.iter().map(|e| e.exit).min().unwrap_or(0);
+    let last = list.iter().map(|e| e.entry).max().unwrap_or(0).max(first);
+    let span = last - first + 1;
+    let mut trace = HostTrace {
+        reasons: one.reasons.clone(),
+        ..HostTrace::default()
+    };
+    for copy in 0..copies {
+        for e in &list {
+            trace.exits.push(HostExitEvent {
+                exit: e.exit + copy * span,
+                entry: e.entry + copy * span,
+                ..*e
+            });
+        }
+    }
+    (trace, (first, last))
 }
 
 /// Host ticks two tracefs instances may stamp one event apart under QEMU

@@ -220,6 +220,21 @@ fn exits_text(w: &Workload, x: &WorkloadExits, tsc_khz: u64) -> String {
         }
         _ => {}
     }
+    if x.intervals_late > 0 {
+        let _ = writeln!(
+            out,
+            "{} intervals came later than the VMM could put them in order: not joined",
+            x.intervals_late
+        );
+    }
+    if x.exits_misordered > 0 {
+        let _ = writeln!(
+            out,
+            "{} exits came after later exits of their vCPU: joined as if in order, which may \
+             place them in the wrong interval",
+            x.exits_misordered
+        );
+    }
     if let Some(why) = &w.stream_stopped {
         let _ = writeln!(out, "the guest's stream stopped early: {}", visible(why));
     }
@@ -305,5 +320,34 @@ mod tests {
             .nth(1);
         let fault = fault.unwrap();
         assert!(fault.contains(" 3 ") && fault.contains('-'), "{fault}");
+    }
+
+    /// What the join could not place in order is said, and only then.
+    #[test]
+    fn late_intervals_and_misordered_exits_are_said() {
+        let mut w = Workload {
+            wall_ticks: 1_000,
+            rows: vec![row(FAMILY_SYSCALL, "read", &[100])],
+            exits: Some(WorkloadExits {
+                intervals: 1,
+                timeline_verified: true,
+                ..WorkloadExits::default()
+            }),
+            ..Workload::default()
+        };
+        let text = workload_table(&w, 1000);
+        assert!(!text.contains("in order") && !text.contains("after later exits"));
+        if let Some(x) = w.exits.as_mut() {
+            (x.intervals_late, x.exits_misordered) = (3, 7);
+        }
+        let text = workload_table(&w, 1000);
+        assert!(
+            text.contains("3 intervals came later than the VMM could put them in order"),
+            "{text}"
+        );
+        assert!(
+            text.contains("7 exits came after later exits of their vCPU"),
+            "{text}"
+        );
     }
 }

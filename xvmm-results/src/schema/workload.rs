@@ -149,6 +149,14 @@ pub struct WorkloadExits {
     /// Exits of the run before the command started or after it ended (the
     /// boot, xperf's set-up and report), counted, not attributed.
     pub outside_window: u64,
+    /// Intervals that came too late for the join's order of their ends
+    /// (the guest's disorder beyond the VMM's window), not joined.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub intervals_late: u64,
+    /// Exits that came after a later exit of their vCPU beyond what the
+    /// join reorders, joined where they would have been in order.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub exits_misordered: u64,
 }
 
 /// The exits inside one row's intervals.

@@ -11,6 +11,7 @@
 //! in chunks of [`CHUNK`] bytes that are never reallocated, so the log
 //! never holds two copies of itself while growing.
 
+use super::varint::{get_varint, put_varint, unzigzag, zigzag};
 use std::collections::HashMap;
 
 /// One traced exit: `kvm_exit` and the next `kvm_entry` of its vCPU, in
@@ -38,39 +39,6 @@ pub struct ExitLog {
     codes: HashMap<(u32, u16), u64>,
     len: usize,
     last_exit: u64,
-}
-
-/// A difference taken with wrapping, as a small number when it is small
-/// either way: the sign bit moved to bit 0.
-fn zigzag(v: u64) -> u64 {
-    (v << 1) ^ 0u64.wrapping_sub(v >> 63)
-}
-
-fn unzigzag(v: u64) -> u64 {
-    (v >> 1) ^ 0u64.wrapping_sub(v & 1)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v.to_le_bytes()[0] | 0x80);
-        v >>= 7;
-    }
-    out.push(v.to_le_bytes()[0]);
-}
-
-/// The varint at `*at`, moving past it; `None` when the bytes end inside
-/// one or it runs past 64 bits.
-fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*at)?;
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
 }
 
 impl ExitLog {

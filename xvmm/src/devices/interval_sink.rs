@@ -5,12 +5,26 @@
 //! the guest runs on), and the whole is bounded
 //! ([`interval_stream::MAX_STREAM_BYTES`]).
 
-use xvmm_results::interval_stream::{self, StreamedInterval};
+use xvmm_results::interval_stream;
+use xvmm_results::stats::interval_log::{self, IntervalLog};
+use xvmm_results::stats::workload_join::StreamedInterval;
 
-/// The intervals one or more vCPUs received.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+/// Most logs one vCPU's sink starts: an interval late for all of them
+/// (the guest's disorder beyond [`MAX_LOGS`] windows) is counted, not
+/// kept.
+pub const MAX_LOGS: usize = 16;
+
+/// The intervals one or more vCPUs received, in compact logs in order of
+/// their ends: an interval too late for a log's window goes to the next
+/// log, so the join, which reads the logs merged by end, still meets it in
+/// its place.
+#[derive(Debug, Default, Clone)]
 pub struct IntervalSink {
-    pub intervals: Vec<StreamedInterval>,
+    pub logs: Vec<IntervalLog>,
+    /// Intervals late for every log.
+    late: u64,
+    /// Intervals received whole, late ones included.
+    pub received: u64,
     pub chunks: u64,
     /// Chunks refused (malformed, or beyond the bound).
     pub refused: u64,
@@ -31,8 +45,11 @@ impl IntervalSink {
 
     /// Decodes and keeps one chunk, within the bound.
     pub fn keep(&mut self, chunk: &[u8]) -> Result<(), String> {
-        let held = self.intervals.len() * interval_stream::RECORD;
-        if held + chunk.len() > interval_stream::MAX_STREAM_BYTES {
+        // Bounded by what was sent, as the wire carries it.
+        let held = usize::try_from(self.received)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(interval_stream::RECORD);
+        if held.saturating_add(chunk.len()) > interval_stream::MAX_STREAM_BYTES {
             return Err(format!(
                 "the stream passed the VMM's bound of {} MiB",
                 interval_stream::MAX_STREAM_BYTES >> 20
@@ -40,16 +57,58 @@ impl IntervalSink {
         }
         let decoded = interval_stream::decode(chunk)?;
         self.chunks += 1;
-        self.intervals.extend(decoded);
+        self.received += decoded.len() as u64;
+        for i in decoded {
+            self.place(i);
+        }
         Ok(())
     }
 
+    /// Into the first log it is not late for, a new one if none.
+    fn place(&mut self, mut i: StreamedInterval) {
+        for log in &mut self.logs {
+            match log.push(i) {
+                Ok(()) => return,
+                Err(back) => i = back,
+            }
+        }
+        if self.logs.len() < MAX_LOGS {
+            let mut log = IntervalLog::default();
+            // A new log takes any interval.
+            let _ = log.push(i);
+            self.logs.push(log);
+        } else {
+            self.late += 1;
+        }
+    }
+
+    /// Every interval kept, in order of their ends.
+    pub fn intervals(&self) -> impl Iterator<Item = StreamedInterval> + '_ {
+        interval_log::merged(&self.logs)
+    }
+
+    /// Intervals kept.
+    pub fn len(&self) -> usize {
+        self.logs.iter().map(IntervalLog::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Intervals that came too late for every log, not kept.
+    pub fn late(&self) -> u64 {
+        self.late
+    }
+
     /// Several vCPUs' sinks as one (the guest's sender may have moved
-    /// between them; the join orders the intervals itself).
+    /// between them: each keeps its own log, merged by end when read).
     pub fn merge(sinks: impl IntoIterator<Item = IntervalSink>) -> IntervalSink {
         let mut all = IntervalSink::default();
         for s in sinks {
-            all.intervals.extend(s.intervals);
+            all.logs.extend(s.logs);
+            all.late += s.late;
+            all.received += s.received;
             all.chunks += s.chunks;
             all.refused += s.refused;
             if all.refused_because.is_none() {
@@ -86,11 +145,43 @@ mod tests {
             refused_because: Some("torn".into()),
             ..IntervalSink::default()
         };
-        let merged = IntervalSink::merge([sink, a]);
-        assert_eq!(
-            (merged.intervals.len(), merged.chunks, merged.refused),
-            (1, 1, 1)
-        );
+        let mut b = IntervalSink::default();
+        assert_eq!(b.keep(&[record(0, 1), record(3, 9)].concat()), Ok(()));
+        let merged = IntervalSink::merge([sink, a, b]);
+        assert_eq!((merged.len(), merged.chunks, merged.refused), (3, 2, 1));
+        let ends: Vec<u64> = merged.intervals().map(|i| i.end).collect();
+        assert_eq!(ends, [1, 2, 9], "merged by end");
         assert_eq!(merged.refused_because.as_deref(), Some("torn"));
+    }
+
+    /// An interval later than a log's window starts another log, up to
+    /// the bound; read back, every kept one is in its place by end.
+    #[test]
+    fn late_intervals_go_to_further_logs_then_are_counted() {
+        use xvmm_results::stats::interval_log::WINDOW;
+        let mut sink = IntervalSink::default();
+        // Bands each earlier than the last, each more than a window, so
+        // each is late for every log before it.
+        let band = WINDOW as u64 + 1;
+        let mut chunk = Vec::new();
+        for round in 0..(MAX_LOGS as u64) {
+            let base = 1_000_000 - round * 10 * band;
+            for n in 0..band {
+                chunk.extend(record(base + n, base + n));
+            }
+        }
+        assert_eq!(sink.keep(&chunk), Ok(()));
+        assert_eq!((sink.logs.len(), sink.late()), (MAX_LOGS, 0));
+        let ends: Vec<u64> = sink.intervals().map(|i| i.end).collect();
+        assert!(ends.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(ends.len() as u64, MAX_LOGS as u64 * band);
+        // Late for all of them: counted, not kept.
+        assert_eq!(sink.keep(&record(1, 1)), Ok(()));
+        assert_eq!(
+            (sink.late(), sink.len() as u64),
+            (1, MAX_LOGS as u64 * band)
+        );
+        let merged = IntervalSink::merge([sink, IntervalSink::default()]);
+        assert_eq!(merged.late(), 1);
     }
 }

@@ -15,7 +15,7 @@ use crate::devices::interval_sink::IntervalSink;
 use crate::host_trace::TraceSummary;
 use crate::{Error, Result};
 use std::path::{Path, PathBuf};
-use xvmm_results::stats::workload_join::{GuestExit, Joiner};
+use xvmm_results::stats::workload_join::{join, GuestExit};
 use xvmm_results::timeline::{Mapping, Timeline};
 use xvmm_results::workload::WorkloadExits;
 use xvmm_results::Report;
@@ -199,19 +199,19 @@ pub fn add_workload_exits(
         ticks: mapping.scale_duration(e.entry.saturating_sub(e.exit)),
         reason: e.reason,
     });
-    let mut joiner = Joiner::new(exits);
-    let mut order: Vec<usize> = (0..sink.intervals.len()).collect();
-    // Inner intervals first: by end, the guest's closing order kept on ties.
-    order.sort_by_key(|&i| sink.intervals[i].end);
-    for i in order {
-        joiner.add(&sink.intervals[i]);
-    }
     let end = w.start_tsc.saturating_add(w.wall_ticks);
-    let joined = joiner.finish(&w.rows, &trace.trace.reasons, w.start_tsc, end);
+    let joined = join(
+        exits,
+        sink.intervals(),
+        &w.rows,
+        &trace.trace.reasons,
+        (w.start_tsc, end),
+    );
     w.exits = Some(WorkloadExits {
         chunks_refused: sink.refused,
         refused_because: sink.refused_because.clone(),
         timeline_verified: verified,
+        intervals_late: sink.late(),
         ..joined
     });
 }
