@@ -30,6 +30,15 @@ pub struct StreamedInterval {
 }
 
 impl StreamedInterval {
+    pub fn new(start: u64, end: u64, code: u64, cpu: u32) -> StreamedInterval {
+        StreamedInterval {
+            start,
+            end,
+            code,
+            cpu,
+        }
+    }
+
     pub fn encode(&self) -> [u8; RECORD] {
         let mut out = [0u8; RECORD];
         out[0..8].copy_from_slice(&self.start.to_le_bytes());

@@ -8,10 +8,10 @@
 //! difference can be negative) and its `kvm_entry` minus its `kvm_exit`
 //! (zigzag, for the same reason of never losing what was pushed). Exits
 //! microseconds apart and microseconds long take 5 or 6 bytes. Records sit
-//! in chunks of [`CHUNK`] bytes that are never reallocated, so the log
+//! in chunks ([`Chunks`]) that are never reallocated, so the log
 //! never holds two copies of itself while growing.
 
-use super::varint::{get_varint, put_varint, unzigzag, zigzag};
+use super::varint::{put_varint, unzigzag, zigzag, Chunks, Reader};
 use std::collections::HashMap;
 
 /// One traced exit: `kvm_exit` and the next `kvm_entry` of its vCPU, in
@@ -25,15 +25,10 @@ pub struct HostExitEvent {
     pub reason: u16,
 }
 
-/// Bytes per chunk of the log.
-pub const CHUNK: usize = 1 << 20;
-/// The longest record: three varints of at most 10 bytes.
-const MAX_RECORD: usize = 30;
-
 /// Exits in the order pushed, a few bytes each.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExitLog {
-    chunks: Vec<Vec<u8>>,
+    chunks: Chunks,
     /// The (vCPU, reason) pair of each code.
     pairs: Vec<(u32, u16)>,
     codes: HashMap<(u32, u16), u64>,
@@ -48,13 +43,7 @@ impl ExitLog {
             pairs.push((e.vcpu, e.reason));
             pairs.len() as u64 - 1
         });
-        let room = self.chunks.last().map_or(0, |c| c.capacity() - c.len());
-        if room < MAX_RECORD {
-            self.chunks.push(Vec::with_capacity(CHUNK));
-        }
-        let Some(out) = self.chunks.last_mut() else {
-            return;
-        };
+        let out = self.chunks.record();
         put_varint(out, code);
         put_varint(out, zigzag(e.exit.wrapping_sub(self.last_exit)));
         put_varint(out, zigzag(e.entry.wrapping_sub(e.exit)));
@@ -72,15 +61,14 @@ impl ExitLog {
 
     /// Bytes the records take (the chunks' capacity: what the log holds).
     pub fn bytes(&self) -> usize {
-        self.chunks.iter().map(Vec::capacity).sum()
+        self.chunks.bytes()
     }
 
     /// Every exit, in the order pushed.
     pub fn iter(&self) -> Exits<'_> {
         Exits {
             log: self,
-            chunk: 0,
-            at: 0,
+            reader: self.chunks.reader(),
             last_exit: 0,
         }
     }
@@ -89,8 +77,7 @@ impl ExitLog {
 /// The exits of an [`ExitLog`], decoded one by one.
 pub struct Exits<'a> {
     log: &'a ExitLog,
-    chunk: usize,
-    at: usize,
+    reader: Reader<'a>,
     last_exit: u64,
 }
 
@@ -98,18 +85,10 @@ impl Iterator for Exits<'_> {
     type Item = HostExitEvent;
 
     fn next(&mut self) -> Option<HostExitEvent> {
-        let mut bytes = self.log.chunks.get(self.chunk)?;
-        while self.at >= bytes.len() {
-            self.chunk += 1;
-            self.at = 0;
-            bytes = self.log.chunks.get(self.chunk)?;
-        }
         // The log wrote every record whole, so none of these fails.
-        let code = get_varint(bytes, &mut self.at)?;
-        let exit = self
-            .last_exit
-            .wrapping_add(unzigzag(get_varint(bytes, &mut self.at)?));
-        let entry = exit.wrapping_add(unzigzag(get_varint(bytes, &mut self.at)?));
+        let code = self.reader.varint()?;
+        let exit = self.last_exit.wrapping_add(unzigzag(self.reader.varint()?));
+        let entry = exit.wrapping_add(unzigzag(self.reader.varint()?));
         let &(vcpu, reason) = self.log.pairs.get(usize::try_from(code).ok()?)?;
         self.last_exit = exit;
         Some(HostExitEvent {
@@ -178,6 +157,7 @@ mod tests {
 
     #[test]
     fn exits_microseconds_apart_take_a_few_bytes_and_span_chunks() {
+        use super::super::varint::CHUNK;
         let n = 400_000u64;
         let exits: Vec<HostExitEvent> = (0..n)
             .map(|i| {
@@ -186,48 +166,14 @@ mod tests {
             })
             .collect();
         let log: ExitLog = exits.iter().copied().collect();
-        let used: usize = log.chunks.iter().map(Vec::len).sum();
+        let used = log.chunks.used();
         assert!(used as f64 / (n as f64) < 6.5, "{used} bytes");
-        assert!(log.chunks.len() >= 2, "the records span chunks");
-        assert!(log.chunks.iter().all(|c| c.capacity() == CHUNK));
+        assert!(log.chunks.count() >= 2, "the records span chunks");
         assert!(log.iter().eq(exits.iter().copied()));
         // What the log holds is its chunks, each filled before the next
         // starts: at most one chunk more than the records take.
-        assert_eq!(log.bytes(), log.chunks.len() * CHUNK);
+        assert_eq!(log.bytes(), log.chunks.count() * CHUNK);
         assert!(log.bytes() < used + CHUNK, "{} for {used}", log.bytes());
         assert!(!log.is_empty());
-    }
-
-    /// A chunk with exactly the longest record's room left still takes the
-    /// next record; only less room starts a new chunk.
-    #[test]
-    fn a_chunk_is_used_up_to_the_last_record_that_fits() {
-        let mut log = ExitLog::default();
-        // 4 bytes (entry - exit = 64 is two bytes), then 3-byte records
-        // (same pair, same exit, no duration) up to 30 bytes of room.
-        log.push(exit(0, 0, 64, 0));
-        for _ in 0..(CHUNK - 4 - MAX_RECORD) / 3 {
-            log.push(exit(0, 0, 0, 0));
-        }
-        let room = |log: &ExitLog| log.chunks[0].capacity() - log.chunks[0].len();
-        assert_eq!((log.chunks.len(), room(&log)), (1, MAX_RECORD));
-        log.push(exit(0, 0, 0, 0));
-        assert_eq!((log.chunks.len(), room(&log)), (1, MAX_RECORD - 3));
-        // Under a record's room left: the next one starts a chunk.
-        for _ in 0..2 {
-            log.push(exit(0, 0, 0, 0));
-        }
-        assert_eq!(log.chunks.len(), 2);
-        assert_eq!(log.len(), 3 + (CHUNK - 4 - MAX_RECORD) / 3 + 1);
-    }
-
-    #[test]
-    fn a_record_cut_short_ends_the_iteration() {
-        let mut log: ExitLog = vec![exit(0, 10, 20, 0), exit(0, 30, 40, 0)].into();
-        let last = log.chunks.last_mut().unwrap();
-        last.truncate(last.len() - 1);
-        assert_eq!(log.iter().count(), 1);
-        assert_eq!(get_varint(&[0xff; 11], &mut 0), None, "past 64 bits");
-        assert_eq!(get_varint(&[0x80, 0x01], &mut 0), Some(128));
     }
 }

@@ -13,20 +13,13 @@
 //! bytes), its end minus the previous end, and its length; an interval of
 //! microseconds after another takes five or six bytes.
 
-use super::varint::{get_varint, put_varint};
+use super::varint::{put_varint, Chunks, Reader};
 use crate::schema::interval_stream::StreamedInterval;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 /// Intervals held back to be put in order of their ends.
 pub const WINDOW: usize = 4096;
-
-/// Bytes per chunk of the log: chunks are never reallocated, so the log
-/// never holds two copies of itself while growing.
-const CHUNK: usize = 1 << 20;
-
-/// The longest record: three varints of at most 10 bytes.
-const MAX_RECORD: usize = 30;
 
 /// Held back: by end, then arrival (ties keep the guest's order).
 type Waiting = Reverse<(u64, u64, StreamedKey)>;
@@ -41,7 +34,7 @@ struct StreamedKey {
 /// Intervals in order of their ends, a few bytes each.
 #[derive(Debug, Default, Clone)]
 pub struct IntervalLog {
-    chunks: Vec<Vec<u8>>,
+    chunks: Chunks,
     /// The (CPU, kind code) pair of each record code.
     pairs: Vec<(u32, u64)>,
     codes: HashMap<(u32, u64), u64>,
@@ -80,13 +73,7 @@ impl IntervalLog {
             pairs.push((k.cpu, k.code));
             pairs.len() as u64 - 1
         });
-        let room = self.chunks.last().map_or(0, |c| c.capacity() - c.len());
-        if room < MAX_RECORD {
-            self.chunks.push(Vec::with_capacity(CHUNK));
-        }
-        let Some(out) = self.chunks.last_mut() else {
-            return;
-        };
+        let out = self.chunks.record();
         put_varint(out, code);
         // Not below the last: the window gives up its earliest, and later
         // arrivals before it were refused as late.
@@ -107,8 +94,7 @@ impl IntervalLog {
 
     /// Bytes the log holds.
     pub fn bytes(&self) -> usize {
-        self.chunks.iter().map(Vec::capacity).sum::<usize>()
-            + self.window.capacity() * std::mem::size_of::<Waiting>()
+        self.chunks.bytes() + self.window.capacity() * std::mem::size_of::<Waiting>()
     }
 
     /// Every interval kept, in order of their ends (ties in arrival order).
@@ -118,8 +104,7 @@ impl IntervalLog {
         rest.sort_unstable();
         Intervals {
             log: self,
-            chunk: 0,
-            at: 0,
+            reader: self.chunks.reader(),
             last_end: 0,
             decoded: 0,
             rest,
@@ -130,8 +115,7 @@ impl IntervalLog {
 /// The intervals of an [`IntervalLog`], decoded one by one.
 pub struct Intervals<'a> {
     log: &'a IntervalLog,
-    chunk: usize,
-    at: usize,
+    reader: Reader<'a>,
     last_end: u64,
     decoded: usize,
     rest: Vec<Waiting>,
@@ -139,16 +123,10 @@ pub struct Intervals<'a> {
 
 impl Intervals<'_> {
     fn next_written(&mut self) -> Option<StreamedInterval> {
-        let mut bytes = self.log.chunks.get(self.chunk)?;
-        while self.at >= bytes.len() {
-            self.chunk += 1;
-            self.at = 0;
-            bytes = self.log.chunks.get(self.chunk)?;
-        }
         // The log wrote every record whole, so none of these fails.
-        let code = get_varint(bytes, &mut self.at)?;
-        let end = self.last_end + get_varint(bytes, &mut self.at)?;
-        let length = get_varint(bytes, &mut self.at)?;
+        let code = self.reader.varint()?;
+        let end = self.last_end + self.reader.varint()?;
+        let length = self.reader.varint()?;
         let &(cpu, code) = self.log.pairs.get(usize::try_from(code).ok()?)?;
         self.last_end = end;
         self.decoded += 1;
@@ -204,15 +182,11 @@ pub fn merged<'a>(logs: &'a [IntervalLog]) -> impl Iterator<Item = StreamedInter
 
 #[cfg(test)]
 mod tests {
+    use super::super::varint::CHUNK;
     use super::*;
 
     fn interval(start: u64, end: u64, code: u64, cpu: u32) -> StreamedInterval {
-        StreamedInterval {
-            start,
-            end,
-            code,
-            cpu,
-        }
+        StreamedInterval::new(start, end, code, cpu)
     }
 
     #[test]
@@ -242,7 +216,7 @@ mod tests {
             assert!(log.push(interval(n, n + 1, 1, 0)).is_ok());
         }
         // Held back in the window, nothing written: its entries count.
-        assert!(!log.is_empty() && log.chunks.is_empty());
+        assert!(!log.is_empty() && log.chunks.count() == 0);
         assert!(log.bytes() >= 100 * 32, "{}", log.bytes());
         // Past one chunk of records: each chunk reserved whole, never grown.
         let n = 400_000u64;
@@ -251,9 +225,9 @@ mod tests {
                 .push(interval(k * 1000, k * 1000 + 700, 1 + k % 3, 0))
                 .is_ok());
         }
-        assert!(log.chunks.len() >= 2);
-        assert!(log.chunks.iter().all(|c| c.capacity() == CHUNK));
-        assert!(log.bytes() >= log.chunks.len() * CHUNK);
+        assert!(log.chunks.count() >= 2);
+        assert!(log.bytes() >= log.chunks.count() * CHUNK);
+        assert!(log.chunks.used() as u64 <= 8 * n, "a few bytes each");
         let back: Vec<StreamedInterval> = log.iter().collect();
         assert_eq!(back.len() as u64, n);
         assert_eq!(back[399_999], interval(399_999_000, 399_999_700, 1, 0));

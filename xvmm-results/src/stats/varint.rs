@@ -33,3 +33,127 @@ pub fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
     }
     None
 }
+
+/// Bytes per chunk of a log.
+pub const CHUNK: usize = 1 << 20;
+
+/// The longest record: three varints of at most 10 bytes.
+pub const MAX_RECORD: usize = 30;
+
+/// A log's records of varints, in chunks of [`CHUNK`] bytes that are never
+/// reallocated, so the log never holds two copies of itself while
+/// growing; a record never spans two chunks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chunks {
+    chunks: Vec<Vec<u8>>,
+}
+
+impl Chunks {
+    /// Where the next record, of at most [`MAX_RECORD`] bytes, goes.
+    pub fn record(&mut self) -> &mut Vec<u8> {
+        let full = self
+            .chunks
+            .last()
+            .is_none_or(|c| c.capacity() - c.len() < MAX_RECORD);
+        if full {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        let last = self.chunks.len() - 1;
+        &mut self.chunks[last]
+    }
+
+    /// Bytes held: the chunks' capacity.
+    pub fn bytes(&self) -> usize {
+        self.chunks.iter().map(Vec::capacity).sum()
+    }
+
+    /// Bytes the records take.
+    pub fn used(&self) -> usize {
+        self.chunks.iter().map(Vec::len).sum()
+    }
+
+    /// Chunks started.
+    pub fn count(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// The varints from the first on.
+    pub fn reader(&self) -> Reader<'_> {
+        Reader {
+            chunks: &self.chunks,
+            chunk: 0,
+            at: 0,
+        }
+    }
+}
+
+/// The varints of [`Chunks`], one by one.
+pub struct Reader<'a> {
+    chunks: &'a [Vec<u8>],
+    chunk: usize,
+    at: usize,
+}
+
+impl Reader<'_> {
+    /// The next varint; `None` at the end, or where one was cut short.
+    pub fn varint(&mut self) -> Option<u64> {
+        loop {
+            let bytes = self.chunks.get(self.chunk)?;
+            if self.at < bytes.len() {
+                return get_varint(bytes, &mut self.at);
+            }
+            self.chunk += 1;
+            self.at = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chunk with exactly the longest record's room left still takes the
+    /// next record; only less room starts a new chunk, and reading goes on
+    /// across it.
+    #[test]
+    fn a_chunk_is_used_up_to_the_last_record_that_fits() {
+        let mut c = Chunks::default();
+        assert_eq!((c.count(), c.bytes()), (0, 0));
+        let filled = CHUNK - MAX_RECORD;
+        for n in 0..filled {
+            put_varint(c.record(), n as u64 % 100);
+        }
+        let room = |c: &Chunks| c.chunks[0].capacity() - c.chunks[0].len();
+        assert_eq!((c.count(), room(&c)), (1, MAX_RECORD));
+        put_varint(c.record(), 300);
+        assert_eq!((c.count(), room(&c)), (1, MAX_RECORD - 2));
+        put_varint(c.record(), 2);
+        assert_eq!(c.count(), 2);
+        assert_eq!((c.bytes(), c.used()), (2 * CHUNK, filled + 3));
+        let mut r = c.reader();
+        for n in 0..filled {
+            assert_eq!(r.varint(), Some(n as u64 % 100));
+        }
+        assert_eq!(
+            (r.varint(), r.varint(), r.varint()),
+            (Some(300), Some(2), None)
+        );
+    }
+
+    #[test]
+    fn a_varint_cut_short_or_too_long_ends_the_reading() {
+        let mut c = Chunks::default();
+        put_varint(c.record(), 7);
+        put_varint(c.record(), 1 << 40);
+        c.chunks[0].pop();
+        let mut r = c.reader();
+        assert_eq!((r.varint(), r.varint()), (Some(7), None));
+        assert_eq!(get_varint(&[0xff; 11], &mut 0), None, "past 64 bits");
+        assert_eq!(get_varint(&[0x80, 0x01], &mut 0), Some(128));
+        for v in [0, 1, 63, 64, u64::MAX / 2, u64::MAX] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+            assert_eq!(unzigzag(zigzag(0u64.wrapping_sub(v))), 0u64.wrapping_sub(v));
+        }
+        assert!(zigzag(0u64.wrapping_sub(1)) < 4, "small either way");
+    }
+}

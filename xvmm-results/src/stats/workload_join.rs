@@ -187,12 +187,7 @@ mod tests {
     }
 
     fn interval(start: u64, end: u64, code: u64, cpu: u32) -> StreamedInterval {
-        StreamedInterval {
-            start,
-            end,
-            code,
-            cpu,
-        }
+        StreamedInterval::new(start, end, code, cpu)
     }
 
     fn row(family: &str, name: &str, code: u64) -> Row {
