@@ -515,7 +515,7 @@ fn figure_in(text: &str, after: &str, before: &str) -> f64 {
 /// --workload`): 10 M guest intervals joined with 10 M host exits (the
 /// recorded trace's, tiled) within 256 MiB and 10 s on one core, counting
 /// the exit log, the interval log and the join. The release
-/// `workload_join` bench's figures (1.3-1.4 s and 166 MiB on the Intel CI
+/// `workload_join` bench's figures (1.3-1.5 s and 166 MiB on the Intel CI
 /// machine, 2026-11-30; the join that held every interval and exit took
 /// 839 MiB). Every interval and exit must be accounted for, and the logs
 /// must be inside the growth, or the figure is not the run's.
