@@ -8,7 +8,8 @@
 use crate::trace::decode_only;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use xvmm::host_trace::{Recording, TraceEvent};
+use xvmm::host_trace::{replay_pages, Recording, TraceEvent, TraceSummary};
+use xvmm_host::tracefs_raw::Page;
 use xvmm_results::attribution::{HostExitEvent, HostTrace, SegmentHost};
 use xvmm_results::timeline::Mapping;
 use xvmm_results::{Report, Sample, UNFILLED};
@@ -98,6 +99,71 @@ pub fn replay(recording: &Recording, passes: u64) -> (u64, Duration) {
         exits += recording.replay().aggregator.finish(0).trace.exits.len() as u64;
     }
     (exits, start.elapsed())
+}
+
+/// One run as long as `copies` of the recorded one: the recording's pages
+/// `copies` times back to back, each copy's pages starting later by the
+/// recording's span, as if the run had gone on.
+pub struct TiledRun {
+    /// Ticks from the first page's start to one past the last event.
+    pub span: u64,
+    /// One copy's exits, and its exits never paired.
+    pub exits: u64,
+    pub unpaired: u64,
+}
+
+impl TiledRun {
+    /// The recording's span and what one copy pairs.
+    pub fn of(recording: &Recording) -> TiledRun {
+        let starts = recording
+            .pages()
+            .filter_map(|(_, p)| Page::parse(recording.decoder.layout(), p).ok());
+        let first = starts.map(|p| p.timestamp).min().unwrap_or(0);
+        let mut last = first;
+        for (_, page) in recording.pages() {
+            recording
+                .decoder
+                .decode_page(page, |ts, _| last = last.max(ts));
+        }
+        let one = recording.replay().aggregator.finish(0);
+        TiledRun {
+            span: last - first + 1,
+            exits: one.trace.exits.len() as u64,
+            unpaired: one.unpaired,
+        }
+    }
+
+    /// The binary reader's whole work on the run of `copies` copies, read
+    /// once (decode, merge the CPUs, pair, the summary); returns what it
+    /// gave and the wall time. Each page is copied once as the live
+    /// reader's read copies it.
+    pub fn replay(&self, recording: &Recording, copies: u64) -> (TraceSummary, Duration) {
+        let size = recording.decoder.page_size();
+        let layout = recording.decoder.layout();
+        let per_cpu: Vec<u64> = recording
+            .cpus
+            .iter()
+            .map(|c| (c.len() / size) as u64)
+            .collect();
+        let mut next = vec![0u64; per_cpu.len()];
+        let start = Instant::now();
+        let replayed = replay_pages(&recording.decoder, per_cpu.len(), |cpu, page| {
+            let (copy, at) = (
+                next[cpu] / per_cpu[cpu].max(1),
+                next[cpu] % per_cpu[cpu].max(1),
+            );
+            if per_cpu[cpu] == 0 || copy >= copies {
+                return false;
+            }
+            next[cpu] += 1;
+            let from = usize::try_from(at).unwrap_or(usize::MAX) * size;
+            page.clear();
+            page.extend_from_slice(&recording.cpus[cpu][from..from + size]);
+            layout.shift_page(page, copy * self.span)
+        });
+        let summary = replayed.aggregator.finish(0);
+        (summary, start.elapsed())
+    }
 }
 
 /// The text reader's work on [`text`] `passes` times

@@ -4,11 +4,17 @@
 //! same bytes through the generic decoder (`tracefs_raw::Page`) and, as
 //! text, through the header_page, format and `__print_symbolic` parsers.
 //! Every record lies inside the page; a page stops at its first malformed
-//! event; pairing counts add up.
+//! event; pairing counts add up. The bytes as pages of two CPUs, replayed
+//! as a recording is (`replay_pages`, events handed on as the pages
+//! allow): every event and corrupt page counted, and where each CPU's
+//! times run forward, what merging the whole run at once gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use xvmm::host_trace::{example_decoder, RawDecoder, EXAMPLE_HEADER_PAGE};
+use xvmm::host_trace::{
+    example_decoder, replay_pages, CpuMerge, ExitAggregator, PageOutcome, RawDecoder,
+    EXAMPLE_HEADER_PAGE,
+};
 use xvmm_fuzz::CheckedAggregator;
 use xvmm_host::tracefs_raw::{symbolic_tables, EventFormat, Page, PageLayout};
 
@@ -60,4 +66,50 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = symbolic_tables(&text);
+    replay_as_two_cpus(d, data);
 });
+
+/// `data` as pages of two CPUs in turn, zero-padded to whole pages.
+fn replay_as_two_cpus(d: &RawDecoder, data: &[u8]) {
+    let size = d.page_size();
+    let pages: Vec<Vec<u8>> = data
+        .chunks(size)
+        .map(|c| {
+            let mut p = c.to_vec();
+            p.resize(size, 0);
+            p
+        })
+        .collect();
+    let mut next = [0, 1];
+    let replayed = replay_pages(d, 2, |cpu, page| {
+        let Some(p) = pages.get(next[cpu]) else {
+            return false;
+        };
+        next[cpu] += 2;
+        page.clone_from(p);
+        true
+    });
+    // The oracle: every page into the merge, CPU by CPU, released whole.
+    let (mut merge, mut events, mut corrupt) = (CpuMerge::new(2), 0, 0);
+    let mut forward = [true, true];
+    let mut latest = [0u64, 0];
+    for cpu in 0..2 {
+        for p in pages.iter().skip(cpu).step_by(2) {
+            d.decode_page(p, |ts, _| {
+                forward[cpu] &= ts >= latest[cpu];
+                latest[cpu] = latest[cpu].max(ts);
+            });
+            let (outcome, n) = d.decode_into(cpu, p, &mut merge);
+            events += n;
+            corrupt += u64::from(outcome == PageOutcome::Corrupt);
+        }
+    }
+    assert_eq!((replayed.events, replayed.corrupt_pages), (events, corrupt));
+    let mut whole = ExitAggregator::default();
+    merge.release_all(|(cpu, ev)| whole.push_on(cpu, ev));
+    let (got, want) = (replayed.aggregator.finish(0), whole.finish(0));
+    if forward == [true, true] {
+        assert_eq!(got.trace, want.trace);
+        assert_eq!((got.unpaired, got.lost), (want.unpaired, want.lost));
+    }
+}

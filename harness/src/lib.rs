@@ -73,11 +73,21 @@ fn strings(args: &[&str]) -> Vec<String> {
 /// argv of an xvmm run inside L1 booting the L2 kernel with the built-in
 /// initramfs: `cmdline`, L2's memory and `timeout_secs`, then `rest`.
 pub fn xvmm_l2_argv(cmdline: &str, timeout_secs: u64, rest: &[&str]) -> Vec<String> {
+    xvmm_kernel_argv(l1::L2_BZIMAGE, cmdline, timeout_secs, rest)
+}
+
+/// [`xvmm_l2_argv`] booting `kernel`, a path in L1.
+pub fn xvmm_kernel_argv(
+    kernel: &str,
+    cmdline: &str,
+    timeout_secs: u64,
+    rest: &[&str],
+) -> Vec<String> {
     let (mem, timeout) = (L2_MEM_MIB.to_string(), timeout_secs.to_string());
     let head = [
         l1::XVMM,
         "--kernel",
-        l1::L2_BZIMAGE,
+        kernel,
         "--cmdline",
         cmdline,
         "--mem",

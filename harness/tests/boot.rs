@@ -384,6 +384,29 @@ fn guest_tsc_rate_on_real_kvm_is_applied_or_refused_in_one_line() {
     }
 }
 
+/// KVM's own count of the row's exits a sample (its `exits` statistic,
+/// untraced rounds, the stamp pair's phase subtracted) against the
+/// tracepoints' (`kvm_exit`s in each traced sample's window): two tools,
+/// one answer. One run (2026-11-30): within 0.055 on every row, 0.000
+/// and 0.000 for `mov-from-cr8`, 5.043 and 5.020 for
+/// `x2apic-self-ipi-tpr-sti-hlt`, 1.098 and 1.043 for `ipi` (KVM's count
+/// also holds the exits between samples).
+fn check_kvm_count_against_the_trace(
+    e: &xvmm_results::ExitTiming,
+    t: &xvmm_results::exit_trace::TracedExit,
+) {
+    let kvm = e.kvm_exits.and_then(|k| k.per_sample());
+    let traced = t.exits_per_sample.as_ref().map(|s| s.mean);
+    let (Some(kvm), Some(traced)) = (kvm, traced) else {
+        panic!("{}: KVM counted {kvm:?}, the trace {traced:?}", e.name);
+    };
+    assert!(
+        (kvm - traced).abs() <= 0.15,
+        "{}: KVM counted {kvm:.3} exits a sample, the trace {traced:.3}",
+        e.name
+    );
+}
+
 /// Issue 12, the microguest part: on L1's real KVM every exit kind's traced
 /// split has guest->host, in host and host->guest positive in at least
 /// 99.9 % of its split samples (a negative part would disprove the
@@ -392,7 +415,8 @@ fn guest_tsc_rate_on_real_kvm_is_applied_or_refused_in_one_line() {
 /// in the host than the cheapest one KVM serves itself (cpuid, xsetbv)
 /// and than the same port or MMIO write served by an ioeventfd or a port
 /// access served by the in-kernel PIC; the interrupt rows hold more than
-/// one exit in their samples.
+/// one exit in their samples; KVM's own count of each row's exits agrees
+/// with the trace's.
 /// TCG-emulated times: relations only.
 #[test]
 fn microguest_exits_split_at_the_host_tracepoints() {
@@ -412,6 +436,7 @@ fn microguest_exits_split_at_the_host_tracepoints() {
             .traced
             .as_ref()
             .unwrap_or_else(|| panic!("{}: not traced: {:?}", e.name, report.notes));
+        check_kvm_count_against_the_trace(e, t);
         if checked_as_documented(&e.name, t) {
             continue;
         }
@@ -434,7 +459,22 @@ fn microguest_exits_split_at_the_host_tracepoints() {
     // Against the cheapest exit KVM serves itself: under TCG one of them
     // can run long (one run: cpuid 136073 ticks in the host against
     // pio-out's 128160, xsetbv 78866).
-    let pio = in_host["pio-out"];
+    // A row missing here was not measured: say why (CI once lost
+    // mmio-write, its status unseen).
+    let host = |name: &str| -> u64 {
+        *in_host.get(name).unwrap_or_else(|| {
+            let status = report
+                .exits
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| &e.status);
+            panic!(
+                "{name} has no host time: {status:?}; notes: {:?}",
+                report.notes
+            )
+        })
+    };
+    let pio = host("pio-out");
     let in_kvm = ["cpuid", "xsetbv"]
         .iter()
         .filter_map(|name| in_host.get(name).map(|t| (*name, *t)))
@@ -457,7 +497,7 @@ fn microguest_exits_split_at_the_host_tracepoints() {
         ("pio-in", "pio-in-kernel"),
         ("pio-out", "pio-out-kernel"),
     ] {
-        let (u, k) = (in_host[user], in_host[kernel]);
+        let (u, k) = (host(user), host(kernel));
         assert!(k < u, "{kernel} {k} vs {user} {u} ticks in the host");
     }
 }

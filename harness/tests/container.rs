@@ -640,13 +640,21 @@ fn the_manifests_xperf_containers_measure_repeat_and_stop_cleanly_under_crun() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+const DAEMONSET: &str = "xperf-daemonset.yaml";
+
+/// The DaemonSet's document.
+fn daemonset() -> Value {
+    manifests()
+        .into_iter()
+        .find(|(f, _)| f == DAEMONSET)
+        .unwrap()
+        .1
+}
+
 #[test]
 fn the_checker_reports_no_file_from_an_xperf_told_it_is_a_vms_init() {
     let image = image();
-    let (file, doc) = manifests()
-        .into_iter()
-        .find(|(f, _)| f == "xperf-daemonset.yaml")
-        .unwrap();
+    let (file, doc) = (DAEMONSET, daemonset());
     // The VMM's word (xvmm puts it on the guest kernel command line, the
     // kernel hands it to init as an environment variable): xperf then
     // mounts /proc, /sys, /dev and ends the VM, none of which a container
@@ -663,6 +671,32 @@ fn the_checker_reports_no_file_from_an_xperf_told_it_is_a_vms_init() {
     println!("{file} with {word}: {err} after {took:?}\n{output}");
     assert!(err.starts_with("no file appeared"), "{err}\n{output}");
     assert!(took < CONTROL_APPEAR + Duration::from_secs(5), "{took:?}");
+}
+
+/// `xperf workload` as PID 1 of the DaemonSet's confined container (root
+/// with no capability, a read-only root): it cannot trace there, and must
+/// say so and why in one line with status 1, at once, not panic or hang.
+#[test]
+fn xperf_workload_in_a_container_without_capabilities_fails_in_one_clear_line() {
+    let image = image();
+    let doc = daemonset();
+    let mut pod = prepare("workload", &doc, &image, &[]);
+    let xperf = process_args(&pod.bundle.config)[0].clone();
+    let args = [&xperf, "workload", "--json", "-", "--", &xperf, "--version"];
+    pod.bundle.config["process"]["args"] = serde_json::json!(args);
+    pod.bundle.write().unwrap();
+    let mut c = Container::run(&pod.bundle).unwrap_or_else(|e| panic!("{e}"));
+    let status = c.wait(Duration::from_secs(30));
+    let out = c.output_tail(20);
+    println!("{args:?} under crun: {status:?}\n{out}");
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "{out}");
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {out}");
+    // Root there, with a read-only /run: the line says so, not "run as root".
+    assert!(
+        lines[0].starts_with("xperf: tracing:") && lines[0].contains("as in a container"),
+        "{out}"
+    );
 }
 
 #[test]

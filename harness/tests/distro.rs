@@ -15,15 +15,24 @@
 //!   Debian's 6.1 with the harness's workloads, their intervals joined with
 //!   L1's exits.
 //!
+//! A second L1 boot, `debian-l1`, runs Debian's 6.1 as L1 itself (its own
+//! kvm modules): xperf on it as bare metal, the project's guest kernel on
+//! its KVM, and each real workload under `xperf workload` on it and in L2
+//! on Debian's 6.1 again, with the first as `--baseline`: 6.1 against 6.1.
+//!
 //! On 6.1 every probes row must be measured with every hit counted, or give
 //! a reason that holds for Debian's own config (in the package); on the IBT
 //! kernel every row must be measured.
 //! Times are TCG-emulated: shapes, not figures. Reports in
 //! `target/harness/distro-*.json`, console `target/harness/distro.log`.
 
+#[path = "support/workload_pairs.rs"]
+mod workload_pairs;
+
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
+use workload_pairs::{assert_joined_whole, assert_real_pairs, pair, Pair};
 use xvmm_harness::distro::{self, DistroKernel};
 use xvmm_harness::workloads::{BUSYBOX, HOST_BUSYBOX, REAL, SCRIPT, SHAPES};
 use xvmm_harness::{self as harness, l1, Step};
@@ -40,6 +49,8 @@ const VM_TIMEOUT: u64 = 400;
 /// Where the Debian kernels lie in L1.
 const DEBIAN_KERNEL: &str = "/l2/debian-vmlinuz";
 const IBT_KERNEL: &str = "/l2/debian-ibt-vmlinuz";
+/// The prefix of the workload pairs' steps in the `debian-l1` boot.
+const PAIRS: &str = "deb61-";
 
 fn vm_step(name: &str, kernel: &str, xperf_args: &str, extra: &[&str]) -> Step {
     let cmdline = format!(
@@ -156,29 +167,30 @@ fn project_kernel(flavour: xvmm_kernel::Flavour) -> Result<BuiltKernel, String> 
     .map_err(|e| e.to_string())
 }
 
-/// Boots `l1` with `plan` (xperf and `files` added to the initramfs) and
-/// returns the run and each step's report, saved as
-/// `target/harness/<group>-<step>.json`.
+/// Boots `l1` with `plan` (xperf and `files`, with their modes, added to
+/// the initramfs) and returns the run and the report of each step that
+/// prints one (not the workload pairs' runs, which write theirs to files),
+/// saved as `target/harness/<group>-<step>.json`.
 fn boot_group(
     group: &str,
     l1: BuiltKernel,
     l2: BuiltKernel,
     plan: &[Step],
-    files: &[(&str, &Path)],
+    files: &[(&str, &Path, u32)],
 ) -> Result<(harness::HarnessRun, Vec<(String, Report)>), String> {
     let artifacts = harness::with_static_binaries(l1, l2, &["xperf"]).map_err(|e| e.to_string())?;
     let xperf = artifacts.xvmm.with_file_name("xperf");
     let mut initramfs =
         harness::l1_initramfs(&artifacts, plan, false).map_err(|e| e.to_string())?;
     let mut all: Vec<(&str, &Path, u32)> = vec![(l1::XPERF, xperf.as_path(), 0o755)];
-    all.extend(files.iter().map(|&(at, host)| (at, host, 0o644)));
+    all.extend(files);
     harness::append_files(&mut initramfs, &all).map_err(|e| e.to_string())?;
     let run = harness::run_l1(&artifacts, &initramfs, group, Duration::from_secs(30 * 60))
         .map_err(|e| e.to_string())?;
     eprintln!("{}", run.summary(&format!("nested {group} harness")));
     let dir = run.log.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut reports = Vec::new();
-    for step in plan {
+    for step in plan.iter().filter(|s| !s.name.starts_with(PAIRS)) {
         let report = run.exited_report(&step.name)?;
         let path: PathBuf = dir.join(format!("{group}-{}.json", step.name));
         std::fs::write(&path, report.to_json_pretty()).map_err(|e| e.to_string())?;
@@ -206,9 +218,9 @@ fn run() -> &'static DistroRun {
         let ibt = fetch(distro::DEBIAN_612_KERNEL)?;
         let host = project_kernel(xvmm_kernel::Flavour::Host)?;
         let files = [
-            (DEBIAN_KERNEL, kernel.vmlinuz.as_path()),
-            (IBT_KERNEL, ibt.vmlinuz.as_path()),
-            (BUSYBOX, Path::new(HOST_BUSYBOX)),
+            (DEBIAN_KERNEL, kernel.vmlinuz.as_path(), 0o644),
+            (IBT_KERNEL, ibt.vmlinuz.as_path(), 0o644),
+            (BUSYBOX, Path::new(HOST_BUSYBOX), 0o755),
         ];
         let (_, reports) = boot_group("distro", host.clone(), host, &plan(), &files)?;
         Ok(DistroRun {
@@ -264,38 +276,15 @@ fn the_default_run_measures_round_trips_on_debians_kernel() {
     }
 }
 
-/// A workload's run on Debian's 6.1, its script whole: it succeeded, its
-/// intervals arrived whole, the timeline is verified, every traced exit
-/// is counted once, and faults are timed to their end.
+/// A workload's run on Debian's 6.1, its script whole: joined whole
+/// ([`assert_joined_whole`]), on Debian's kernel, and with faults timed to
+/// their end.
 fn assert_joined_on_debian(r: &DistroRun, step: &str, script: &str) {
     let report = r.report(step);
     assert_on_debian(report, &r.kernel, step);
-    let w = report.workload.as_ref().expect("a workload block");
-    println!(
-        "=== Debian {}: {step} (TCG-emulated)\n{}",
-        r.kernel.release,
-        xvmm_results::render::workload_table(w, report.host.tsc_khz)
-    );
-    assert!(w.ended.succeeded(), "{step}: {:?}", w.ended);
-    assert_eq!(w.command[3], script);
-    let t = report.timeline.as_ref().expect("a timeline");
-    assert!(t.verified, "{step}: timeline: {:?}", t.reason);
-    let x = w.exits.as_ref().expect("the exits joined");
-    assert_eq!(w.streamed, Some(x.intervals), "{step}: sent against joined");
-    let timed: u64 = w.rows.iter().map(|row| row.length.count).sum();
-    assert_eq!(x.intervals, timed, "{step}");
-    let joined: u64 = x.rows.iter().map(|row| row.count()).sum::<u64>()
-        + x.outside.iter().map(|o| o.count).sum::<u64>()
-        + x.outside_window;
-    let traced: u64 = report
-        .host_exits
-        .iter()
-        .map(|e| e.exit_to_entry.count)
-        .sum();
-    if t.lost_events == 0 {
-        assert_eq!(joined, traced, "{step}: every traced exit counted once");
-    }
+    assert_joined_whole(step, script, report);
     // Debian's config has kprobe events: faults are timed to their end.
+    let w = report.workload.as_ref().unwrap();
     assert!(w.fault_end.contains("kretprobe"), "{}", w.fault_end);
 }
 
@@ -455,6 +444,8 @@ struct DebianHost {
     kernel: DistroKernel,
     run: harness::HarnessRun,
     reports: Vec<(String, Report)>,
+    /// Each real workload on Debian's 6.1 as bare metal and in L2.
+    real: Vec<(&'static str, Result<Pair, String>)>,
 }
 
 impl DebianHost {
@@ -500,6 +491,11 @@ fn host_plan() -> Vec<Step> {
             &["--samples", s, "--warmup", w],
         ),
     ]
+    .into_iter()
+    .chain(REAL.iter().flat_map(|&(name, script)| {
+        workload_pairs::workload_steps(&format!("{PAIRS}{name}"), script, DEBIAN_KERNEL)
+    }))
+    .collect()
 }
 
 /// The L1 boot of Debian's kernel, shared by the tests below.
@@ -530,17 +526,24 @@ fn debian_host() -> &'static DebianHost {
         let order = harness::workspace_root().join("target/harness/debian-l1-modules.order");
         std::fs::create_dir_all(order.parent().unwrap()).map_err(|e| e.to_string())?;
         std::fs::write(&order, names.join("\n")).map_err(|e| e.to_string())?;
-        let mut files: Vec<(&str, &Path)> = names
+        let mut files: Vec<(&str, &Path, u32)> = names
             .iter()
             .zip(&kernel.modules)
-            .map(|(at, host)| (at.as_str(), host.as_path()))
+            .map(|(at, host)| (at.as_str(), host.as_path(), 0o644))
             .collect();
-        files.push(("/modules/order", order.as_path()));
+        files.push(("/modules/order", order.as_path(), 0o644));
+        files.push((DEBIAN_KERNEL, kernel.vmlinuz.as_path(), 0o644));
+        files.push((BUSYBOX, Path::new(HOST_BUSYBOX), 0o755));
         let (run, reports) = boot_group("debian-l1", l1, guest, &host_plan(), &files)?;
+        let real = REAL
+            .iter()
+            .map(|&(name, _)| (name, pair(&run, &format!("{PAIRS}{name}"))))
+            .collect();
         Ok(DebianHost {
             kernel,
             run,
             reports,
+            real,
         })
     });
     match result {
@@ -623,6 +626,37 @@ fn debians_kernel_as_bare_metal_runs_xperf_characterize_and_probes() {
                 check_reason(&what, reason, &h.kernel);
             }
         }
+    }
+}
+
+/// Issue 38 item 4 on a stock kernel: each real workload under `xperf
+/// workload` on Debian's 6.1 as bare metal (L1), and in L2 on Debian's 6.1
+/// again on Debian's own KVM with the first as `--baseline`: each joined
+/// whole, its extra time decomposed, each making its script's calls as
+/// often on both sides; both runs on Debian's kernel.
+#[test]
+fn real_workloads_on_debians_6_1_run_on_bare_metal_and_in_l2_and_decompose() {
+    if skipped() {
+        return;
+    }
+    let h = debian_host();
+    assert_real_pairs(&h.real);
+    for (name, p) in &h.real {
+        let p = p.as_ref().unwrap();
+        assert_eq!(p.bm.environment, Environment::BareMetal, "{name}");
+        assert_eq!(p.vm.environment, Environment::LinuxVm, "{name}");
+        assert_eq!(p.bm.host.kernel_release, h.kernel.release, "{name}");
+        assert!(
+            p.vm.to_json_pretty().contains(&h.kernel.release),
+            "{name}: L2 is Debian's"
+        );
+        assert_eq!(p.vm.host.kvm_module, "kvm_amd", "{name}: on Debian's KVM");
+        println!(
+            "=== {name}: Debian {} in L2 against Debian {} as bare metal (TCG-emulated)\n{}",
+            h.kernel.release,
+            h.kernel.release,
+            xvmm_results::render::comparison_table(&p.comparison)
+        );
     }
 }
 

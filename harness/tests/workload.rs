@@ -13,68 +13,38 @@
 //! TCG-emulated: only counts, shapes and relations are asserted.
 //! XVMM_SKIP_HARNESS=1 skips.
 
+#[path = "support/workload_pairs.rs"]
+mod workload_pairs;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
-use xvmm_harness::workloads::{script, BUSYBOX, HOST_BUSYBOX, REAL, SCRIPT, SHAPES};
+use workload_pairs::{
+    assert_decomposed, assert_joined_whole, assert_real_pairs, calls, cat, pair, vm_step,
+    workload_steps, Pair,
+};
+use xvmm_harness::workloads::{BUSYBOX, HOST_BUSYBOX, REAL, SCRIPT};
 use xvmm_harness::{self as harness, l1, Step};
-use xvmm_results::schema::workload::{RowExits, Workload, FAMILY_FAULT, FAMILY_SYSCALL};
-use xvmm_results::{Comparison, Report};
+use xvmm_results::schema::workload::{Workload, FAMILY_FAULT, FAMILY_SYSCALL};
+use xvmm_results::Report;
 
 const STRACE: &str = "/usr/bin/strace";
 /// Debian's linux-perf: `perf kvm stat`, the host's exit counts by reason.
 const PERF: &str = "/usr/bin/perf";
 const PERF_DATA: &str = "/perf.data";
 const PERF_VM_JSON: &str = "/perf-vm.json";
-/// The L2 run's limit, seconds (TCG: the boot alone takes minutes).
-const VM_TIMEOUT: u64 = 360;
-
-/// The steps of one workload: `NAME-bm` (xperf workload in L1, to
-/// `/NAME-bm.json`), then `NAME-vm` (xvmm --workload in L2 with that file
-/// as `--baseline`, to `/NAME-vm.json`), and steps that print the three
-/// files: `NAME-bm-report`, `NAME-vm-report`, `NAME-vm-compare`.
-fn workload_steps(name: &str, script: &str) -> Vec<Step> {
-    let (bm, vm) = (format!("/{name}-bm.json"), format!("/{name}-vm.json"));
-    vec![
-        Step::run(
-            &format!("{name}-bm"),
-            300,
-            &[
-                l1::XPERF,
-                "workload",
-                "--json",
-                &bm,
-                "--",
-                BUSYBOX,
-                "sh",
-                "-c",
-                script,
-            ],
-        ),
-        cat(&format!("{name}-bm-report"), &bm),
-        vm_step(&format!("{name}-vm"), script, &bm, &vm),
-        cat(&format!("{name}-vm-report"), &vm),
-        // xvmm writes the comparison beside the report, `.compare.json` added.
-        cat(&format!("{name}-vm-compare"), &format!("{vm}.compare.json")),
-    ]
-}
-
-/// A step that prints a file L1 holds, so that its stdout is the file.
-fn cat(name: &str, path: &str) -> Step {
-    Step::run(name, 30, &[BUSYBOX, "cat", path])
-}
 
 fn plan() -> Vec<Step> {
     let mut plan = vec![cat("mounts-before", "/proc/mounts")];
-    plan.extend(workload_steps("sh", SCRIPT));
+    plan.extend(workload_steps("sh", SCRIPT, l1::L2_BZIMAGE));
     plan.push(Step::run(
         "strace",
         300,
         &[STRACE, "-f", "-c", "--", BUSYBOX, "sh", "-c", SCRIPT],
     ));
     for (name, script) in REAL {
-        plan.extend(workload_steps(name, script));
+        plan.extend(workload_steps(name, script, l1::L2_BZIMAGE));
     }
     // Every xperf and xvmm run above restored L1's tracing mounts.
     plan.push(cat("mounts-after", "/proc/mounts"));
@@ -87,7 +57,7 @@ fn plan() -> Vec<Step> {
 /// report (`perf-vm-report`). perf mounts tracefs itself to find the kvm
 /// tracepoints.
 fn perf_steps() -> Vec<Step> {
-    let mut vm = vm_step("perf-vm", SCRIPT, "", PERF_VM_JSON);
+    let mut vm = vm_step("perf-vm", SCRIPT, (l1::L2_BZIMAGE, ""), PERF_VM_JSON);
     // No baseline: this run is perf's.
     let at = vm.argv.iter().position(|a| a == "--baseline").unwrap();
     vm.argv.drain(at..at + 2);
@@ -125,64 +95,6 @@ fn perf_counts(lines: &[&str]) -> BTreeMap<String, u64> {
                 .then(|| (f[0].to_string(), samples))
         })
         .collect()
-}
-
-/// `xvmm --kernel L2 --workload busybox --baseline BM --json VM -- sh -c
-/// SCRIPT` in L1, as a person runs it: the report to a file, the tables and
-/// the comparison on stdout, L2's console with them.
-fn vm_step(name: &str, script: &str, bm: &str, vm: &str) -> Step {
-    let cmdline = format!(
-        "{} quiet no_timer_check",
-        xvmm::boot::cmdline::default_cmdline()
-    );
-    let rest = [
-        "--workload",
-        BUSYBOX,
-        "--json",
-        vm,
-        "--baseline",
-        bm,
-        "--",
-        "sh",
-        "-c",
-        script,
-    ];
-    Step {
-        name: name.into(),
-        timeout_secs: VM_TIMEOUT + 30,
-        marker: None,
-        stop_at_marker: false,
-        argv: harness::xvmm_l2_argv(&cmdline, VM_TIMEOUT, &rest),
-    }
-}
-
-/// One workload's three files and what its VM run printed.
-struct Pair {
-    bm: Report,
-    vm: Report,
-    vm_stdout: String,
-    comparison: Comparison,
-}
-
-/// The files of workload `name` ([`workload_steps`]), kept for a person.
-fn pair(run: &harness::HarnessRun, name: &str) -> Result<Pair, String> {
-    run.exited(&format!("{name}-bm"))?;
-    run.exited(&format!("{name}-vm"))?;
-    let bm = run.exited_report(&format!("{name}-bm-report"))?;
-    let vm = run.exited_report(&format!("{name}-vm-report"))?;
-    let compare = run.stdout(&format!("{name}-vm-compare")).join("\n");
-    let comparison: Comparison =
-        serde_json::from_str(&compare).map_err(|e| format!("{name}'s comparison: {e}"))?;
-    keep(&[
-        (&format!("{name}-bm.json"), &bm),
-        (&format!("{name}-vm.json"), &vm),
-    ]);
-    Ok(Pair {
-        bm,
-        vm,
-        vm_stdout: run.stdout(&format!("{name}-vm")).join("\n"),
-        comparison,
-    })
 }
 
 struct Run {
@@ -277,21 +189,6 @@ fn boot() -> Result<Run, String> {
     })
 }
 
-/// The reports, kept where a person can take them as test data
-/// (`xvmm-cli/tests/data/report/`).
-fn keep(reports: &[(&str, &Report)]) {
-    let dir = std::env::temp_dir().join("xvmm-harness-workload");
-    if std::fs::create_dir_all(&dir).is_err() {
-        return;
-    }
-    for (name, report) in reports {
-        let path = dir.join(name);
-        if std::fs::write(&path, report.to_json_pretty()).is_ok() {
-            eprintln!("kept {}", path.display());
-        }
-    }
-}
-
 fn run() -> &'static Run {
     static RUN: OnceLock<Result<Run, String>> = OnceLock::new();
     match RUN.get_or_init(boot) {
@@ -351,110 +248,6 @@ fn faults_are_timed_by_the_return_probe_on_a_kernel_with_kprobes() {
         .is_some_and(|r| r.length.count >= 3));
 }
 
-/// The VM run of `name`: the command succeeded with its script whole; the
-/// guest's intervals arrived whole; the timeline they are placed on is
-/// verified; and every exit the host traced is counted once: inside an
-/// interval, outside every interval in the command's run, or outside the
-/// run.
-fn assert_joined_whole(name: &str, script: &str, r: &Report) {
-    let w = r.workload.as_ref().expect("a workload block");
-    assert!(w.ended.succeeded(), "{name}: {:?}", w.ended);
-    assert_eq!(w.command[0], BUSYBOX);
-    assert_eq!(
-        w.command[3], script,
-        "{name}: an argument with spaces arrives whole"
-    );
-    let t = r.timeline.as_ref().expect("a timeline");
-    assert!(t.verified, "{name}: timeline: {:?}", t.reason);
-    let x = w.exits.as_ref().expect("the exits joined");
-    assert!(x.timeline_verified);
-    assert_eq!(w.streamed, Some(x.intervals), "{name}: sent against joined");
-    assert_eq!((x.chunks_refused, w.stream_stopped.as_deref()), (0, None));
-    // As many intervals as the rows count.
-    let timed: u64 = w.rows.iter().map(|row| row.length.count).sum();
-    assert_eq!(x.intervals, timed, "{name}");
-    assert!(x.rows.iter().any(|row| row.count() > 0), "{name}: {x:?}");
-    assert!(x.rows.iter().all(|row| row.family != "unknown"), "{x:?}");
-    let joined: u64 = x.rows.iter().map(RowExits::count).sum::<u64>()
-        + x.outside.iter().map(|o| o.count).sum::<u64>()
-        + x.outside_window;
-    let traced: u64 = r.host_exits.iter().map(|e| e.exit_to_entry.count).sum();
-    if t.lost_events == 0 {
-        assert_eq!(joined, traced, "{name}: every traced exit counted once");
-    }
-    eprintln!(
-        "{name}:\n{}",
-        xvmm_results::render::workload_table(w, r.host.tsc_khz)
-    );
-}
-
-/// `--baseline`: the L2 run of `name` set against the same command on
-/// bare metal (L1) splits each kind's extra time into more intervals, the
-/// exits inside them and the rest; each kind's exits are those the VM's
-/// report joined with it; and the run says so on its stdout.
-fn assert_decomposed(name: &str, p: &Pair) {
-    let c = &p.comparison;
-    let w = c.workload.as_ref().expect("a workload comparison");
-    assert!(
-        c.rows.is_empty(),
-        "{name}: no crossings in a workload's files"
-    );
-    assert!(
-        w.exits_joined && w.timeline_verified == Some(true),
-        "{name}: {w:?}"
-    );
-    // L1 calibrates its TSC under TCG, within a few tenths of a per cent
-    // of L2's rate: then the times are ns, and a note says so. No other.
-    let warned: Vec<&String> = w
-        .notes
-        .iter()
-        .filter(|n| !n.contains("the TSC rates differ"))
-        .collect();
-    assert!(warned.is_empty(), "{name}: {warned:?}");
-    let x =
-        p.vm.workload
-            .as_ref()
-            .and_then(|w| w.exits.as_ref())
-            .unwrap();
-    for k in &w.rows {
-        let sum = k.count_part + k.exits_part + k.rest;
-        assert!(
-            (sum - k.diff).abs() <= 1e-6 * k.diff.abs().max(1.0),
-            "{name}: {k:?}"
-        );
-        let joined = x
-            .rows
-            .iter()
-            .find(|e| e.family == k.family && e.name == k.name)
-            .map_or(0, RowExits::count);
-        assert_eq!(k.vm_exits, joined, "{name}: {}", k.label());
-    }
-    let exits: f64 = w.rows.iter().map(|k| k.exits_part).sum();
-    assert!(
-        exits > 0.0 && exits <= w.vm_exit_time,
-        "{name}: {exits} of {}",
-        w.vm_exit_time
-    );
-    let out = &p.vm_stdout;
-    for expected in [
-        "by family:",
-        "diff = VM time - bare-metal time",
-        "comparison written to",
-    ] {
-        assert!(out.contains(expected), "{name}: no {expected:?} in:\n{out}");
-    }
-    eprintln!("{name}:\n{}", xvmm_results::render::comparison_table(c));
-}
-
-/// A system call's intervals timed on each side: (VM, bare metal).
-fn calls(p: &Pair, call: &str) -> (u64, u64) {
-    let w = p.comparison.workload.as_ref().unwrap();
-    w.rows
-        .iter()
-        .find(|k| k.family == FAMILY_SYSCALL && k.name == call)
-        .map_or((0, 0), |k| (k.vm_count, k.bare_count))
-}
-
 /// Issue 38 item 2 in L2.
 #[test]
 fn the_vm_run_joins_every_traced_exit_with_the_workloads_intervals() {
@@ -487,32 +280,7 @@ fn real_workloads_run_on_bare_metal_and_in_l2_and_decompose() {
     if skipped() {
         return;
     }
-    let mut failed = Vec::new();
-    for (name, pair) in &run().real {
-        match pair {
-            Ok(p) => {
-                assert_joined_whole(name, script(name).unwrap(), &p.vm);
-                assert_decomposed(name, p);
-            }
-            Err(e) => failed.push(format!("{name}: {e}")),
-        }
-    }
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
-    let real = |name: &str| {
-        let pair = &run().real.iter().find(|r| r.0 == name).unwrap().1;
-        pair.as_ref().unwrap()
-    };
-    for (name, call, least) in SHAPES {
-        let (vm, bare) = calls(real(name), call);
-        assert!(
-            vm >= least && bare >= least,
-            "{name} {call}: {vm} and {bare}"
-        );
-        if call != "read" {
-            // The script's own calls; the hash's reads follow the page cache.
-            assert_eq!(vm, bare, "{name} {call}");
-        }
-    }
+    assert_real_pairs(&run().real);
 }
 
 /// Issue 38 item 3: on one L2 run, the exits xvmm's trace counted by reason

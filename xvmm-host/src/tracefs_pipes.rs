@@ -85,6 +85,11 @@ impl<T> CpuMerge<T> {
         }
     }
 
+    /// Whether no CPU's item is held.
+    pub fn is_empty(&self) -> bool {
+        self.queues.iter().all(VecDeque::is_empty)
+    }
+
     /// The time of the latest item `cpu` delivered.
     pub fn latest(&self, cpu: usize) -> u64 {
         self.latest.get(cpu).copied().unwrap_or(0)
@@ -109,7 +114,7 @@ impl<T> CpuMerge<T> {
 
     /// Items earlier than `horizon` (all of them for `u64::MAX`), each
     /// CPU's in its own order, the CPUs' by time.
-    fn release_before(&mut self, horizon: u64, mut out: impl FnMut(T)) {
+    pub fn release_before(&mut self, horizon: u64, mut out: impl FnMut(T)) {
         let mut heads: BinaryHeap<Reverse<(u64, usize)>> = self
             .queues
             .iter()
@@ -233,5 +238,21 @@ mod tests {
         m.push(7, 1, "no such CPU");
         m.release_all(|e| out.push(e));
         assert_eq!(out.len(), 5);
+    }
+
+    /// Held items on any CPU make the merge non-empty until released; an
+    /// item before the horizon goes, one at it stays.
+    #[test]
+    fn the_merge_is_empty_only_when_nothing_is_held() {
+        let mut m = CpuMerge::new(3);
+        assert!(m.is_empty());
+        m.push(2, 50, "cpu2");
+        m.push(0, 60, "cpu0");
+        assert!(!m.is_empty());
+        let mut out = Vec::new();
+        m.release_before(60, |e| out.push(e));
+        assert_eq!((out.as_slice(), m.is_empty()), (["cpu2"].as_slice(), false));
+        m.release_before(61, |e| out.push(e));
+        assert_eq!((out.len(), m.is_empty()), (2, true));
     }
 }

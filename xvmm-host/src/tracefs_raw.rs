@@ -159,6 +159,21 @@ impl PageLayout {
     pub fn page_size(&self) -> usize {
         self.page_size
     }
+
+    /// Moves a page's start (its header's timestamp, which its events'
+    /// deltas count from) by `by` ticks, wrapping: a recorded page replayed
+    /// as if later. Events after an absolute time stamp keep their times.
+    /// False when the page is too short or the field is not 8 bytes.
+    pub fn shift_page(&self, page: &mut [u8], by: u64) -> bool {
+        let f = &self.timestamp;
+        let Some(at) = page.get_mut(f.offset..f.offset + 8).filter(|_| f.size == 8) else {
+            return false;
+        };
+        let mut ts = [0; 8];
+        ts.copy_from_slice(at);
+        at.copy_from_slice(&u64::from_le_bytes(ts).wrapping_add(by).to_le_bytes());
+        true
+    }
 }
 
 /// One event's `format` file: its id, its fields and its print format.
@@ -1092,6 +1107,30 @@ print fmt: "vcpu %u reason %s%s%s rip 0x%lx", REC->vcpu_id, (REC->isa == 1) ? __
             .map(|r| r.unwrap().0)
             .collect();
         assert_eq!(times, [0xf800_0000_0000_0200, 0x100]);
+    }
+
+    /// A shifted page's events move with its start, but for those after
+    /// an absolute stamp; its missed-events flag and data stay.
+    #[test]
+    fn a_shifted_page_starts_later_by_the_shift() {
+        let l = layout();
+        let mut w = PageWriter::new(&l, 1000);
+        assert!(w.event(10, &[1; 4]) && w.event(5, &[2; 4]));
+        assert!(w.time_stamp(50_000) && w.event(0, &[3; 4]));
+        let mut page = w.finish(Missed::Count(3));
+        let before = page.clone();
+        assert!(l.shift_page(&mut page, 7 << 40));
+        let times: Vec<u64> = records(&page).into_iter().map(|r| r.unwrap().0).collect();
+        assert_eq!(times, [(7 << 40) + 1010, (7 << 40) + 1015, 50_000]);
+        let p = Page::parse(&l, &page).unwrap();
+        assert_eq!(
+            (p.timestamp, p.missed),
+            ((7 << 40) + 1000, Missed::Count(3))
+        );
+        assert_eq!(page[8..], before[8..], "only the start moved");
+        assert!(l.shift_page(&mut page, 0u64.wrapping_sub(7 << 40)));
+        assert_eq!(page, before, "a shift back restores it");
+        assert!(!l.shift_page(&mut page[..7], 1), "too short");
     }
 
     #[test]

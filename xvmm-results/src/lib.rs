@@ -638,6 +638,53 @@ pub struct ExitTiming {
     /// The IPI rows: what the receiving vCPU stamped on the same clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receiver: Option<IpiReceiver>,
+    /// KVM's own count of the vCPU's exits in the row's phases and in the
+    /// kernel stamp pair's: whether, and how often, the instruction exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_exits: Option<KvmExits>,
+}
+
+/// Exits KVM counted (its per-vCPU `exits` statistic) over phases that ran
+/// their instruction `iterations` times, warm-up included.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitCount {
+    pub exits: u64,
+    pub iterations: u64,
+}
+
+impl ExitCount {
+    /// Both counts summed (another round's phase).
+    #[must_use]
+    pub fn plus(self, other: ExitCount) -> ExitCount {
+        ExitCount {
+            exits: self.exits.saturating_add(other.exits),
+            iterations: self.iterations.saturating_add(other.iterations),
+        }
+    }
+
+    /// Exits per iteration; `None` for no iteration.
+    pub fn per_iteration(&self) -> Option<f64> {
+        (self.iterations > 0).then(|| self.exits as f64 / self.iterations as f64)
+    }
+}
+
+/// An exit row's [`ExitCount`] beside the kernel stamp pair's (the same
+/// two stamps with nothing between), so that the exits the stamps take
+/// themselves (PVM traps the guest kernel's RDTSC) are not the row's.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvmExits {
+    pub row: ExitCount,
+    pub stamps: ExitCount,
+}
+
+impl KvmExits {
+    /// How many exits one run of the row's instruction took, beyond its
+    /// stamps' own: 1.0 for an instruction that exits once, about 0 for
+    /// one the hypervisor lets run (and the few exits of another cause
+    /// the phases met, host interrupts mostly, spread over each).
+    pub fn per_sample(&self) -> Option<f64> {
+        Some(self.row.per_iteration()? - self.stamps.per_iteration()?)
+    }
 }
 
 impl ExitTiming {
@@ -663,6 +710,7 @@ impl ExitTiming {
             split: None,
             traced: None,
             receiver: None,
+            kvm_exits: None,
         }
     }
 }
@@ -760,6 +808,27 @@ pub struct HostExit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Exits a sample beyond the stamps' own (PVM's pio-out, 2026-11-30:
+    /// 663 and 14 in 660 runs); no run, no figure.
+    #[test]
+    fn kvm_exits_a_sample_are_the_rows_less_the_stamps() {
+        let count = |exits, iterations| ExitCount { exits, iterations };
+        let k = KvmExits {
+            row: count(663, 660),
+            stamps: count(14, 660),
+        };
+        let per = k.per_sample().unwrap();
+        assert!((per - 649.0 / 660.0).abs() < 1e-12, "{per}");
+        assert_eq!(count(5, 0).per_iteration(), None);
+        let none = KvmExits {
+            row: count(663, 660),
+            stamps: count(0, 0),
+        };
+        assert_eq!(none.per_sample(), None);
+        assert_eq!(count(1, 2).plus(count(3, 4)), count(4, 6));
+        assert_eq!(count(u64::MAX, 1).plus(count(1, 1)), count(u64::MAX, 2));
+    }
 
     /// A family is written as its label, read back, and left out where a
     /// row has none; a report written before families reads as `None`; an

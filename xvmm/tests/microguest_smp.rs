@@ -20,6 +20,14 @@ fn no_kvm() -> bool {
     true
 }
 
+/// Each test's turn: two-vCPU VMs of two tests at once put four busy
+/// threads on CI's two CPUs, and a sender that loses its CPU between
+/// samples finds every `ipi` receiver halted again (300 of 300, once).
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Plain RDTSC stamps, which every hypervisor runs at CPL0 (PVM refuses
 /// the fenced ones).
 fn plain() -> MachineConfig {
@@ -53,6 +61,7 @@ fn the_receivers_stamps_read_the_senders_clock_and_a_moved_one_is_caught() {
     if no_kvm() {
         return;
     }
+    let _turn = one_at_a_time();
     let m = receiver_samples(&stamps_of(Kind::IpiHalt, 300, &plain()));
     assert_eq!(m.receiver.len(), 300, "every sample valid");
     let side = IpiReceiver::from_samples(&m.receiver);
@@ -68,10 +77,14 @@ fn the_receivers_stamps_read_the_senders_clock_and_a_moved_one_is_caught() {
     // ipi does not wait: here some of its receivers are still on their
     // way back to HLT when the next IPI goes (PVM: 2 of 2000 halted idle,
     // 93 of 2000 with the other CPU busy), so the count can come out
-    // lower, and does.
-    let ipi = receiver_samples(&stamps_of(Kind::Ipi, 300, &plain()));
-    let ipi = IpiReceiver::from_samples(&ipi.receiver);
-    assert!(ipi.halted < 300, "{ipi:?}");
+    // lower, and does: in one of three runs at least, the host's
+    // scheduling aside.
+    let ipi_halted = || {
+        let ipi = receiver_samples(&stamps_of(Kind::Ipi, 300, &plain()));
+        IpiReceiver::from_samples(&ipi.receiver).halted
+    };
+    let halted: Vec<u64> = (0..3).map(|_| ipi_halted()).collect();
+    assert!(halted.iter().any(|&h| h < 300), "{halted:?}");
     let longest = i64::try_from(*m.intervals.iter().max().unwrap()).unwrap();
     for shift in [-longest - 1, longest + 1] {
         let moved: Vec<IpiStamps> = m
@@ -95,6 +108,7 @@ fn the_round_robin_passes_every_token() {
     if no_kvm() {
         return;
     }
+    let _turn = one_at_a_time();
     let words = stamps_of(Kind::PleRoundRobin, 300, &plain());
     let rounds: Vec<u64> = words
         .chunks_exact(2)
@@ -113,6 +127,7 @@ fn a_receiver_that_cannot_start_ends_the_phase_with_its_reason() {
     if no_kvm() {
         return;
     }
+    let _turn = one_at_a_time();
     let cfg = MachineConfig {
         receiver_cpu: Some(4000),
         ..plain()

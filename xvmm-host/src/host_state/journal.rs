@@ -127,8 +127,9 @@ fn open_lock_file(dir: &Path) -> Result<File> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => {
             return Err(err(format!(
-                "cannot keep the record of host changes in {}: {e} (run as root)",
-                dir.display()
+                "cannot keep the record of host changes in {}: {e} ({})",
+                dir.display(),
+                super::what_to_do(&e)
             )))
         }
     }

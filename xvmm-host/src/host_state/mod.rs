@@ -40,6 +40,27 @@ fn err(what: impl Into<String>) -> HostStateError {
     HostStateError(what.into())
 }
 
+/// What a person can do when changing the host failed with `e`: a user
+/// runs as root; root in a container without capabilities finds a
+/// read-only /run and may not mount, and can change nothing of the host's
+/// tracing there.
+fn what_to_do(e: &std::io::Error) -> &'static str {
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    match (root, e.raw_os_error()) {
+        (false, _) => "run as root",
+        (true, Some(libc::EROFS)) => {
+            "a read-only /run, as in a container: run it on the host, or in a \
+             privileged container with the host's /run"
+        }
+        (true, Some(libc::EPERM)) => {
+            "root without CAP_SYS_ADMIN, as in a container: run it on the \
+             host, or in a privileged container"
+        }
+        (true, _) => "as root",
+    }
+}
+
 /// Where tracefs is mounted when it is not (and where it usually is).
 pub const TRACEFS_DIR: &str = "/sys/kernel/tracing";
 /// Where debugfs is mounted when it is not.
@@ -75,5 +96,22 @@ impl FsKind {
             FsKind::Tracefs => dir.join("instances").is_dir() && dir.join("trace").is_file(),
             FsKind::Debugfs => dir.is_dir(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hint follows who runs and why the change failed; the suite
+    /// runs as root.
+    #[test]
+    fn a_failed_change_says_what_to_do() {
+        // SAFETY: geteuid has no arguments and cannot fail.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "the suite runs as root");
+        let hint = |errno| what_to_do(&std::io::Error::from_raw_os_error(errno));
+        assert!(hint(libc::EROFS).starts_with("a read-only /run, as in a container"));
+        assert!(hint(libc::EPERM).starts_with("root without CAP_SYS_ADMIN"));
+        assert_eq!(hint(libc::EACCES), "as root");
     }
 }

@@ -277,9 +277,10 @@ impl FsUse {
         let _lock = journal::lock_in(dir)?;
         mount_fs(kind, &point).map_err(|e| {
             err(format!(
-                "{} is not mounted and mounting it at {} failed: {e} (run as root)",
+                "{} is not mounted and mounting it at {} failed: {e} ({})",
                 kind.fstype(),
-                point.display()
+                point.display(),
+                super::what_to_do(&e)
             ))
         })?;
         let table = mount_table().unwrap_or_default();

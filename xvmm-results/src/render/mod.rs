@@ -228,6 +228,7 @@ pub fn exits_of(exits: &[ExitTiming], tsc_khz: u64) -> Table {
         "guest->VMM",
         "in VMM",
         "VMM->guest",
+        "exits",
     ]);
     grouped_rows(&mut t, crate::exits_by_family(exits), |t, e| {
         exit_row(t, e, tsc_khz);
@@ -286,10 +287,18 @@ fn exit_row(t: &mut Table, e: &ExitTiming, tsc_khz: u64) {
         cell(median(parts[0])),
         cell(median(parts[1])),
         cell(median(parts[2])),
+        exits_per_sample(e.kvm_exits.as_ref()),
     ]);
     if let Some(r) = &e.receiver {
         t.note(receiver_note(r, tsc_khz));
     }
+}
+
+/// KVM's exits a sample beyond the stamps' own, two decimals ("-" where
+/// KVM's count is not in the report).
+fn exits_per_sample(k: Option<&crate::KvmExits>) -> String {
+    k.and_then(crate::KvmExits::per_sample)
+        .map_or_else(|| "-".into(), |x| format!("{x:.2}"))
 }
 
 /// An IPI row's receiver side in one line: its two legs (medians, raw
@@ -766,12 +775,27 @@ mod tests {
             split: None,
             traced: None,
             receiver: None,
+            kvm_exits: None,
         };
-        let text = exit_table(&[e], 0);
+        let text = exit_table(std::slice::from_ref(&e), 0);
         assert_eq!(
             row_of(&text, "pio-out"),
-            ["pio-out", "2/2", "900", "1100", "-", "400", "100", "-"]
+            ["pio-out", "2/2", "900", "1100", "-", "400", "100", "-", "-"]
         );
+        // KVM counted 663 exits in 660 runs, the stamps' phases 14.
+        let count = |exits| crate::ExitCount {
+            exits,
+            iterations: 660,
+        };
+        let counted = ExitTiming {
+            kvm_exits: Some(crate::KvmExits {
+                row: count(663),
+                stamps: count(14),
+            }),
+            ..e
+        };
+        let text = exit_table(&[counted], 0);
+        assert_eq!(row_of(&text, "pio-out")[8], "0.98");
     }
 
     /// An IPI row carries its receiver's legs, the halted count and the

@@ -582,6 +582,16 @@ fn exit(f: &mut Families, e: &ExitTiming, clock: Clock) {
                 labels.push(("family".to_string(), family.label().to_string()));
             }
             f.durations("exit", clock, help, &labels, s);
+            if let Some(per) = e.kvm_exits.as_ref().and_then(crate::KvmExits::per_sample) {
+                f.set(
+                    "exit_kvm_exits_per_sample",
+                    None,
+                    "exits KVM counted (its per-vCPU exits statistic) per run of the row's \
+                     instruction, less the kernel stamp pair's own",
+                    labels,
+                    per,
+                );
+            }
             if let Some(r) = e.receiver.as_ref().filter(|r| r.samples() > 0) {
                 ipi_receiver(f, &e.name, r, clock);
             }
@@ -1101,6 +1111,7 @@ mod tests {
             split: None,
             traced: None,
             receiver: None,
+            kvm_exits: None,
         });
         let all = series(&openmetrics(&r, "xvmm"));
         let name = &r.crossings[0].name;
@@ -1236,6 +1247,35 @@ mod tests {
         let hlt = find(&all, name, &[("exit", "hlt")]);
         assert!(!hlt.is_empty());
         assert!(find(&all, name, &[("exit", "hlt"), ("family", "instruction")]).is_empty());
+    }
+
+    /// KVM's count of a row's exits a sample, where the report has it.
+    #[test]
+    fn an_exit_row_gives_kvms_count_where_the_report_has_it() {
+        let mut r = fixtures::report(Environment::Microguest, 2);
+        let rt = Interval::from_rounds(&[&[1000, 1100, 1200]], 50);
+        let mut cpuid = ExitTiming::new("cpuid", None, Status::Measured, (3, 3), Some(rt.clone()));
+        // KVM counted 670 exits in 660 runs, the stamps' phases 10.
+        let count = |exits| crate::ExitCount {
+            exits,
+            iterations: 660,
+        };
+        cpuid.kvm_exits = Some(crate::KvmExits {
+            row: count(670),
+            stamps: count(10),
+        });
+        r.exits.push(cpuid);
+        r.exits.push(ExitTiming::new(
+            "hlt",
+            None,
+            Status::Measured,
+            (3, 3),
+            Some(rt),
+        ));
+        let all = series(&openmetrics(&r, "xvmm"));
+        let counted = value(&all, "xvmm_exit_kvm_exits_per_sample", &[("exit", "cpuid")]);
+        assert!(close(counted, 1.0), "{counted}");
+        assert!(find(&all, "xvmm_exit_kvm_exits_per_sample", &[("exit", "hlt")]).is_empty());
     }
 
     #[test]

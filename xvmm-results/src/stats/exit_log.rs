@@ -11,8 +11,7 @@
 //! in chunks ([`Chunks`]) that are never reallocated, so the log
 //! never holds two copies of itself while growing.
 
-use super::varint::{put_varint, unzigzag, zigzag, Chunks, Reader};
-use std::collections::HashMap;
+use super::varint::{put_varint, unzigzag, zigzag, Chunks, PairCodes, Reader};
 
 /// One traced exit: `kvm_exit` and the next `kvm_entry` of its vCPU, in
 /// host TSC ticks.
@@ -29,20 +28,15 @@ pub struct HostExitEvent {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExitLog {
     chunks: Chunks,
-    /// The (vCPU, reason) pair of each code.
-    pairs: Vec<(u32, u16)>,
-    codes: HashMap<(u32, u16), u64>,
+    /// The code of each (vCPU, reason) pair.
+    pairs: PairCodes<(u32, u16)>,
     len: usize,
     last_exit: u64,
 }
 
 impl ExitLog {
     pub fn push(&mut self, e: HostExitEvent) {
-        let pairs = &mut self.pairs;
-        let code = *self.codes.entry((e.vcpu, e.reason)).or_insert_with(|| {
-            pairs.push((e.vcpu, e.reason));
-            pairs.len() as u64 - 1
-        });
+        let code = self.pairs.code((e.vcpu, e.reason));
         let out = self.chunks.record();
         put_varint(out, code);
         put_varint(out, zigzag(e.exit.wrapping_sub(self.last_exit)));
@@ -89,7 +83,7 @@ impl Iterator for Exits<'_> {
         let code = self.reader.varint()?;
         let exit = self.last_exit.wrapping_add(unzigzag(self.reader.varint()?));
         let entry = exit.wrapping_add(unzigzag(self.reader.varint()?));
-        let &(vcpu, reason) = self.log.pairs.get(usize::try_from(code).ok()?)?;
+        let (vcpu, reason) = self.log.pairs.pair(code)?;
         self.last_exit = exit;
         Some(HostExitEvent {
             vcpu,

@@ -13,10 +13,10 @@
 //! bytes), its end minus the previous end, and its length; an interval of
 //! microseconds after another takes five or six bytes.
 
-use super::varint::{put_varint, Chunks, Reader};
+use super::varint::{put_varint, Chunks, PairCodes, Reader};
 use crate::schema::interval_stream::StreamedInterval;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 
 /// Intervals held back to be put in order of their ends.
 pub const WINDOW: usize = 4096;
@@ -35,9 +35,8 @@ struct StreamedKey {
 #[derive(Debug, Default, Clone)]
 pub struct IntervalLog {
     chunks: Chunks,
-    /// The (CPU, kind code) pair of each record code.
-    pairs: Vec<(u32, u64)>,
-    codes: HashMap<(u32, u64), u64>,
+    /// The record code of each (CPU, kind code) pair.
+    pairs: PairCodes<(u32, u64)>,
     written: usize,
     last_end: u64,
     window: BinaryHeap<Waiting>,
@@ -68,11 +67,7 @@ impl IntervalLog {
         let Some(Reverse((end, _, k))) = self.window.pop() else {
             return;
         };
-        let pairs = &mut self.pairs;
-        let code = *self.codes.entry((k.cpu, k.code)).or_insert_with(|| {
-            pairs.push((k.cpu, k.code));
-            pairs.len() as u64 - 1
-        });
+        let code = self.pairs.code((k.cpu, k.code));
         let out = self.chunks.record();
         put_varint(out, code);
         // Not below the last: the window gives up its earliest, and later
@@ -127,7 +122,7 @@ impl Intervals<'_> {
         let code = self.reader.varint()?;
         let end = self.last_end + self.reader.varint()?;
         let length = self.reader.varint()?;
-        let &(cpu, code) = self.log.pairs.get(usize::try_from(code).ok()?)?;
+        let (cpu, code) = self.log.pairs.pair(code)?;
         self.last_end = end;
         self.decoded += 1;
         Some(StreamedInterval {

@@ -87,6 +87,69 @@ impl Chunks {
     }
 }
 
+/// The small codes a log writes for its records' repeated pairs ((vCPU,
+/// reason) for exits, (CPU, kind) for intervals): pairs are few, so a code
+/// takes one byte. The last pair's code is kept: a trace's exits come in
+/// runs of one vCPU and reason, and most records skip the lookup.
+#[derive(Debug, Clone)]
+pub struct PairCodes<K> {
+    pairs: Vec<K>,
+    codes: foldhash::HashMap<K, u64>,
+    last: Option<(K, u64)>,
+}
+
+impl<K> Default for PairCodes<K> {
+    fn default() -> Self {
+        PairCodes {
+            pairs: Vec::new(),
+            codes: foldhash::HashMap::default(),
+            last: None,
+        }
+    }
+}
+
+/// Two sets of codes are equal when they give the same pairs the same
+/// codes, whichever pair was looked up last.
+impl<K: PartialEq> PartialEq for PairCodes<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.pairs == other.pairs
+    }
+}
+
+impl<K: Eq> Eq for PairCodes<K> {}
+
+impl<K: Copy + Eq + std::hash::Hash> PairCodes<K> {
+    /// The code of `pair`, the next one free when it is new.
+    pub fn code(&mut self, pair: K) -> u64 {
+        if let Some((last, code)) = self.last {
+            if last == pair {
+                return code;
+            }
+        }
+        let pairs = &mut self.pairs;
+        let code = *self.codes.entry(pair).or_insert_with(|| {
+            pairs.push(pair);
+            pairs.len() as u64 - 1
+        });
+        self.last = Some((pair, code));
+        code
+    }
+
+    /// The pair of `code`, if one has it.
+    pub fn pair(&self, code: u64) -> Option<K> {
+        self.pairs.get(usize::try_from(code).ok()?).copied()
+    }
+
+    /// Pairs coded.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+}
+
 /// The varints of [`Chunks`], one by one.
 pub struct Reader<'a> {
     chunks: &'a [Vec<u8>],
@@ -138,6 +201,32 @@ mod tests {
             (r.varint(), r.varint(), r.varint()),
             (Some(300), Some(2), None)
         );
+    }
+
+    /// Codes are given in order of first sight and kept; the last pair's
+    /// cached code never stands in for another pair's.
+    #[test]
+    fn each_pair_keeps_the_code_it_was_first_given() {
+        let mut c = PairCodes::default();
+        assert!(c.is_empty());
+        let seen: Vec<u64> = [(1, 7), (1, 7), (2, 7), (1, 8), (2, 7), (1, 7), (1, 8)]
+            .into_iter()
+            .map(|p: (u32, u16)| c.code(p))
+            .collect();
+        assert_eq!(seen, [0, 0, 1, 2, 1, 0, 2]);
+        assert_eq!((c.len(), c.is_empty()), (3, false));
+        assert_eq!(
+            (c.pair(0), c.pair(1), c.pair(2)),
+            (Some((1, 7)), Some((2, 7)), Some((1, 8)))
+        );
+        assert_eq!((c.pair(3), c.pair(u64::MAX)), (None, None));
+        let mut other = PairCodes::default();
+        for p in [(1, 7), (2, 7), (1, 8)] {
+            other.code(p);
+        }
+        assert_eq!(c, other, "the same codes, another pair looked up last");
+        other.code((9, 9));
+        assert_ne!(c, other);
     }
 
     #[test]

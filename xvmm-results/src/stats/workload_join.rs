@@ -279,33 +279,22 @@ mod tests {
         assert!(w.outside.is_empty());
     }
 
-    /// Xorshift: the same input on every run.
-    struct Random(u64);
-    impl Random {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
-
     /// Three vCPUs' intervals, overlapping, some long, some nested, in
     /// order of their ends.
-    fn random_intervals(r: &mut Random) -> Vec<StreamedInterval> {
+    fn random_intervals(r: &mut fastrand::Rng) -> Vec<StreamedInterval> {
         let mut intervals = Vec::new();
         for cpu in 0..3u32 {
             let mut t = 1_000;
             while t < 3_000_000 {
-                let long = r.below(50) == 0;
-                let length = 1 + r.below(if long { 200_000 } else { 3_000 });
-                intervals.push(interval(t, t + length, r.below(4), cpu));
-                if length > 10 && r.below(3) == 0 {
-                    let inner = t + r.below(length / 2);
-                    let code = 4 + r.below(2);
-                    intervals.push(interval(inner, inner + r.below(length / 2), code, cpu));
+                let long = r.u64(..50) == 0;
+                let length = 1 + r.u64(..if long { 200_000 } else { 3_000 });
+                intervals.push(interval(t, t + length, r.u64(..4), cpu));
+                if length > 10 && r.u64(..3) == 0 {
+                    let inner = t + r.u64(..length / 2);
+                    let code = 4 + r.u64(..2);
+                    intervals.push(interval(inner, inner + r.u64(..length / 2), code, cpu));
                 }
-                t += r.below(length + 1_500);
+                t += r.u64(..length + 1_500);
             }
         }
         intervals.sort_by_key(|i| i.end);
@@ -315,7 +304,7 @@ mod tests {
     /// Each vCPU's exits, sometimes bunched, none spanning an end of its
     /// vCPU's intervals (its guest cannot stamp while it is out); in the
     /// trace's order, by entry.
-    fn random_exits(r: &mut Random, intervals: &[StreamedInterval]) -> Vec<GuestExit> {
+    fn random_exits(r: &mut fastrand::Rng, intervals: &[StreamedInterval]) -> Vec<GuestExit> {
         let mut exits = Vec::new();
         for vcpu in 0..3u32 {
             let mut ends: Vec<u64> = intervals
@@ -326,14 +315,14 @@ mod tests {
             ends.sort_unstable();
             let mut t = 0;
             while t < 3_100_000 {
-                let ticks = 1 + r.below(300);
+                let ticks = 1 + r.u64(..300);
                 let first_end = ends[ends.partition_point(|&e| e < t).min(ends.len() - 1)];
                 if !(t <= first_end && first_end < t + ticks) {
-                    let reason = u16::try_from(r.below(3)).unwrap();
+                    let reason = u16::try_from(r.u64(..3)).unwrap();
                     exits.push(exit(vcpu, t, ticks, reason));
                 }
-                let bunched = r.below(10) == 0;
-                t += ticks + 1 + r.below(if bunched { 5 } else { 900 });
+                let bunched = r.u64(..10) == 0;
+                t += ticks + 1 + r.u64(..if bunched { 5 } else { 900 });
             }
         }
         exits.sort_by_key(|e| e.at + e.ticks);
@@ -374,7 +363,7 @@ mod tests {
     /// that hundreds wait sealed under long intervals.
     #[test]
     fn the_sweep_gives_each_exit_where_the_definition_puts_it() {
-        let mut r = Random(0x2545_f491_4f6c_dd1d);
+        let mut r = fastrand::Rng::with_seed(0x2545_f491_4f6c_dd1d);
         let intervals = random_intervals(&mut r);
         let exits = random_exits(&mut r, &intervals);
         let run = (500, 3_050_000);

@@ -2,7 +2,7 @@
 //! calibration exits, offset rewrites and lost windows.
 
 use super::parse::{AsyncPfEvent, TraceEvent};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use xvmm_results::attribution::{HostExitEvent, HostTrace};
 use xvmm_results::channel::PORT_CALIBRATE;
 use xvmm_results::stats::value_counts::ValueCounts;
@@ -32,6 +32,49 @@ struct Pending {
     pio_write: Option<(u16, u32)>,
 }
 
+/// Each thread's exit waiting for its entry. The trace is filtered to the
+/// VM's vCPU threads, so there are a few, and a list searched from the
+/// newest is quicker than a map (issue 38: the reader's rate).
+#[derive(Debug, Default)]
+struct PendingExits(Vec<(i32, Pending)>);
+
+impl PendingExits {
+    fn get_mut(&mut self, tid: i32) -> Option<&mut Pending> {
+        self.0
+            .iter_mut()
+            .rev()
+            .find(|(t, _)| *t == tid)
+            .map(|(_, p)| p)
+    }
+
+    /// Holds `p` for `tid`; whether it replaced an exit still waiting.
+    fn insert(&mut self, tid: i32, p: Pending) -> bool {
+        match self.get_mut(tid) {
+            Some(held) => {
+                *held = p;
+                true
+            }
+            None => {
+                self.0.push((tid, p));
+                false
+            }
+        }
+    }
+
+    fn remove(&mut self, tid: i32) -> Option<Pending> {
+        let at = self.0.iter().rposition(|(t, _)| *t == tid)?;
+        Some(self.0.swap_remove(at).1)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// The name of the last reason id, shared by every reason past the first
 /// `u16::MAX` (kernels have a few dozen).
 pub const OTHER_REASONS: &str = "(reasons past the first 65535)";
@@ -40,8 +83,8 @@ pub const OTHER_REASONS: &str = "(reasons past the first 65535)";
 /// exit-to-entry times by exit reason, and keeps every exit for attribution.
 #[derive(Default, Debug)]
 pub struct ExitAggregator {
-    pending: BTreeMap<i32, Pending>,
-    reason_ids: HashMap<String, u16>,
+    pending: PendingExits,
+    reason_ids: foldhash::HashMap<String, u16>,
     /// The last reason seen and its id: the binary reader hands the same
     /// shared name for every exit of a reason, so most lookups end here.
     last_reason: Option<(std::sync::Arc<str>, u16)>,
@@ -121,7 +164,7 @@ impl ExitAggregator {
                 port,
                 value,
             } => {
-                if let Some(p) = self.pending.get_mut(&tid) {
+                if let Some(p) = self.pending.get_mut(tid) {
                     p.pio_write = Some((port, value));
                 }
             }
@@ -180,7 +223,7 @@ impl ExitAggregator {
     }
 
     fn exit(&mut self, tid: i32, vcpu: u32, ts: u64, reason: u16) {
-        let previous = self.pending.insert(
+        let replaced = self.pending.insert(
             tid,
             Pending {
                 ts,
@@ -189,13 +232,13 @@ impl ExitAggregator {
                 pio_write: None,
             },
         );
-        if previous.is_some() {
+        if replaced {
             self.unpaired += 1;
         }
     }
 
     fn entry(&mut self, tid: i32, ts: u64) {
-        let Some(p) = self.pending.remove(&tid).filter(|p| ts >= p.ts) else {
+        let Some(p) = self.pending.remove(tid).filter(|p| ts >= p.ts) else {
             self.unpaired += 1;
             return;
         };
@@ -537,6 +580,39 @@ mod tests {
         assert_eq!((hlt.exit_to_entry.count, hlt.exit_to_entry.min), (1, 30));
         let io = done.exits.iter().find(|e| e.reason == "io").unwrap();
         assert_eq!((io.exit_to_entry.count, io.exit_to_entry.min), (1, 50));
+    }
+
+    /// Many threads' exits wait at once and are entered in another order
+    /// than they came: each entry pairs with its own thread's exit, and
+    /// taking one out leaves the others waiting.
+    #[test]
+    fn each_threads_entry_pairs_with_its_own_exit_among_many_waiting() {
+        let mut agg = ExitAggregator::default();
+        for tid in 1..=40 {
+            agg.push(exit(tid, 1000 + 10 * u64::from(tid.unsigned_abs()), "io"));
+        }
+        for tid in [7, 40, 1, 23, 2, 39] {
+            agg.push(entry(tid, 5000 + u64::from(tid.unsigned_abs())));
+        }
+        assert_eq!((agg.pending.len(), agg.unpaired), (34, 0));
+        agg.push(entry(7, 6000)); // its exit was taken: unpaired
+        agg.push(exit(23, 7000, "hlt"));
+        agg.push(entry(23, 7100));
+        let done = agg.finish(0);
+        let times: Vec<(u64, u64)> = done.trace.exits.iter().map(|e| (e.exit, e.entry)).collect();
+        assert_eq!(
+            times,
+            [
+                (1070, 5007),
+                (1400, 5040),
+                (1010, 5001),
+                (1230, 5023),
+                (1020, 5002),
+                (1390, 5039),
+                (7000, 7100)
+            ]
+        );
+        assert_eq!(done.unpaired, 1);
     }
 
     #[test]

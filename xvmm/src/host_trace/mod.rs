@@ -25,5 +25,5 @@ pub use raw::{
     drain_pipe, example_decoder, example_formats, open_cpu_pipes, CpuMerge, PageOutcome,
     RawDecoder, EXAMPLE_HEADER_PAGE,
 };
-pub use recording::{Recording, Replayed};
+pub use recording::{replay_pages, Recording, Replayed};
 pub use session::ExitTracer;

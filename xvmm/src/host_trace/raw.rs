@@ -6,7 +6,6 @@
 
 use super::parse::{AsyncPfEvent, TraceEvent, TRACED_EVENTS};
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::ErrorKind;
 use std::path::Path;
@@ -73,7 +72,7 @@ struct FastPath {
     entry: Option<(usize, Field, Field)>,
     /// The fields whose values decide an exit's reason name.
     reason_fields: Vec<Field>,
-    reasons: RefCell<HashMap<[u64; REASON_KEY], Arc<str>>>,
+    reasons: RefCell<foldhash::HashMap<[u64; REASON_KEY], Arc<str>>>,
 }
 
 impl FastPath {

@@ -28,9 +28,9 @@ use xvmm_results::machine::Machine;
 use xvmm_results::sweep::{self, SweepFit};
 use xvmm_results::timeline::Mapping;
 use xvmm_results::{
-    Batched, Corrections, Crossing, Environment, ExitSplit, ExitTiming, HostFacts, Interval,
-    IpiReceiver, IpiStamps, KernelStamps as KernelStampText, Method, Report, Sample, StampCosts,
-    StampPoint, Stats, Status, UNFILLED,
+    Batched, Corrections, Crossing, Environment, ExitCount, ExitSplit, ExitTiming, HostFacts,
+    Interval, IpiReceiver, IpiStamps, KernelStamps as KernelStampText, KvmExits, Method, Report,
+    Sample, StampCosts, StampPoint, Stats, Status, UNFILLED,
 };
 
 /// What to measure and how.
@@ -171,11 +171,23 @@ fn assemble(opts: &Options, c: Collected) -> Measured {
         .map(|row| crossing_row(row, opts, &corr, stopped))
         .collect();
     let mut unsplit = Vec::new();
-    let exits = c
+    let iterations = opts.warmup + opts.samples;
+    let stamp_exits = exit_count(c.kernel_pair_exits.iter().copied(), iterations);
+    let mut exits: Vec<ExitTiming> = c
         .exits
         .iter()
-        .map(|row| exit_row(row, opts, &exit_corr, stopped, &mut unsplit))
+        .map(|row| {
+            let mut timing = exit_row(row, opts, &exit_corr, stopped, &mut unsplit);
+            if timing.status == Status::Measured {
+                let counted = exit_count(row.rounds.iter().map(|m| m.kvm_exits), iterations);
+                timing.kvm_exits = counted
+                    .zip(stamp_exits)
+                    .map(|(row, stamps)| KvmExits { row, stamps });
+            }
+            timing
+        })
         .collect();
+    let uncounted = drop_undercounted_exits(&mut exits);
     let mut costs = costs;
     costs.hooks = c
         .crossings
@@ -192,7 +204,8 @@ fn assemble(opts: &Options, c: Collected) -> Measured {
             HooksCost::new(row.name, &on, &row.off.concat(), "")
         })
         .collect();
-    let notes = run_notes(&c, &unsplit, opts.samples);
+    let mut notes = run_notes(&c, &unsplit, opts.samples);
+    notes.extend(uncounted);
     let host = Machine::probe();
     let mut method = Method::standard(opts.warmup, opts.samples);
     method.pinned_cpu = opts.pinned_cpu;
@@ -227,6 +240,48 @@ fn assemble(opts: &Options, c: Collected) -> Measured {
         stopped: c.stopped,
         profile: Profile::default(),
     }
+}
+
+/// The row whose instruction exits wherever it runs: KVM intercepts CPUID
+/// on VMX (unconditionally) and SVM alike.
+const ALWAYS_EXITS: &str = "cpuid";
+
+/// Takes KVM's exit counts off every row where the count of [`ALWAYS_EXITS`]
+/// shows under 0.9 exits a sample: that KVM leaves out of its statistic
+/// exits it handles itself (PVM: CPUID 0.003, and WBINVD, whose round trip
+/// is hundreds of ticks longer than the stamps', 0.000 here, 2026-11-30),
+/// so a row's count would say that an exit was none. Returns the note that
+/// says so, if it did.
+fn drop_undercounted_exits(exits: &mut [ExitTiming]) -> Option<String> {
+    let cpuid = exits
+        .iter()
+        .find(|e| e.name == ALWAYS_EXITS)?
+        .kvm_exits?
+        .per_sample()?;
+    if cpuid >= 0.9 {
+        return None;
+    }
+    for e in exits.iter_mut() {
+        e.kvm_exits = None;
+    }
+    Some(format!(
+        "KVM's own count of the vCPU's exits (its `exits` statistic) gave {cpuid:.3} exits a \
+         sample to {ALWAYS_EXITS}, which always exits: this KVM does not count the exits it \
+         handles itself, so no row gives its count"
+    ))
+}
+
+/// What KVM counted over phases of `iterations` runs each; `None` when a
+/// phase lacks its count, or there was none.
+fn exit_count(phases: impl Iterator<Item = Option<u64>>, iterations: u64) -> Option<ExitCount> {
+    let mut sum = ExitCount::default();
+    for exits in phases {
+        sum = sum.plus(ExitCount {
+            exits: exits?,
+            iterations,
+        });
+    }
+    (sum.iterations > 0).then_some(sum)
 }
 
 /// The stamp pairs measured in every round, and the corrections from them.
@@ -496,10 +551,48 @@ fn exits_note(exits: &[ExitRounds]) -> String {
     )
 }
 
+/// Which phases the hypervisor refused and then ran, named by their row
+/// where they have one: the rows hold only the runs that ended well.
+fn passing_refusals_note(
+    refusals: &[machine::PassingRefusal],
+    crossings: &[CrossingRounds],
+    exits: &[ExitRounds],
+) -> Option<String> {
+    if refusals.is_empty() {
+        return None;
+    }
+    let rows = crossings
+        .iter()
+        .map(|r| (r.kind, r.name))
+        .chain(exits.iter().map(|r| (r.kind, r.name)));
+    let names: std::collections::HashMap<Kind, &str> = rows.collect();
+    let each: Vec<String> = refusals
+        .iter()
+        .map(|p| {
+            let name = names
+                .get(&p.kind)
+                .map_or_else(|| format!("{:?}", p.kind), |n| n.to_string());
+            format!("{name} ({})", p.reasons.join("; "))
+        })
+        .collect();
+    Some(format!(
+        "the hypervisor refused a run of these phases and ran it when asked again in a fresh VM, \
+         so the refusal was a fault of the moment, not the row's answer, and only the runs that \
+         ended well are counted: {}",
+        each.join(", ")
+    ))
+}
+
 /// The notes of a run: kernel stamps, exits, splits and an early stop.
 fn run_notes(c: &Collected, unsplit: &[String], samples: u64) -> Vec<String> {
     let mut notes = c.notes.clone();
     notes.push(exits_note(&c.exits));
+    if let Some(why) = &c.facts.no_exit_count {
+        notes.push(format!(
+            "KVM's count of the vCPU's exits could not be read ({why}): the exit rows do not say \
+             how often their instruction exited"
+        ));
+    }
     notes.push(interrupts_note(&c.exits, samples));
     if !unsplit.is_empty() {
         notes.push(format!(
@@ -508,6 +601,11 @@ fn run_notes(c: &Collected, unsplit: &[String], samples: u64) -> Vec<String> {
             unsplit.join(", ")
         ));
     }
+    notes.extend(passing_refusals_note(
+        &c.passing_refusals,
+        &c.crossings,
+        &c.exits,
+    ));
     if c.user_sweep.is_empty() {
         notes.push(
             "the user pair's linearity sweep gave no usable phase: the corrections subtract the \
@@ -636,6 +734,58 @@ mod tests {
     use super::super::session::exit_kinds;
     use super::*;
 
+    #[test]
+    fn an_exit_count_sums_the_rounds_or_is_none_where_a_phase_has_none() {
+        let two = exit_count([Some(663), Some(662)].into_iter(), 330);
+        assert_eq!(
+            two,
+            Some(ExitCount {
+                exits: 1325,
+                iterations: 660
+            })
+        );
+        assert_eq!(exit_count([Some(663), None].into_iter(), 330), None);
+        assert_eq!(exit_count(std::iter::empty(), 330), None);
+    }
+
+    fn counted(name: &str, row: u64, stamps: u64) -> ExitTiming {
+        let mut e = ExitTiming::new(name, None, Status::Measured, (600, 600), None);
+        let count = |exits| ExitCount {
+            exits,
+            iterations: 660,
+        };
+        e.kvm_exits = Some(KvmExits {
+            row: count(row),
+            stamps: count(stamps),
+        });
+        e
+    }
+
+    /// PVM's counts (2026-11-30): CPUID 16 and WBINVD 14 exits in 660 runs,
+    /// the stamps' phases 14, though both exit; port I/O, which reaches
+    /// xvmm, 663. Nested KVM counts CPUID's.
+    #[test]
+    fn counts_are_dropped_where_kvm_does_not_count_cpuids_exits() {
+        let mut pvm = vec![
+            counted("cpuid", 16, 14),
+            counted("pio-out", 663, 14),
+            counted("wbinvd", 14, 14),
+        ];
+        let note = drop_undercounted_exits(&mut pvm).expect("a note");
+        assert!(note.contains("0.003 exits a sample to cpuid"), "{note}");
+        assert!(pvm.iter().all(|e| e.kvm_exits.is_none()));
+
+        let mut kvm = vec![counted("cpuid", 680, 20), counted("mov-from-cr8", 20, 20)];
+        assert_eq!(drop_undercounted_exits(&mut kvm), None);
+        assert!(kvm.iter().all(|e| e.kvm_exits.is_some()));
+        let per = kvm[0].kvm_exits.unwrap().per_sample().unwrap();
+        assert!((per - 1.0).abs() < 1e-9, "{per}");
+        // Without a cpuid count there is nothing to judge by: kept.
+        let mut no_cpuid = vec![counted("pio-out", 663, 14)];
+        assert_eq!(drop_undercounted_exits(&mut no_cpuid), None);
+        assert!(no_cpuid[0].kvm_exits.is_some());
+    }
+
     /// The note names the exits KVM keeps, in row order, and none that
     /// reaches xvmm.
     #[test]
@@ -655,6 +805,39 @@ mod tests {
         ];
         let note = exits_note(&rows);
         assert!(note.contains("; cpuid, xsetbv stay in KVM"), "{note}");
+    }
+
+    /// A refusal a rerun did not repeat is named by its row, with why the
+    /// refused run ended; a phase of no row by its kind; none, no note.
+    #[test]
+    fn the_note_names_each_refusal_a_rerun_did_not_repeat() {
+        let exits = [ExitRounds {
+            name: "mmio-write",
+            kind: Kind::MmioWrite,
+            unsupported: None,
+            rounds: Vec::new(),
+            traced: Vec::new(),
+        }];
+        let refused = |kind, reasons: &[&str]| machine::PassingRefusal {
+            kind,
+            reasons: reasons.iter().map(|r| r.to_string()).collect(),
+        };
+        assert_eq!(passing_refusals_note(&[], &[], &exits), None);
+        let note = passing_refusals_note(
+            &[
+                refused(Kind::MmioWrite, &["triple fault", "internal error"]),
+                refused(Kind::KernelNull, &["triple fault"]),
+            ],
+            &[],
+            &exits,
+        )
+        .expect("a note");
+        assert!(
+            note.ends_with(
+                ": mmio-write (triple fault; internal error), KernelNull (triple fault)"
+            ),
+            "{note}"
+        );
     }
 
     /// An interrupt row stands where at least half its samples took

@@ -7,7 +7,9 @@
 
 use super::guest::{KernelStamps, Kind};
 use super::kinds::{self, Needs, Role, VmmExit, CROSSINGS};
-use super::machine::{self, GuestFacts, HostStamps, MachineConfig, Phase, PhaseEnd, Vms};
+use super::machine::{
+    self, GuestFacts, HostStamps, MachineConfig, PassingRefusal, Phase, PhaseEnd, Vms,
+};
 use super::stamps::{
     aligned_intervals, four_stamp_samples, interval, receiver_samples, two_stamp_samples, TwoStamp,
 };
@@ -56,6 +58,8 @@ pub struct Collected {
     pub quantum: Option<f64>,
     pub user_pair: Vec<Vec<u64>>,
     pub kernel_pair: Vec<Vec<u64>>,
+    /// KVM's exit count in each round's kernel pair phase.
+    pub kernel_pair_exits: Vec<Option<u64>>,
     pub kernel_pair_inner: Vec<Vec<u64>>,
     pub vmm_pair: Vec<Vec<u64>>,
     pub vmm_pair_reverse: Vec<Vec<u64>>,
@@ -64,6 +68,8 @@ pub struct Collected {
     pub crossings: Vec<CrossingRounds>,
     pub exits: Vec<ExitRounds>,
     pub notes: Vec<String>,
+    /// Phases the hypervisor refused, then ran when run again.
+    pub passing_refusals: Vec<PassingRefusal>,
     /// Why the run stopped before its last round ended, if it did.
     pub stopped: Option<Error>,
 }
@@ -87,13 +93,16 @@ pub struct Session<'a> {
 /// them, or why the hypervisor refused it.
 type OnOff = std::result::Result<(Vec<Sample>, Vec<u64>), String>;
 
-/// A phase's guest and host stamps, or why the hypervisor refused it.
+/// A phase's guest and host stamps, the TSC offset, the traced exits and
+/// KVM's exit count (as in [`PhaseEnd::Done`]), or why the hypervisor
+/// refused it.
 type PhaseStamps = std::result::Result<
     (
         Vec<u64>,
         Vec<HostStamps>,
         Option<i64>,
         Option<Vec<(u64, u64)>>,
+        Option<u64>,
     ),
     String,
 >;
@@ -131,6 +140,7 @@ impl Session<'_> {
                 other => other?,
             }
         }
+        c.passing_refusals = self.vms.take_passing_refusals();
         Ok(c)
     }
 
@@ -211,6 +221,7 @@ impl Session<'_> {
             quantum,
             user_pair: Vec::new(),
             kernel_pair: Vec::new(),
+            kernel_pair_exits: Vec::new(),
             kernel_pair_inner: Vec::new(),
             vmm_pair: Vec::new(),
             vmm_pair_reverse: Vec::new(),
@@ -218,6 +229,7 @@ impl Session<'_> {
             crossings,
             exits,
             notes,
+            passing_refusals: Vec::new(),
             stopped: None,
         })
     }
@@ -254,12 +266,15 @@ impl Session<'_> {
     /// One round's stamp pairs: in the guest the user pair, its linearity
     /// sweep and both kernel pairs, natively the VMM's pair and reverse pair.
     fn pairs(&self, c: &mut Collected) -> Result<()> {
-        let intervals = |kind: Kind, what: &str| -> Result<Vec<u64>> {
+        let counted = |kind: Kind, what: &str| -> Result<(Vec<u64>, Option<u64>)> {
             match self.stamps(kind, 0, &self.cfg)? {
-                Ok((stamps, ..)) => Ok(two_stamp_samples(&stamps).intervals),
+                Ok((stamps, .., kvm_exits)) => {
+                    Ok((two_stamp_samples(&stamps).intervals, kvm_exits))
+                }
                 Err(r) => Err(Error::Guest(format!("the {what} did not run: {r}"))),
             }
         };
+        let intervals = |kind: Kind, what: &str| Ok(counted(kind, what)?.0);
         let user = intervals(Kind::Null, "user stamp pair")?;
         // One entry per round taken, and the rounds asked for are a u32.
         let round = u32::try_from(c.user_pair.len()).unwrap_or(u32::MAX);
@@ -271,12 +286,13 @@ impl Session<'_> {
             self.warmup,
             self.samples,
         )?;
-        let kernel = intervals(Kind::KernelNull, "kernel stamp pair")?;
+        let (kernel, kernel_exits) = counted(Kind::KernelNull, "kernel stamp pair")?;
         let inner = intervals(Kind::KernelNullInner, "inner kernel stamp pair")?;
         let (vmm, reverse) = vmm_pairs(self.warmup, self.samples);
         c.user_pair.push(user);
         c.user_sweep.extend(sweep);
         c.kernel_pair.push(kernel);
+        c.kernel_pair_exits.push(kernel_exits);
         c.kernel_pair_inner.push(inner);
         c.vmm_pair.push(vmm);
         c.vmm_pair_reverse.push(reverse);
@@ -412,7 +428,8 @@ impl Session<'_> {
     /// reason it cannot be measured here, or `None` when it works.
     fn probe(&self, kind: Kind) -> Result<Option<String>> {
         let left = self.deadline.saturating_duration_since(Instant::now());
-        let probe_rc = RunControl::new(left.min(PROBE_TIMEOUT).max(Duration::from_millis(1)))?;
+        let limit = probe_limit(self.vms.slowest_sample());
+        let probe_rc = RunControl::new(left.min(limit).max(Duration::from_millis(1)))?;
         let phase = Phase {
             kind,
             warmup: 0,
@@ -429,8 +446,9 @@ impl Session<'_> {
                 None => Err(Error::Guest(format!("{kind:?} probe: {f}"))),
             },
             Err(Error::Timeout(_)) if Instant::now() < self.deadline => Ok(Some(format!(
-                "the guest did not finish one sample within {} s: the hypervisor does not return from it",
-                PROBE_TIMEOUT.as_secs()
+                "the guest did not finish one sample within {:.1} s: the hypervisor does not return \
+                 from it",
+                limit.as_secs_f64()
             ))),
             // The run's own deadline passed during the probe: report it as such.
             Err(Error::Timeout(_)) => Err(Error::Timeout(format!(
@@ -453,7 +471,8 @@ impl Session<'_> {
                 host,
                 tsc_offset,
                 traced,
-            } => Ok(Ok((stamps, host, tsc_offset, traced))),
+                kvm_exits,
+            } => Ok(Ok((stamps, host, tsc_offset, traced, kvm_exits))),
             PhaseEnd::Refused { reason } => Ok(Err(reason)),
             PhaseEnd::Fault(f) => Err(Error::Guest(format!("{kind:?} measurement: {f}"))),
         }
@@ -466,7 +485,7 @@ impl Session<'_> {
     ) -> Result<std::result::Result<TwoStamp, String>> {
         Ok(self
             .stamps(kind, 0, cfg)?
-            .map(|(stamps, host, tsc_offset, traced)| {
+            .map(|(stamps, host, tsc_offset, traced, kvm_exits)| {
                 let mut m = if kind.has_receiver() {
                     receiver_samples(&stamps)
                 } else {
@@ -475,6 +494,7 @@ impl Session<'_> {
                 m.host = host;
                 m.tsc_offset = tsc_offset;
                 m.traced = traced;
+                m.kvm_exits = kvm_exits;
                 m
             }))
     }
@@ -541,8 +561,18 @@ pub fn tsc_quantum(vms: &Vms, rc: &RunControl, cfg: &MachineConfig) -> Result<Op
 }
 
 /// How long a one-sample probe may take before its kind counts as unsupported
-/// (a hypervisor that never returns from an instruction).
+/// (a hypervisor that never returns from an instruction), at least.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many times the slowest one-sample phase that ended well a probe may
+/// take on a machine where [`PROBE_TIMEOUT`] is not many times that (nested
+/// under an emulator, on a loaded machine).
+pub const PROBE_SLACK: u32 = 20;
+
+/// A probe's time limit, given the slowest one-sample phase so far.
+pub fn probe_limit(slowest_sample: Duration) -> Duration {
+    PROBE_TIMEOUT.max(slowest_sample.saturating_mul(PROBE_SLACK))
+}
 
 /// The exits in report order; the hypercall is chosen by CPU vendor.
 pub fn exit_kinds(facts: &GuestFacts) -> Vec<(&'static str, Kind)> {
@@ -704,6 +734,26 @@ fn missing_feature(needs: Needs, facts: &GuestFacts) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_probe_waits_two_seconds_or_twenty_of_the_slowest_sample() {
+        assert_eq!(probe_limit(Duration::ZERO), Duration::from_secs(2));
+        // 99 ms of a fast machine: 1.98 s, under the floor.
+        assert_eq!(
+            probe_limit(Duration::from_millis(99)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            probe_limit(Duration::from_millis(101)),
+            Duration::from_millis(2020)
+        );
+        // One sample at 0.4 s in a loaded nested guest: 8 s.
+        assert_eq!(
+            probe_limit(Duration::from_millis(400)),
+            Duration::from_secs(8)
+        );
+        assert_eq!(probe_limit(Duration::MAX), Duration::MAX);
+    }
 
     #[test]
     fn an_exit_runs_only_where_the_guest_has_what_it_needs() {

@@ -19,6 +19,8 @@ pub struct TwoStamp {
     pub traced: Option<Vec<(u64, u64)>>,
     /// The IPI rows: each valid sample's stamps with the receiver's words.
     pub receiver: Vec<IpiStamps>,
+    /// The exits KVM counted in the phase (see [`super::machine::PhaseEnd`]).
+    pub kvm_exits: Option<u64>,
 }
 
 /// The interval from `open` to `close`, where both were filled and `close`
@@ -38,6 +40,7 @@ pub fn two_stamp_samples(stamps: &[u64]) -> TwoStamp {
         tsc_offset: None,
         traced: None,
         receiver: Vec::new(),
+        kvm_exits: None,
     };
     for pair in stamps.chunks_exact(2) {
         let (open, close) = (pair[0], pair[1]);

@@ -10,15 +10,19 @@
 //!   and VMM pairs give;
 //! - every row has as many per-round medians as the run had rounds, and its
 //!   median's confidence interval holds the median;
-//! - an exit costs more than an instruction that does not exit: its
-//!   fastest round trip outlasts the fastest kernel pair (the stamps that
-//!   bracket it, with nothing between) by more than [`MIN_EXIT_TICKS`].
-//!   Floors, not medians: under PVM the guest kernel's RDTSC traps, the
-//!   pair costs ~5 700 ticks and its median moves by ~450 between rounds
-//!   and runs (5 610 and 6 052 in one run), so a cheap exit's corrected
-//!   median (WBINVD: 590 here, 296 on a CI machine) says nothing about
-//!   whether it exited; both floors held within 160 ticks over three runs
-//!   (pair 5 400-5 560, WBINVD 6 134-6 218, 2026-11-29).
+//! - where KVM's own exit count is not in the report and the kernel
+//!   stamps do not exit themselves: an exit costs more than an instruction
+//!   that does not exit, its fastest round trip outlasting the fastest
+//!   kernel pair (the stamps that bracket it, with nothing between) by more
+//!   than [`MIN_EXIT_TICKS`]. Floors, not medians: a median moves with
+//!   the pair's. Neither where the stamps exit: under PVM the guest
+//!   kernel's RDTSC traps, the pair's floor is ~5 500 ticks and moves by
+//!   ~600 between runs (5 400-5 690 here, 5 982 on a CI machine), more
+//!   than WBINVD's exit adds to it (250 on that CI machine, 658-740 here,
+//!   2026-11-30). Where the report has KVM's count
+//!   ([`xvmm_results::KvmExits`]), that count says whether and how often
+//!   the row exited, and a row that does not exit on this hypervisor
+//!   (`mov-from-cr8` under SVM) is a finding, not a fault.
 //!
 //! Not checked: that a crossing's corrected parts (or an exit's) add up to
 //! its round trip. Each round trip is its parts' sum sample by sample and
@@ -81,7 +85,12 @@ pub fn problems(report: &Report) -> Vec<String> {
         crossing_problems(c, rounds, &mut p);
         p.extend(correction_problem(c, &costs.corrections));
     }
-    let pair_floor = costs.kernel_pair.as_ref().map(|k| k.stats.min);
+    // Stamps that exit themselves leave the floors nothing to tell (above).
+    let pair_floor = costs
+        .kernel_pair
+        .as_ref()
+        .map(|k| k.stats.min)
+        .filter(|&floor| floor <= MIN_EXIT_TICKS);
     for name in ["pf", "int3"] {
         if report
             .crossing(name)
@@ -187,14 +196,14 @@ fn crossing_problems(c: &Crossing, rounds: usize, p: &mut Vec<String>) {
 }
 
 /// What is wrong with one exit row, its round trips set against the
-/// fastest kernel pair (`pair_floor`, ticks; unmeasured: not compared, the
-/// missing pair is named on its own).
+/// fastest kernel pair (`pair_floor`, ticks; `None`: not compared, see the
+/// module's list) where KVM did not count its exits.
 fn exit_problems(e: &ExitTiming, rounds: usize, pair_floor: Option<u64>, p: &mut Vec<String>) {
     match &e.status {
         Status::Measured => match &e.round_trip {
             Some(rt) if rt.raw.count > 0 => {
                 interval_problems(&format!("{} round trip", e.name), rt, rounds, p);
-                if let Some(floor) = pair_floor {
+                if let Some(floor) = pair_floor.filter(|_| e.kvm_exits.is_none()) {
                     let over = rt.raw.min.saturating_sub(floor);
                     if over <= MIN_EXIT_TICKS {
                         p.push(format!(
@@ -324,6 +333,7 @@ mod tests {
             split,
             traced: None,
             receiver: None,
+            kvm_exits: None,
         }
     }
 
@@ -479,41 +489,57 @@ mod tests {
         assert!(!has(&p, "cpuid:") && !has(&p, "pio-out:"), "{p:?}");
     }
 
-    /// A PVM run's figures (2026-11-29): the trapped kernel pair's median
-    /// in its slow mode (6 052, a CI machine's whole run) puts WBINVD's
-    /// corrected median under the threshold, yet its floor is 734 ticks
-    /// above the pair's: it exited. An instruction whose floor sits on the
-    /// pair's is still named, however high its median.
+    /// Where the kernel stamps trap (PVM), the floors cannot tell an exit
+    /// from none: on a CI machine (2026-11-30) the pair's floor was 5 982
+    /// and WBINVD's, which exits, 6 232, 250 above it; here an instruction
+    /// that does not exit sits 40 above the pair. Neither is named.
     #[test]
-    fn an_exit_is_told_by_its_floor_not_by_a_median_the_pair_moves() {
+    fn where_the_stamps_exit_the_floors_are_not_compared() {
         let mut r = good();
         let costs = r.stamp_costs.as_mut().unwrap();
-        let slow_mode = PairCost::from_rounds(
+        let trapped = PairCost::from_rounds(
             "rdtsc",
             "rdtsc",
-            &[vec![5400, 6040, 6052, 6060], vec![5410, 6044, 6052, 6070]],
+            &[vec![5982, 6040, 6052, 6060], vec![5990, 6044, 6052, 6070]],
         );
-        costs.kernel_pair = Some(slow_mode);
+        costs.kernel_pair = Some(trapped);
         let wbinvd = exit(
             "wbinvd",
-            &[&[6134, 6320, 6330, 6340], &[6140, 6318, 6332, 6350]],
+            &[&[6232, 6320, 6330, 6340], &[6240, 6318, 6332, 6350]],
             6052,
             None,
         );
-        assert!(wbinvd.round_trip.as_ref().unwrap().corrected.median < MIN_EXIT_TICKS);
         let native = exit(
             "wr-kernel-gs-base",
-            &[&[5440, 6400, 6410, 6420], &[5450, 6402, 6412, 6430]],
+            &[&[6022, 6400, 6410, 6420], &[6030, 6402, 6412, 6430]],
             6052,
             None,
         );
         r.exits = vec![wbinvd, native];
         let p = problems(&r);
-        assert!(!has(&p, "wbinvd:"), "{p:?}");
         assert!(
-            has(&p, "wr-kernel-gs-base: the fastest round trip (5440 ticks) outlasts the fastest kernel pair (5400) by 40"),
+            !has(&p, "wbinvd:") && !has(&p, "wr-kernel-gs-base:"),
             "{p:?}"
         );
+    }
+
+    /// KVM's count says whether a row exited; its floor is then not asked.
+    #[test]
+    fn a_row_kvm_counted_is_not_judged_by_its_floor() {
+        let mut r = good();
+        let c = r.stamp_costs.as_ref().unwrap().exit_corrections.unwrap();
+        let mut passed_through = exit("rdmsr", &[&[100, 110], &[95, 105]], c.round_trip, None);
+        let none = xvmm_results::ExitCount {
+            exits: 2,
+            iterations: 660,
+        };
+        passed_through.kvm_exits = Some(xvmm_results::KvmExits {
+            row: none,
+            stamps: none,
+        });
+        r.exits.push(passed_through);
+        let p = problems(&r);
+        assert!(!has(&p, "rdmsr:"), "{p:?}");
     }
 
     #[test]

@@ -15,12 +15,14 @@
 //!   each guest handles its own exits through an [`ExitHandler`].
 //! - [`exits`]: the handler of guests that use the standard ports ([`run_to_end`]).
 //! - [`threads`]: every vCPU of a VM on a host thread of its own ([`run_vcpus`]).
+//! - [`stats`]: KVM's own count of a vCPU's exits ([`stats::ExitCounter`]).
 
 pub mod exit_loop;
 pub mod exits;
 mod machine;
 pub mod run_control;
 pub mod signals;
+pub mod stats;
 pub mod threads;
 
 pub use exit_loop::{internal_error_name, run_loop, Action, ExitHandler, Fatal};
