@@ -53,24 +53,33 @@ pub fn native_decision(rounds: u32, null_samples: usize, quantum: Option<f64>) -
     )
 }
 
-/// Native phases (xperf's chains), `samples` each.
-pub fn native_phases(phases: &[(u64, u64)], samples: usize) -> Vec<SweepPhase> {
+/// How many times each phase of [`native_phases_with_chains`] stops to
+/// time chains, and how many chains of each length it times there: 64 of
+/// each a phase, about 2 ms of chains against a phase's 24 000 samples.
+pub const CHAIN_BREAKS: usize = 16;
+pub const CHAINS_PER_BREAK: usize = 4;
+
+/// Native phases (xperf's chains), `samples` each, each timing chains of
+/// [`CHAIN_COST_LENGTH`] and twice that ([`ChainCost::from_samples`]) at
+/// [`CHAIN_BREAKS`] points through it (`xperf::sweep::phase_with_breaks`):
+/// a phase's slope and its chains' cost come from the same stretch of
+/// time, so the slope check compares them at one core speed.
+pub fn native_phases_with_chains(
+    phases: &[(u64, u64)],
+    samples: usize,
+) -> (Vec<SweepPhase>, Vec<ChainCost>) {
     phases
         .iter()
         .map(|&(n, k)| {
-            xperf::sweep::phase(n, k, 1000, samples)
-                .unwrap_or_else(|| panic!("native phase {n} x {k}: no valid sample"))
+            let (mut short, mut long) = (Vec::new(), Vec::new());
+            let phase = xperf::sweep::phase_with_breaks(n, k, 1000, samples, CHAIN_BREAKS, || {
+                for _ in 0..CHAINS_PER_BREAK {
+                    short.push(native_chain(CHAIN_COST_LENGTH));
+                    long.push(native_chain(2 * CHAIN_COST_LENGTH));
+                }
+            })
+            .unwrap_or_else(|| panic!("native phase {n} x {k}: no valid sample"));
+            (phase, ChainCost::from_samples(&short, &long))
         })
-        .collect()
-}
-
-/// What one imul costs natively ([`ChainCost`]): `samples` chains of
-/// [`CHAIN_COST_LENGTH`] and of twice that, interleaved.
-pub fn native_chain_cost(samples: usize) -> ChainCost {
-    let (mut short, mut long) = (Vec::new(), Vec::new());
-    for _ in 0..samples.max(1) {
-        short.push(native_chain(CHAIN_COST_LENGTH));
-        long.push(native_chain(2 * CHAIN_COST_LENGTH));
-    }
-    ChainCost::from_samples(&short, &long)
+        .unzip()
 }

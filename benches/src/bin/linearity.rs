@@ -82,9 +82,14 @@ fn main() {
     println!("native user pair: {}", decided.reason);
     let mut all = INTERCEPT_PHASES.to_vec();
     all.push(LONG_PHASE);
-    let before = linearity::native_chain_cost(201);
-    let phases = linearity::native_phases(&all, 24_000);
-    let chain = linearity::ChainCost::pooled(before, linearity::native_chain_cost(201));
+    let (phases, chains) = linearity::native_phases_with_chains(&all, 24_000);
+    let chain = linearity::ChainCost::across_phases(&chains);
+    let (apart, noise) = linearity::ChainCost::spread(&chains);
+    println!(
+        "native chains, timed in each phase: {:.4} ticks per imul ({apart:.4} from the fastest \
+         phase's to the slowest's, noise {noise:.4})",
+        chain.ticks_per_imul
+    );
     let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
     match SweepFit::new(short.to_vec(), Some(q)) {
         Some(short) => {

@@ -102,6 +102,48 @@ impl ChainCost {
         ChainCost::from_samples(&short, &long)
     }
 
+    /// The cost over a sweep whose phases each timed their own chains
+    /// (`per_phase`, in the phases' order): the same middle mean the
+    /// sweep's slope takes of the phases' slopes ([`sweep::middle_mean`]),
+    /// so that a phase run at another core speed moves both alike. Its
+    /// standard error is the kept phases' combined.
+    pub fn across_phases(per_phase: &[ChainCost]) -> ChainCost {
+        let mut v: Vec<ChainCost> = per_phase
+            .iter()
+            .copied()
+            .filter(|c| c.ticks_per_imul.is_finite())
+            .collect();
+        v.sort_by(|a, b| a.ticks_per_imul.total_cmp(&b.ticks_per_imul));
+        // The rule of `sweep::middle_mean`: a quarter off each end.
+        let drop = v.len().div_ceil(4).min(v.len().saturating_sub(1) / 2);
+        let kept = &v[drop..v.len() - drop];
+        let m = kept.len() as f64;
+        ChainCost {
+            ticks_per_imul: kept.iter().map(|c| c.ticks_per_imul).sum::<f64>() / m,
+            standard_error: kept
+                .iter()
+                .map(|c| c.standard_error.powi(2))
+                .sum::<f64>()
+                .sqrt()
+                / m,
+        }
+    }
+
+    /// How far apart the fastest and slowest of `costs` are, against what
+    /// their noise allows: `(distance, three of their combined standard
+    /// errors)`. A distance above the noise is a core that changed speed.
+    pub fn spread(costs: &[ChainCost]) -> (f64, f64) {
+        let by_cost =
+            |a: &&ChainCost, b: &&ChainCost| a.ticks_per_imul.total_cmp(&b.ticks_per_imul);
+        match (costs.iter().min_by(by_cost), costs.iter().max_by(by_cost)) {
+            (Some(lo), Some(hi)) => (
+                hi.ticks_per_imul - lo.ticks_per_imul,
+                3.0 * lo.standard_error.hypot(hi.standard_error),
+            ),
+            _ => (f64::NAN, f64::NAN),
+        }
+    }
+
     /// Both measurements' samples together (taken before and after a sweep).
     pub fn pooled(a: ChainCost, b: ChainCost) -> ChainCost {
         // Their mean, known to half their combined error, widened by the
@@ -329,6 +371,17 @@ pub fn check_with_controls(
     quantum: f64,
     (before, after): (ChainCost, ChainCost),
 ) -> Result<LinearityCheck, String> {
+    check_with_chain(phases, decided, quantum, ChainCost::pooled(before, after))
+}
+
+/// [`check_with_controls`] against one `chain` cost: where each phase
+/// timed chains of its own, their [`ChainCost::across_phases`].
+pub fn check_with_chain(
+    phases: &[SweepPhase],
+    decided: &StampSweep,
+    quantum: f64,
+    chain: ChainCost,
+) -> Result<LinearityCheck, String> {
     let want = INTERCEPT_PHASES.len() + 1;
     if phases.len() != want {
         return Err(format!(
@@ -337,7 +390,6 @@ pub fn check_with_controls(
             phases.len()
         ));
     }
-    let chain = ChainCost::pooled(before, after);
     let (short, long) = phases.split_at(INTERCEPT_PHASES.len());
     let short = SweepFit::new(short.to_vec(), Some(quantum))
         .ok_or_else(|| "the short phases fit no line".to_string())?;
@@ -470,6 +522,35 @@ pub(crate) mod tests {
             ticks_per_imul: 2.0,
             standard_error: 0.4,
         };
+        // Across phases: the middle mean of the costs, as the slopes'
+        // (nine phases keep their middle three), known to the kept
+        // phases' errors combined; one phase far off is left out.
+        let at = |t: f64, e: f64| ChainCost {
+            ticks_per_imul: t,
+            standard_error: e,
+        };
+        let phases = [
+            at(2.0, 0.03),
+            at(1.9, 0.01),
+            at(2.1, 0.01),
+            at(2.0, 0.04),
+            at(1.98, 0.01),
+            at(5.0, 0.5),
+            at(2.0, 0.01),
+            at(1.95, 0.01),
+            at(2.05, 0.01),
+        ];
+        let a = ChainCost::across_phases(&phases);
+        let costs: Vec<f64> = phases.iter().map(|c| c.ticks_per_imul).collect();
+        assert!((a.ticks_per_imul - 2.0).abs() < 1e-12, "{a:?}");
+        assert_eq!(a.ticks_per_imul, sweep::middle_mean(&costs));
+        let want = (0.01f64.powi(2) + 0.03f64.powi(2) + 0.04f64.powi(2)).sqrt() / 3.0;
+        assert!((a.standard_error - want).abs() < 1e-12, "{a:?}");
+        assert!(ChainCost::across_phases(&[]).ticks_per_imul.is_nan());
+        // The spread: fastest to slowest against three combined errors.
+        let (apart, noise) = ChainCost::spread(&phases[..5]);
+        assert!((apart - 0.2).abs() < 1e-12 && (noise - 3.0 * 0.02f64.sqrt() / 10.0).abs() < 1e-12);
+        assert!(ChainCost::spread(&[]).0.is_nan());
         let q = ChainCost::pooled(close, close);
         assert!((q.standard_error - 0.4 * 2f64.sqrt() / 2.0).abs() < 1e-12);
     }
@@ -793,6 +874,46 @@ pub(crate) mod tests {
         let c = check_with_controls(&phases, &decided, 1.0, (wrong, wrong)).unwrap();
         assert!(!c.holds() && c.verdict.unwrap_err().contains("chain's cost"));
         assert!(check_with_controls(&phases[1..], &decided, 1.0, (CHAIN, CHAIN)).is_err());
+    }
+
+    /// CI's run of 2026-11-30 met a core whose speed changed within the
+    /// sweep (chains of 1.907 ticks an imul before it, 2.00 after, the
+    /// slope between). Here four phases run at 3 ticks an imul and five at
+    /// 5 % more: chains timed in each phase match its slope and the check
+    /// holds; chains timed before (the first speed) and after (the
+    /// second), pooled, are widened by their distance until the 5 %
+    /// controls pass, and the check cannot tell.
+    #[test]
+    fn phases_at_two_core_speeds_hold_against_chains_timed_in_them() {
+        let (mut phases, decided) = all_phases(72, 72, 4.0);
+        let slow = ChainCost {
+            ticks_per_imul: 3.15,
+            ..CHAIN
+        };
+        let mut own = Vec::new();
+        for (i, p) in phases.iter_mut().enumerate() {
+            let speed = if i < 4 { CHAIN } else { slow };
+            let medians: Vec<u64> = p
+                .lengths
+                .iter()
+                .map(|&l| {
+                    crate::num::u64_saturating((72.0 + speed.ticks_per_imul * l as f64).round())
+                })
+                .collect();
+            *p = SweepPhase::from_medians(&p.lengths, &medians, 1000).unwrap();
+            own.push(speed);
+        }
+        let across = ChainCost::across_phases(&own);
+        assert!((across.ticks_per_imul - 3.1).abs() < 1e-9, "{across:?}");
+        let c = check_with_chain(&phases, &decided, 4.0, across).unwrap();
+        assert!(c.holds(), "{c:?}");
+        let pooled = check_with_controls(&phases, &decided, 4.0, (CHAIN, slow)).unwrap();
+        assert_eq!(pooled.outcome(), Outcome::CannotTell, "{pooled:?}");
+        // Two phases' chains timed at the other speed: the check fails.
+        own[0] = slow;
+        own[1] = slow;
+        let c = check_with_chain(&phases, &decided, 4.0, ChainCost::across_phases(&own));
+        assert!(!c.unwrap().holds());
     }
 
     /// A step of splitmix64: the noisy machines' deterministic noise.
