@@ -173,6 +173,63 @@ pub fn cpus_at(dump: &str) -> Vec<CpuAt> {
     cpus
 }
 
+/// One CPU's local APIC from `info lapic`: the vectors pending in its IRR
+/// and its processor priority (PPR).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LapicAt {
+    pub cpu: usize,
+    pub irr: Vec<u8>,
+    pub ppr: u8,
+}
+
+/// Each local APIC of an `info lapic` dump (QEMU prints `IRR\t 236 251 `,
+/// a level-triggered vector as `34(level)`, or `(none)`, then a line of
+/// `APR .. TPR .. PPR 0x..`).
+pub fn lapics_at(dump: &str) -> Vec<LapicAt> {
+    let mut lapics = Vec::new();
+    let (mut cpu, mut irr) = (None, Vec::new());
+    for line in dump.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("dumping local APIC state for CPU") {
+            cpu = rest.trim().parse().ok();
+            irr.clear();
+        } else if let Some(rest) = line.strip_prefix("IRR") {
+            irr = rest
+                .split_whitespace()
+                .filter_map(|v| v.trim_end_matches("(level)").parse().ok())
+                .collect();
+        } else if let (Some(c), Some(ppr)) = (cpu, field(line, "PPR 0x")) {
+            lapics.push(LapicAt {
+                cpu: c,
+                irr: std::mem::take(&mut irr),
+                ppr: u8::try_from(ppr).unwrap_or(u8::MAX),
+            });
+            cpu = None;
+        }
+    }
+    lapics
+}
+
+/// The CPUs of a `cpu_state` dump that are halted with interrupts on
+/// while their local APIC holds an interrupt above their priority (its
+/// class, vector / 16, above PPR's): such a CPU should already have
+/// woken. Seen in a hung L1 under multi-threaded TCG, a missed wake-up
+/// (docs/testing/harness.md, "An L1 that hangs busy").
+pub fn sleeping_through_interrupts(dump: &str) -> Vec<usize> {
+    let lapics = lapics_at(dump);
+    cpus_at(dump)
+        .into_iter()
+        .filter(|c| c.halted && c.interrupts_on)
+        .filter(|c| {
+            lapics
+                .iter()
+                .filter(|l| l.cpu == c.cpu)
+                .any(|l| l.irr.iter().any(|&v| v >> 4 > l.ppr >> 4))
+        })
+        .map(|c| c.cpu)
+        .collect()
+}
+
 /// The hex value after `key` on `line`.
 fn field(line: &str, key: &str) -> Option<u64> {
     let at = line.find(key)? + key.len();
@@ -294,6 +351,52 @@ EIP=000fd0cf EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0
         assert!(cpus_at("no cpus here\nRIP=1 RFL=2").is_empty());
     }
 
+    /// `info lapic` as QEMU 10 prints it (the header, then the lines the
+    /// parser reads), for CPU 0 as the hung L1 of 2026-11-29 had it.
+    fn lapic(cpu: usize, irr: &str, ppr: u8) -> String {
+        format!(
+            "dumping local APIC state for CPU {cpu} \n\n\
+             LVTT\t 0x000400ec active-hi edge                 tsc-deadline Fixed  (vec 236)\n\
+             ISR\t (none)\n\
+             IRR\t {irr}\n\n\
+             APR 0x00 TPR 0x10 DFR 0x0f LDR 0x01 PPR 0x{ppr:02x}\n"
+        )
+    }
+
+    #[test]
+    fn a_halted_cpu_with_an_interrupt_above_its_priority_sleeps_through_it() {
+        let hung = format!(
+            "{DUMP}{}{}",
+            lapic(0, "236 251 ", 0x10),
+            lapic(1, "(none)", 0)
+        );
+        assert_eq!(
+            lapics_at(&hung),
+            vec![
+                LapicAt {
+                    cpu: 0,
+                    irr: vec![236, 251],
+                    ppr: 0x10
+                },
+                LapicAt {
+                    cpu: 1,
+                    irr: vec![],
+                    ppr: 0
+                },
+            ]
+        );
+        assert_eq!(sleeping_through_interrupts(&hung), [0]);
+        // At or under its priority's class, a pending vector waits rightly.
+        let masked = format!("{DUMP}{}", lapic(0, "236 239(level) ", 0xe0));
+        assert_eq!(lapics_at(&masked)[0].irr, [236, 239]);
+        assert!(sleeping_through_interrupts(&masked).is_empty());
+        // CPU 1 is running (and its interrupts are off): not stuck.
+        let running = format!("{DUMP}{}", lapic(1, "251 ", 0));
+        assert!(sleeping_through_interrupts(&running).is_empty());
+        let off = DUMP.replace("RFL=00000246", "RFL=00000046");
+        assert!(sleeping_through_interrupts(&format!("{off}{}", lapic(0, "251", 0))).is_empty());
+    }
+
     #[test]
     fn an_address_is_named_by_the_text_symbol_at_or_below_it() {
         let map = "ffffffff81000000 T _text\n\
@@ -361,6 +464,10 @@ EIP=000fd0cf EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0
         let cpus = cpus_at(&state);
         assert_eq!(cpus.iter().map(|c| c.cpu).collect::<Vec<_>>(), [0, 1]);
         assert!(state.contains("local APIC state for CPU 1"), "{state}");
+        // Its local APICs parse, and halted firmware sleeps through nothing.
+        let lapics = lapics_at(&state);
+        assert_eq!(lapics.iter().map(|l| l.cpu).collect::<Vec<_>>(), [0, 1]);
+        assert!(sleeping_through_interrupts(&state).is_empty(), "{state}");
         assert!(!state.contains(PROMPT), "{state}");
         let gone = Monitor::for_run("nobody").cpu_state(1).unwrap_err();
         assert!(gone.contains("xvmm-harness-"), "{gone}");
