@@ -547,6 +547,10 @@ pub(crate) mod tests {
         let want = (0.01f64.powi(2) + 0.03f64.powi(2) + 0.04f64.powi(2)).sqrt() / 3.0;
         assert!((a.standard_error - want).abs() < 1e-12, "{a:?}");
         assert!(ChainCost::across_phases(&[]).ticks_per_imul.is_nan());
+        // Two phases keep both, as the slopes' middle mean does.
+        let two = ChainCost::across_phases(&phases[1..3]);
+        assert!((two.ticks_per_imul - 2.0).abs() < 1e-12, "{two:?}");
+        assert_eq!(two.ticks_per_imul, sweep::middle_mean(&costs[1..3]));
         // The spread: fastest to slowest against three combined errors.
         let (apart, noise) = ChainCost::spread(&phases[..5]);
         assert!((apart - 0.2).abs() < 1e-12 && (noise - 3.0 * 0.02f64.sqrt() / 10.0).abs() < 1e-12);
