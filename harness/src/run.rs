@@ -303,8 +303,8 @@ pub fn run_l1_with_cmdline(
     // Two ways the emulator itself has hung, each seen now and then: QEMU
     // stops using the CPU with the guest waiting on nothing (about once in
     // twenty boots under load), or a halted vCPU misses its wake-up while
-    // another spins waiting on it (docs/testing/harness.md), so the group
-    // outlives its limit. Rarer, L1 ends before its plan is done: its
+    // another spins waiting on it (docs/testing/harness.md: `WedgeWatch`
+    // ends such a boot, or else the group outlives its limit). Rarer, L1 ends before its plan is done: its
     // kernel oopsed on an int3 its own text patching left (a static key
     // flipped as tracing stopped, the other CPU running the patched code:
     // once, as a traced step ended) and panicked, or it reset without a
@@ -460,7 +460,6 @@ const WEDGE_PROBE_EVERY: Duration = Duration::from_secs(30);
 /// on its way.
 #[derive(Debug)]
 struct WedgeWatch {
-    last_line: Instant,
     next_probe: Instant,
     /// The CPUs the last probe found sleeping through an interrupt.
     suspects: Vec<usize>,
@@ -469,14 +468,12 @@ struct WedgeWatch {
 impl WedgeWatch {
     fn new(now: Instant) -> WedgeWatch {
         WedgeWatch {
-            last_line: now,
             next_probe: now + WEDGE_SILENCE,
             suspects: Vec::new(),
         }
     }
 
     fn line(&mut self, now: Instant) {
-        self.last_line = now;
         self.next_probe = now + WEDGE_SILENCE;
         self.suspects.clear();
     }

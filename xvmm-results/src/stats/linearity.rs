@@ -114,9 +114,7 @@ impl ChainCost {
             .filter(|c| c.ticks_per_imul.is_finite())
             .collect();
         v.sort_by(|a, b| a.ticks_per_imul.total_cmp(&b.ticks_per_imul));
-        // The rule of `sweep::middle_mean`: a quarter off each end.
-        let drop = v.len().div_ceil(4).min(v.len().saturating_sub(1) / 2);
-        let kept = &v[drop..v.len() - drop];
+        let kept = sweep::middle_half(&v);
         let m = kept.len() as f64;
         ChainCost {
             ticks_per_imul: kept.iter().map(|c| c.ticks_per_imul).sum::<f64>() / m,

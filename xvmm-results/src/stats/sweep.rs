@@ -153,13 +153,22 @@ fn median_of(sorted: &[f64]) -> f64 {
     }
 }
 
-/// The mean of the middle half (at least the middle value): drops a
-/// quarter, rounded up, from each end.
+/// The middle half of `sorted` (at least its middle value): a quarter,
+/// rounded up, off each end. [`middle_mean`]'s rule, and the one
+/// `linearity::ChainCost::across_phases` trims the phases' chains by.
+pub fn middle_half<T>(sorted: &[T]) -> &[T] {
+    let drop = sorted
+        .len()
+        .div_ceil(4)
+        .min(sorted.len().saturating_sub(1) / 2);
+    &sorted[drop..sorted.len() - drop]
+}
+
+/// The mean of the middle half ([`middle_half`]) of the finite values.
 pub fn middle_mean(values: &[f64]) -> f64 {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
-    let drop = v.len().div_ceil(4).min(v.len().saturating_sub(1) / 2);
-    let kept = &v[drop..v.len() - drop];
+    let kept = middle_half(&v);
     if kept.is_empty() {
         return f64::NAN;
     }
