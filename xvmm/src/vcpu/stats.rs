@@ -13,14 +13,15 @@ use std::fs::File;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
+use kvm_bindings::{
+    kvm_stats_desc, kvm_stats_header, KVM_STATS_TYPE_CUMULATIVE, KVM_STATS_TYPE_MASK,
+};
 use kvm_ioctls::VcpuFd;
 
 /// Bytes of `struct kvm_stats_header`: six u32.
-const HEADER_LEN: usize = 24;
+const HEADER_LEN: usize = std::mem::size_of::<kvm_stats_header>();
 /// Bytes of `struct kvm_stats_desc` before its name.
-const DESC_FIXED_LEN: usize = 16;
-/// `KVM_STATS_TYPE_MASK`; `KVM_STATS_TYPE_CUMULATIVE` is 0.
-const TYPE_MASK: u32 = 0xf;
+const DESC_FIXED_LEN: usize = std::mem::size_of::<kvm_stats_desc>();
 /// More than any KVM has (x86 vCPUs: under 64; names: 48 bytes), so a
 /// header that claims more is not one.
 const MAX_DESCRIPTORS: u32 = 4096;
@@ -93,7 +94,7 @@ impl StatsHeader {
             let flags = u32::from_le_bytes(desc[0..4].try_into().expect("4 bytes"));
             let size = u16::from_le_bytes(desc[6..8].try_into().expect("2 bytes"));
             let offset = u32::from_le_bytes(desc[8..12].try_into().expect("4 bytes"));
-            if flags & TYPE_MASK != 0 || size != 1 {
+            if flags & KVM_STATS_TYPE_MASK != KVM_STATS_TYPE_CUMULATIVE || size != 1 {
                 return Err(format!(
                     "`{name}` is not a one-word cumulative counter (flags {flags:#x}, {size} words)"
                 ));
